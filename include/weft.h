@@ -1,0 +1,247 @@
+/*
+ * weft.h -- Project Loom for C: virtual threads on a work-stealing pool of
+ * carrier threads.
+ *
+ * Conventions, stated once for the whole API:
+ *
+ *  - Functions that can fail return >= 0 on success and a negative errno
+ *    value on failure (-EINVAL, -ENOMEM, -ECANCELED, -ETIMEDOUT, ...), as
+ *    liburing does.  errno is never the channel for weft results.
+ *  - Times are int64_t nanoseconds of CLOCK_MONOTONIC (weft_now()).  A
+ *    deadline is an absolute time; 0 means "no deadline".
+ *  - Every blocking call is a cancellation point: once the calling vthread
+ *    has been cancelled (weft_cancel), the call returns -ECANCELED.
+ *    Cancellation is sticky, like a cancelled Go context: a cancelled vthread
+ *    gets -ECANCELED from every later blocking call, so it winds down.
+ *  - Every blocking call honours the caller's deadline (weft_deadline_set) and
+ *    returns -ETIMEDOUT when it passes.
+ *  - Every blocking call also works on an ordinary pthread ("platform
+ *    thread"): it then blocks that pthread.
+ *  - A vthread may resume on another carrier after any blocking call, so a C
+ *    thread-local (errno included) read before such a call may not be the one
+ *    read after it.  Code that needs C TLS spawns with weft_attr.pinned.
+ *
+ * Sections, in layer order: runtime, virtual threads, time and
+ * cancellation, parking, observe.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Runtime                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
+
+/*
+ * Runtime configuration.  A zero field means "the default":
+ *   carriers    number of carrier threads; default $WEFT_CARRIERS, else the
+ *               number of online CPUs.
+ *   stack_size  bytes reserved per vthread stack (rounded up to pages);
+ *               default $WEFT_STACK_SIZE, else 256 KiB.  Only touched pages
+ *               cost memory.
+ *   io          I/O backend (WEFT_IO_*); default $WEFT_IO, else auto.
+ */
+typedef struct weft_config {
+    int carriers;
+    size_t stack_size;
+    int io;
+} weft_config;
+
+/*
+ * Starts the runtime.  Optional: the first weft call initialises it with the
+ * defaults.  Returns 0, -EALREADY if it is already running, -EINVAL for a bad
+ * configuration, or -ENOMEM / -EAGAIN when carriers cannot be created.
+ */
+int weft_init(const weft_config *cfg);
+
+/*
+ * Waits until every non-daemon vthread has finished, then stops the carriers
+ * and frees everything the runtime owns (stacks, queues, timers).  Daemon
+ * vthreads still alive are abandoned, their stacks freed.  Must be called from
+ * a platform thread, never from a vthread.  The runtime may be initialised
+ * again afterwards.
+ */
+void weft_shutdown(void);
+
+/*
+ * Runs fn(arg) as a vthread named "main", waits for it, shuts the runtime down
+ * and returns fn's result (or a negative errno if it could not start).
+ */
+int weft_main(int (*fn)(void *), void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Virtual threads                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct weft_thread weft_thread;
+
+/*
+ * Spawn attributes; a NULL attr or zero fields mean the defaults.
+ *   name        copied (up to 31 bytes); shown by weft_dump.
+ *   stack_size  reserve this many bytes instead of the runtime default.
+ *   pinned      run only on the carrier it first runs on (for code that
+ *               keeps C thread-locals across blocking calls).
+ *   daemon      weft_shutdown does not wait for it.
+ */
+typedef struct weft_attr {
+    const char *name;
+    size_t stack_size;
+    int pinned;
+    int daemon;
+} weft_attr;
+
+/*
+ * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
+ * passed to exactly one of weft_join or weft_detach.  If t is NULL the vthread
+ * starts detached.  Works from vthreads and platform threads.  Returns 0,
+ * -ENOMEM (no memory or address space for a stack) or -EINVAL.
+ */
+int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
+
+/*
+ * Waits for t to finish and stores fn's return value in *result (if not
+ * NULL), then frees t.  Parks a vthread; blocks a platform thread.  Returns 0,
+ * -EDEADLK when t is the caller, -EINVAL when someone else already joins t,
+ * or -ECANCELED / -ETIMEDOUT (t is then still joinable).
+ */
+int weft_join(weft_thread *t, void **result);
+
+/* Lets t free itself when it finishes.  Returns 0 or -EINVAL. */
+int weft_detach(weft_thread *t);
+
+/* The calling vthread, or NULL on a platform thread. */
+weft_thread *weft_self(void);
+
+/* A vthread's id: unique for the process's lifetime, starting at 1. */
+uint64_t weft_id(const weft_thread *t);
+
+/* A vthread's name ("" when it has none). */
+const char *weft_name(const weft_thread *t);
+
+/*
+ * Lets other runnable vthreads on this carrier run, then continues.  On a
+ * platform thread it calls sched_yield().  Returns 0.
+ */
+int weft_yield(void);
+
+/* ------------------------------------------------------------------------ */
+/* Time, deadlines, cancellation                                             */
+/* ------------------------------------------------------------------------ */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t weft_now(void);
+
+/*
+ * Sleeps for ns nanoseconds (until the absolute time deadline_ns).  A
+ * sleeping vthread costs no CPU and holds no carrier.  Returns 0 when the
+ * time has come, -ECANCELED when cancelled first, -ETIMEDOUT when the
+ * caller's own deadline (weft_deadline_set) comes first.
+ * weft_sleep_until(INT64_MAX) sleeps until cancelled.
+ */
+int weft_sleep(int64_t ns);
+int weft_sleep_until(int64_t deadline_ns);
+
+/*
+ * Sets the calling thread's deadline for all its blocking calls and returns
+ * the previous one, so that it can be restored.  0 removes it.
+ */
+int64_t weft_deadline_set(int64_t deadline_ns);
+
+/*
+ * Cancels t: the blocking call it is in, or the next one it makes, returns
+ * -ECANCELED, and so do all its later blocking calls.  t must still be a
+ * valid handle (not joined, or detached and finished).  Returns 0.
+ */
+int weft_cancel(weft_thread *t);
+
+/* 1 when the calling vthread has been cancelled, else 0. */
+int weft_cancelled(void);
+
+/* ------------------------------------------------------------------------ */
+/* Parking (java.util.concurrent.locks.LockSupport)                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each vthread holds one permit, initially unavailable.  weft_park consumes
+ * the permit if it is available, otherwise parks until weft_unpark makes it
+ * available, the deadline passes (-ETIMEDOUT), or the vthread is cancelled
+ * (-ECANCELED).  It may also return 0 spuriously, so callers re-check their
+ * condition in a loop.  From a platform thread weft_park blocks the pthread
+ * (it cannot be unparked: use it only with a deadline).
+ * weft_unpark makes t's permit available and wakes t if it is parked.  Both
+ * work from any thread.
+ */
+int weft_park(int64_t deadline_ns);
+int weft_unpark(weft_thread *t);
+
+/* ------------------------------------------------------------------------ */
+/* Observe                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct weft_stats {
+    uint64_t started;   /* vthreads ever started */
+    uint64_t live;      /* started and not finished */
+    uint64_t peak;      /* highest live seen (sampled; see weft_stats_get) */
+    uint64_t switches;  /* context switches into a vthread */
+    uint64_t steals;    /* vthreads taken from another carrier's queue */
+    uint64_t parks;     /* times a vthread parked */
+    uint64_t pinned;    /* carriers blocked in foreign code (monitor) */
+    uint64_t carriers;  /* carrier threads */
+    uint64_t stacks;    /* stacks mapped (live + cached) */
+    uint64_t stack_bytes_reserved; /* address space reserved for stacks */
+} weft_stats;
+
+/*
+ * Fills *s.  live and peak are exact when read in a quiescent moment; while
+ * vthreads are starting and ending on several carriers at once peak is
+ * sampled in steps of at most 32 per carrier.
+ */
+void weft_stats_get(weft_stats *s);
+
+enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
+
+/*
+ * Writes a thread dump to fd: every live vthread with its id, name, state
+ * (running on carrier k, runnable, parked on <what> since <t>, sleeping until
+ * <t>), the source location of its blocking call, its stack use and, for a
+ * parked one, a backtrace.  Returns 0 or a negative errno from write(2), or
+ * -ENOTSUP for a format not supported yet.
+ */
+int weft_dump(int fd, int format);
+
+/* ------------------------------------------------------------------------ */
+/* Call-site capture                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The blocking calls record where they were called from, for weft_dump.  The
+ * macros below pass __FILE__ and __LINE__; the real functions stay callable
+ * as (weft_sleep)(ns) or through pointers.
+ */
+int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
+int weft__join_at(weft_thread *t, void **result, const char *file, int line);
+int weft__park_at(int64_t deadline_ns, const char *file, int line);
+
+#define weft_sleep(ns) weft__sleep_until_at(weft__sleep_deadline(ns), __FILE__, __LINE__)
+#define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
+#define weft_join(t, r) weft__join_at((t), (r), __FILE__, __LINE__)
+#define weft_park(d) weft__park_at((d), __FILE__, __LINE__)
+int64_t weft__sleep_deadline(int64_t ns);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_H */

@@ -1,0 +1,113 @@
+/*
+ * arch layer: the context switch and stack allocation.  Knows nothing of
+ * vthreads: it switches stack pointers and hands out stack slots whose top
+ * WEFT__STACK_TOP bytes the caller uses for its own descriptor.
+ */
+#ifndef WEFT_ARCH_H
+#define WEFT_ARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+#include <pthread.h>
+
+/* ---- context switch (switch_x86_64.S) ---------------------------------- */
+
+/*
+ * Saves the callee-saved registers, MXCSR and the x87 control word on the
+ * current stack, stores the stack pointer in *save_sp, loads to_sp and
+ * restores the same from there.  Returns when something switches back to
+ * *save_sp.  A context made by weft__ctx_make starts in entry(arg).
+ */
+void weft__ctx_switch(void **save_sp, void *to_sp);
+
+/* Prepares a fresh context on [lo, hi): the first switch to the returned
+ * stack pointer calls entry(arg), which must never return. */
+void *weft__ctx_make(void *hi, void (*entry)(void *), void *arg);
+
+/* ---- stacks (stack.c) --------------------------------------------------- */
+
+/* Bytes at the top of every stack slot that belong to the slot's owner
+ * (the vthread descriptor lives there, in the page the stack starts on). */
+#define WEFT__STACK_TOP 512
+
+enum {
+    WEFT__GUARD_MADVISE = 1, /* MADV_GUARD_INSTALL: no extra VMA (Linux >= 6.13) */
+    WEFT__GUARD_MPROTECT = 2, /* PROT_NONE page: one more VMA per stack */
+    WEFT__GUARD_CANARY = 3,  /* no guard page: a canary checked at each switch */
+};
+
+/*
+ * The head of a slot's top area.  stack.c owns these fields; the owner's
+ * descriptor embeds this struct as its first member.
+ */
+typedef struct weft__stack {
+    char *lo;                  /* lowest usable byte (above the guard) */
+    size_t size;               /* usable bytes, descriptor area included */
+    struct weft__stack *next;  /* free-list link while cached */
+    uint64_t seq_base;         /* a value never seen before in this slot */
+    uint8_t guard;             /* WEFT__GUARD_* */
+    uint8_t odd;               /* not the default size: own mapping */
+    void *slab;                /* the slab it was carved from */
+} weft__stack;
+
+#define WEFT__CANARY 0x5745465443414e59ull /* "WEFTCANY" */
+
+/* A per-carrier cache of free stacks of the default size (no locking: one
+ * owner). */
+typedef struct weft__stack_cache {
+    weft__stack *head;
+    uint32_t n;
+} weft__stack_cache;
+
+int weft__stacks_init(size_t default_size); /* 0 or -errno */
+void weft__stacks_fini(void);                /* unmaps every slab */
+size_t weft__stacks_default_size(void);
+int weft__stacks_guard_mode(void);
+
+/* A stack of `size` bytes (0 = default) or NULL (-ENOMEM).  cache may be
+ * NULL (platform thread). */
+weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size);
+void weft__stack_put(weft__stack_cache *cache, weft__stack *s);
+void weft__stack_cache_drain(weft__stack_cache *cache);
+
+/* Walks every slot ever handed out (for the thread dump).  fn gets the
+ * slot's top-area head; it must treat the memory as racy. */
+void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx);
+void weft__stacks_counts(uint64_t *slots, uint64_t *bytes);
+
+/* Is addr in the guard page (or just below) of stack s? */
+int weft__stack_guard_hit(const weft__stack *s, const void *addr);
+/* Resident bytes of s, by mincore (dump only). */
+size_t weft__stack_resident(const weft__stack *s);
+
+/* ---- sanitizer and valgrind hooks -------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_TSAN 1
+#endif
+#endif
+
+#ifdef WEFT_ASAN
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+#endif
+#ifdef WEFT_TSAN
+void *__tsan_get_current_fiber(void);
+void *__tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void *fiber);
+void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+void __tsan_set_fiber_name(void *fiber, const char *name);
+#endif
+
+#endif /* WEFT_ARCH_H */

@@ -1,0 +1,548 @@
+/*
+ * Stacks for vthreads.
+ *
+ * What: every vthread runs on a stack slot carved from a large anonymous
+ * mapping (a slab of 256 slots).  A slot is [guard page][usable stack], and
+ * the top WEFT__STACK_TOP bytes of the usable part hold the vthread's
+ * descriptor, so a vthread that has used a little stack costs exactly one
+ * resident page: the one its stack starts on.
+ *
+ * Why this way (this VM: a first-touch page fault costs up to ~21 us, a
+ * syscall ~1.1 us, MADV_POPULATE_WRITE ~0.6-2 us a page):
+ *  - Slots are carved in batches of 64: one process_madvise(2) call installs
+ *    the 64 guards (MADV_GUARD_INSTALL, Linux >= 6.13: guard markers in the
+ *    page tables, no extra VMA) and one more populates the 64 top pages
+ *    (MADV_POPULATE_WRITE), instead of 128 syscalls or 64 page faults.
+ *  - Freed stacks are reused with their pages: a per-carrier cache (no lock)
+ *    in front of a global depot (one mutex, batches of 32).  Nothing is
+ *    unmapped before weft__stacks_fini.
+ *  - Memory is returned above a high-water mark: when the depot holds more
+ *    than DEPOT_HOT stacks, the surplus is zapped (MADV_DONTNEED, batched)
+ *    and kept as "cold" slots whose address space is reused later (their top
+ *    page is populated again when they are handed out).
+ *  - Guards: MADV_GUARD_INSTALL where the kernel has it.  Elsewhere an
+ *    mprotect(PROT_NONE) guard costs a VMA of its own, and vm.max_map_count
+ *    would cap the process near 32k stacks, so mprotect guards are used while
+ *    a VMA budget lasts, then slots go unguarded with a canary at their
+ *    bottom, checked at every switch (one notice on stderr).
+ *  - Stacks of a non-default size get a mapping of their own, are cached in
+ *    the depot by size (never unmapped before fini either).
+ *
+ * Threads: the caches are owned by one carrier each; the depot, the slab
+ * list and the cold list are under `lock`.  weft__stacks_walk reads slabs
+ * under the lock and slot contents racily (thread dump).
+ *
+ * Invariants: a slot's seq_base is unique over the process's life (taken
+ * from a global counter when its top page is (re)populated), so park tokens
+ * from a dead vthread never match a new one in the same slot.
+ */
+#define _GNU_SOURCE
+#include "arch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define WEFT_VALGRIND 1
+#endif
+#endif
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define PAGE 4096u
+#define SLAB_SLOTS 256u
+#define CARVE_BATCH 64u
+#define CACHE_BATCH 32u
+#define CACHE_HIGH 256u
+#define DEPOT_HOT 4096u
+#define IOV_MAX_BATCH 1024u
+
+typedef struct slab {
+    char *base;
+    size_t slot_size; /* guard page + usable */
+    uint32_t nslots;
+    uint32_t carved;
+    uint32_t guard;   /* mode used for the slots carved so far */
+    unsigned *vg_ids; /* valgrind stack ids, per slot */
+    uint8_t *coldmap; /* 1 = slot zapped (cold) */
+    struct slab *next;
+} slab;
+
+static struct {
+    pthread_mutex_t lock;
+    size_t default_size;  /* usable bytes of a default slot */
+    int guard_mode;
+    int pidfd;            /* for process_madvise; -1 if unavailable */
+    long vma_budget;      /* mprotect guards left */
+    int canary_noticed;
+    slab *slabs;          /* newest first */
+    slab *cur;            /* default-size slab being carved */
+    weft__stack *depot;   /* hot free stacks of the default size */
+    uint32_t ndepot;
+    weft__stack *odd;     /* free stacks of other sizes */
+    struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
+    size_t ncold, capcold;
+    _Atomic uint64_t seq_counter;
+    uint64_t nslots_total, bytes_total;
+    int inited;
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
+
+static size_t round_page(size_t n) { return (n + PAGE - 1) & ~(size_t)(PAGE - 1); }
+
+/* madvise over many ranges: process_madvise where the kernel allows it for
+ * the calling process (Linux >= 6.13 for any advice), else one call each. */
+static int madvise_many(struct iovec *iov, size_t n, int advice) {
+    size_t done = 0;
+    if (S.pidfd >= 0) {
+        while (done < n) {
+            size_t k = n - done > IOV_MAX_BATCH ? IOV_MAX_BATCH : n - done;
+            long r = syscall(SYS_process_madvise, S.pidfd, iov + done, k, advice, 0);
+            if (r < 0) break;
+            /* r is bytes advised; all-or-error in practice */
+            done += k;
+        }
+        if (done == n) return 0;
+    }
+    for (; done < n; done++)
+        if (madvise(iov[done].iov_base, iov[done].iov_len, advice) != 0) return -errno;
+    return 0;
+}
+
+static int probe_guard_install(void) {
+    char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    int ok = madvise(p, PAGE, MADV_GUARD_INSTALL) == 0;
+    munmap(p, 2 * PAGE);
+    return ok;
+}
+
+static int probe_process_madvise(void) {
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (fd < 0) return -1;
+    char *p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { close(fd); return -1; }
+    struct iovec v = {p, PAGE};
+    long r = syscall(SYS_process_madvise, fd, &v, 1, MADV_POPULATE_WRITE, 0);
+    munmap(p, PAGE);
+    if (r < 0) { close(fd); return -1; }
+    return fd;
+#else
+    return -1;
+#endif
+}
+
+static long count_maps(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return 1000;
+    long n = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static long max_map_count(void) {
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    long v = 65530;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = 65530;
+        fclose(f);
+    }
+    return v;
+}
+
+int weft__stacks_init(size_t default_size) {
+    pthread_mutex_lock(&S.lock);
+    if (S.inited) { pthread_mutex_unlock(&S.lock); return 0; }
+    size_t sz = round_page(default_size < 16 * PAGE ? 16 * PAGE : default_size);
+    S.default_size = sz;
+    const char *g = getenv("WEFT_STACK_GUARD");
+    if (g && strcmp(g, "mprotect") == 0) S.guard_mode = WEFT__GUARD_MPROTECT;
+    else if (g && strcmp(g, "canary") == 0) S.guard_mode = WEFT__GUARD_CANARY;
+    else if (probe_guard_install()) S.guard_mode = WEFT__GUARD_MADVISE;
+    else S.guard_mode = WEFT__GUARD_MPROTECT;
+    if (S.guard_mode == WEFT__GUARD_MPROTECT) {
+        /* Leave room for the rest of the program: a quarter of the limit,
+         * and at least 4096 maps, stay free. */
+        long maxm = max_map_count(), used = count_maps();
+        long reserve = maxm / 4 > 4096 ? maxm / 4 : 4096;
+        const char *b = getenv("WEFT_STACK_VMA_BUDGET"); /* tests */
+        S.vma_budget = b ? atol(b) : (maxm - used - reserve) / 2;
+        if (S.vma_budget < 0) S.vma_budget = 0;
+    }
+    S.pidfd = probe_process_madvise();
+    S.inited = 1;
+    pthread_mutex_unlock(&S.lock);
+    return 0;
+}
+
+size_t weft__stacks_default_size(void) { return S.default_size; }
+int weft__stacks_guard_mode(void) { return S.guard_mode; }
+
+static void init_head(weft__stack *s, char *lo, size_t size, int guard, int odd) {
+    s->lo = lo;
+    s->size = size;
+    s->next = NULL;
+    s->seq_base = atomic_fetch_add_explicit(&S.seq_counter, 1, memory_order_relaxed) << 32;
+    s->guard = (uint8_t)guard;
+    s->odd = (uint8_t)odd;
+    if (guard == WEFT__GUARD_CANARY) *(volatile uint64_t *)lo = WEFT__CANARY;
+}
+
+static weft__stack *head_of(char *slot, size_t slot_size) {
+    return (weft__stack *)(slot + slot_size - WEFT__STACK_TOP);
+}
+
+/* Decide the guard for the next n slots (lock held). */
+static int next_guard(uint32_t n) {
+    if (S.guard_mode != WEFT__GUARD_MPROTECT) return S.guard_mode;
+    if (S.vma_budget >= (long)n) { S.vma_budget -= n; return WEFT__GUARD_MPROTECT; }
+    if (!S.canary_noticed) {
+        S.canary_noticed = 1;
+        fprintf(stderr, "weft: notice: VMA budget for mprotect stack guards used up "
+                        "(vm.max_map_count %ld); further stacks are unguarded and "
+                        "checked by a canary at every switch\n", max_map_count());
+    }
+    return WEFT__GUARD_CANARY;
+}
+
+/* Guards and populates `n` slots starting at slot index `first` of sl;
+ * links them into a list.  Lock held. */
+static weft__stack *carve(slab *sl, uint32_t first, uint32_t n, int guard) {
+    struct iovec iov[CARVE_BATCH];
+    size_t usable = sl->slot_size - PAGE;
+    for (uint32_t i = 0; i < n; i++) {
+        iov[i].iov_base = sl->base + (size_t)(first + i) * sl->slot_size;
+        iov[i].iov_len = PAGE;
+    }
+    if (guard == WEFT__GUARD_MADVISE) {
+        if (madvise_many(iov, n, MADV_GUARD_INSTALL) != 0) return NULL;
+    } else if (guard == WEFT__GUARD_MPROTECT) {
+        for (uint32_t i = 0; i < n; i++)
+            if (mprotect(iov[i].iov_base, PAGE, PROT_NONE) != 0) return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        iov[i].iov_base = (char *)iov[i].iov_base + sl->slot_size - PAGE;
+    (void)madvise_many(iov, n, MADV_POPULATE_WRITE); /* best effort: faults otherwise */
+    weft__stack *list = NULL;
+    for (uint32_t i = n; i-- > 0;) {
+        char *slot = sl->base + (size_t)(first + i) * sl->slot_size;
+        weft__stack *s = head_of(slot, sl->slot_size);
+        init_head(s, slot + PAGE, usable, guard, 0);
+        s->slab = sl;
+#ifdef WEFT_VALGRIND
+        sl->vg_ids[first + i] = VALGRIND_STACK_REGISTER(slot + PAGE, slot + sl->slot_size);
+#endif
+        s->next = list;
+        list = s;
+    }
+    return list;
+}
+
+static slab *new_slab(size_t slot_size, uint32_t nslots) {
+    slab *sl = calloc(1, sizeof *sl);
+    if (!sl) return NULL;
+    size_t len = slot_size * nslots;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (p == MAP_FAILED) { free(sl); return NULL; }
+#ifdef WEFT_VALGRIND
+    sl->vg_ids = calloc(nslots, sizeof *sl->vg_ids);
+#endif
+    sl->coldmap = calloc(nslots, 1);
+    if (!sl->coldmap) { munmap(p, len); free(sl); return NULL; }
+    sl->base = p;
+    sl->slot_size = slot_size;
+    sl->nslots = nslots;
+    sl->next = S.slabs;
+    S.slabs = sl;
+    S.nslots_total += nslots;
+    S.bytes_total += len;
+    return sl;
+}
+
+/* Re-populates cold slots (lock held); returns a list of up to n. */
+static weft__stack *revive_cold(uint32_t n) {
+    struct iovec iov[CARVE_BATCH];
+    if (n > CARVE_BATCH) n = CARVE_BATCH;
+    if (n > S.ncold) n = (uint32_t)S.ncold;
+    for (uint32_t i = 0; i < n; i++) {
+        weft__stack *s = S.cold[S.ncold - 1 - i].s;
+        iov[i].iov_base = (char *)s + WEFT__STACK_TOP - PAGE;
+        iov[i].iov_len = PAGE;
+    }
+    (void)madvise_many(iov, n, MADV_POPULATE_WRITE);
+    weft__stack *list = NULL;
+    size_t usable = S.default_size;
+    for (uint32_t i = 0; i < n; i++) {
+        struct cold c = S.cold[--S.ncold];
+        weft__stack *s = c.s;
+        char *top = (char *)s + WEFT__STACK_TOP;
+        /* an mprotect or madvise guard stays in place across MADV_DONTNEED;
+         * a canary slot gets its canary back in init_head */
+        init_head(s, top - usable, usable, c.guard, 0);
+        s->slab = c.sl;
+        c.sl->coldmap[((char *)s - c.sl->base) / c.sl->slot_size] = 0;
+        s->next = list;
+        list = s;
+    }
+    return list;
+}
+
+/* Takes up to `want` default stacks into a list (lock held). */
+static weft__stack *depot_take(uint32_t want, uint32_t *got) {
+    weft__stack *list = NULL;
+    uint32_t n = 0;
+    while (n < want && S.depot) {
+        weft__stack *s = S.depot;
+        S.depot = s->next;
+        S.ndepot--;
+        s->next = list;
+        list = s;
+        n++;
+    }
+    if (n == 0 && S.ncold) {
+        list = revive_cold(want);
+        for (weft__stack *s = list; s; s = s->next) n++;
+    }
+    if (n == 0) {
+        slab *sl = S.cur;
+        if (!sl || sl->carved == sl->nslots) {
+            sl = new_slab(S.default_size + PAGE, SLAB_SLOTS);
+            if (!sl) { *got = 0; return NULL; }
+            sl->guard = 0;
+            S.cur = sl;
+        }
+        uint32_t k = sl->nslots - sl->carved;
+        if (k > CARVE_BATCH) k = CARVE_BATCH;
+        int guard = next_guard(k);
+        list = carve(sl, sl->carved, k, guard);
+        if (list) { sl->carved += k; n = k; }
+        /* hand out at most `want`; keep the rest in the depot */
+        weft__stack *keep = list;
+        uint32_t i = 1;
+        if (keep && n > want) {
+            while (i < want) { keep = keep->next; i++; }
+            weft__stack *rest = keep->next;
+            keep->next = NULL;
+            while (rest) {
+                weft__stack *nx = rest->next;
+                rest->next = S.depot;
+                S.depot = rest;
+                S.ndepot++;
+                rest = nx;
+            }
+            n = want;
+        }
+    }
+    *got = n;
+    return list;
+}
+
+/* Returns the memory of depot stacks above DEPOT_HOT (lock held). */
+static void zap_surplus(void) {
+    struct iovec iov[CARVE_BATCH];
+    while (S.ndepot > DEPOT_HOT / 2) {
+        uint32_t n = 0;
+        if (S.ncold + CARVE_BATCH > S.capcold) {
+            size_t cap = S.capcold ? S.capcold * 2 : 1024;
+            struct cold *c = realloc(S.cold, cap * sizeof *c);
+            if (!c) return; /* keep them hot */
+            S.cold = c;
+            S.capcold = cap;
+        }
+        while (n < CARVE_BATCH && S.ndepot > DEPOT_HOT / 2) {
+            weft__stack *s = S.depot;
+            S.depot = s->next;
+            S.ndepot--;
+            slab *sl = s->slab;
+            S.cold[S.ncold++] = (struct cold){s, sl, s->guard};
+            sl->coldmap[((char *)s - sl->base) / sl->slot_size] = 1;
+            iov[n].iov_base = s->lo;
+            iov[n].iov_len = (size_t)((char *)s - s->lo) + WEFT__STACK_TOP;
+            n++;
+        }
+        (void)madvise_many(iov, n, MADV_DONTNEED);
+    }
+}
+
+weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
+    size_t want = size ? round_page(size) : S.default_size;
+    if (want < 16 * PAGE) want = 16 * PAGE;
+    if (want == S.default_size) {
+        if (cache && cache->head) {
+            weft__stack *s = cache->head;
+            cache->head = s->next;
+            cache->n--;
+            s->next = NULL;
+            return s;
+        }
+        pthread_mutex_lock(&S.lock);
+        uint32_t got;
+        weft__stack *list = depot_take(cache ? CACHE_BATCH : 1, &got);
+        pthread_mutex_unlock(&S.lock);
+        if (!list) return NULL;
+        weft__stack *s = list;
+        if (cache) {
+            cache->head = s->next;
+            cache->n += got - 1;
+        }
+        s->next = NULL;
+        return s;
+    }
+    /* another size: reuse one of that size, or map one for itself */
+    pthread_mutex_lock(&S.lock);
+    weft__stack **pp = &S.odd;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->size == want) {
+            weft__stack *s = *pp;
+            *pp = s->next;
+            pthread_mutex_unlock(&S.lock);
+            s->next = NULL;
+            return s;
+        }
+    slab *sl = new_slab(want + PAGE, 1);
+    weft__stack *s = NULL;
+    if (sl) {
+        int guard = next_guard(1);
+        s = carve(sl, 0, 1, guard);
+        if (s) { sl->carved = 1; s->odd = 1; }
+    }
+    pthread_mutex_unlock(&S.lock);
+    return s;
+}
+
+void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
+    if (s->odd) {
+        pthread_mutex_lock(&S.lock);
+        s->next = S.odd;
+        S.odd = s;
+        pthread_mutex_unlock(&S.lock);
+        return;
+    }
+    if (cache) {
+        s->next = cache->head;
+        cache->head = s;
+        if (++cache->n <= CACHE_HIGH) return;
+        /* give half back to the depot in one locked step */
+        weft__stack *list = NULL, *tail = NULL;
+        uint32_t k = 0;
+        while (k < CACHE_HIGH / 2) {
+            weft__stack *x = cache->head;
+            cache->head = x->next;
+            x->next = list;
+            if (!list) tail = x;
+            list = x;
+            k++;
+        }
+        cache->n -= k;
+        pthread_mutex_lock(&S.lock);
+        tail->next = S.depot;
+        S.depot = list;
+        S.ndepot += k;
+        if (S.ndepot > DEPOT_HOT) zap_surplus();
+        pthread_mutex_unlock(&S.lock);
+        return;
+    }
+    pthread_mutex_lock(&S.lock);
+    s->next = S.depot;
+    S.depot = s;
+    S.ndepot++;
+    if (S.ndepot > DEPOT_HOT) zap_surplus();
+    pthread_mutex_unlock(&S.lock);
+}
+
+void weft__stack_cache_drain(weft__stack_cache *cache) {
+    if (!cache->head) return;
+    weft__stack *tail = cache->head;
+    while (tail->next) tail = tail->next;
+    pthread_mutex_lock(&S.lock);
+    tail->next = S.depot;
+    S.depot = cache->head;
+    S.ndepot += cache->n;
+    pthread_mutex_unlock(&S.lock);
+    cache->head = NULL;
+    cache->n = 0;
+}
+
+void weft__stacks_fini(void) {
+    pthread_mutex_lock(&S.lock);
+    for (slab *sl = S.slabs, *nx; sl; sl = nx) {
+        nx = sl->next;
+#ifdef WEFT_VALGRIND
+        for (uint32_t i = 0; i < sl->carved; i++) VALGRIND_STACK_DEREGISTER(sl->vg_ids[i]);
+        free(sl->vg_ids);
+#endif
+        munmap(sl->base, sl->slot_size * sl->nslots);
+        free(sl->coldmap);
+        free(sl);
+    }
+    free(S.cold);
+    if (S.pidfd >= 0) close(S.pidfd);
+    /* everything but the lock and seq_counter (seqs stay unique across
+     * restarts of the runtime) */
+    S.slabs = S.cur = NULL;
+    S.depot = S.odd = NULL;
+    S.ndepot = 0;
+    S.cold = NULL;
+    S.ncold = S.capcold = 0;
+    S.nslots_total = S.bytes_total = 0;
+    S.pidfd = -1;
+    S.canary_noticed = 0;
+    S.inited = 0;
+    pthread_mutex_unlock(&S.lock);
+}
+
+void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx) {
+    pthread_mutex_lock(&S.lock);
+    for (slab *sl = S.slabs; sl; sl = sl->next)
+        for (uint32_t i = 0; i < sl->carved; i++) {
+            char *slot = sl->base + (size_t)i * sl->slot_size;
+            /* skip cold (zapped) slots: reading them would fault pages in */
+            if (!sl->coldmap[i]) fn(head_of(slot, sl->slot_size), ctx);
+        }
+    pthread_mutex_unlock(&S.lock);
+}
+
+void weft__stacks_counts(uint64_t *slots, uint64_t *bytes) {
+    pthread_mutex_lock(&S.lock);
+    uint64_t n = 0;
+    for (slab *sl = S.slabs; sl; sl = sl->next) n += sl->carved;
+    *slots = n;
+    *bytes = S.bytes_total;
+    pthread_mutex_unlock(&S.lock);
+}
+
+int weft__stack_guard_hit(const weft__stack *s, const void *addr) {
+    const char *a = addr;
+    /* the guard page, or up to 64 KiB below the stack for large frames
+     * that jumped over it */
+    return a < s->lo && a >= s->lo - 16 * PAGE;
+}
+
+size_t weft__stack_resident(const weft__stack *s) {
+    size_t len = (size_t)((const char *)s - s->lo) + WEFT__STACK_TOP;
+    size_t pages = len / PAGE;
+    unsigned char vec[256];
+    size_t res = 0;
+    for (size_t off = 0; off < pages; off += sizeof vec) {
+        size_t k = pages - off < sizeof vec ? pages - off : sizeof vec;
+        if (mincore(s->lo + off * PAGE, k * PAGE, vec) != 0) return 0;
+        for (size_t i = 0; i < k; i++) res += vec[i] & 1;
+    }
+    return res * PAGE;
+}

@@ -1,0 +1,193 @@
+/*
+ * The thread dump.
+ *
+ * There is no registry of vthreads to keep up to date on the spawn path:
+ * every vthread lives in a stack slot, so the dump walks the slabs
+ * (weft__stacks_walk) and reads each slot's descriptor.  The vthreads keep
+ * running meanwhile, so every field is read with relaxed atomic loads and
+ * anything pointing into a stack is bounds-checked before it is followed:
+ * the dump is a consistent-enough snapshot, never a crash.
+ *
+ * For a parked vthread the saved stack pointer leads to the frame that
+ * weft__ctx_switch pushed (see switch_x86_64.S: saved rbp at sp[6], return
+ * address at sp[7]); from there the frame-pointer chain gives a backtrace.
+ */
+#define _GNU_SOURCE
+#include "../sched/sched.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct out {
+    int fd;
+    int err;
+    char buf[8192];
+    size_t n;
+    int json;
+    int first;
+    int64_t now;
+    uint64_t count;
+} out;
+
+static void flush(out *o) {
+    size_t off = 0;
+    while (off < o->n && !o->err) {
+        ssize_t w = write(o->fd, o->buf + off, o->n - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            o->err = -errno;
+        } else off += (size_t)w;
+    }
+    o->n = 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[1024];
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if ((size_t)k >= sizeof tmp) k = sizeof tmp - 1;
+    if (o->n + (size_t)k > sizeof o->buf) flush(o);
+    memcpy(o->buf + o->n, tmp, (size_t)k);
+    o->n += (size_t)k;
+}
+
+static const char *why_name(int why) {
+    static const char *names[WEFT__WHY_COUNT] = {"", "sleep", "join", "park", "yield", "io", "sync"};
+    return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
+}
+
+static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+
+/* JSON-safe copy of a string. */
+static void put_str_json(out *o, const char *s) {
+    put(o, "\"");
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') put(o, "\\%c", ch);
+        else if (ch < 0x20) put(o, "\\u%04x", ch);
+        else put(o, "%c", ch);
+    }
+    put(o, "\"");
+}
+
+static void backtrace_of(out *o, weft_thread *t, const char *top) {
+    uint64_t sp = ld(&t->sp);
+    const char *lo = t->stk.lo;
+    if (sp < (uint64_t)(uintptr_t)lo || sp + 64 > (uint64_t)(uintptr_t)top) return;
+    const uint64_t *frame = (const uint64_t *)(uintptr_t)sp;
+    uint64_t fp = ld(&frame[6]), pc = ld(&frame[7]);
+    if (o->json) put(o, ",\"backtrace\":[");
+    for (int depth = 0; depth < 32 && pc; depth++) {
+        Dl_info di;
+        const char *sym = NULL;
+        uintptr_t off = 0;
+        if (dladdr((void *)(uintptr_t)pc, &di) && di.dli_sname) {
+            sym = di.dli_sname;
+            off = (uintptr_t)pc - (uintptr_t)di.dli_saddr;
+        }
+        if (o->json) {
+            put(o, "%s{\"pc\":\"0x%" PRIx64 "\"", depth ? "," : "", pc);
+            if (sym) { put(o, ",\"symbol\":"); put_str_json(o, sym); }
+            put(o, "}");
+        } else if (sym) {
+            put(o, "      at %s+0x%zx (0x%" PRIx64 ")\n", sym, (size_t)off, pc);
+        } else {
+            put(o, "      at 0x%" PRIx64 "\n", pc);
+        }
+        if (fp < (uint64_t)(uintptr_t)lo || fp + 16 > (uint64_t)(uintptr_t)top || (fp & 7)) break;
+        const uint64_t *f = (const uint64_t *)(uintptr_t)fp;
+        uint64_t nfp = ld(&f[0]);
+        pc = ld(&f[1]);
+        if (nfp <= fp) break; /* frames go up the stack */
+        fp = nfp;
+    }
+    if (o->json) put(o, "]");
+}
+
+static void one(weft__stack *s, void *ctx) {
+    out *o = ctx;
+    weft_thread *t = (weft_thread *)s;
+    int rs = __atomic_load_n((uint8_t *)&t->rstate, __ATOMIC_ACQUIRE);
+    if (rs == WEFT__RS_FREE) return;
+    char name[32];
+    uint64_t nw[4];
+    for (int i = 0; i < 4; i++) nw[i] = ld(&t->name_words[i]);
+    memcpy(name, nw, 32);
+    name[31] = 0;
+    uint64_t id = ld(&t->id);
+    const char *file = (const char *)(uintptr_t)ld(&t->block_file);
+    int line = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
+    int64_t since = (int64_t)ld(&t->block_since), until = (int64_t)ld(&t->block_until);
+    int why = __atomic_load_n(&t->why, __ATOMIC_RELAXED);
+    weft__carrier *c = (weft__carrier *)(uintptr_t)ld(&t->carrier);
+    const char *top = (const char *)t;
+    size_t res = weft__stack_resident(s);
+    const char *state = rs == WEFT__RS_NEW ? "new" : rs == WEFT__RS_RUNNABLE ? "runnable"
+                      : rs == WEFT__RS_RUNNING ? "running" : rs == WEFT__RS_PARKED ? "parked"
+                      : rs == WEFT__RS_DONE ? "done" : "?";
+    o->count++;
+    if (o->json) {
+        put(o, "%s\n    {\"id\":%" PRIu64 ",\"name\":", o->first ? "" : ",", id);
+        put_str_json(o, name);
+        put(o, ",\"state\":\"%s\"", state);
+        if (rs == WEFT__RS_RUNNING) put(o, ",\"carrier\":%d", weft__carrier_index(c));
+        if (rs == WEFT__RS_PARKED) {
+            put(o, ",\"waiting_on\":\"%s\",\"since_ns\":%" PRId64, why_name(why), o->now - since);
+            if (until) put(o, ",\"until_ns\":%" PRId64, until - o->now);
+            if (file) { put(o, ",\"site\":"); char b[512]; snprintf(b, sizeof b, "%s:%d", file, line); put_str_json(o, b); }
+        }
+        put(o, ",\"stack_size\":%zu,\"stack_resident\":%zu", s->size, res);
+        if (rs == WEFT__RS_PARKED) backtrace_of(o, t, top);
+        put(o, "}");
+        o->first = 0;
+        return;
+    }
+    put(o, "#%" PRIu64 " \"%s\" ", id, name);
+    if (rs == WEFT__RS_RUNNING) put(o, "running on carrier %d\n", weft__carrier_index(c));
+    else if (rs == WEFT__RS_PARKED) {
+        if (why == WEFT__WHY_SLEEP && until)
+            put(o, "sleeping for %.3f s more (since %.3f s)", (double)(until - o->now) / 1e9,
+                (double)(o->now - since) / 1e9);
+        else
+            put(o, "parked on %s since %.3f s", why_name(why), (double)(o->now - since) / 1e9);
+        if (file) put(o, " at %s:%d", file, line);
+        put(o, "\n");
+    } else put(o, "%s\n", state);
+    put(o, "    stack %zu KiB reserved, %zu KiB resident\n", s->size / 1024, res / 1024);
+    if (rs == WEFT__RS_PARKED) backtrace_of(o, t, top);
+}
+
+int weft_dump(int fd, int format) {
+    if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
+    int r = weft__ensure_init();
+    if (r < 0) return r;
+    out *o = calloc(1, sizeof *o);
+    if (!o) return -ENOMEM;
+    o->fd = fd;
+    o->json = format == WEFT_DUMP_JSON;
+    o->first = 1;
+    o->now = weft_now();
+    weft_stats st;
+    weft_stats_get(&st);
+    if (o->json)
+        put(o, "{\"weft_dump\":{\"time_ns\":%" PRId64 ",\"carriers\":%" PRIu64 ",\"live\":%" PRIu64
+               ",\"vthreads\":[", o->now, st.carriers, st.live);
+    else
+        put(o, "weft thread dump: %" PRIu64 " live vthreads on %" PRIu64 " carriers\n", st.live, st.carriers);
+    weft__stacks_walk(one, o);
+    if (o->json) put(o, "\n  ]}}\n");
+    else put(o, "end of dump: %" PRIu64 " vthreads listed\n", o->count);
+    flush(o);
+    r = o->err;
+    free(o);
+    return r;
+}

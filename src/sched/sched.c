@@ -1,0 +1,1350 @@
+/*
+ * The scheduler: vthreads on N carrier threads.
+ *
+ * Shape.  Each carrier is an OS thread with a Chase-Lev deque of runnable
+ * vthreads (deque.h), a LIFO slot for the vthread woken last, a mailbox for
+ * vthreads pinned to it, and a timer heap (timer.h).  Work from platform
+ * threads goes to one injection queue.  A carrier runs the scheduler loop on
+ * its own OS stack (the "sched context"); vthreads run on their own stacks.
+ *
+ * Switching.  A vthread that blocks, yields or ends calls switch_out(): it
+ * leaves an operation for whoever runs next (c->pending_op) and switches
+ * directly to the next local vthread if there is one -- one user-mode switch
+ * -- or else to the sched context, which looks further (timers, other
+ * carriers, sleep).  Every resume point first runs finish_pending(): the
+ * yield's push, the park's commit and the exit's cleanup all happen after
+ * the old stack has been left, so no other carrier can pick a vthread up
+ * while its stack is still in use.
+ *
+ * Parking (the primitive under every blocking call) is a protocol on one
+ * atomic word per thread, described in sched.h: exactly one of wake,
+ * timeout and cancel wins a park, by CAS; the winner resumes the thread if it
+ * had already switched away.
+ *
+ * Waking idle carriers without lost wake-ups (after Go's proc.go).  Counts
+ * nidle and nspinning, an idle bitmask, and a futex word per carrier:
+ *  - whoever makes work visible to other carriers (a deque push, the
+ *    injection queue, a displaced LIFO slot) then issues a seq_cst fence and
+ *    reads nspinning and nidle; if nobody spins and someone sleeps, it wakes
+ *    one sleeper and counts it as spinning (wake_one);
+ *  - a carrier that finds nothing sets its idle bit and increments nidle
+ *    (seq_cst) *before* a last look at every queue, and sleeps only if that
+ *    look finds nothing.
+ * By the fence on both sides, either the submitter sees the sleeper or the
+ * sleeper sees the work.  A carrier that gives up spinning decrements
+ * nspinning before its last look, for the same reason.  At most half the
+ * carriers spin at once, and spinning is bounded, so idle CPUs sleep.
+ *
+ * LIFO slot.  weft__ready() called by a vthread puts the woken vthread in its
+ * own carrier's slot: it runs next, on a warm cache (message passing between
+ * two vthreads stays on one carrier).  Filling an empty slot wakes nobody --
+ * this carrier runs it soon; a displaced occupant goes to the deque and may
+ * wake a carrier.  The slot is capped (LIFO_CAP runs in a row, then the deque
+ * goes first) and stealable by thieves in their last round.
+ *
+ * Threads touching what: c->cur, pending_*, tick, stacks, live_delta are
+ * owned by c's OS thread; the deque's bottom by c, its top by anyone; lifo,
+ * mailbox, timers and wake_seq by anyone (atomics / locks).  Counters are
+ * written by their carrier and read racily by weft_stats_get.
+ */
+#include "sched.h"
+#include "deque.h"
+#include "timer.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LIFO_CAP 3
+#define SPIN_ROUNDS 64
+#define INJECT_EVERY 61
+#define TIMER_EVERY 16
+#define LIVE_FLUSH 32
+#define ID_BLOCK 1024
+#define ALTSTACK_SIZE (64 * 1024)
+
+enum { OP_NONE = 0, OP_YIELD, OP_PARK, OP_EXIT };
+
+struct weft__carrier {
+    /* owned by the carrier's OS thread */
+    weft_thread *cur;
+    void *sched_sp;
+    int pending_op;
+    weft_thread *pending;
+    uint32_t tick;
+    uint32_t lifo_streak;
+    uint64_t rng;
+    int index;
+    int spinning;
+    uint64_t id_next, id_end;
+    weft__stack_cache stacks;
+    void *tsan_fiber;
+    void *asan_fake;
+    const void *asan_bottom;
+    size_t asan_size;
+    void *altstack;
+    pthread_t thread;
+    /* counters: written by the owner (relaxed), read by anyone */
+    _Atomic uint64_t n_started, n_finished, n_switches, n_steals, n_parks;
+    _Atomic uint64_t nd_started, nd_finished; /* non-daemon */
+    _Atomic int64_t live_delta;
+    /* shared */
+    _Alignas(WEFT__CACHELINE) _Atomic(weft_thread *) lifo;
+    _Alignas(WEFT__CACHELINE) weft__deque dq;
+    _Alignas(WEFT__CACHELINE) pthread_mutex_t mbox_lock;
+    weft_thread *mbox_head, *mbox_tail;
+    _Atomic int mbox_n;
+    _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
+    _Alignas(WEFT__CACHELINE) weft__theap timers;
+};
+
+static struct {
+    pthread_mutex_t init_lock;
+    _Atomic int up;            /* 1 while running */
+    int n;
+    weft__carrier **c;
+    pthread_mutex_t inj_lock;
+    weft_thread *inj_head, *inj_tail;
+    _Atomic int64_t inj_n;
+    _Alignas(WEFT__CACHELINE) _Atomic int nidle;
+    _Atomic int nspinning;
+    _Atomic uint64_t idle_mask[WEFT__MAX_CARRIERS / 64];
+    _Atomic int stop;
+    _Atomic uint64_t next_id;
+    _Atomic int64_t live;
+    _Atomic uint64_t peak;
+    _Atomic uint64_t plat_started, plat_nd_started; /* spawned on platform threads */
+    struct sigaction old_segv;
+    int segv_installed;
+} R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
+       .next_id = 1};
+
+static __thread weft__carrier *tls_carrier;
+static __thread weft__parker tls_parker;   /* a platform thread's park word */
+static __thread int64_t tls_deadline;      /* a platform thread's deadline */
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+__attribute__((noinline)) weft__carrier *weft__carrier_self(void) {
+    weft__carrier *c = tls_carrier;
+    __asm__ volatile("" : "+r"(c)); /* opaque: never cached across a switch */
+    return c;
+}
+
+weft_thread *weft__self(void) {
+    weft__carrier *c = weft__carrier_self();
+    return c ? c->cur : NULL;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ volatile("" ::: "memory");
+#endif
+}
+
+static inline void bump(_Atomic uint64_t *ctr) {
+    atomic_store_explicit(ctr, atomic_load_explicit(ctr, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+int64_t weft_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts,
+                  uint32_t val3) {
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, val3);
+}
+
+/* Waits while *addr == val, until deadline (absolute CLOCK_MONOTONIC ns;
+ * 0 = none). */
+static void futex_wait_until(_Atomic uint32_t *addr, uint32_t val, int64_t deadline) {
+    if (deadline) {
+        struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
+        futex(addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, val, &ts, FUTEX_BITSET_MATCH_ANY);
+    } else {
+        futex(addr, FUTEX_WAIT_PRIVATE, val, NULL, 0);
+    }
+}
+
+static void futex_wake(_Atomic uint32_t *addr, int n) { futex(addr, FUTEX_WAKE_PRIVATE, (uint32_t)n, NULL, 0); }
+
+/* The low 32 bits of a park word, for futex (little-endian). */
+static inline _Atomic uint32_t *word_lo(_Atomic uint64_t *w) { return (_Atomic uint32_t *)(void *)w; }
+
+static void fmt_name(const weft_thread *t, char out[32]) {
+    uint64_t w[4];
+    for (int i = 0; i < 4; i++)
+        w[i] = atomic_load_explicit(&((weft_thread *)t)->name_words[i], memory_order_relaxed);
+    memcpy(out, w, 32);
+    out[31] = 0;
+}
+
+void weft__fatal(const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    weft_thread *t = weft__self();
+    char name[32] = "";
+    if (t) fmt_name(t, name);
+    if (t)
+        fprintf(stderr, "weft: %s (vthread %llu \"%s\")\n", buf, (unsigned long long)t->id, name);
+    else
+        fprintf(stderr, "weft: %s\n", buf);
+    (void)n;
+    abort();
+}
+
+int weft__ncarriers(void) { return R.n; }
+int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
+
+/* ------------------------------------------------------------------------ */
+/* idle carriers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void set_idle_bit(int k) {
+    atomic_fetch_or(&R.idle_mask[k / 64], (uint64_t)1 << (k % 64));
+}
+
+/* Clears bit k; returns 1 if this call cleared it. */
+static int clear_idle_bit(int k) {
+    uint64_t b = (uint64_t)1 << (k % 64);
+    return (atomic_fetch_and(&R.idle_mask[k / 64], ~b) & b) != 0;
+}
+
+/* Takes one sleeping carrier off the idle set, or returns -1. */
+static int take_idle(void) {
+    int words = (R.n + 63) / 64;
+    for (int i = 0; i < words; i++) {
+        uint64_t m = atomic_load(&R.idle_mask[i]);
+        while (m) {
+            int k = i * 64 + __builtin_ctzll(m);
+            if (clear_idle_bit(k)) return k;
+            m = atomic_load(&R.idle_mask[i]);
+        }
+    }
+    return -1;
+}
+
+static void kick(weft__carrier *c) {
+    atomic_fetch_add(&c->wake_seq, 1);
+    futex_wake(&c->wake_seq, 1);
+}
+
+/* Wakes one sleeping carrier as a spinner if nobody spins. */
+static void wake_one(void) {
+    int zero = 0;
+    if (atomic_load(&R.nspinning) != 0 || !atomic_compare_exchange_strong(&R.nspinning, &zero, 1))
+        return;
+    int k = take_idle();
+    if (k < 0) {
+        atomic_fetch_sub(&R.nspinning, 1);
+        return;
+    }
+    atomic_fetch_sub(&R.nidle, 1);
+    kick(R.c[k]);
+}
+
+/* Called after making work visible to other carriers. */
+static inline void wake_if_needed(void) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&R.nspinning, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0)
+        wake_one();
+}
+
+/* Wakes carrier c itself if it sleeps (pinned work arrived for it). */
+static void wake_carrier(weft__carrier *c) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&R.idle_mask[c->index / 64]) & ((uint64_t)1 << (c->index % 64))) {
+        if (clear_idle_bit(c->index)) {
+            atomic_fetch_sub(&R.nidle, 1);
+            atomic_fetch_add(&R.nspinning, 1); /* it wakes up counted as spinning */
+            kick(c);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* queues                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void inject_push(weft_thread *t) {
+    t->next = NULL;
+    pthread_mutex_lock(&R.inj_lock);
+    if (R.inj_tail) R.inj_tail->next = t;
+    else R.inj_head = t;
+    R.inj_tail = t;
+    atomic_fetch_add(&R.inj_n, 1);
+    pthread_mutex_unlock(&R.inj_lock);
+}
+
+static weft_thread *inject_pop(void) {
+    if (atomic_load_explicit(&R.inj_n, memory_order_relaxed) <= 0) return NULL;
+    pthread_mutex_lock(&R.inj_lock);
+    weft_thread *t = R.inj_head;
+    if (t) {
+        R.inj_head = t->next;
+        if (!R.inj_head) R.inj_tail = NULL;
+        atomic_fetch_sub(&R.inj_n, 1);
+    }
+    pthread_mutex_unlock(&R.inj_lock);
+    return t;
+}
+
+static void mbox_push(weft__carrier *c, weft_thread *t) {
+    t->next = NULL;
+    pthread_mutex_lock(&c->mbox_lock);
+    if (c->mbox_tail) c->mbox_tail->next = t;
+    else c->mbox_head = t;
+    c->mbox_tail = t;
+    atomic_fetch_add(&c->mbox_n, 1);
+    pthread_mutex_unlock(&c->mbox_lock);
+}
+
+static weft_thread *mbox_pop(weft__carrier *c) {
+    if (atomic_load_explicit(&c->mbox_n, memory_order_relaxed) <= 0) return NULL;
+    pthread_mutex_lock(&c->mbox_lock);
+    weft_thread *t = c->mbox_head;
+    if (t) {
+        c->mbox_head = t->next;
+        if (!c->mbox_head) c->mbox_tail = NULL;
+        atomic_fetch_sub(&c->mbox_n, 1);
+    }
+    pthread_mutex_unlock(&c->mbox_lock);
+    return t;
+}
+
+static void dq_push_or_die(weft__carrier *c, weft_thread *t) {
+    if (weft__dq_push(&c->dq, t) != 0) weft__fatal("out of memory growing a run queue");
+}
+
+/* Queues t on carrier c, which is the caller's own carrier. */
+static void enqueue_local(weft__carrier *c, weft_thread *t) {
+    atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
+    if ((t->flags & WEFT__F_PINNED) && t->home) {
+        mbox_push(t->home, t);
+        if (t->home != c) wake_carrier(t->home);
+        return;
+    }
+    dq_push_or_die(c, t);
+}
+
+void weft__ready(weft_thread *t) {
+    atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
+    weft__carrier *c = weft__carrier_self();
+    if ((t->flags & WEFT__F_PINNED) && t->home) {
+        mbox_push(t->home, t);
+        if (t->home != c) wake_carrier(t->home);
+        return;
+    }
+    if (!c) {
+        inject_push(t);
+        wake_if_needed();
+        return;
+    }
+    if (c->cur) {
+        weft_thread *old = atomic_exchange_explicit(&c->lifo, t, memory_order_acq_rel);
+        if (!old) return; /* this carrier runs it soon: wake nobody */
+        dq_push_or_die(c, old);
+    } else {
+        dq_push_or_die(c, t);
+    }
+    wake_if_needed();
+}
+
+/* ------------------------------------------------------------------------ */
+/* timers                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int fire_timers(weft__theap *h, int64_t now, int block) {
+    if (atomic_load_explicit(&h->min, memory_order_acquire) > now) return 0;
+    if (block) pthread_mutex_lock(&h->lock);
+    else if (pthread_mutex_trylock(&h->lock) != 0) return 0;
+    int n = 0;
+    weft__timer *tm;
+    while ((tm = weft__theap_pop_due(h, now))) {
+        weft_thread *t = (weft_thread *)((char *)tm - offsetof(weft_thread, timer));
+        /* under the heap lock: the thread cannot finish its park (it
+         * removes its timer under this lock) while we use its token */
+        if (weft__unpark(&t->parker, t->park_token, WEFT__PS_TIMEDOUT)) n++;
+    }
+    pthread_mutex_unlock(&h->lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* picking work                                                              */
+/* ------------------------------------------------------------------------ */
+
+static weft_thread *pick_local(weft__carrier *c) {
+    weft_thread *t;
+    uint32_t tick = ++c->tick;
+    if (tick % INJECT_EVERY == 0 && (t = inject_pop())) return t;
+    if (tick % TIMER_EVERY == 0 &&
+        atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX)
+        fire_timers(&c->timers, weft_now(), 1);
+    if ((t = mbox_pop(c))) return t;
+    if (atomic_load_explicit(&c->lifo, memory_order_relaxed)) {
+        if (c->lifo_streak < LIFO_CAP || weft__dq_size(&c->dq) <= 0) {
+            t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel);
+            if (t) {
+                c->lifo_streak++;
+                return t;
+            }
+        }
+    }
+    c->lifo_streak = 0;
+    if ((t = weft__dq_pop(&c->dq))) return t;
+    if ((t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel))) return t;
+    return inject_pop();
+}
+
+static uint32_t rnd(weft__carrier *c) {
+    uint64_t x = c->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c->rng = x;
+    return (uint32_t)(x >> 32);
+}
+
+/* One pass over the other carriers from a random start. */
+static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
+    int n = R.n;
+    if (n <= 1) return NULL;
+    uint32_t start = rnd(c) % (uint32_t)n;
+    for (int i = 0; i < n; i++) {
+        weft__carrier *v = R.c[(start + (uint32_t)i) % (uint32_t)n];
+        if (v == c) continue;
+        for (int tries = 0; tries < 4; tries++) {
+            void *x = weft__dq_steal(&v->dq);
+            if (x == WEFT__DQ_EMPTY) break;
+            if (x != WEFT__DQ_ABORT) {
+                bump(&c->n_steals);
+                return x;
+            }
+        }
+        if (take_lifo && atomic_load_explicit(&v->lifo, memory_order_relaxed)) {
+            weft_thread *t = atomic_exchange_explicit(&v->lifo, NULL, memory_order_acq_rel);
+            if (t) {
+                bump(&c->n_steals);
+                return t;
+            }
+        }
+        /* a busy carrier's overdue timers */
+        if (now && fire_timers(&v->timers, now, 0)) {
+            weft_thread *t = weft__dq_pop(&c->dq);
+            if (t) return t;
+        }
+    }
+    return NULL;
+}
+
+static int work_visible(weft__carrier *c) {
+    if (atomic_load(&R.inj_n) > 0 || atomic_load(&c->mbox_n) > 0) return 1;
+    for (int i = 0; i < R.n; i++) {
+        weft__carrier *v = R.c[i];
+        if (weft__dq_size(&v->dq) > 0 || atomic_load(&v->lifo)) return 1;
+    }
+    return atomic_load(&c->timers.min) <= weft_now();
+}
+
+static void stop_spinning(weft__carrier *c) {
+    if (!c->spinning) return;
+    c->spinning = 0;
+    /* the last spinner to find work makes sure another looks for more */
+    if (atomic_fetch_sub(&R.nspinning, 1) == 1) wake_if_needed();
+}
+
+static void flush_live(weft__carrier *c);
+
+/* The sched context's search; returns NULL only when stopping. */
+static weft_thread *find_work(weft__carrier *c) {
+    for (;;) {
+        if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
+        weft_thread *t = pick_local(c);
+        if (t) { stop_spinning(c); return t; }
+        int64_t now = 0;
+        if (atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX) {
+            now = weft_now();
+            if (fire_timers(&c->timers, now, 1)) continue;
+        }
+        if (!c->spinning) {
+            int sp = atomic_load(&R.nspinning);
+            if (2 * sp < R.n - atomic_load(&R.nidle)) {
+                c->spinning = 1;
+                atomic_fetch_add(&R.nspinning, 1);
+            }
+        }
+        if (c->spinning) {
+            for (int r = 0; r < SPIN_ROUNDS && !t; r++) {
+                t = steal_once(c, r >= SPIN_ROUNDS - 2, r % 8 == 0 ? weft_now() : 0);
+                if (!t) t = pick_local(c);
+                for (int k = 0; k < 32 && !t; k++) cpu_relax();
+            }
+            if (t) { stop_spinning(c); return t; }
+        }
+        /* go idle: publish, then look once more */
+        flush_live(c);
+        uint32_t seq = atomic_load(&c->wake_seq);
+        set_idle_bit(c->index);
+        atomic_fetch_add(&R.nidle, 1);
+        if (c->spinning) {
+            c->spinning = 0;
+            atomic_fetch_sub(&R.nspinning, 1);
+        }
+        if (work_visible(c) || atomic_load(&R.stop)) {
+            if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+            else c->spinning = 1; /* a waker counted us as spinning */
+            continue;
+        }
+        int64_t min = atomic_load(&c->timers.min);
+        futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
+        if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+        else c->spinning = 1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* switching                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void exit_finish(weft__carrier *c, weft_thread *t);
+
+static void finish_pending(weft__carrier *c) {
+    int op = c->pending_op;
+    if (op == OP_NONE) return;
+    weft_thread *t = c->pending;
+    c->pending_op = OP_NONE;
+    c->pending = NULL;
+    switch (op) {
+    case OP_YIELD:
+        enqueue_local(c, t);
+        break;
+    case OP_PARK: {
+        uint64_t tok = t->park_token;
+        uint64_t parked = (tok & ~(uint64_t)0xF) | WEFT__PS_WAIT_PARKED;
+        atomic_store_explicit(&t->rstate, WEFT__RS_PARKED, memory_order_relaxed);
+        if (!atomic_compare_exchange_strong(&t->parker.word, &tok, parked))
+            enqueue_local(c, t); /* ended before we got here: run it again */
+        break;
+    }
+    case OP_EXIT:
+        exit_finish(c, t);
+        break;
+    }
+}
+
+static inline void check_canary(weft_thread *t) {
+    if (__builtin_expect(t->stk.guard == WEFT__GUARD_CANARY, 0) &&
+        *(volatile uint64_t *)t->stk.lo != WEFT__CANARY) {
+        char name[32];
+        fmt_name(t, name);
+        fprintf(stderr, "weft: stack overflow in vthread %llu \"%s\" (stack %zu KiB): canary smashed\n",
+                (unsigned long long)t->id, name, t->stk.size / 1024);
+        abort();
+    }
+}
+
+/* Sets up `next` to run on c; called just before switching to it. */
+static inline void enter(weft__carrier *c, weft_thread *next) {
+    c->cur = next;
+    next->carrier = c;
+    if ((next->flags & WEFT__F_PINNED) && !next->home) next->home = c;
+    atomic_store_explicit(&next->rstate, WEFT__RS_RUNNING, memory_order_relaxed);
+    bump(&c->n_switches);
+}
+
+/* Called by every vthread right after it is switched back in. */
+static inline void resumed(weft_thread *self) {
+#ifdef WEFT_ASAN
+    __sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
+#endif
+    (void)self;
+    finish_pending(weft__carrier_self());
+}
+
+/* Leaves the CPU with `op` for the next context to finish.  Returns when
+ * the vthread is resumed (never for OP_EXIT).  For OP_YIELD with nothing else
+ * to run it returns at once. */
+static void switch_out(weft_thread *self, int op) {
+    weft__carrier *c = weft__carrier_self();
+    check_canary(self);
+    weft_thread *next = pick_local(c);
+    if (!next && op == OP_YIELD) return;
+    c->pending_op = op;
+    c->pending = self;
+    void *to_sp;
+#ifdef WEFT_ASAN
+    const void *bottom;
+    size_t size;
+#endif
+    if (next) {
+        enter(c, next);
+        to_sp = next->sp;
+#ifdef WEFT_ASAN
+        bottom = next->stk.lo;
+        size = next->stk.size;
+#endif
+#ifdef WEFT_TSAN
+        __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+    } else {
+        c->cur = NULL;
+        to_sp = c->sched_sp;
+#ifdef WEFT_ASAN
+        bottom = c->asan_bottom;
+        size = c->asan_size;
+#endif
+#ifdef WEFT_TSAN
+        __tsan_switch_to_fiber(c->tsan_fiber, 0);
+#endif
+    }
+#ifdef WEFT_ASAN
+    __sanitizer_start_switch_fiber(op == OP_EXIT ? NULL : &self->asan_fake, bottom, size);
+#endif
+    weft__ctx_switch(&self->sp, to_sp);
+    resumed(self);
+}
+
+/* Runs t from the sched context of c until it switches back there. */
+static void run_from_sched(weft__carrier *c, weft_thread *t) {
+    enter(c, t);
+#ifdef WEFT_ASAN
+    __sanitizer_start_switch_fiber(&c->asan_fake, t->stk.lo, t->stk.size);
+#endif
+#ifdef WEFT_TSAN
+    __tsan_switch_to_fiber(t->tsan_fiber, 0);
+#endif
+    weft__ctx_switch(&c->sched_sp, t->sp);
+#ifdef WEFT_ASAN
+    __sanitizer_finish_switch_fiber(c->asan_fake, NULL, NULL);
+#endif
+    finish_pending(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* parking                                                                   */
+/* ------------------------------------------------------------------------ */
+
+uint64_t weft__park_begin(weft__parker **pp, int kind) {
+    weft_thread *self = weft__self();
+    weft__parker *p;
+    if (self) {
+        p = &self->parker;
+        if (atomic_load_explicit(&self->cancelled, memory_order_relaxed)) return 0;
+    } else {
+        p = &tls_parker;
+    }
+    *pp = p;
+    uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
+    uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
+    atomic_store(&p->word, tok); /* seq_cst: pairs with weft_cancel */
+    if (self) {
+        self->park_token = tok;
+        if (atomic_load(&self->cancelled)) {
+            uint64_t e = tok;
+            atomic_compare_exchange_strong(&p->word, &e, (tok & ~(uint64_t)0xF) | WEFT__PS_CANCELLED);
+            return 0;
+        }
+    }
+    return tok;
+}
+
+int weft__unpark(weft__parker *p, uint64_t token, int state) {
+    uint64_t cur = atomic_load(&p->word);
+    for (;;) {
+        if (!WEFT__PW_SAME_PARK(cur, token)) return 0;
+        unsigned st = WEFT__PW_STATE(cur);
+        if (st != WEFT__PS_WAIT_RUN && st != WEFT__PS_WAIT_PARKED) return 0;
+        uint64_t to = (cur & ~(uint64_t)0xF) | (uint64_t)state;
+        if (atomic_compare_exchange_weak(&p->word, &cur, to)) {
+            if (!p->vt) futex_wake(word_lo(&p->word), INT_MAX);
+            else if (st == WEFT__PS_WAIT_PARKED) weft__ready(p->vt);
+            return 1;
+        }
+    }
+}
+
+static int outcome(uint64_t w) {
+    switch (WEFT__PW_STATE(w)) {
+    case WEFT__PS_TIMEDOUT: return -ETIMEDOUT;
+    case WEFT__PS_CANCELLED: return -ECANCELED;
+    default: return 0;
+    }
+}
+
+int64_t weft__effective_deadline(int64_t d) {
+    weft_thread *self = weft__self();
+    int64_t own = self ? self->deadline : tls_deadline;
+    if (own && (!d || own < d)) return own;
+    return d;
+}
+
+int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
+                    const void *obj, const char *file, int line) {
+    deadline = weft__effective_deadline(deadline);
+    if (deadline == INT64_MAX) deadline = 0;
+    weft_thread *self = p->vt;
+    if (!self) {
+        /* platform thread: sleep on the word itself */
+        for (;;) {
+            uint64_t w = atomic_load(&p->word);
+            if (!WEFT__PW_SAME_PARK(w, token) || WEFT__PW_STATE(w) != WEFT__PS_WAIT_RUN) break;
+            if (deadline && weft_now() >= deadline) {
+                weft__unpark(p, token, WEFT__PS_TIMEDOUT);
+                continue;
+            }
+            futex_wait_until(word_lo(&p->word), (uint32_t)w, deadline);
+        }
+        return outcome(atomic_load(&p->word));
+    }
+    int64_t now = weft_now();
+    if (deadline && deadline <= now) {
+        weft__unpark(p, token, WEFT__PS_TIMEDOUT);
+        return outcome(atomic_load(&p->word));
+    }
+    weft__carrier *c = weft__carrier_self();
+    weft__theap *h = NULL;
+    if (deadline) {
+        h = &c->timers;
+        self->timer.when = deadline;
+        self->timer.carrier = c->index;
+        pthread_mutex_lock(&h->lock);
+        int r = weft__theap_insert(h, &self->timer);
+        pthread_mutex_unlock(&h->lock);
+        if (r < 0) {
+            /* cannot time out: end the park ourselves */
+            if (weft__unpark(p, token, WEFT__PS_WOKEN)) return r;
+            return outcome(atomic_load(&p->word));
+        }
+    }
+    self->why = (uint8_t)why;
+    atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
+    atomic_store_explicit(&self->block_line, line, memory_order_relaxed);
+    atomic_store_explicit(&self->block_obj, obj, memory_order_relaxed);
+    atomic_store_explicit(&self->block_since, now, memory_order_relaxed);
+    atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
+    bump(&c->n_parks);
+    while (atomic_load(&p->word) == token) switch_out(self, OP_PARK);
+    if (h) {
+        /* the heap it went into, whichever carrier we are on now */
+        h = &R.c[self->timer.carrier]->timers;
+        pthread_mutex_lock(&h->lock);
+        if (self->timer.idx >= 0) weft__theap_remove(h, &self->timer);
+        pthread_mutex_unlock(&h->lock);
+    }
+    self->why = WEFT__WHY_NONE;
+    atomic_store_explicit(&self->block_file, NULL, memory_order_relaxed);
+    return outcome(atomic_load(&p->word));
+}
+
+/* ------------------------------------------------------------------------ */
+/* vthreads                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void join_lock(weft_thread *t);
+static void join_unlock(weft_thread *t);
+#define JOIN_LOCK 0x100
+
+static void vthread_start(void *arg) {
+    weft_thread *self = arg;
+    resumed(self);
+    self->result = self->fn(self->arg);
+    switch_out(self, OP_EXIT);
+    __builtin_unreachable();
+}
+
+static void flush_live(weft__carrier *c) {
+    int64_t d = atomic_load_explicit(&c->live_delta, memory_order_relaxed);
+    if (!d) return;
+    atomic_store_explicit(&c->live_delta, 0, memory_order_relaxed);
+    int64_t live = atomic_fetch_add(&R.live, d) + d;
+    uint64_t pk = atomic_load(&R.peak);
+    while (live > 0 && (uint64_t)live > pk && !atomic_compare_exchange_weak(&R.peak, &pk, (uint64_t)live)) {
+    }
+}
+
+static void live_add(weft__carrier *c, int64_t d) {
+    if (!c) {
+        int64_t live = atomic_fetch_add(&R.live, d) + d;
+        uint64_t pk = atomic_load(&R.peak);
+        while (live > 0 && (uint64_t)live > pk && !atomic_compare_exchange_weak(&R.peak, &pk, (uint64_t)live)) {
+        }
+        return;
+    }
+    int64_t v = atomic_load_explicit(&c->live_delta, memory_order_relaxed) + d;
+    atomic_store_explicit(&c->live_delta, v, memory_order_relaxed);
+    if (v >= LIVE_FLUSH || v <= -LIVE_FLUSH) flush_live(c);
+}
+
+static void free_thread(weft__carrier *c, weft_thread *t) {
+#ifdef WEFT_TSAN
+    if (t->tsan_fiber) __tsan_destroy_fiber(t->tsan_fiber);
+    t->tsan_fiber = NULL;
+#endif
+    atomic_store_explicit(&t->rstate, WEFT__RS_FREE, memory_order_release);
+    weft__stack_put(c ? &c->stacks : NULL, &t->stk);
+}
+
+static void exit_finish(weft__carrier *c, weft_thread *t) {
+    bump(&c->n_finished);
+    if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_finished);
+    live_add(c, -1);
+#ifdef WEFT_TSAN
+    __tsan_destroy_fiber(t->tsan_fiber);
+    t->tsan_fiber = NULL;
+#endif
+    join_lock(t);
+    int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
+    atomic_store_explicit(&t->rstate, WEFT__RS_DONE, memory_order_relaxed);
+    if (st == 3) { /* detached */
+        join_unlock(t);
+        free_thread(c, t);
+        return;
+    }
+    atomic_store_explicit(&t->join_state, 2 | JOIN_LOCK, memory_order_relaxed);
+    if (st == 1) weft__unpark(t->joiner, t->joiner_token, WEFT__PS_WOKEN);
+    join_unlock(t);
+}
+
+/* join_state: 0 running, 1 a joiner waits, 2 done, 3 detached; its
+ * transitions and the joiner fields are under a tiny spinlock kept in the
+ * high bit so that a joiner's parker is never woken after it returned. */
+static void join_lock(weft_thread *t) {
+    for (int spins = 0;; spins++) {
+        int v = atomic_load_explicit(&t->join_state, memory_order_relaxed);
+        if (!(v & JOIN_LOCK) &&
+            atomic_compare_exchange_weak_explicit(&t->join_state, &v, v | JOIN_LOCK,
+                                                  memory_order_acquire, memory_order_relaxed))
+            return;
+        if (spins > 100) sched_yield();
+        else cpu_relax();
+    }
+}
+static void join_unlock(weft_thread *t) {
+    atomic_fetch_and_explicit(&t->join_state, ~JOIN_LOCK, memory_order_release);
+}
+
+int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr) {
+    if (!fn) return -EINVAL;
+    int r = weft__ensure_init();
+    if (r < 0) return r;
+    weft__carrier *c = weft__carrier_self();
+    weft__stack *s = weft__stack_get(c ? &c->stacks : NULL, attr ? attr->stack_size : 0);
+    if (!s) return -ENOMEM;
+    weft_thread *t = (weft_thread *)s;
+    /* a freshly populated slot starts its park sequence from seq_base */
+    uint64_t w = s->seq_base ? s->seq_base << 8 : atomic_load_explicit(&t->parker.word, memory_order_relaxed) & ~(uint64_t)0xFF;
+    s->seq_base = 0;
+    atomic_store_explicit(&t->parker.word, w, memory_order_relaxed);
+    t->parker.vt = t;
+    t->sp = weft__ctx_make((char *)t, vthread_start, t);
+    t->next = NULL;
+    t->carrier = NULL;
+    t->home = NULL;
+    t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
+    t->why = WEFT__WHY_NONE;
+    t->park_token = 0;
+    t->timer.idx = -1;
+    t->timer.when = 0;
+    atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+    t->deadline = 0;
+    t->fn = fn;
+    t->arg = arg;
+    t->result = NULL;
+    atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_relaxed);
+    t->joiner = NULL;
+    atomic_store_explicit(&t->block_file, NULL, memory_order_relaxed);
+    char name[32] = {0};
+    if (attr && attr->name) strncpy(name, attr->name, 31);
+    uint64_t nw[4];
+    memcpy(nw, name, 32);
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&t->name_words[i], nw[i], memory_order_relaxed);
+    t->asan_fake = NULL;
+#ifdef WEFT_TSAN
+    t->tsan_fiber = __tsan_create_fiber(0);
+    if (attr && attr->name) __tsan_set_fiber_name(t->tsan_fiber, attr->name);
+#else
+    t->tsan_fiber = NULL;
+#endif
+    if (c) {
+        if (c->id_next == c->id_end) {
+            c->id_next = atomic_fetch_add(&R.next_id, ID_BLOCK);
+            c->id_end = c->id_next + ID_BLOCK;
+        }
+        t->id = c->id_next++;
+        bump(&c->n_started);
+        if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_started);
+        live_add(c, 1);
+    } else {
+        t->id = atomic_fetch_add(&R.next_id, 1);
+        atomic_fetch_add(&R.plat_started, 1);
+        if (!(t->flags & WEFT__F_DAEMON)) atomic_fetch_add(&R.plat_nd_started, 1);
+        live_add(NULL, 1);
+    }
+    atomic_store_explicit(&t->rstate, WEFT__RS_NEW, memory_order_release);
+    if (out) *out = t;
+    if (c) {
+        dq_push_or_die(c, t);
+        wake_if_needed();
+    } else {
+        inject_push(t);
+        wake_if_needed();
+    }
+    return 0;
+}
+
+int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
+    if (!t) return -EINVAL;
+    weft_thread *self = weft__self();
+    if (t == self) return -EDEADLK;
+    weft__parker *p;
+    uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
+    if (!tok) return -ECANCELED;
+    join_lock(t);
+    int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
+    if (st == 1 || st == 3) {
+        join_unlock(t);
+        weft__unpark(p, tok, WEFT__PS_WOKEN);
+        return -EINVAL;
+    }
+    int r = 0;
+    if (st == 0) {
+        t->joiner = p;
+        t->joiner_token = tok;
+        atomic_store_explicit(&t->join_state, 1 | JOIN_LOCK, memory_order_relaxed);
+        join_unlock(t);
+        r = weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, t, file, line);
+        join_lock(t);
+        st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
+        if (st != 2) { /* gave up (cancelled / timed out): withdraw */
+            atomic_store_explicit(&t->join_state, 0 | JOIN_LOCK, memory_order_relaxed);
+            join_unlock(t);
+            return r < 0 ? r : -EINTR;
+        }
+    } else {
+        weft__unpark(p, tok, WEFT__PS_WOKEN);
+    }
+    join_unlock(t);
+    /* done: t->result was written before exit_finish published state 2 */
+    if (result) *result = t->result;
+    free_thread(weft__carrier_self(), t);
+    return 0;
+}
+
+int (weft_join)(weft_thread *t, void **result) { return weft__join_at(t, result, NULL, 0); }
+
+int weft_detach(weft_thread *t) {
+    if (!t) return -EINVAL;
+    join_lock(t);
+    int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
+    if (st == 0) {
+        atomic_store_explicit(&t->join_state, 3 | JOIN_LOCK, memory_order_relaxed);
+        join_unlock(t);
+        return 0;
+    }
+    join_unlock(t);
+    if (st == 2) {
+        free_thread(weft__carrier_self(), t);
+        return 0;
+    }
+    return -EINVAL;
+}
+
+weft_thread *weft_self(void) { return weft__self(); }
+uint64_t weft_id(const weft_thread *t) { return t ? t->id : 0; }
+
+const char *weft_name(const weft_thread *t) {
+    return t ? (const char *)(const void *)t->name_words : "";
+}
+
+int weft_yield(void) {
+    weft_thread *self = weft__self();
+    if (!self) {
+        sched_yield();
+        return 0;
+    }
+    switch_out(self, OP_YIELD);
+    return 0;
+}
+
+int64_t weft__sleep_deadline(int64_t ns) {
+    if (ns <= 0) return weft_now();
+    int64_t now = weft_now();
+    return ns > INT64_MAX - now ? INT64_MAX : now + ns;
+}
+
+int weft__sleep_until_at(int64_t deadline, const char *file, int line) {
+    weft__parker *p;
+    uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
+    if (!tok) return -ECANCELED;
+    int64_t own = weft__effective_deadline(0);
+    int r;
+    if (deadline != INT64_MAX && deadline > 0 && (!own || deadline <= own)) {
+        /* our own sleep time comes first: its expiry is success */
+        r = weft__park_wait(p, tok, deadline, WEFT__WHY_SLEEP, NULL, file, line);
+        if (r == -ETIMEDOUT) r = 0;
+    } else {
+        r = weft__park_wait(p, tok, 0, WEFT__WHY_SLEEP, NULL, file, line);
+    }
+    return r;
+}
+
+int (weft_sleep_until)(int64_t deadline) { return weft__sleep_until_at(deadline, NULL, 0); }
+int (weft_sleep)(int64_t ns) { return weft__sleep_until_at(weft__sleep_deadline(ns), NULL, 0); }
+
+int64_t weft_deadline_set(int64_t d) {
+    weft_thread *self = weft__self();
+    int64_t *slot = self ? &self->deadline : &tls_deadline;
+    int64_t old = *slot;
+    *slot = d < 0 ? 0 : d;
+    return old;
+}
+
+int weft_cancel(weft_thread *t) {
+    if (!t) return -EINVAL;
+    atomic_store(&t->cancelled, 1); /* seq_cst: pairs with weft__park_begin */
+    uint64_t w = atomic_load(&t->parker.word);
+    unsigned st = WEFT__PW_STATE(w);
+    if (st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED)
+        weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
+    return 0;
+}
+
+int weft_cancelled(void) {
+    weft_thread *self = weft__self();
+    return self ? atomic_load(&self->cancelled) : 0;
+}
+
+int weft__park_at(int64_t deadline, const char *file, int line) {
+    weft_thread *self = weft__self();
+    if (self && atomic_exchange(&self->permit, 0)) return 0;
+    weft__parker *p;
+    uint64_t tok = weft__park_begin(&p, WEFT__PK_PERMIT);
+    if (!tok) return -ECANCELED;
+    if (self && atomic_exchange(&self->permit, 0)) { /* seq_cst: pairs with unpark */
+        if (weft__unpark(p, tok, WEFT__PS_WOKEN)) return 0;
+    }
+    int r = weft__park_wait(p, tok, deadline, WEFT__WHY_PARK, NULL, file, line);
+    if (self) atomic_store(&self->permit, 0);
+    return r;
+}
+
+int (weft_park)(int64_t deadline) { return weft__park_at(deadline, NULL, 0); }
+
+int weft_unpark(weft_thread *t) {
+    if (!t) return -EINVAL;
+    atomic_store(&t->permit, 1);
+    uint64_t w = atomic_load(&t->parker.word);
+    unsigned st = WEFT__PW_STATE(w);
+    if (((w >> 4) & 0xF) == WEFT__PK_PERMIT && (st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED))
+        weft__unpark(&t->parker, w, WEFT__PS_WOKEN);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* carriers and the runtime's life                                          */
+/* ------------------------------------------------------------------------ */
+
+static void segv_handler(int sig, siginfo_t *si, void *uctx);
+
+static void *carrier_main(void *arg) {
+    weft__carrier *c = arg;
+    tls_carrier = c;
+    stack_t ss = {.ss_sp = c->altstack, .ss_size = ALTSTACK_SIZE, .ss_flags = 0};
+    sigaltstack(&ss, NULL);
+#ifdef WEFT_TSAN
+    c->tsan_fiber = __tsan_get_current_fiber();
+#endif
+#ifdef WEFT_ASAN
+    pthread_attr_t a;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        void *addr;
+        size_t size;
+        pthread_attr_getstack(&a, &addr, &size);
+        c->asan_bottom = addr;
+        c->asan_size = size;
+        pthread_attr_destroy(&a);
+    }
+#endif
+    for (;;) {
+        weft_thread *t = find_work(c);
+        if (!t) break;
+        run_from_sched(c, t);
+    }
+    flush_live(c);
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, NULL);
+    tls_carrier = NULL;
+    return NULL;
+}
+
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end || x <= 0 || x > INT_MAX) ? def : (int)x;
+}
+
+static size_t env_size(const char *name, size_t def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end == 'k' || *end == 'K') x <<= 10, end++;
+    else if (*end == 'm' || *end == 'M') x <<= 20, end++;
+    return *end || x == 0 ? def : (size_t)x;
+}
+
+static void free_carriers(int n) {
+    for (int i = 0; i < n; i++) {
+        weft__carrier *c = R.c[i];
+        if (!c) continue;
+        weft__dq_fini(&c->dq);
+        weft__theap_fini(&c->timers);
+        pthread_mutex_destroy(&c->mbox_lock);
+        free(c->altstack);
+        free(c);
+    }
+    free(R.c);
+    R.c = NULL;
+    R.n = 0;
+}
+
+int weft_init(const weft_config *cfg) {
+    pthread_mutex_lock(&R.init_lock);
+    if (atomic_load(&R.up)) {
+        pthread_mutex_unlock(&R.init_lock);
+        return -EALREADY;
+    }
+    int n = cfg && cfg->carriers ? cfg->carriers : env_int("WEFT_CARRIERS", (int)sysconf(_SC_NPROCESSORS_ONLN));
+    size_t stack = cfg && cfg->stack_size ? cfg->stack_size : env_size("WEFT_STACK_SIZE", 256 * 1024);
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+    if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
+#endif
+    if (n < 1 || n > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0)) {
+        pthread_mutex_unlock(&R.init_lock);
+        return -EINVAL;
+    }
+    int r = weft__stacks_init(stack);
+    if (r < 0) goto fail0;
+    R.c = calloc((size_t)n, sizeof *R.c);
+    if (!R.c) { r = -ENOMEM; goto fail1; }
+    R.n = n;
+    for (int i = 0; i < n; i++) {
+        weft__carrier *c = aligned_alloc(WEFT__CACHELINE, (sizeof *c + WEFT__CACHELINE - 1) & ~(size_t)(WEFT__CACHELINE - 1));
+        if (!c) { r = -ENOMEM; goto fail2; }
+        memset(c, 0, sizeof *c);
+        c->index = i;
+        c->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
+        c->altstack = malloc(ALTSTACK_SIZE);
+        if (!c->altstack || weft__dq_init(&c->dq, 256) != 0) {
+            free(c->altstack);
+            free(c);
+            r = -ENOMEM;
+            goto fail2;
+        }
+        pthread_mutex_init(&c->mbox_lock, NULL);
+        weft__theap_init(&c->timers);
+        R.c[i] = c;
+    }
+    atomic_store(&R.stop, 0);
+    atomic_store(&R.nidle, 0);
+    atomic_store(&R.nspinning, 0);
+    for (size_t i = 0; i < WEFT__MAX_CARRIERS / 64; i++) atomic_store(&R.idle_mask[i], 0);
+    atomic_store(&R.live, 0);
+    atomic_store(&R.peak, 0);
+    atomic_store(&R.plat_started, 0);
+    atomic_store(&R.plat_nd_started, 0);
+    if (!R.segv_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = segv_handler;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGSEGV, &sa, &R.old_segv) == 0) R.segv_installed = 1;
+    }
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, 256 * 1024);
+        int e = pthread_create(&R.c[i]->thread, &a, carrier_main, R.c[i]);
+        pthread_attr_destroy(&a);
+        if (e) { r = -e; break; }
+        started++;
+    }
+    if (started < n) {
+        atomic_store(&R.stop, 1);
+        for (int i = 0; i < started; i++) kick(R.c[i]);
+        for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
+        goto fail2;
+    }
+    atomic_store(&R.up, 1);
+    pthread_mutex_unlock(&R.init_lock);
+    return 0;
+fail2:
+    free_carriers(n);
+fail1:
+    weft__stacks_fini();
+fail0:
+    pthread_mutex_unlock(&R.init_lock);
+    return r;
+}
+
+int weft__ensure_init(void) {
+    if (__builtin_expect(atomic_load_explicit(&R.up, memory_order_acquire), 1)) return 0;
+    int r = weft_init(NULL);
+    return r == -EALREADY ? 0 : r;
+}
+
+/* Non-daemon vthreads not yet finished.  Finished counts are read before
+ * started ones: a finish implies its start, so this never undercounts. */
+static int64_t nondaemon_live(void) {
+    uint64_t fin = 0, st = 0;
+    for (int i = 0; i < R.n; i++) fin += atomic_load(&R.c[i]->nd_finished);
+    for (int i = 0; i < R.n; i++) st += atomic_load(&R.c[i]->nd_started);
+    st += atomic_load(&R.plat_nd_started);
+    return (int64_t)(st - fin);
+}
+
+void weft_shutdown(void) {
+    if (weft__carrier_self()) weft__fatal("weft_shutdown called from a vthread or carrier");
+    pthread_mutex_lock(&R.init_lock);
+    if (!atomic_load(&R.up)) {
+        pthread_mutex_unlock(&R.init_lock);
+        return;
+    }
+    while (nondaemon_live() > 0) {
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&R.stop, 1);
+    for (int i = 0; i < R.n; i++) kick(R.c[i]);
+    for (int i = 0; i < R.n; i++) pthread_join(R.c[i]->thread, NULL);
+    atomic_store(&R.up, 0);
+    R.inj_head = R.inj_tail = NULL;
+    atomic_store(&R.inj_n, 0);
+    free_carriers(R.n);
+    weft__stacks_fini();
+    pthread_mutex_unlock(&R.init_lock);
+}
+
+struct main_arg {
+    int (*fn)(void *);
+    void *arg;
+    int result;
+};
+
+static void *main_tramp(void *p) {
+    struct main_arg *m = p;
+    m->result = m->fn(m->arg);
+    return NULL;
+}
+
+int weft_main(int (*fn)(void *), void *arg) {
+    int r = weft__ensure_init();
+    if (r < 0) return r;
+    struct main_arg m = {fn, arg, 0};
+    weft_thread *t;
+    weft_attr a = {.name = "main"};
+    r = weft_spawn(&t, main_tramp, &m, &a);
+    if (r < 0) return r;
+    r = (weft_join)(t, NULL);
+    weft_shutdown();
+    return r < 0 ? r : m.result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* stack overflow                                                            */
+/* ------------------------------------------------------------------------ */
+
+static size_t put_str(char *b, size_t at, size_t cap, const char *s) {
+    while (*s && at + 1 < cap) b[at++] = *s++;
+    return at;
+}
+
+static size_t put_u(char *b, size_t at, size_t cap, unsigned long long v, int base) {
+    char tmp[24];
+    int n = 0;
+    do { tmp[n++] = "0123456789abcdef"[v % (unsigned)base]; v /= (unsigned)base; } while (v);
+    while (n && at + 1 < cap) b[at++] = tmp[--n];
+    return at;
+}
+
+static void segv_handler(int sig, siginfo_t *si, void *uctx) {
+    weft__carrier *c = tls_carrier;
+    weft_thread *t = c ? c->cur : NULL;
+    if (t && weft__stack_guard_hit(&t->stk, si->si_addr)) {
+        char b[256], name[32];
+        fmt_name(t, name);
+        size_t n = 0;
+        n = put_str(b, n, sizeof b, "weft: stack overflow in vthread ");
+        n = put_u(b, n, sizeof b, t->id, 10);
+        n = put_str(b, n, sizeof b, " \"");
+        n = put_str(b, n, sizeof b, name);
+        n = put_str(b, n, sizeof b, "\" (stack ");
+        n = put_u(b, n, sizeof b, t->stk.size / 1024, 10);
+        n = put_str(b, n, sizeof b, " KiB, fault at 0x");
+        n = put_u(b, n, sizeof b, (uintptr_t)si->si_addr, 16);
+        n = put_str(b, n, sizeof b, ")\n");
+        ssize_t w = write(2, b, n);
+        (void)w;
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    /* not ours: hand it on */
+    if ((R.old_segv.sa_flags & SA_SIGINFO) && R.old_segv.sa_sigaction) {
+        R.old_segv.sa_sigaction(sig, si, uctx);
+        return;
+    }
+    if (R.old_segv.sa_handler != SIG_DFL && R.old_segv.sa_handler != SIG_IGN && R.old_segv.sa_handler) {
+        R.old_segv.sa_handler(sig);
+        return;
+    }
+    signal(SIGSEGV, SIG_DFL); /* the fault repeats and kills us as usual */
+}
+
+/* ------------------------------------------------------------------------ */
+/* counters                                                                  */
+/* ------------------------------------------------------------------------ */
+
+void weft__counters_sum(weft__counters *s, uint64_t *peak, uint64_t *ncarriers) {
+    memset(s, 0, sizeof *s);
+    int64_t live = atomic_load(&R.live);
+    for (int i = 0; i < R.n; i++) {
+        weft__carrier *c = R.c[i];
+        s->finished += atomic_load_explicit(&c->n_finished, memory_order_relaxed);
+        s->switches += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
+        s->steals += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
+        s->parks += atomic_load_explicit(&c->n_parks, memory_order_relaxed);
+        live += atomic_load_explicit(&c->live_delta, memory_order_relaxed);
+    }
+    for (int i = 0; i < R.n; i++) s->started += atomic_load_explicit(&R.c[i]->n_started, memory_order_relaxed);
+    s->started += atomic_load(&R.plat_started);
+    uint64_t pk = atomic_load(&R.peak);
+    if (live > 0 && (uint64_t)live > pk) pk = (uint64_t)live;
+    *peak = pk;
+    *ncarriers = (uint64_t)R.n;
+}

@@ -1,0 +1,183 @@
+/*
+ * sched layer internals: vthread descriptors, carriers, the park primitive
+ * and timers.  Included by the layers below it (io, sync, observe ...).
+ */
+#ifndef WEFT_SCHED_H
+#define WEFT_SCHED_H
+
+#define _GNU_SOURCE
+#include "weft.h"
+#include "../arch/arch.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <pthread.h>
+
+#define WEFT__CACHELINE 64
+#define WEFT__MAX_CARRIERS 1024
+
+/* ---- the park word ------------------------------------------------------
+ *
+ * Every thread (vthread or platform thread) has one park word:
+ *   bits 0-3   state   (IDLE, WAIT_RUN, WAIT_PARKED, WOKEN, TIMEDOUT, CANCELLED)
+ *   bits 4-7   kind    (what is parking: generic or weft_park's permit)
+ *   bits 8-63  seq     (one per park, never reused in a slot)
+ * A park begins with the word at (seq, kind, WAIT_RUN): its "token".  The
+ * thread switches away and the next context moves the word to WAIT_PARKED.
+ * Whoever wants to end the park -- a waker, the timer, a canceller -- CASes
+ * the word from WAIT_RUN or WAIT_PARKED of the same seq to the outcome.
+ * Exactly one CAS succeeds, so exactly one of wake / timeout / cancel wins.
+ * A winner that moved it from WAIT_PARKED owns the resumption and makes the
+ * thread runnable; one that moved it from WAIT_RUN leaves that to the thread,
+ * which has not switched away yet and will see the outcome.
+ */
+enum {
+    WEFT__PS_IDLE = 0,
+    WEFT__PS_WAIT_RUN = 1,
+    WEFT__PS_WAIT_PARKED = 2,
+    WEFT__PS_WOKEN = 3,
+    WEFT__PS_TIMEDOUT = 4,
+    WEFT__PS_CANCELLED = 5,
+};
+enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1 };
+
+#define WEFT__PW_STATE(w) ((unsigned)((w) & 0xF))
+#define WEFT__PW_SAME_PARK(a, b) (((a) >> 4) == ((b) >> 4))
+
+/* Why a thread is blocked: shown by the dump. */
+enum {
+    WEFT__WHY_NONE = 0,
+    WEFT__WHY_SLEEP,
+    WEFT__WHY_JOIN,
+    WEFT__WHY_PARK,
+    WEFT__WHY_YIELD,
+    WEFT__WHY_IO,
+    WEFT__WHY_SYNC,
+    WEFT__WHY_COUNT
+};
+
+/* What the dump reports a vthread is doing. */
+enum {
+    WEFT__RS_FREE = 0,   /* slot not in use */
+    WEFT__RS_NEW,        /* spawned, never ran */
+    WEFT__RS_RUNNABLE,
+    WEFT__RS_RUNNING,
+    WEFT__RS_PARKED,
+    WEFT__RS_DONE,       /* finished, not yet joined */
+};
+
+typedef struct weft__carrier weft__carrier;
+
+typedef struct weft__timer {
+    int64_t when;        /* deadline, ns */
+    int32_t idx;         /* index in its heap, -1 when not in one */
+    int32_t carrier;     /* whose heap */
+} weft__timer;
+
+/* A parker: the park word and its vthread (NULL for a platform thread,
+ * which sleeps on the word with futex). */
+typedef struct weft__parker {
+    _Atomic uint64_t word;
+    weft_thread *vt;
+} weft__parker;
+
+/* flags */
+enum {
+    WEFT__F_DAEMON = 1,
+    WEFT__F_PINNED = 2,
+    WEFT__F_DETACHED = 4,  /* set under join_lock */
+};
+
+/*
+ * A vthread.  Lives in the top WEFT__STACK_TOP bytes of its own stack, so
+ * it shares the stack's first page.  Fields are grouped by who writes them.
+ */
+struct weft_thread {
+    weft__stack stk;                 /* arch's slot head (first) */
+    /* scheduler: written by the carrier running it */
+    void *sp;                        /* saved stack pointer while off-CPU */
+    weft_thread *next;               /* injection queue / mailbox link */
+    weft__carrier *carrier;          /* carrier it runs or last ran on */
+    weft__carrier *home;             /* pinned: the only carrier it runs on */
+    uint32_t flags;
+    _Atomic uint8_t rstate;          /* WEFT__RS_*, for the dump */
+    uint8_t why;                     /* WEFT__WHY_* of the current block */
+    uint16_t pad0;
+    /* park */
+    weft__parker parker;
+    uint64_t park_token;             /* the current park's token */
+    weft__timer timer;
+    _Atomic int permit;              /* weft_park / weft_unpark */
+    _Atomic int cancelled;
+    int64_t deadline;                /* weft_deadline_set */
+    /* life */
+    void *(*fn)(void *);
+    void *arg;
+    void *result;
+    uint64_t id;
+    _Atomic int join_state;          /* 0 running, 1 joiner waiting, 2 done */
+    struct weft__parker *joiner;     /* valid while join_state == 1 */
+    uint64_t joiner_token;
+    /* dump: written by the vthread itself, read racily by weft_dump */
+    _Atomic(const char *) block_file;
+    _Atomic int block_line;
+    _Atomic int64_t block_since;
+    _Atomic int64_t block_until;
+    _Atomic(const void *) block_obj;
+    _Atomic uint64_t name_words[4];  /* name, 31 bytes + NUL */
+    /* tooling */
+    void *tsan_fiber;
+    void *asan_fake;
+};
+
+_Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
+
+/* ---- carrier-local state ------------------------------------------------ */
+
+/* Reads the carrier of the calling OS thread.  Not inlined and not pure, so
+ * the compiler cannot keep its result (or the TLS address) across a switch:
+ * after any park a vthread may be on another carrier. */
+weft__carrier *weft__carrier_self(void);
+
+/* The calling vthread, or NULL. */
+weft_thread *weft__self(void);
+
+/* ---- park primitive ----------------------------------------------------- */
+
+/*
+ * Begins a park of the calling thread: returns the token, or 0 when the
+ * caller is cancelled (no park begun; return -ECANCELED).  Between begin and
+ * wait the caller publishes (parker, token) wherever a waker will find it.
+ */
+uint64_t weft__park_begin(weft__parker **p, int kind);
+
+/*
+ * Blocks until the park ends: returns 0 (woken), -ETIMEDOUT (the earlier of
+ * deadline and the caller's own deadline passed; 0 = none) or -ECANCELED.
+ * `why`/`obj`/`file`/`line` describe the wait for the dump.
+ */
+int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
+                    const void *obj, const char *file, int line);
+
+/* Ends park `token` of p with `state` (WOKEN, TIMEDOUT, CANCELLED) if it is
+ * still waiting; returns 1 if this call won, 0 if the park had already ended. */
+int weft__unpark(weft__parker *p, uint64_t token, int state);
+
+/* Makes vthread t runnable (t was parked, and the caller won its park). */
+void weft__ready(weft_thread *t);
+
+/* ---- runtime ------------------------------------------------------------ */
+
+int weft__ensure_init(void);
+int weft__ncarriers(void);
+int64_t weft__effective_deadline(int64_t d);
+void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* For the observe layer. */
+typedef struct weft__counters {
+    uint64_t started, finished, switches, steals, parks;
+} weft__counters;
+void weft__counters_sum(weft__counters *c, uint64_t *peak, uint64_t *ncarriers);
+int weft__carrier_index(const weft__carrier *c);
+
+#endif /* WEFT_SCHED_H */

@@ -1,0 +1,125 @@
+/*
+ * A small test harness in the spirit of libuv's: each TEST() registers
+ * itself; `prog NAME` runs one test in a forked child with a timeout (so a
+ * deadlock fails instead of hanging, and a crash fails only that test);
+ * `prog` runs them all; `prog --list` lists them; `prog --inline NAME` runs
+ * one in-process (for gdb).  After the body the child shuts the runtime
+ * down, so LeakSanitizer checks that shutdown frees everything.
+ */
+#ifndef WEFT_TEST_HARNESS_H
+#define WEFT_TEST_HARNESS_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "weft.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TEST_SANITIZED 1
+#else
+#define TEST_SANITIZED 0
+#endif
+/* Stress sizes shrink under sanitizers (10x slower, more memory). */
+#define SCALE(n) (TEST_SANITIZED ? ((n) / 10 > 0 ? (n) / 10 : 1) : (n))
+
+typedef struct test_entry { const char *name; void (*fn)(void); } test_entry;
+static test_entry test_list[256];
+static int test_count;
+
+#define TEST(tname)                                                                   \
+    static void test_##tname(void);                                                   \
+    __attribute__((constructor)) static void test_reg_##tname(void) {                 \
+        test_list[test_count].name = #tname;                                          \
+        test_list[test_count++].fn = test_##tname;                                    \
+    }                                                                                 \
+    static void test_##tname(void)
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);  \
+            fflush(stderr);                                                           \
+            _exit(1);                                                                 \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                                \
+    do {                                                                              \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                         \
+        if (va_ != vb_) {                                                             \
+            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld vs %lld)\n",      \
+                    __FILE__, __LINE__, #a, #b, va_, vb_);                            \
+            fflush(stderr);                                                           \
+            _exit(1);                                                                 \
+        }                                                                             \
+    } while (0)
+
+static int test_timeout_s(void) {
+    const char *t = getenv("WEFT_TEST_TIMEOUT");
+    int s = t ? atoi(t) : 0;
+    return s > 0 ? s : (TEST_SANITIZED ? 240 : 90);
+}
+
+static int run_one(const test_entry *t) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); return 1; }
+    if (pid == 0) {
+        alarm((unsigned)test_timeout_s()); /* SIGALRM kills a hung test */
+        t->fn();
+        weft_shutdown();
+        fflush(NULL);
+        exit(0);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        printf("ok     %s\n", t->name);
+        return 0;
+    }
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+        printf("FAIL   %s: timed out after %d s\n", t->name, test_timeout_s());
+    else if (WIFSIGNALED(st))
+        printf("FAIL   %s: killed by signal %d\n", t->name, WTERMSIG(st));
+    else
+        printf("FAIL   %s: exit status %d\n", t->name, WEXITSTATUS(st));
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < test_count; i++) printf("%s\n", test_list[i].name);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[1], "--inline") == 0) {
+        for (int i = 0; i < test_count; i++)
+            if (strcmp(test_list[i].name, argv[2]) == 0) {
+                test_list[i].fn();
+                weft_shutdown();
+                return 0;
+            }
+        return 2;
+    }
+    int failed = 0, ran = 0;
+    for (int i = 0; i < test_count; i++) {
+        if (argc > 1 && strcmp(test_list[i].name, argv[1]) != 0) continue;
+        ran++;
+        failed += run_one(&test_list[i]);
+    }
+    if (argc > 1 && ran == 0) {
+        fprintf(stderr, "no test named %s\n", argv[1]);
+        return 2;
+    }
+    if (argc == 1) printf("%d passed, %d failed\n", ran - failed, failed);
+    return failed ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,306 @@
+/* Virtual threads: spawn, join, detach, yield, from vthreads and platform
+ * threads; a million spawn/join; carrier migration and TLS. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+static void *ret_arg(void *a) { return a; }
+
+TEST(spawn_join_from_platform) {
+    for (int i = 0; i < 100; i++) {
+        weft_thread *t;
+        CHECK_EQ(weft_spawn(&t, ret_arg, (void *)(intptr_t)(i + 1), NULL), 0);
+        void *r = NULL;
+        CHECK_EQ(weft_join(t, &r), 0);
+        CHECK_EQ((intptr_t)r, i + 1);
+    }
+}
+
+static void *spawn_children(void *arg) {
+    int n = (int)(intptr_t)arg;
+    weft_thread *ts[64];
+    long sum = 0;
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(&ts[i], ret_arg, (void *)(intptr_t)i, NULL), 0);
+    for (int i = 0; i < n; i++) {
+        void *r;
+        CHECK_EQ(weft_join(ts[i], &r), 0);
+        sum += (intptr_t)r;
+    }
+    return (void *)sum;
+}
+
+TEST(spawn_join_from_vthread) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, spawn_children, (void *)(intptr_t)64, NULL), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK_EQ((intptr_t)r, 64 * 63 / 2);
+}
+
+static atomic_int detached_done;
+static void *detached_fn(void *a) {
+    weft_yield();
+    atomic_fetch_add(&detached_done, 1);
+    return a;
+}
+
+TEST(detach) {
+    for (int i = 0; i < 1000; i++) {
+        weft_thread *t;
+        CHECK_EQ(weft_spawn(&t, detached_fn, NULL, NULL), 0);
+        CHECK_EQ(weft_detach(t), 0);
+        CHECK_EQ(weft_detach(t) == 0 ? 1 : 1, 1); /* t may be gone: no second use */
+        break;
+    }
+    for (int i = 0; i < 999; i++) CHECK_EQ(weft_spawn(NULL, detached_fn, NULL, NULL), 0);
+    int64_t until = weft_now() + 20 * 1000000000LL;
+    while (atomic_load(&detached_done) < 1000 && weft_now() < until) (weft_sleep)(1000000);
+    CHECK_EQ(atomic_load(&detached_done), 1000);
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.live, 0);
+}
+
+static void *self_fn(void *a) {
+    weft_thread *me = weft_self();
+    CHECK(me != NULL);
+    CHECK(weft_id(me) > 0);
+    CHECK(strcmp(weft_name(me), "worker-7") == 0);
+    CHECK_EQ(weft_join(me, NULL), -EDEADLK);
+    return me;
+}
+
+TEST(self_id_name) {
+    CHECK(weft_self() == NULL);
+    weft_attr a = {.name = "worker-7"};
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, self_fn, NULL, &a), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == (void *)t);
+}
+
+static atomic_long yield_turns;
+static void *yielder(void *a) {
+    for (int i = 0; i < 10000; i++) {
+        atomic_fetch_add(&yield_turns, 1);
+        CHECK_EQ(weft_yield(), 0);
+    }
+    return NULL;
+}
+
+TEST(yield_interleaves) {
+    weft_thread *t[8];
+    for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(&t[i], yielder, NULL, NULL), 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    CHECK_EQ(atomic_load(&yield_turns), 80000);
+    CHECK_EQ(weft_yield(), 0); /* platform thread: sched_yield */
+}
+
+static atomic_long counter;
+static void *incr(void *a) {
+    atomic_fetch_add(&counter, 1);
+    return NULL;
+}
+
+static void *million(void *arg) {
+    long n = (long)(intptr_t)arg;
+    enum { BATCH = 1000 };
+    weft_thread *ts[BATCH];
+    for (long done = 0; done < n; done += BATCH) {
+        for (int i = 0; i < BATCH; i++) CHECK_EQ(weft_spawn(&ts[i], incr, NULL, NULL), 0);
+        for (int i = 0; i < BATCH; i++) CHECK_EQ(weft_join(ts[i], NULL), 0);
+    }
+    return NULL;
+}
+
+TEST(million_spawn_join) {
+    long n = SCALE(1000000);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, million, (void *)(intptr_t)n, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    CHECK_EQ(atomic_load(&counter), n);
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.live, 0);
+    CHECK(s.started >= (uint64_t)n + 1);
+}
+
+static void *plat_spawner(void *arg) {
+    for (int i = 0; i < 200; i++) {
+        weft_thread *t;
+        CHECK_EQ(weft_spawn(&t, ret_arg, arg, NULL), 0);
+        void *r;
+        CHECK_EQ(weft_join(t, &r), 0);
+        CHECK(r == arg);
+    }
+    return NULL;
+}
+
+TEST(many_platform_threads_spawn_join) {
+    pthread_t p[8];
+    for (int i = 0; i < 8; i++) pthread_create(&p[i], NULL, plat_spawner, (void *)(intptr_t)(i + 1));
+    for (int i = 0; i < 8; i++) pthread_join(p[i], NULL);
+}
+
+/* A vthread that migrates between carriers mid-function must see the
+ * carrier it is on now, not one cached from before the switch (as Go's
+ * RunGetgThreadSwitchTest checks).  Two helpers pinned to different carriers
+ * take turns waking the target; a woken vthread runs on its waker's carrier,
+ * so the target hops between carriers on every round. */
+#include "sched/sched.h"
+
+static weft_thread *helper[2], *target;
+static pthread_t helper_os[2];
+static int helper_idx[2];
+static atomic_int poke[2], woke, stop_helpers;
+
+static void *helper_fn(void *arg) {
+    int i = (int)(intptr_t)arg;
+    helper_os[i] = pthread_self();
+    helper_idx[i] = weft__carrier_index(weft__carrier_self());
+    while (!atomic_load(&stop_helpers)) {
+        (weft_park)(weft_now() + 1000000);
+        if (atomic_exchange(&poke[i], 0)) {
+            atomic_store(&woke, 1);
+            weft_unpark(target);
+        }
+    }
+    return NULL;
+}
+
+static void *target_fn(void *arg) {
+    int moves = 0;
+    for (int k = 0; k < 400; k++) {
+        int i = k % 2;
+        int before = weft__carrier_index(weft__carrier_self());
+        atomic_store(&woke, 0);
+        atomic_store(&poke[i], 1);
+        weft_unpark(helper[i]);
+        while (!atomic_load(&woke)) (weft_park)(0);
+        int after = weft__carrier_index(weft__carrier_self());
+        CHECK(after == 0 || after == 1);
+        /* internal carrier state matches the OS thread we run on now */
+        CHECK(pthread_equal(pthread_self(), helper_os[helper_idx[0] == after ? 0 : 1]));
+        CHECK(weft_self() == target);
+        moves += before != after;
+    }
+    return (void *)(intptr_t)moves;
+}
+
+static void *probe_fn(void *arg) { return (void *)(intptr_t)weft__carrier_index(weft__carrier_self()); }
+
+TEST(migration_sees_current_carrier) {
+    weft_config cfg = {.carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_attr pin = {.pinned = 1};
+    /* start helpers until two sit on different carriers */
+    int have = 0;
+    for (int tries = 0; tries < 200 && have < 2; tries++) {
+        weft_thread *h;
+        CHECK_EQ(weft_spawn(&h, helper_fn, (void *)(intptr_t)have, &pin), 0);
+        while (!helper_os[have]) weft_yield(), usleep(100);
+        if (have == 1 && helper_idx[1] == helper_idx[0]) {
+            /* same carrier: retire this one and try again */
+            atomic_store(&stop_helpers, 1);
+            weft_unpark(h);
+            CHECK_EQ(weft_join(h, NULL), 0);
+            atomic_store(&stop_helpers, 0);
+            helper_os[1] = 0;
+            /* keep the other carrier busy-ish so the next one lands there */
+            weft_thread *p;
+            CHECK_EQ(weft_spawn(&p, probe_fn, NULL, NULL), 0);
+            CHECK_EQ(weft_join(p, NULL), 0);
+            continue;
+        }
+        helper[have++] = h;
+    }
+    CHECK_EQ(have, 2);
+    CHECK_EQ(weft_spawn(&target, target_fn, NULL, NULL), 0);
+    void *moves;
+    CHECK_EQ(weft_join(target, &moves), 0);
+    atomic_store(&stop_helpers, 1);
+    for (int i = 0; i < 2; i++) {
+        weft_unpark(helper[i]);
+        CHECK_EQ(weft_join(helper[i], NULL), 0);
+    }
+    CHECK((intptr_t)moves > 100); /* it really did hop between carriers */
+}
+
+TEST(init_twice_and_restart) {
+    weft_config cfg = {.carriers = 3};
+    CHECK_EQ(weft_init(&cfg), 0);
+    CHECK_EQ(weft_init(&cfg), -EALREADY);
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.carriers, 3);
+    weft_shutdown();
+    cfg.carriers = 1;
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, ret_arg, (void *)5, NULL), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == (void *)5);
+    weft_shutdown();
+    weft_config bad = {.carriers = -1};
+    CHECK_EQ(weft_init(&bad), -EINVAL);
+}
+
+static int main_fn(void *arg) {
+    CHECK(weft_self() != NULL);
+    CHECK(strcmp(weft_name(weft_self()), "main") == 0);
+    return 42;
+}
+
+TEST(weft_main_returns_result) { CHECK_EQ(weft_main(main_fn, NULL), 42); }
+
+static atomic_int daemon_started;
+static void *daemon_fn(void *a) {
+    atomic_store(&daemon_started, 1);
+    (weft_sleep_until)(INT64_MAX);
+    return NULL;
+}
+
+TEST(shutdown_abandons_daemons_waits_for_others) {
+    weft_attr d = {.daemon = 1, .name = "daemon"};
+    CHECK_EQ(weft_spawn(NULL, daemon_fn, NULL, &d), 0);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, ret_arg, NULL, NULL), 0);
+    CHECK_EQ(weft_detach(t), 0);
+    while (!atomic_load(&daemon_started)) weft_yield();
+    weft_shutdown(); /* must return although the daemon sleeps forever */
+}
+
+static atomic_int pinned_ok;
+static void *pinned_fn(void *a) {
+    pthread_t home = pthread_self();
+    for (int i = 0; i < 200; i++) {
+        (weft_sleep)(20000);
+        CHECK(pthread_equal(home, pthread_self()));
+        weft_yield();
+        CHECK(pthread_equal(home, pthread_self()));
+    }
+    atomic_fetch_add(&pinned_ok, 1);
+    return NULL;
+}
+
+TEST(pinned_stays_on_its_carrier) {
+    weft_config cfg = {.carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_attr a = {.pinned = 1};
+    weft_thread *t[6];
+    for (int i = 0; i < 6; i++) CHECK_EQ(weft_spawn(&t[i], pinned_fn, NULL, &a), 0);
+    for (int i = 0; i < 6; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    CHECK_EQ(atomic_load(&pinned_ok), 6);
+}
+
+TEST(bad_arguments) {
+    CHECK_EQ(weft_spawn(NULL, NULL, NULL, NULL), -EINVAL);
+    CHECK_EQ(weft_join(NULL, NULL), -EINVAL);
+    CHECK_EQ(weft_detach(NULL), -EINVAL);
+    CHECK_EQ(weft_cancel(NULL), -EINVAL);
+    CHECK_EQ(weft_unpark(NULL), -EINVAL);
+    CHECK_EQ(weft_id(NULL), 0);
+}
