@@ -1,1 +1,104 @@
+/* observe: counters and the thread dump. */
 #include "harness.h"
+
+#include <stdatomic.h>
+
+static void *noop(void *a) { return a; }
+
+TEST(stats_count_activity) {
+    weft_stats s0, s1;
+    weft_stats_get(&s0);
+    weft_thread *t[100];
+    for (int i = 0; i < 100; i++) CHECK_EQ(weft_spawn(&t[i], noop, NULL, NULL), 0);
+    for (int i = 0; i < 100; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    weft_stats_get(&s1);
+    CHECK_EQ(s1.started - s0.started, 100);
+    CHECK_EQ(s1.live, 0);
+    CHECK(s1.switches >= s0.switches + 100);
+    CHECK(s1.carriers >= 1);
+    CHECK(s1.stacks >= 1);
+}
+
+static atomic_int up;
+static void *park_sleep(void *a) {
+    atomic_fetch_add(&up, 1);
+    weft_sleep(10LL * 1000000000); /* the macro records this line */
+    return NULL;
+}
+
+TEST(stats_peak_and_parks) {
+    enum { N = 500 };
+    weft_thread *t[N];
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], park_sleep, NULL, NULL), 0);
+    while (atomic_load(&up) < N) usleep(500);
+    usleep(2000);
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK(s.live >= N);
+    CHECK(s.peak >= N);
+    CHECK(s.parks >= N);
+    for (int i = 0; i < N; i++) weft_cancel(t[i]);
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    weft_stats_get(&s);
+    CHECK_EQ(s.live, 0);
+    CHECK(s.peak >= N);
+}
+
+static char *dump_to_string(int fmt) {
+    char path[] = "/tmp/weft-dump-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    CHECK_EQ(weft_dump(fd, fmt), 0);
+    off_t len = lseek(fd, 0, SEEK_END);
+    char *buf = malloc((size_t)len + 1);
+    CHECK(pread(fd, buf, (size_t)len, 0) == len);
+    buf[len] = 0;
+    close(fd);
+    return buf;
+}
+
+static void *joins_other(void *a) {
+    weft_join((weft_thread *)a, NULL);
+    return NULL;
+}
+
+static atomic_int spin_go;
+static void *spinner(void *a) {
+    atomic_fetch_add(&up, 1);
+    while (!atomic_load(&spin_go)) {} /* holds its carrier: shows as running */
+    return NULL;
+}
+
+TEST(dump_text_lists_states_and_sites) {
+    weft_config cfg = {.carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_attr sa = {.name = "sleepy"}, ja = {.name = "waiter"}, ra = {.name = "busy"};
+    weft_thread *s, *j, *r;
+    CHECK_EQ(weft_spawn(&s, park_sleep, NULL, &sa), 0);
+    CHECK_EQ(weft_spawn(&j, joins_other, s, &ja), 0);
+    CHECK_EQ(weft_spawn(&r, spinner, NULL, &ra), 0);
+    while (atomic_load(&up) < 2) usleep(500);
+    usleep(20000);
+    char *d = dump_to_string(WEFT_DUMP_TEXT);
+    printf("%s", d);
+    CHECK(strstr(d, "\"sleepy\" sleeping for") != NULL);
+    CHECK(strstr(d, "test_observe.c:") != NULL);   /* the blocking call's site */
+    CHECK(strstr(d, "\"waiter\" parked on join") != NULL);
+    CHECK(strstr(d, "\"busy\" running on carrier") != NULL);
+    CHECK(strstr(d, "resident") != NULL);
+    CHECK(strstr(d, "      at ") != NULL);         /* a backtrace */
+    free(d);
+    d = dump_to_string(WEFT_DUMP_JSON);
+    CHECK(strstr(d, "\"weft_dump\"") != NULL);
+    CHECK(strstr(d, "\"name\":\"sleepy\"") != NULL);
+    CHECK(strstr(d, "\"waiting_on\":\"join\"") != NULL);
+    CHECK(strstr(d, "\"state\":\"running\"") != NULL);
+    free(d);
+    atomic_store(&spin_go, 1);
+    weft_cancel(s);
+    CHECK_EQ(weft_join(j, NULL), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+    CHECK_EQ(weft_dump(-1, WEFT_DUMP_TEXT), -EBADF);
+    CHECK_EQ(weft_dump(1, 99), -EINVAL);
+}

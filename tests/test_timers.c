@@ -1,1 +1,162 @@
+/* Timers: sleep, deadlines, order, cancellation, many pending timers, and
+ * idle carriers burning no CPU. */
 #include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+
+static void *sleeper_checked(void *arg) {
+    int64_t ns = (int64_t)(intptr_t)arg;
+    int64_t t0 = weft_now();
+    CHECK_EQ((weft_sleep)(ns), 0);
+    CHECK(weft_now() - t0 >= ns); /* never early */
+    return NULL;
+}
+
+TEST(sleep_never_returns_early) {
+    weft_thread *t[32];
+    for (int i = 0; i < 32; i++) CHECK_EQ(weft_spawn(&t[i], sleeper_checked, (void *)(intptr_t)(i * 300000), NULL), 0);
+    for (int i = 0; i < 32; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    /* platform thread */
+    int64_t t0 = weft_now();
+    CHECK_EQ(weft_sleep(2000000), 0);
+    CHECK(weft_now() - t0 >= 2000000);
+    CHECK_EQ(weft_sleep(0), 0);
+    CHECK_EQ(weft_sleep(-5), 0);
+}
+
+/* With one carrier, vthreads wake in deadline order. */
+enum { ORDERED = 300 };
+static atomic_int wake_seq;
+static int woke_at[ORDERED];
+static int64_t base_time;
+
+static void *ordered_sleeper(void *arg) {
+    int i = (int)(intptr_t)arg;
+    /* a permutation of deadlines, 50 us apart */
+    int slot = (i * 7919) % ORDERED;
+    CHECK_EQ((weft_sleep_until)(base_time + 20000000 + (int64_t)slot * 50000), 0);
+    woke_at[slot] = atomic_fetch_add(&wake_seq, 1);
+    return NULL;
+}
+
+TEST(timer_order_one_carrier) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    for (int round = 0; round < 5; round++) {
+        atomic_store(&wake_seq, 0);
+        base_time = weft_now();
+        weft_thread *t[ORDERED];
+        for (int i = 0; i < ORDERED; i++) CHECK_EQ(weft_spawn(&t[i], ordered_sleeper, (void *)(intptr_t)i, NULL), 0);
+        for (int i = 0; i < ORDERED; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+        for (int s = 0; s < ORDERED; s++) CHECK_EQ(woke_at[s], s);
+    }
+}
+
+static void *deadline_fn(void *arg) {
+    int64_t old = weft_deadline_set(weft_now() + 3000000);
+    CHECK_EQ(old, 0);
+    /* our own deadline comes before the sleep's end */
+    CHECK_EQ((weft_sleep)(1000000000), -ETIMEDOUT);
+    /* a sleep that ends first succeeds */
+    int64_t d = weft_deadline_set(weft_now() + 500000000);
+    CHECK(d != 0);
+    CHECK_EQ((weft_sleep)(1000000), 0);
+    CHECK_EQ(weft_deadline_set(0) != 0, 1);
+    CHECK_EQ((weft_sleep)(1000000), 0);
+    return NULL;
+}
+
+TEST(deadline_set_bounds_blocking_calls) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, deadline_fn, NULL, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    /* and on a platform thread */
+    weft_deadline_set(weft_now() + 1000000);
+    CHECK_EQ(weft_sleep(1000000000), -ETIMEDOUT);
+    weft_deadline_set(0);
+}
+
+/* Many pending timers, then all cancelled: insert and remove at scale. */
+static atomic_int parked_many;
+static void *long_sleeper(void *arg) {
+    atomic_fetch_add(&parked_many, 1);
+    int r = (weft_sleep)(3600LL * 1000000000 + (int64_t)(intptr_t)arg * 1000);
+    return (void *)(intptr_t)r;
+}
+
+TEST(many_pending_timers_cancelled) {
+    int n = SCALE(200000);
+    weft_thread **t = malloc((size_t)n * sizeof *t);
+    CHECK(t != NULL);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(&t[i], long_sleeper, (void *)(intptr_t)(((long long)i * 7919) % n), NULL), 0);
+    while (atomic_load(&parked_many) < n) usleep(1000);
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK(s.live >= (uint64_t)n);
+    /* cancel in an order unrelated to the heap's */
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_cancel(t[(int)(((long long)i * 104729) % n)]), 0);
+    for (int i = 0; i < n; i++) {
+        void *r;
+        CHECK_EQ(weft_join(t[i], &r), 0);
+        CHECK_EQ((intptr_t)r, -ECANCELED);
+    }
+    free(t);
+    weft_stats_get(&s);
+    CHECK_EQ(s.live, 0);
+}
+
+/* A short sleep racing with cancel, thousands of times, on both carriers. */
+static void *racy_sleep(void *arg) {
+    int r = (weft_sleep)((int64_t)(intptr_t)arg);
+    CHECK(r == 0 || r == -ECANCELED);
+    return (void *)(intptr_t)r;
+}
+
+TEST(timer_cancel_races) {
+    int rounds = SCALE(20000), c = 0, e = 0;
+    for (int i = 0; i < rounds; i += 4) {
+        weft_thread *t[4];
+        for (int k = 0; k < 4; k++) CHECK_EQ(weft_spawn(&t[k], racy_sleep, (void *)(intptr_t)((i + k) % 9 * 2000), NULL), 0);
+        for (int k = 0; k < (i % 5); k++) weft_yield();
+        usleep((useconds_t)(i % 11));
+        for (int k = 0; k < 4; k++) CHECK_EQ(weft_cancel(t[k]), 0);
+        for (int k = 0; k < 4; k++) {
+            void *r;
+            CHECK_EQ(weft_join(t[k], &r), 0);
+            if ((intptr_t)r == 0) e++;
+            else c++;
+        }
+    }
+    printf("expired %d, cancelled %d\n", e, c);
+    CHECK(c > 0);
+}
+
+/* While every vthread sleeps, the carriers sleep too. */
+static void *idle_sleeper(void *arg) {
+    CHECK_EQ((weft_sleep)(500000000), 0);
+    return NULL;
+}
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+TEST(sleeping_vthreads_cost_no_cpu) {
+    weft_config cfg = {.carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    enum { N = 1000 };
+    weft_thread *t[N];
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], idle_sleeper, NULL, NULL), 0);
+    usleep(100000); /* all asleep by now */
+    double c0 = cpu_s();
+    int64_t w0 = weft_now();
+    usleep(300000);
+    double used = cpu_s() - c0, wall = (weft_now() - w0) / 1e9;
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    printf("cpu %.4f s over %.3f s wall with %d sleeping vthreads\n", used, wall, N);
+    CHECK(used < 0.25 * wall); /* two carriers spinning would be 2x wall */
+}

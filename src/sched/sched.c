@@ -374,20 +374,44 @@ void weft__ready(weft_thread *t) {
 /* timers                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int fire_timers(weft__theap *h, int64_t now, int block) {
+static int unpark_claim(weft__parker *p, uint64_t token, int state);
+
+/* Fires the due timers of heap h; the vthreads whose park they end are
+ * queued on the caller's carrier c so that the earliest deadline runs first.
+ * block = 0: give up if another carrier holds the lock. */
+static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block) {
     if (atomic_load_explicit(&h->min, memory_order_acquire) > now) return 0;
     if (block) pthread_mutex_lock(&h->lock);
     else if (pthread_mutex_trylock(&h->lock) != 0) return 0;
-    int n = 0;
+    weft_thread *batch[64];
+    int n = 0, total = 0;
     weft__timer *tm;
-    while ((tm = weft__theap_pop_due(h, now))) {
-        weft_thread *t = (weft_thread *)((char *)tm - offsetof(weft_thread, timer));
-        /* under the heap lock: the thread cannot finish its park (it
-         * removes its timer under this lock) while we use its token */
-        if (weft__unpark(&t->parker, t->park_token, WEFT__PS_TIMEDOUT)) n++;
+    for (;;) {
+        tm = n < 64 ? weft__theap_pop_due(h, now) : NULL;
+        if (tm) {
+            weft_thread *t = (weft_thread *)((char *)tm - offsetof(weft_thread, timer));
+            /* under the heap lock: the thread cannot finish its park (it
+             * removes its timer under this lock) while we use its token */
+            if (unpark_claim(&t->parker, t->park_token, WEFT__PS_TIMEDOUT) == 2) batch[n++] = t;
+            continue;
+        }
+        /* queue latest first: the deque's owner pops the earliest first */
+        for (int i = n; i-- > 0;) {
+            atomic_store_explicit(&batch[i]->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
+            if ((batch[i]->flags & WEFT__F_PINNED) && batch[i]->home) {
+                mbox_push(batch[i]->home, batch[i]);
+                if (batch[i]->home != c) wake_carrier(batch[i]->home);
+            } else {
+                dq_push_or_die(c, batch[i]);
+            }
+        }
+        total += n;
+        if (n < 64) break;
+        n = 0;
     }
     pthread_mutex_unlock(&h->lock);
-    return n;
+    if (total) wake_if_needed();
+    return total;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -400,7 +424,7 @@ static weft_thread *pick_local(weft__carrier *c) {
     if (tick % INJECT_EVERY == 0 && (t = inject_pop())) return t;
     if (tick % TIMER_EVERY == 0 &&
         atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX)
-        fire_timers(&c->timers, weft_now(), 1);
+        fire_timers(c, &c->timers, weft_now(), 1);
     if ((t = mbox_pop(c))) return t;
     if (atomic_load_explicit(&c->lifo, memory_order_relaxed)) {
         if (c->lifo_streak < LIFO_CAP || weft__dq_size(&c->dq) <= 0) {
@@ -450,7 +474,7 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
             }
         }
         /* a busy carrier's overdue timers */
-        if (now && fire_timers(&v->timers, now, 0)) {
+        if (now && fire_timers(c, &v->timers, now, 0)) {
             weft_thread *t = weft__dq_pop(&c->dq);
             if (t) return t;
         }
@@ -485,7 +509,7 @@ static weft_thread *find_work(weft__carrier *c) {
         int64_t now = 0;
         if (atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX) {
             now = weft_now();
-            if (fire_timers(&c->timers, now, 1)) continue;
+            if (fire_timers(c, &c->timers, now, 1)) continue;
         }
         if (!c->spinning) {
             int sp = atomic_load(&R.nspinning);
@@ -669,7 +693,11 @@ uint64_t weft__park_begin(weft__parker **pp, int kind) {
     return tok;
 }
 
-int weft__unpark(weft__parker *p, uint64_t token, int state) {
+/* Ends park `token` with `state` if it still waits.  Returns 0 if it had
+ * already ended, 1 if this call ended it before the thread switched away
+ * (nothing more to do), 2 if the thread is parked and the caller must make
+ * it runnable.  A platform thread is woken here. */
+static int unpark_claim(weft__parker *p, uint64_t token, int state) {
     uint64_t cur = atomic_load(&p->word);
     for (;;) {
         if (!WEFT__PW_SAME_PARK(cur, token)) return 0;
@@ -677,11 +705,19 @@ int weft__unpark(weft__parker *p, uint64_t token, int state) {
         if (st != WEFT__PS_WAIT_RUN && st != WEFT__PS_WAIT_PARKED) return 0;
         uint64_t to = (cur & ~(uint64_t)0xF) | (uint64_t)state;
         if (atomic_compare_exchange_weak(&p->word, &cur, to)) {
-            if (!p->vt) futex_wake(word_lo(&p->word), INT_MAX);
-            else if (st == WEFT__PS_WAIT_PARKED) weft__ready(p->vt);
-            return 1;
+            if (!p->vt) {
+                futex_wake(word_lo(&p->word), INT_MAX);
+                return 1;
+            }
+            return st == WEFT__PS_WAIT_PARKED ? 2 : 1;
         }
     }
+}
+
+int weft__unpark(weft__parker *p, uint64_t token, int state) {
+    int r = unpark_claim(p, token, state);
+    if (r == 2) weft__ready(p->vt);
+    return r != 0;
 }
 
 static int outcome(uint64_t w) {

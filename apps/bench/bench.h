@@ -1,0 +1,149 @@
+/*
+ * bench.h -- shared pieces of weft-bench: result records, the comparison
+ * report, options, and small helpers for clocks, memory and /proc.
+ *
+ * See weft-bench.c for what each experiment measures.
+ */
+#ifndef WEFT_BENCH_H
+#define WEFT_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------------ */
+/* Result records                                                            */
+/* ------------------------------------------------------------------------ */
+
+#define BR_MAX_KV 40
+#define BR_KEY_LEN 32
+#define BR_VAL_LEN 96
+
+/*
+ * One result: what one line "experiment=E peer=P key=value ..." holds, both
+ * for weft's own results and for the peers' lines read back for the table.
+ * Keys keep the order they were added in; setting a key again replaces it.
+ */
+typedef struct bench_result {
+    int nkv;
+    char key[BR_MAX_KV][BR_KEY_LEN];
+    char val[BR_MAX_KV][BR_VAL_LEN];
+} bench_result;
+
+void br_init(bench_result *r, const char *experiment, const char *peer);
+void br_set(bench_result *r, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void br_setl(bench_result *r, const char *key, long long v);
+void br_setf(bench_result *r, const char *key, int decimals, double v);
+/* The value of key, or NULL. */
+const char *br_get(const bench_result *r, const char *key);
+/* The leading number of key's value ("0.73[0.71..0.74]" gives 0.73); 0 if
+ * the key is missing or does not start with a number. */
+int br_num(const bench_result *r, const char *key, double *out);
+/* Parses a peer line ("[SUMMARY ]experiment=E peer=P k=v ..."); 0 or -1. */
+int br_parse(bench_result *r, const char *line);
+/* Prints the record as one line on stdout and flushes it. */
+void br_print(const bench_result *r);
+
+/* ------------------------------------------------------------------------ */
+/* The comparison report                                                     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Collects weft's results as the experiments produce them and the peer lines
+ * given with --peer-line / --peer-file; report_print writes one table per
+ * weft result, with the article's figures and the peers of the same
+ * experiment next to weft's.
+ */
+typedef struct bench_report {
+    bench_result *weft;
+    int nweft, capweft;
+    bench_result *peers;
+    int npeers, cappeers;
+} bench_report;
+
+void report_init(bench_report *rep);
+void report_free(bench_report *rep);
+/* Prints r's line at once and keeps it for the table.  0 or -ENOMEM. */
+int report_add_weft(bench_report *rep, const bench_result *r);
+/* 0, -EINVAL for a line without experiment= and peer=, or -ENOMEM. */
+int report_add_peer_line(bench_report *rep, const char *line);
+/* Reads every line containing "experiment=" from path.  0 or -errno. */
+int report_add_peer_file(bench_report *rep, const char *path);
+void report_print(const bench_report *rep);
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum sleep_executor { EXEC_VIRTUAL, EXEC_THREAD_PER_TASK, EXEC_POOL };
+enum spawner { SPAWN_FROM_VTHREAD, SPAWN_FROM_PLATFORM };
+
+/* Which micro benchmarks to run (bit set). */
+enum {
+    MICRO_SWITCH = 1 << 0,
+    MICRO_SPAWN_JOIN = 1 << 1,
+    MICRO_PINGPONG = 1 << 2,
+    MICRO_PINGPONG_CROSS = 1 << 3,
+    MICRO_ALL = (1 << 4) - 1,
+};
+
+typedef struct bench_opts {
+    long n;              /* -n: tasks (0 = the experiment's default) */
+    int platform;        /* threads --platform */
+    long sleep_ms;       /* sleep-tasks --sleep-ms */
+    int executor;        /* sleep-tasks --executor (enum sleep_executor) */
+    long pool_threads;   /* ... pool:N */
+    int spawner;         /* --spawner (enum spawner) */
+    int micro;           /* micro --only (MICRO_* bits) */
+    long rounds;         /* micro --rounds (0 = each benchmark's default) */
+    int carriers;        /* --carriers (0 = weft's default) */
+    long stack_kib;      /* --stack-kib (0 = default: weft's, or 64 for pthreads) */
+    double cap_s;        /* --cap-s (0 = the experiment's default) */
+} bench_opts;
+
+/* The experiments; each adds its results to rep and returns 0, or a
+ * negative errno when it could not run at all (its message is on stderr). */
+int exp_threads(const bench_opts *o, bench_report *rep);
+int exp_sleep_tasks(const bench_opts *o, bench_report *rep);
+int exp_micro(const bench_opts *o, bench_report *rep);
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* CLOCK_MONOTONIC in seconds. */
+double now_s(void);
+/* Sleeps ns nanoseconds on the calling OS thread (restarts after EINTR). */
+void sleep_ns_os(int64_t ns);
+/* Resident set size of this process in bytes (from /proc/self/statm), or -1. */
+long long rss_bytes(void);
+
+/* CPU times and peak RSS from getrusage(RUSAGE_SELF). */
+typedef struct cpu_usage {
+    double user_s, sys_s;
+    double maxrss_mib;
+} cpu_usage;
+void cpu_usage_get(cpu_usage *u);
+/* Adds user_s and sys_s (after - before) to r. */
+void br_set_cpu(bench_result *r, const cpu_usage *before, const cpu_usage *after);
+
+/* Reads one integer from a /proc file, or returns -1. */
+long long read_proc_ll(const char *path);
+/* Lines of /proc/self/maps (the process's mappings), or -1. */
+long count_maps(void);
+/* Threads of this process ("Threads:" in /proc/self/status), or -1. */
+long self_threads(void);
+/* Threads on the whole system (4th field of /proc/loadavg), or -1. */
+long system_threads(void);
+/* Threads owned by the real uid of this process (sum over /proc/PID/status), or -1. */
+long user_threads(void);
+
+/* "-ENOMEM" style name for a negative errno, "EAGAIN" for a positive one. */
+const char *errno_name(int e, char *buf, size_t len);
+
+/* The number of carriers weft runs with under cfg_carriers (0 = default):
+ * starts the runtime, reads weft_stats, shuts it down.  Negative errno on
+ * failure. */
+int weft_carriers_for(int cfg_carriers);
+
+#endif
