@@ -26,6 +26,13 @@
 #else
 #define TEST_SANITIZED 0
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define TEST_TSAN 1
+#else
+#define TEST_TSAN 0
+#endif
+/* TSan counts every vthread (a fiber) against its 8128-thread limit. */
+#define LIVE_CAP(n) (TEST_TSAN && (n) > 5000 ? 5000 : (n))
 /* Stress sizes shrink under sanitizers (10x slower, more memory). */
 #define SCALE(n) (TEST_SANITIZED ? ((n) / 10 > 0 ? (n) / 10 : 1) : (n))
 

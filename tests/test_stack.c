@@ -68,7 +68,7 @@ TEST(overflow_reported_guard_mprotect) { check_overflow_report("mprotect"); }
  * next switch. */
 __attribute__((noinline)) static void dig(const char *lo) {
     volatile char pad[512];
-    pad[0] = 1;
+    for (int i = 0; i < 512; i++) pad[i] = (char)i; /* every byte: over the canary too */
     if ((const char *)pad > lo - 1024) dig(lo);
     else weft_yield(); /* the switch checks the canary */
     (void)pad[0];

@@ -154,12 +154,16 @@ TEST(many_platform_threads_spawn_join) {
 static weft_thread *helper[2], *target;
 static pthread_t helper_os[2];
 static int helper_idx[2];
-static atomic_int poke[2], woke, stop_helpers;
+static atomic_int poke[2], woke, stop_helpers, helper_up[2], hold_first;
 
 static void *helper_fn(void *arg) {
     int i = (int)(intptr_t)arg;
     helper_os[i] = pthread_self();
     helper_idx[i] = weft__carrier_index(weft__carrier_self());
+    atomic_store(&helper_up[i], 1);
+    /* the first helper holds its carrier until the second has started, so
+     * that the second starts on the other carrier */
+    while (i == 0 && atomic_load(&hold_first)) {}
     while (!atomic_load(&stop_helpers)) {
         (weft_park)(weft_now() + 1000000);
         if (atomic_exchange(&poke[i], 0)) {
@@ -189,34 +193,17 @@ static void *target_fn(void *arg) {
     return (void *)(intptr_t)moves;
 }
 
-static void *probe_fn(void *arg) { return (void *)(intptr_t)weft__carrier_index(weft__carrier_self()); }
-
 TEST(migration_sees_current_carrier) {
     weft_config cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_attr pin = {.pinned = 1};
-    /* start helpers until two sit on different carriers */
-    int have = 0;
-    for (int tries = 0; tries < 200 && have < 2; tries++) {
-        weft_thread *h;
-        CHECK_EQ(weft_spawn(&h, helper_fn, (void *)(intptr_t)have, &pin), 0);
-        while (!helper_os[have]) weft_yield(), usleep(100);
-        if (have == 1 && helper_idx[1] == helper_idx[0]) {
-            /* same carrier: retire this one and try again */
-            atomic_store(&stop_helpers, 1);
-            weft_unpark(h);
-            CHECK_EQ(weft_join(h, NULL), 0);
-            atomic_store(&stop_helpers, 0);
-            helper_os[1] = 0;
-            /* keep the other carrier busy-ish so the next one lands there */
-            weft_thread *p;
-            CHECK_EQ(weft_spawn(&p, probe_fn, NULL, NULL), 0);
-            CHECK_EQ(weft_join(p, NULL), 0);
-            continue;
-        }
-        helper[have++] = h;
-    }
-    CHECK_EQ(have, 2);
+    atomic_store(&hold_first, 1);
+    CHECK_EQ(weft_spawn(&helper[0], helper_fn, (void *)0, &pin), 0);
+    while (!atomic_load(&helper_up[0])) usleep(100);
+    CHECK_EQ(weft_spawn(&helper[1], helper_fn, (void *)1, &pin), 0);
+    while (!atomic_load(&helper_up[1])) usleep(100);
+    atomic_store(&hold_first, 0);
+    CHECK(helper_idx[0] != helper_idx[1]);
     CHECK_EQ(weft_spawn(&target, target_fn, NULL, NULL), 0);
     void *moves;
     CHECK_EQ(weft_join(target, &moves), 0);

@@ -64,17 +64,17 @@ static void put_common(bench_result *r, const park_run *pr, const char *executor
     char e[32];
     const char *status = pr->timed_out ? "timeout" : pr->created < pr->n ? "failed" : "ok";
     br_set(r, "status", "%s", status);
-    br_set(r, "executor", "%s", executor);
     br_setl(r, "n", pr->n);
     br_setl(r, "created", pr->created);
-    br_setl(r, "parked", atomic_load(&pr->parked));
-    br_set(r, "stopped_by", "%s", pr->stop_err ? errno_name(pr->stop_err, e, sizeof e) : pr->timed_out ? "cap" : "none");
     double d = pr->t_parked - pr->t0;
     long long delta = pr->rss1 - pr->rss0;
     br_setf(r, "create_s", 3, d);
     br_setf(r, "ns_per_task", 0, pr->created ? d * 1e9 / (double)pr->created : 0.0);
     br_setl(r, "rss_per_task_b", pr->created ? delta / pr->created : 0);
     br_setf(r, "rss_delta_mib", 1, (double)delta / 1048576.0);
+    br_set(r, "stopped_by", "%s", pr->stop_err ? errno_name(pr->stop_err, e, sizeof e) : pr->timed_out ? "cap" : "none");
+    br_set(r, "executor", "%s", executor);
+    br_setl(r, "parked", atomic_load(&pr->parked));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -279,7 +279,7 @@ static int threads_platform(const bench_opts *o, bench_report *rep, park_run *pr
             break;
         }
     }
-    thread_limits lim;
+    thread_limits lim = {0};
     if (pr->stop_err) read_limits(&lim); /* at the failure, before anything changes */
     wait_parked(pr);
     sleep_ns_os(SETTLE_NS);
@@ -316,5 +316,7 @@ int exp_threads(const bench_opts *o, bench_report *rep) {
     static park_run pr;
     pr.n = o->n ? o->n : THREADS_DEFAULT_N;
     pr.cap_s = o->cap_s > 0 ? o->cap_s : THREADS_DEFAULT_CAP_S;
-    return o->platform ? threads_platform(o, rep, &pr) : threads_virtual(o, rep, &pr);
+    int r = o->platform ? threads_platform(o, rep, &pr) : threads_virtual(o, rep, &pr);
+    /* the threads stay blocked: the caller leaves with _exit */
+    return r < 0 ? r : 1;
 }

@@ -109,7 +109,7 @@ long user_threads(void) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[64];
+        char path[300];
         snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
         long uid = -1;
         long n = status_field(path, "Threads", &uid);

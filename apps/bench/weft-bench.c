@@ -1,1 +1,274 @@
-int main(void){return 0;}
+/*
+ * weft-bench -- the benchmark program of weft: reproduces the figures of the
+ * articles weft is built from (see /work/shared/seeds/README.md) and puts
+ * them next to the peer programs' (Go, Java, C; /work/shared/peers/runtime).
+ *
+ *   weft-bench EXPERIMENT [options]      (weft-bench --help)
+ *
+ * Experiments (only weft's public API, weft.h):
+ *
+ *   threads      How many threads that block forever can one process create,
+ *                how fast, at what memory cost?  Daemon vthreads that each
+ *                park in weft_sleep_until(INT64_MAX) (--platform: pthreads
+ *                with 64 KiB stacks waiting on a condvar), until -n
+ *                (1,000,000) exist or creation fails.  create_s: first spawn
+ *                until every thread has reached its blocking call;
+ *                rss_per_task_b: growth of VmRSS per thread.  On a failure,
+ *                stopped_by= names the error and, for pthreads, limit= the
+ *                system limit that was hit.  Article: platform threads
+ *                crashed at 32,539; 14,625,956 virtual threads on 64 GB.
+ *                Peers: park-many.
+ *   sleep-tasks  -n (100,000) tasks that each sleep --sleep-ms (1000), all
+ *                waited for, on --executor virtual (one vthread per task),
+ *                thread-per-task (one pthread each) or pool:K (K pthreads
+ *                and a queue).  wall_s, user_s, sys_s, peak_rss_mib.
+ *                Article: thread-per-task 18.77 s, cached pool 11.52 s,
+ *                virtual threads 2.62 s.  Peers: sleep-tasks.
+ *   micro        switch (weft_yield between two vthreads on one carrier),
+ *                spawn-join (spawn and join trivial vthreads, 1000 at a
+ *                time), pingpong (weft_park/weft_unpark hand-off) and
+ *                pingpong-cross (the same, pinned to two carriers).  Each
+ *                runs in a runtime of its own.  Peers: switch, spawn-join.
+ *
+ * Output: first a "# machine ..." line, then for every result ONE line
+ *   experiment=E peer=weft status=ok key=value ...
+ * in the form run.sh prints for the peers, then a table per result with the
+ * article's figures and the peers' lines given with --peer-line / --peer-file
+ * (bench/compare.sh runs the peers and passes their lines).
+ *
+ * Exit status: 0 when the experiments ran (whatever their status= says), 1
+ * when one could not run, 2 for a usage error.  When threads are left running
+ * (threads, or a run that hit its cap) the process leaves with _exit after
+ * printing everything.
+ */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <weft.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_ALL = 7 };
+
+static const struct experiment {
+    const char *name;
+    int bit;
+    int (*run)(const bench_opts *, bench_report *);
+} EXPERIMENTS[] = {
+    {"threads", X_THREADS, exp_threads},
+    {"sleep-tasks", X_SLEEP, exp_sleep_tasks},
+    {"micro", X_MICRO, exp_micro},
+};
+
+enum {
+    OPT_PLATFORM = 256, OPT_SLEEP_MS, OPT_EXECUTOR, OPT_SPAWNER, OPT_ONLY, OPT_ROUNDS,
+    OPT_CARRIERS, OPT_STACK_KIB, OPT_CAP_S, OPT_PEER_LINE, OPT_PEER_FILE,
+};
+
+static const struct option LONG_OPTS[] = {
+    {"platform", no_argument, NULL, OPT_PLATFORM},
+    {"sleep-ms", required_argument, NULL, OPT_SLEEP_MS},
+    {"executor", required_argument, NULL, OPT_EXECUTOR},
+    {"spawner", required_argument, NULL, OPT_SPAWNER},
+    {"only", required_argument, NULL, OPT_ONLY},
+    {"rounds", required_argument, NULL, OPT_ROUNDS},
+    {"carriers", required_argument, NULL, OPT_CARRIERS},
+    {"stack-kib", required_argument, NULL, OPT_STACK_KIB},
+    {"cap-s", required_argument, NULL, OPT_CAP_S},
+    {"peer-line", required_argument, NULL, OPT_PEER_LINE},
+    {"peer-file", required_argument, NULL, OPT_PEER_FILE},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* Which experiments accept each option. */
+static int option_scope(int opt) {
+    switch (opt) {
+    case 'n': return X_ALL;
+    case OPT_PLATFORM: return X_THREADS;
+    case OPT_SLEEP_MS: case OPT_EXECUTOR: return X_SLEEP;
+    case OPT_SPAWNER: case OPT_STACK_KIB: return X_THREADS | X_SLEEP;
+    case OPT_ONLY: case OPT_ROUNDS: return X_MICRO;
+    default: return X_ALL;
+    }
+}
+
+/* "-n" or "--name" of an option, for messages. */
+static const char *opt_name(int c) {
+    if (c == 'n') return "-n";
+    for (const struct option *lo = LONG_OPTS; lo->name; lo++)
+        if (lo->val == c) return lo->name;
+    return "?";
+}
+
+static void usage(FILE *f) {
+    fputs("usage: weft-bench EXPERIMENT [options]\n"
+          "\n"
+          "  threads      [--platform] [-n N=1000000] [--stack-kib K] [--spawner vthread|platform]\n"
+          "               vthreads (or pthreads) that block forever, until N or creation fails:\n"
+          "               create_s, ns_per_task, rss_per_task_b, stopped_by=, limit= (pthreads)\n"
+          "  sleep-tasks  [-n N=100000] [--sleep-ms 1000] [--executor virtual|thread-per-task|pool:K]\n"
+          "               [--stack-kib K] [--spawner vthread|platform]\n"
+          "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
+          "  micro        [--only switch|spawn-join|pingpong|pingpong-cross[,...]] [--rounds R] [-n N]\n"
+          "               switch: 2 vthreads yield R (5000000) times each on 1 carrier;\n"
+          "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
+          "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
+          "               pingpong-cross: the same pinned to 2 carriers, R (200000) round trips\n"
+          "\n"
+          "common options:\n"
+          "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
+          "  --cap-s S           give up after S seconds (threads 60, sleep-tasks 120, micro 120 each)\n"
+          "  --peer-line LINE    a peer's result line, as run.sh prints it (repeatable)\n"
+          "  --peer-file FILE    the lines containing \"experiment=\" in FILE\n"
+          "  -h, --help          this text\n"
+          "\n"
+          "--stack-kib: vthread stack reserve (default weft's, 256 KiB), or pthread stacks in\n"
+          "threads --platform (default 64).  --spawner: where the spawn loop runs (default vthread).\n"
+          "Prints one line \"experiment=E peer=weft key=value ...\" per result, then a table with\n"
+          "the article's figures and the peers' (ratio weft/peer).\n",
+          f);
+}
+
+static int parse_long(const char *s, long min, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_only(const char *arg, int *bits) {
+    static const struct { const char *name; int bit; } names[] = {
+        {"switch", MICRO_SWITCH}, {"spawn-join", MICRO_SPAWN_JOIN},
+        {"pingpong", MICRO_PINGPONG}, {"pingpong-cross", MICRO_PINGPONG_CROSS},
+    };
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t i;
+        for (i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strcmp(t, names[i].name) == 0) break;
+        if (i == sizeof names / sizeof names[0]) return -1;
+        *bits |= names[i].bit;
+    }
+    return 0;
+}
+
+static int parse_executor(const char *arg, bench_opts *o) {
+    if (strcmp(arg, "virtual") == 0) o->executor = EXEC_VIRTUAL;
+    else if (strcmp(arg, "thread-per-task") == 0) o->executor = EXEC_THREAD_PER_TASK;
+    else if (strncmp(arg, "pool:", 5) == 0 && parse_long(arg + 5, 1, &o->pool_threads) == 0) o->executor = EXEC_POOL;
+    else return -1;
+    return 0;
+}
+
+static void print_machine(int carriers) {
+    struct utsname u;
+    const char *kernel = uname(&u) == 0 ? u.release : "unknown";
+    char date[32] = "unknown";
+    time_t t = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm)) strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    printf("# machine nproc=%ld kernel=%s weft_carriers=", sysconf(_SC_NPROCESSORS_ONLN), kernel);
+    if (carriers > 0) printf("%d", carriers);
+    else printf("unknown(%s)", strerror(-carriers));
+    printf(" weft_version=%d.%d.%d date=%s\n", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, date);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    const struct experiment *x = NULL;
+    for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
+        if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
+    if (!x) {
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro; see --help)\n", argv[1]);
+        return 2;
+    }
+
+    bench_opts o = {.sleep_ms = -1, .executor = EXEC_VIRTUAL, .spawner = SPAWN_FROM_VTHREAD};
+    bench_report rep;
+    report_init(&rep);
+    int micro_bits = 0, c;
+    long v;
+    /* getopt_long permutes from argv[1] on: skip the experiment's name */
+    while ((c = getopt_long(argc - 1, argv + 1, "n:h", LONG_OPTS, NULL)) != -1) {
+        if (c == '?') goto usage_error;
+        if (!(option_scope(c) & x->bit)) {
+            fprintf(stderr, "weft-bench: %s does not take option %s%s\n", x->name, c == 'n' ? "" : "--", opt_name(c));
+            goto usage_error;
+        }
+        int bad = 0;
+        switch (c) {
+        case 'h': usage(stdout); report_free(&rep); return 0;
+        case 'n': bad = parse_long(optarg, 1, &o.n); break;
+        case OPT_PLATFORM: o.platform = 1; break;
+        case OPT_SLEEP_MS: bad = parse_long(optarg, 0, &o.sleep_ms); break;
+        case OPT_EXECUTOR: bad = parse_executor(optarg, &o); break;
+        case OPT_SPAWNER:
+            if (strcmp(optarg, "vthread") == 0) o.spawner = SPAWN_FROM_VTHREAD;
+            else if (strcmp(optarg, "platform") == 0) o.spawner = SPAWN_FROM_PLATFORM;
+            else bad = 1;
+            break;
+        case OPT_ONLY: bad = parse_only(optarg, &micro_bits); break;
+        case OPT_ROUNDS: bad = parse_long(optarg, 1, &o.rounds); break;
+        case OPT_CARRIERS: bad = parse_long(optarg, 1, &v); o.carriers = (int)v; break;
+        case OPT_STACK_KIB: bad = parse_long(optarg, 16, &o.stack_kib); break;
+        case OPT_CAP_S: {
+            char *end;
+            o.cap_s = strtod(optarg, &end);
+            bad = end == optarg || *end || o.cap_s <= 0;
+            break;
+        }
+        case OPT_PEER_LINE:
+            if ((bad = report_add_peer_line(&rep, optarg)) == -EINVAL)
+                fprintf(stderr, "weft-bench: --peer-line needs experiment= and peer=: %s\n", optarg);
+            break;
+        case OPT_PEER_FILE:
+            if ((bad = report_add_peer_file(&rep, optarg)) < 0)
+                fprintf(stderr, "weft-bench: --peer-file %s: %s\n", optarg, strerror(-bad));
+            break;
+        }
+        if (bad) {
+            if (c != OPT_PEER_LINE && c != OPT_PEER_FILE)
+                fprintf(stderr, "weft-bench: bad value '%s' for %s%s\n", optarg, c == 'n' ? "" : "--", opt_name(c));
+            goto usage_error;
+        }
+    }
+    if (optind + 1 < argc) {
+        fprintf(stderr, "weft-bench: unexpected argument '%s'\n", argv[optind + 1]);
+        goto usage_error;
+    }
+    o.micro = micro_bits ? micro_bits : MICRO_ALL;
+
+    print_machine(weft_carriers_for(o.carriers));
+    int r = x->run(&o, &rep);
+    report_print(&rep);
+    fflush(stdout);
+    fflush(stderr);
+    if (r > 0) _exit(0); /* threads are still running: leave without waiting */
+    report_free(&rep);
+    return r < 0 ? 1 : 0;
+
+usage_error:
+    report_free(&rep);
+    fprintf(stderr, "(weft-bench --help)\n");
+    return 2;
+}

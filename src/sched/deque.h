@@ -2,13 +2,14 @@
  * A Chase-Lev work-stealing deque of vthreads (Chase & Lev 2005, with the
  * C11 orderings of Le, Pop, Cohen & Zappa Nardelli 2013).
  *
- * The owner carrier pushes and pops at the bottom (LIFO, cache-warm); thieves
- * take from the top (FIFO, the oldest work) with one CAS.  The array grows by
- * doubling; an old array may still be read by a thief, so it is retired onto
- * a list and freed only at shutdown (its size is bounded by the deque's peak).
- *
- * Owner fast path: an empty deque is detected without the seq_cst fence,
- * because top only grows: bottom <= (a stale) top implies bottom <= top.
+ * The owner carrier pushes at the bottom; thieves take from the top with one
+ * CAS.  The owner also takes from the top (weft__dq_take), not the bottom:
+ * run queues must be FIFO, or a vthread that yields in a loop, or a stream
+ * of fresh wake-ups, would starve the older entries on a carrier with no
+ * thieves.  Locality for the vthread woken last comes from the carrier's
+ * LIFO slot instead (as in Go and Tokio).  The array grows by doubling; an
+ * old array may still be read by a thief, so it is retired onto a list and
+ * freed only at shutdown (its size is bounded by the deque's peak).
  *
  * TSan does not model standalone fences, so TSan builds use seq_cst
  * operations in their place (same algorithm, same guarantees).
@@ -79,33 +80,23 @@ static inline int weft__dq_push(weft__deque *d, void *x) {
     return 0;
 }
 
-/* Owner only.  Returns an item or NULL. */
-static inline void *weft__dq_pop(weft__deque *d) {
-    int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
-    if (b <= atomic_load_explicit(&d->top, memory_order_relaxed)) return NULL;
-    b--;
-    weft__dq_array *a = atomic_load_explicit(&d->array, memory_order_relaxed);
-#ifdef WEFT_TSAN
-    atomic_exchange_explicit(&d->bottom, b, memory_order_seq_cst);
-    int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
-#else
-    atomic_store_explicit(&d->bottom, b, memory_order_relaxed);
-    atomic_thread_fence(memory_order_seq_cst);
-    int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
-#endif
-    void *x = NULL;
-    if (t <= b) {
-        x = atomic_load_explicit(&a->buf[b & a->mask], memory_order_relaxed);
-        if (t == b) {
-            if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
-                                                         memory_order_relaxed))
-                x = NULL;
-            atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
-        }
-    } else {
-        atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
+/*
+ * Owner only: takes the oldest item (FIFO), or NULL.  The owner never pops
+ * at the bottom, so the only race at the top is between takers, all of
+ * which CAS top; that is why this needs no fence, and why weft__dq_steal's
+ * fence guards nothing but the ordering of its two loads.
+ */
+static inline void *weft__dq_take(weft__deque *d) {
+    for (;;) {
+        int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
+        int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
+        if (t >= b) return NULL;
+        weft__dq_array *a = atomic_load_explicit(&d->array, memory_order_relaxed);
+        void *x = atomic_load_explicit(&a->buf[t & a->mask], memory_order_relaxed);
+        if (atomic_compare_exchange_weak_explicit(&d->top, &t, t + 1, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            return x;
     }
-    return x;
 }
 
 /* Any thread.  Returns an item, WEFT__DQ_EMPTY or WEFT__DQ_ABORT (lost a

@@ -395,8 +395,8 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
             if (unpark_claim(&t->parker, t->park_token, WEFT__PS_TIMEDOUT) == 2) batch[n++] = t;
             continue;
         }
-        /* queue latest first: the deque's owner pops the earliest first */
-        for (int i = n; i-- > 0;) {
+        /* in deadline order: the run queue is FIFO */
+        for (int i = 0; i < n; i++) {
             atomic_store_explicit(&batch[i]->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
             if ((batch[i]->flags & WEFT__F_PINNED) && batch[i]->home) {
                 mbox_push(batch[i]->home, batch[i]);
@@ -436,7 +436,7 @@ static weft_thread *pick_local(weft__carrier *c) {
         }
     }
     c->lifo_streak = 0;
-    if ((t = weft__dq_pop(&c->dq))) return t;
+    if ((t = weft__dq_take(&c->dq))) return t;
     if ((t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel))) return t;
     return inject_pop();
 }
@@ -475,7 +475,7 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
         }
         /* a busy carrier's overdue timers */
         if (now && fire_timers(c, &v->timers, now, 0)) {
-            weft_thread *t = weft__dq_pop(&c->dq);
+            weft_thread *t = weft__dq_take(&c->dq);
             if (t) return t;
         }
     }
@@ -1229,6 +1229,9 @@ int weft_init(const weft_config *cfg) {
         int e = pthread_create(&R.c[i]->thread, &a, carrier_main, R.c[i]);
         pthread_attr_destroy(&a);
         if (e) { r = -e; break; }
+        char tn[16];
+        snprintf(tn, sizeof tn, "weft-c%d", i);
+        pthread_setname_np(R.c[i]->thread, tn); /* visible in top, perf, gdb */
         started++;
     }
     if (started < n) {

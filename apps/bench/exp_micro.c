@@ -1,0 +1,470 @@
+/*
+ * exp_micro.c -- "micro": the costs of weft's basic operations.  Each
+ * benchmark starts the runtime with its own configuration (weft_init) and
+ * stops it afterwards (weft_shutdown), so they do not influence each other.
+ *
+ *   switch          1 carrier, two vthreads that each call weft_yield()
+ *                   --rounds times (5,000,000): ns_per_switch = wall / all
+ *                   yields.  Compare: peers boost-context (jump_fcontext)
+ *                   and go-gosched.
+ *   spawn-join      a vthread spawns -n (1,000,000) trivial vthreads (each
+ *                   increments an atomic) and joins them, 1000 at a time;
+ *                   the round runs twice and the second is reported
+ *                   (first_round_s: the first), as the Go peer does.
+ *   pingpong        two vthreads hand a turn to each other --rounds times
+ *                   (2,000,000) with weft_unpark / weft_park; a round trip
+ *                   is 2 switches.  The scheduler may keep both on one
+ *                   carrier (a woken vthread runs on its waker's carrier);
+ *                   cross_pct says how many hand-offs crossed carriers.
+ *   pingpong-cross  the same with the two vthreads pinned to different
+ *                   carriers (200,000 rounds): every hand-off wakes the
+ *                   other carrier.  Compare: peer go-chan.
+ *
+ * Times come from weft_now() read inside the vthreads, from the moment both
+ * parties are running to the moment the last one is done.  A carrier is
+ * identified by pthread_self(), called through a volatile pointer so that
+ * the compiler cannot reuse a value read before a blocking call (a vthread
+ * can change carriers there).
+ */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <weft.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SWITCH_DEFAULT_ROUNDS 5000000L
+#define SPAWN_JOIN_DEFAULT_N 1000000L
+#define SPAWN_JOIN_BATCH 1000
+#define PINGPONG_DEFAULT_ROUNDS 2000000L
+#define PINGPONG_CROSS_DEFAULT_ROUNDS 200000L
+#define MICRO_DEFAULT_CAP_S 120.0
+#define PLACEMENT_TRIES 100
+
+static pthread_t (*volatile carrier_id_fn)(void) = pthread_self;
+
+/* The OS thread (carrier) the caller runs on right now. */
+static uintptr_t carrier_id(void) { return (uintptr_t)carrier_id_fn(); }
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* Starts the runtime for one benchmark. */
+static int micro_init(int carriers) {
+    weft_config cfg = {.carriers = carriers};
+    int r = weft_init(&cfg);
+    if (r < 0) fprintf(stderr, "weft-bench: weft_init(carriers=%d): %s\n", carriers, strerror(-r));
+    return r;
+}
+
+/*
+ * Joins t from the main thread, giving up at the absolute weft_now() time
+ * deadline: then the run is stuck, weft_dump shows where, and the caller
+ * must leave the process without weft_shutdown.
+ */
+static int join_capped(weft_thread *t, int64_t deadline, const char *what) {
+    int64_t old = weft_deadline_set(deadline);
+    int r = weft_join(t, NULL);
+    (void)weft_deadline_set(old);
+    if (r == -ETIMEDOUT) {
+        fprintf(stderr, "weft-bench: %s did not finish within the cap; thread dump:\n", what);
+        (void)weft_dump(2, WEFT_DUMP_TEXT);
+    } else if (r < 0) {
+        fprintf(stderr, "weft-bench: weft_join (%s): %s\n", what, strerror(-r));
+    }
+    return r;
+}
+
+static int64_t cap_deadline(const bench_opts *o) {
+    double cap = o->cap_s > 0 ? o->cap_s : MICRO_DEFAULT_CAP_S;
+    return weft_now() + (int64_t)(cap * 1e9);
+}
+
+static void put_stats_delta(bench_result *r, const weft_stats *a, const weft_stats *b) {
+    br_setl(r, "carriers", (long long)b->carriers);
+    br_setl(r, "weft_switches", (long long)(b->switches - a->switches));
+    br_setl(r, "weft_steals", (long long)(b->steals - a->steals));
+}
+
+/* Spawns fn(arg) as a joinable vthread, printing the error. */
+static int spawn_or_say(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *a) {
+    int r = weft_spawn(t, fn, arg, a);
+    if (r < 0) fprintf(stderr, "weft-bench: weft_spawn (%s): %s\n", a && a->name ? a->name : "?", strerror(-r));
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* switch                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct yield_run {
+    long rounds;
+    atomic_int arrived;
+    atomic_int finished;
+    _Atomic int64_t t0;
+    int64_t t1;
+} yield_run;
+
+static void *yielder(void *arg) {
+    yield_run *y = arg;
+    atomic_fetch_add(&y->arrived, 1);
+    while (atomic_load(&y->arrived) < 2) weft_yield();
+    int64_t zero = 0;
+    atomic_compare_exchange_strong(&y->t0, &zero, weft_now());
+    for (long i = 0; i < y->rounds; i++) weft_yield();
+    if (atomic_fetch_add(&y->finished, 1) == 1) y->t1 = weft_now();
+    return NULL;
+}
+
+static int micro_switch(const bench_opts *o, bench_report *rep) {
+    int r = micro_init(1);
+    if (r < 0) return r;
+    yield_run y = {.rounds = o->rounds ? o->rounds : SWITCH_DEFAULT_ROUNDS};
+    weft_stats s0, s1;
+    cpu_usage u0, u1;
+    weft_stats_get(&s0);
+    cpu_usage_get(&u0);
+    weft_thread *a, *b;
+    weft_attr aa = {.name = "yield-a"}, ab = {.name = "yield-b"};
+    if ((r = spawn_or_say(&a, yielder, &y, &aa)) < 0) return r;
+    if ((r = spawn_or_say(&b, yielder, &y, &ab)) < 0) return r;
+    int64_t dl = cap_deadline(o);
+    if ((r = join_capped(a, dl, "switch")) < 0 || (r = join_capped(b, dl, "switch")) < 0) return r == -ETIMEDOUT ? 1 : r;
+    weft_stats_get(&s1);
+    cpu_usage_get(&u1);
+    weft_shutdown();
+
+    double wall = (double)(y.t1 - y.t0) / 1e9;
+    long switches = 2 * y.rounds;
+    bench_result res;
+    br_init(&res, "switch", "weft");
+    br_set(&res, "status", "ok");
+    br_setl(&res, "switches", switches);
+    br_setf(&res, "wall_s", 3, wall);
+    br_setf(&res, "ns_per_switch", 2, wall * 1e9 / (double)switches);
+    put_stats_delta(&res, &s0, &s1);
+    br_set_cpu(&res, &u0, &u1);
+    return report_add_weft(rep, &res);
+}
+
+/* ------------------------------------------------------------------------ */
+/* spawn-join                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sj_run {
+    long n;
+    atomic_long counter;
+    double round_s[2];
+    long round_count[2];
+    int err;          /* first weft error (-errno) */
+    const char *where;
+    weft_thread *h[SPAWN_JOIN_BATCH];
+} sj_run;
+
+static void *trivial(void *arg) {
+    atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed);
+    return NULL;
+}
+
+static void *sj_driver(void *arg) {
+    sj_run *j = arg;
+    for (int round = 0; round < 2 && !j->err; round++) {
+        atomic_store(&j->counter, 0);
+        int64_t t0 = weft_now();
+        for (long i = 0; i < j->n && !j->err; i += SPAWN_JOIN_BATCH) {
+            long m = j->n - i < SPAWN_JOIN_BATCH ? j->n - i : SPAWN_JOIN_BATCH, k = 0;
+            for (; k < m; k++) {
+                int r = weft_spawn(&j->h[k], trivial, &j->counter, NULL);
+                if (r < 0) {
+                    j->err = r;
+                    j->where = "weft_spawn";
+                    break;
+                }
+            }
+            for (long q = 0; q < k; q++) {
+                int r = weft_join(j->h[q], NULL);
+                if (r < 0 && !j->err) {
+                    j->err = r;
+                    j->where = "weft_join";
+                }
+            }
+        }
+        j->round_s[round] = (double)(weft_now() - t0) / 1e9;
+        j->round_count[round] = atomic_load(&j->counter);
+    }
+    return NULL;
+}
+
+static int micro_spawn_join(const bench_opts *o, bench_report *rep) {
+    int r = micro_init(o->carriers);
+    if (r < 0) return r;
+    sj_run *j = calloc(1, sizeof *j);
+    if (!j) return -ENOMEM;
+    j->n = o->n ? o->n : SPAWN_JOIN_DEFAULT_N;
+    weft_stats s0, s1;
+    cpu_usage u0, u1;
+    weft_stats_get(&s0);
+    cpu_usage_get(&u0);
+    weft_thread *d;
+    weft_attr ad = {.name = "spawn-join"};
+    if ((r = spawn_or_say(&d, sj_driver, j, &ad)) < 0) {
+        free(j);
+        return r;
+    }
+    if ((r = join_capped(d, cap_deadline(o), "spawn-join")) < 0) return r == -ETIMEDOUT ? 1 : r;
+    weft_stats_get(&s1);
+    cpu_usage_get(&u1);
+    weft_shutdown();
+
+    bench_result res;
+    br_init(&res, "spawn-join", "weft");
+    int counted = j->round_count[0] == j->n && j->round_count[1] == j->n;
+    br_set(&res, "status", "%s", j->err ? "failed" : counted ? "ok" : "wrong_count");
+    br_setl(&res, "n", j->n);
+    br_setf(&res, "wall_s", 3, j->round_s[1]);
+    br_setf(&res, "ns_per_task", 0, j->round_s[1] * 1e9 / (double)j->n);
+    br_setf(&res, "first_round_s", 3, j->round_s[0]);
+    br_setl(&res, "batch", SPAWN_JOIN_BATCH);
+    put_stats_delta(&res, &s0, &s1);
+    br_set_cpu(&res, &u0, &u1);
+    if (j->err) {
+        char e[32];
+        br_set(&res, "stopped_by", "%s", errno_name(j->err, e, sizeof e));
+        fprintf(stderr, "weft-bench: spawn-join: %s failed: %s\n", j->where, strerror(-j->err));
+    }
+    if (!counted) {
+        br_setl(&res, "counted", j->round_count[1]);
+        if (!j->err)
+            fprintf(stderr, "weft-bench: BUG? spawn-join counted %ld and %ld tasks, expected %ld each round\n",
+                    j->round_count[0], j->round_count[1], j->n);
+    }
+    free(j);
+    return report_add_weft(rep, &res);
+}
+
+/* ------------------------------------------------------------------------ */
+/* pingpong and pingpong-cross                                               */
+/* ------------------------------------------------------------------------ */
+
+enum { GO_WAIT = 0, GO_RUN = 1, GO_ABORT = 2 };
+
+typedef struct pp_run pp_run;
+
+/* What each party's vthread gets: the run and which party it is. */
+typedef struct pp_party_arg {
+    pp_run *p;
+    int me;
+} pp_party_arg;
+
+struct pp_run {
+    long rounds;
+    int pinned;                   /* the cross variant: hold carriers apart */
+    weft_thread *party[2];        /* A = 0, B = 1; written before go */
+    atomic_int go;                /* GO_* */
+    atomic_int turn;              /* whose turn it is: 0 or 1 */
+    _Atomic uintptr_t passer;     /* carrier of the last party to pass the turn */
+    _Atomic uintptr_t home[2];    /* carrier each party started on; 0 = not yet */
+    long cross[2];                /* hand-offs received from another carrier */
+    long moved[2];                /* turns taken on a carrier other than home */
+    int err[2];                   /* weft_park failure (-errno) */
+    int64_t t0, t1;
+    pp_party_arg arg[2];
+};
+
+/* Waits until it is me's turn; weft_park may return spuriously. */
+static int wait_turn(pp_run *p, int me) {
+    while (atomic_load_explicit(&p->turn, memory_order_acquire) != me) {
+        int r = weft_park(0);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static int take_turn(pp_run *p, int me) {
+    int r = wait_turn(p, me);
+    if (r < 0) return r;
+    uintptr_t here = carrier_id();
+    if (atomic_load_explicit(&p->passer, memory_order_relaxed) != here) p->cross[me]++;
+    if (here != atomic_load_explicit(&p->home[me], memory_order_relaxed)) p->moved[me]++;
+    return 0;
+}
+
+static int pass_turn(pp_run *p, int me) {
+    atomic_store_explicit(&p->passer, carrier_id(), memory_order_relaxed);
+    atomic_store_explicit(&p->turn, 1 - me, memory_order_release);
+    return weft_unpark(p->party[1 - me]);
+}
+
+static void *pp_party(void *arg) {
+    pp_run *p = ((pp_party_arg *)arg)->p;
+    int me = ((pp_party_arg *)arg)->me;
+    atomic_store(&p->home[me], carrier_id());
+    /* Until the start, A in the cross variant keeps its carrier busy, so that
+     * B can only start on another one; everyone else lets its carrier work. */
+    while (atomic_load(&p->go) == GO_WAIT) {
+        if (p->pinned && me == 0) cpu_relax();
+        else weft_yield();
+    }
+    if (atomic_load(&p->go) == GO_ABORT) return NULL;
+    if (me == 0) {
+        atomic_store(&p->passer, carrier_id());
+        p->t0 = weft_now();
+    }
+    int r = 0;
+    for (long i = 0; i < p->rounds && r == 0; i++) {
+        r = take_turn(p, me);
+        if (r == 0) r = pass_turn(p, me);
+    }
+    /* A waits for B's last pass: then every switch is done, and B has
+     * stopped touching A's handle once the main thread has joined B. */
+    if (me == 0 && r == 0) {
+        r = wait_turn(p, 0);
+        p->t1 = weft_now();
+    }
+    p->err[me] = r;
+    if (r < 0) { /* let the other party end too */
+        atomic_store(&p->turn, 1 - me);
+        (void)weft_unpark(p->party[1 - me]);
+    }
+    return NULL;
+}
+
+/* Waits (on the main thread) until *v is non-zero; 0 or -ETIMEDOUT. */
+static int wait_nonzero(_Atomic uintptr_t *v, double secs) {
+    double t0 = now_s();
+    while (atomic_load(v) == 0) {
+        if (now_s() - t0 > secs) return -ETIMEDOUT;
+        sleep_ns_os(10 * 1000);
+    }
+    return 0;
+}
+
+/*
+ * Starts both parties.  For the cross variant, A is pinned first; while it
+ * spins on its carrier, B (pinned) can only start on another; if it still
+ * lands on A's carrier, both are told to quit and it is tried again.
+ * Returns the attempts used (>= 1), or a negative errno.
+ */
+static int pp_start(pp_run *p) {
+    weft_attr attr[2] = {{.name = "ping", .pinned = p->pinned}, {.name = "pong", .pinned = p->pinned}};
+    for (int attempt = 1; attempt <= PLACEMENT_TRIES; attempt++) {
+        atomic_store(&p->go, GO_WAIT);
+        atomic_store(&p->home[0], 0);
+        atomic_store(&p->home[1], 0);
+        int r = spawn_or_say(&p->party[0], pp_party, &p->arg[0], &attr[0]);
+        if (r < 0) return r;
+        if (p->pinned && wait_nonzero(&p->home[0], 5.0) < 0) {
+            fprintf(stderr, "weft-bench: pingpong: the first party did not start within 5 s\n");
+            return -ETIMEDOUT;
+        }
+        r = spawn_or_say(&p->party[1], pp_party, &p->arg[1], &attr[1]);
+        if (r < 0) return r;
+        if (!p->pinned) {
+            atomic_store(&p->go, GO_RUN);
+            return attempt;
+        }
+        if (wait_nonzero(&p->home[1], 5.0) < 0) {
+            fprintf(stderr, "weft-bench: pingpong-cross: the second party did not start within 5 s "
+                            "(the first one holds its carrier; are there 2 carriers?)\n");
+            return -ETIMEDOUT;
+        }
+        if (atomic_load(&p->home[0]) != atomic_load(&p->home[1])) {
+            atomic_store(&p->go, GO_RUN);
+            return attempt;
+        }
+        atomic_store(&p->go, GO_ABORT);
+        int64_t dl = weft_now() + 5000000000LL;
+        if ((r = join_capped(p->party[0], dl, "pingpong-cross placement")) < 0 ||
+            (r = join_capped(p->party[1], dl, "pingpong-cross placement")) < 0)
+            return r;
+    }
+    fprintf(stderr, "weft-bench: pingpong-cross: the two pinned vthreads landed on the same carrier %d times\n",
+            PLACEMENT_TRIES);
+    return -EAGAIN;
+}
+
+static int micro_pingpong(const bench_opts *o, bench_report *rep, int cross) {
+    const char *name = cross ? "pingpong-cross" : "pingpong";
+    int r = micro_init(o->carriers);
+    if (r < 0) return r;
+    weft_stats s0, s1;
+    weft_stats_get(&s0);
+    bench_result res;
+    br_init(&res, name, "weft");
+    if (cross && s0.carriers < 2) {
+        weft_shutdown();
+        br_set(&res, "status", "skipped");
+        br_set(&res, "reason", "needs_2_carriers");
+        br_setl(&res, "carriers", (long long)s0.carriers);
+        return report_add_weft(rep, &res);
+    }
+    pp_run *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->rounds = o->rounds ? o->rounds : cross ? PINGPONG_CROSS_DEFAULT_ROUNDS : PINGPONG_DEFAULT_ROUNDS;
+    p->pinned = cross;
+    p->arg[0] = (pp_party_arg){p, 0};
+    p->arg[1] = (pp_party_arg){p, 1};
+    cpu_usage u0, u1;
+    cpu_usage_get(&u0);
+    int attempts = pp_start(p);
+    if (attempts < 0) return attempts == -ETIMEDOUT ? 1 : attempts; /* parties may be stuck: leave */
+    int64_t dl = cap_deadline(o);
+    if ((r = join_capped(p->party[1], dl, name)) < 0 || (r = join_capped(p->party[0], dl, name)) < 0)
+        return r == -ETIMEDOUT ? 1 : r;
+    weft_stats_get(&s1);
+    cpu_usage_get(&u1);
+    weft_shutdown();
+
+    double wall = (double)(p->t1 - p->t0) / 1e9;
+    long switches = 2 * p->rounds;
+    int err = p->err[0] ? p->err[0] : p->err[1];
+    long moved = p->moved[0] + p->moved[1];
+    const char *status = err ? "failed" : cross && moved ? "pin_violated" : "ok";
+    br_set(&res, "status", "%s", status);
+    br_setl(&res, "switches", switches);
+    br_setf(&res, "wall_s", 3, wall);
+    br_setf(&res, "ns_per_switch", 1, wall * 1e9 / (double)switches);
+    br_setf(&res, "cross_pct", 1, 100.0 * (double)(p->cross[0] + p->cross[1]) / (double)switches);
+    if (cross) {
+        br_setl(&res, "pinned_moves", moved);
+        br_setl(&res, "attempts", attempts);
+    }
+    put_stats_delta(&res, &s0, &s1);
+    br_set_cpu(&res, &u0, &u1);
+    if (err) {
+        char e[32];
+        br_set(&res, "stopped_by", "%s", errno_name(err, e, sizeof e));
+        fprintf(stderr, "weft-bench: %s: weft_park failed: %s\n", name, strerror(-err));
+    }
+    if (cross && moved)
+        fprintf(stderr, "weft-bench: BUG? pinned vthreads took %ld turns away from their first carrier\n", moved);
+    free(p);
+    return report_add_weft(rep, &res);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int exp_micro(const bench_opts *o, bench_report *rep) {
+    static const struct {
+        int bit;
+        int (*run)(const bench_opts *, bench_report *);
+    } order[] = {
+        {MICRO_SWITCH, micro_switch},
+        {MICRO_SPAWN_JOIN, micro_spawn_join},
+    };
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        if (!(o->micro & order[i].bit)) continue;
+        int r = order[i].run(o, rep);
+        if (r != 0) return r;
+    }
+    for (int cross = 0; cross < 2; cross++) {
+        if (!(o->micro & (cross ? MICRO_PINGPONG_CROSS : MICRO_PINGPONG))) continue;
+        int r = micro_pingpong(o, rep, cross);
+        if (r != 0) return r;
+    }
+    return 0;
+}
