@@ -12,7 +12,9 @@
 #                (N = weft-bench's -n, default 1000000)
 #   sleep-tasks  sleep-tasks go N, sleep-tasks java25-virtual N (N = -n, default 100000)
 #   micro        switch boost-context, switch go-gosched, switch go-chan,
-#                spawn-join go N, spawn-join java25-virtual N (N = -n, default 1000000);
+#                spawn-join go N, spawn-join java25-virtual N (N = -n, default 1000000),
+#                and for pingpong-cross also switch c-pthread-futex 200000 nopin (two
+#                pthreads waking each other across cores: the same kind of hand-off);
 #                with --only, just the peers of the chosen benchmarks
 #
 # Environment:
@@ -29,11 +31,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 peers_dir=${WEFT_PEERS:-$here/../../shared/peers}
+peers_dir=$(cd "$peers_dir" 2>/dev/null && pwd) || { echo "compare.sh: no peers directory ${WEFT_PEERS:-$here/../../shared/peers}" >&2; exit 2; }
 run=$peers_dir/runtime/run.sh
 bench=${WEFT_BENCH:-$repo/build/apps/bench/weft-bench}
 quiet_wait=${QUIET_WAIT_S:-10}
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 1 && $1 != -h && $1 != --help ]] || usage
 exp=$1
 shift
@@ -73,6 +76,7 @@ case $exp in
     N=${n:-1000000}
     if wants switch; then jobs+=("switch boost-context" "switch go-gosched"); fi
     if wants switch || wants pingpong || wants pingpong-cross; then jobs+=("switch go-chan"); fi
+    if wants pingpong-cross; then jobs+=("switch c-pthread-futex 200000 nopin"); fi
     if wants spawn-join; then jobs+=("spawn-join go $N" "spawn-join java25-virtual $N"); fi ;;
   *)
     echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro)" >&2
@@ -118,7 +122,7 @@ for j in "${jobs[@]+"${jobs[@]}"}"; do
 done
 
 wait_quiet
-echo "# $bench $exp $*"
+echo "# $bench $exp${*:+ $*}"
 rc=0
 "$bench" "$exp" --peer-file "$lines" "$@" || rc=$?
 exit $rc

@@ -17,7 +17,7 @@
  *                   carrier (a woken vthread runs on its waker's carrier);
  *                   cross_pct says how many hand-offs crossed carriers.
  *   pingpong-cross  the same with the two vthreads pinned to different
- *                   carriers (200,000 rounds): every hand-off wakes the
+ *                   carriers (100,000 rounds): every hand-off wakes the
  *                   other carrier.  Compare: peer go-chan.
  *
  * Times come from weft_now() read inside the vthreads, from the moment both
@@ -42,7 +42,7 @@
 #define SPAWN_JOIN_DEFAULT_N 1000000L
 #define SPAWN_JOIN_BATCH 1000
 #define PINGPONG_DEFAULT_ROUNDS 2000000L
-#define PINGPONG_CROSS_DEFAULT_ROUNDS 200000L
+#define PINGPONG_CROSS_DEFAULT_ROUNDS 100000L
 #define MICRO_DEFAULT_CAP_S 120.0
 #define PLACEMENT_TRIES 100
 
@@ -265,6 +265,7 @@ struct pp_run {
     int pinned;                   /* the cross variant: hold carriers apart */
     weft_thread *party[2];        /* A = 0, B = 1; written before go */
     atomic_int go;                /* GO_* */
+    atomic_int quiesced;          /* parties done with each other's handle */
     atomic_int turn;              /* whose turn it is: 0 or 1 */
     _Atomic uintptr_t passer;     /* carrier of the last party to pass the turn */
     _Atomic uintptr_t home[2];    /* carrier each party started on; 0 = not yet */
@@ -309,7 +310,10 @@ static void *pp_party(void *arg) {
         if (p->pinned && me == 0) cpu_relax();
         else weft_yield();
     }
-    if (atomic_load(&p->go) == GO_ABORT) return NULL;
+    if (atomic_load(&p->go) == GO_ABORT) {
+        atomic_fetch_add(&p->quiesced, 1);
+        return NULL;
+    }
     if (me == 0) {
         atomic_store(&p->passer, carrier_id());
         p->t0 = weft_now();
@@ -319,8 +323,7 @@ static void *pp_party(void *arg) {
         r = take_turn(p, me);
         if (r == 0) r = pass_turn(p, me);
     }
-    /* A waits for B's last pass: then every switch is done, and B has
-     * stopped touching A's handle once the main thread has joined B. */
+    /* A waits for B's last pass: then every switch is done. */
     if (me == 0 && r == 0) {
         r = wait_turn(p, 0);
         p->t1 = weft_now();
@@ -330,7 +333,31 @@ static void *pp_party(void *arg) {
         atomic_store(&p->turn, 1 - me);
         (void)weft_unpark(p->party[1 - me]);
     }
+    /* From here on this party does not touch the other's handle.  A party can
+     * finish while the other is still inside weft_unpark(its handle), so the
+     * main thread joins only after both have said so (pp_join). */
+    atomic_fetch_add(&p->quiesced, 1);
     return NULL;
+}
+
+/*
+ * Waits until both parties are done with each other's handles (polling every
+ * millisecond: the times are taken inside the vthreads), then joins them.
+ * 0, 1 when the cap passed (the caller must leave: the runtime is stuck), or a
+ * negative errno.
+ */
+static int pp_join(pp_run *p, int64_t deadline, const char *what) {
+    while (atomic_load(&p->quiesced) < 2) {
+        if (weft_now() > deadline) {
+            fprintf(stderr, "weft-bench: %s did not finish within the cap; thread dump:\n", what);
+            (void)weft_dump(2, WEFT_DUMP_TEXT);
+            return 1;
+        }
+        sleep_ns_os(1000 * 1000);
+    }
+    int r = join_capped(p->party[0], deadline, what);
+    if (r == 0) r = join_capped(p->party[1], deadline, what);
+    return r == -ETIMEDOUT ? 1 : r;
 }
 
 /* Waits (on the main thread) until *v is non-zero; 0 or -ETIMEDOUT. */
@@ -353,6 +380,7 @@ static int pp_start(pp_run *p) {
     weft_attr attr[2] = {{.name = "ping", .pinned = p->pinned}, {.name = "pong", .pinned = p->pinned}};
     for (int attempt = 1; attempt <= PLACEMENT_TRIES; attempt++) {
         atomic_store(&p->go, GO_WAIT);
+        atomic_store(&p->quiesced, 0);
         atomic_store(&p->home[0], 0);
         atomic_store(&p->home[1], 0);
         int r = spawn_or_say(&p->party[0], pp_party, &p->arg[0], &attr[0]);
@@ -377,10 +405,8 @@ static int pp_start(pp_run *p) {
             return attempt;
         }
         atomic_store(&p->go, GO_ABORT);
-        int64_t dl = weft_now() + 5000000000LL;
-        if ((r = join_capped(p->party[0], dl, "pingpong-cross placement")) < 0 ||
-            (r = join_capped(p->party[1], dl, "pingpong-cross placement")) < 0)
-            return r;
+        if ((r = pp_join(p, weft_now() + 5000000000LL, "pingpong-cross placement")) != 0)
+            return r > 0 ? -ETIMEDOUT : r;
     }
     fprintf(stderr, "weft-bench: pingpong-cross: the two pinned vthreads landed on the same carrier %d times\n",
             PLACEMENT_TRIES);
@@ -413,8 +439,7 @@ static int micro_pingpong(const bench_opts *o, bench_report *rep, int cross) {
     int attempts = pp_start(p);
     if (attempts < 0) return attempts == -ETIMEDOUT ? 1 : attempts; /* parties may be stuck: leave */
     int64_t dl = cap_deadline(o);
-    if ((r = join_capped(p->party[1], dl, name)) < 0 || (r = join_capped(p->party[0], dl, name)) < 0)
-        return r == -ETIMEDOUT ? 1 : r;
+    if ((r = pp_join(p, dl, name)) != 0) return r;
     weft_stats_get(&s1);
     cpu_usage_get(&u1);
     weft_shutdown();

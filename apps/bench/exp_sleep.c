@@ -295,23 +295,24 @@ static void *pool_worker(void *arg) {
 static int sleep_pool(const bench_opts *o, sleep_run *s, bench_result *res) {
     static pool p; /* static: workers may outlive this call (timeout) */
     long k = o->pool_threads;
+    int r = pt_done_init(&p.done, s);
+    if (r < 0) return r;
+    int e = pthread_mutex_init(&p.mu, NULL);
+    if (!e) e = pthread_cond_init(&p.nonempty, NULL);
+    if (e) {
+        fprintf(stderr, "weft-bench: pthread setup: %s\n", strerror(e));
+        return -e;
+    }
+    pthread_attr_t attr;
+    if ((r = pt_attr(&attr, 0)) < 0) return r;
     pthread_t *w = calloc((size_t)k, sizeof *w);
     p.q = malloc((size_t)s->n * sizeof *p.q);
     if (!w || !p.q) {
         free(w);
         free(p.q);
+        pthread_attr_destroy(&attr);
         fprintf(stderr, "weft-bench: out of memory for the pool\n");
         return -ENOMEM;
-    }
-    pthread_attr_t attr;
-    int r = pt_done_init(&p.done, s);
-    int e = r < 0 ? 0 : pthread_mutex_init(&p.mu, NULL);
-    if (!e && r == 0) e = pthread_cond_init(&p.nonempty, NULL);
-    if (e) r = -e;
-    if (r < 0 || (r = pt_attr(&attr, 0)) < 0) {
-        free(w);
-        free(p.q);
-        return r;
     }
     s->t0 = now_s();
     long started = 0;

@@ -121,7 +121,7 @@ static void usage(FILE *f) {
           "               switch: 2 vthreads yield R (5000000) times each on 1 carrier;\n"
           "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
           "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
-          "               pingpong-cross: the same pinned to 2 carriers, R (200000) round trips\n"
+          "               pingpong-cross: the same pinned to 2 carriers, R (100000) round trips\n"
           "\n"
           "common options:\n"
           "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
@@ -260,6 +260,14 @@ int main(int argc, char **argv) {
 
     print_machine(weft_carriers_for(o.carriers));
     int r = x->run(&o, &rep);
+    if (r < 0) { /* the reason is on stderr; scripts still get a line */
+        bench_result err;
+        char e[32];
+        br_init(&err, x->name, "weft");
+        br_set(&err, "status", "error");
+        br_set(&err, "err", "%s", errno_name(r, e, sizeof e));
+        br_print(&err);
+    }
     report_print(&rep);
     fflush(stdout);
     fflush(stderr);

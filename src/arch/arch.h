@@ -17,13 +17,14 @@
  * Saves the callee-saved registers, MXCSR and the x87 control word on the
  * current stack, stores the stack pointer in *save_sp, loads to_sp and
  * restores the same from there.  Returns when something switches back to
- * *save_sp.  A context made by weft__ctx_make starts in entry(arg).
+ * *save_sp, with the `arg` that switcher passed.  A context made by
+ * weft__ctx_make starts in entry(arg, switch_arg).
  */
-void weft__ctx_switch(void **save_sp, void *to_sp);
+void *weft__ctx_switch(void **save_sp, void *to_sp, void *arg);
 
-/* Prepares a fresh context on [lo, hi): the first switch to the returned
- * stack pointer calls entry(arg), which must never return. */
-void *weft__ctx_make(void *hi, void (*entry)(void *), void *arg);
+/* Prepares a fresh context below hi: the first switch to the returned stack
+ * pointer calls entry(arg, switch_arg), which must never return. */
+void *weft__ctx_make(void *hi, void (*entry)(void *, void *), void *arg);
 
 /* ---- stacks (stack.c) --------------------------------------------------- */
 

@@ -8,7 +8,7 @@
 
 void weft__ctx_trampoline(void);
 
-void *weft__ctx_make(void *hi, void (*entry)(void *), void *arg) {
+void *weft__ctx_make(void *hi, void (*entry)(void *, void *), void *arg) {
     /* The trampoline is entered by `ret`, with rsp 16-byte aligned, so that
      * its `call` gives entry the ABI's alignment. */
     uintptr_t top = ((uintptr_t)hi & ~(uintptr_t)15) - 16;

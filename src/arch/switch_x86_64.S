@@ -15,7 +15,10 @@
  */
     .text
 
-/* void weft__ctx_switch(void **save_sp, void *to_sp) */
+/* void *weft__ctx_switch(void **save_sp, void *to_sp, void *arg)
+ * arg comes out as the return value of the switch that resumes in the
+ * target (or as entry's second argument in a fresh context): the scheduler
+ * passes the carrier along, so the resumed side need not look it up. */
     .globl  weft__ctx_switch
     .type   weft__ctx_switch, @function
     .p2align 4
@@ -32,6 +35,7 @@ weft__ctx_switch:
     fnstcw  4(%rsp)
     movq    %rsp, (%rdi)
     movq    %rsi, %rsp
+    movq    %rdx, %rax
     ldmxcsr (%rsp)
     fldcw   4(%rsp)
     addq    $8, %rsp
@@ -41,13 +45,18 @@ weft__ctx_switch:
     popq    %r12
     popq    %rbx
     popq    %rbp
+    /* ret, not pop + jmp: the scheduler switches from one call site
+     * (switch_out), so the return-stack predictor's guess -- the caller on
+     * the old stack -- is the right address on the new one too, and the
+     * call/ret pairs stay balanced */
     ret
     .cfi_endproc
     .size   weft__ctx_switch, .-weft__ctx_switch
 
 /*
  * First code a new context runs: entry and its argument were placed in r12
- * and r13 by weft__ctx_make; rbp is 0 so that stack walks end here.
+ * and r13 by weft__ctx_make; the switch's arg is in rax.  Calls
+ * entry(arg, switch_arg).  rbp is 0 so that stack walks end here.
  */
     .globl  weft__ctx_trampoline
     .type   weft__ctx_trampoline, @function
@@ -56,6 +65,7 @@ weft__ctx_trampoline:
     .cfi_startproc
     .cfi_undefined rip
     movq    %r13, %rdi
+    movq    %rax, %rsi
     callq   *%r12
     ud2
     .cfi_endproc

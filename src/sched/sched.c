@@ -66,8 +66,7 @@
 
 #define LIFO_CAP 3
 #define SPIN_ROUNDS 64
-#define INJECT_EVERY 61
-#define TIMER_EVERY 16
+#define SLOW_EVERY 16
 #define LIVE_FLUSH 32
 #define ID_BLOCK 1024
 #define ALTSTACK_SIZE (64 * 1024)
@@ -80,8 +79,10 @@ struct weft__carrier {
     void *sched_sp;
     int pending_op;
     weft_thread *pending;
-    uint32_t tick;
+    uint32_t slow_countdown;
+    uint32_t slow_turn;
     uint32_t lifo_streak;
+    weft_thread *yq_head, *yq_tail; /* yielded vthreads: owner-only FIFO */
     uint64_t rng;
     int index;
     int spinning;
@@ -141,6 +142,10 @@ __attribute__((noinline)) weft__carrier *weft__carrier_self(void) {
     __asm__ volatile("" : "+r"(c)); /* opaque: never cached across a switch */
     return c;
 }
+
+/* The same, inlined: only for a function that reads it once, before any
+ * switch, and never uses it after one. */
+static inline weft__carrier *carrier_here(void) { return tls_carrier; }
 
 weft_thread *weft__self(void) {
     weft__carrier *c = weft__carrier_self();
@@ -296,8 +301,7 @@ static void inject_push(weft_thread *t) {
     pthread_mutex_unlock(&R.inj_lock);
 }
 
-static weft_thread *inject_pop(void) {
-    if (atomic_load_explicit(&R.inj_n, memory_order_relaxed) <= 0) return NULL;
+static weft_thread *inject_pop_locked(void) {
     pthread_mutex_lock(&R.inj_lock);
     weft_thread *t = R.inj_head;
     if (t) {
@@ -307,6 +311,11 @@ static weft_thread *inject_pop(void) {
     }
     pthread_mutex_unlock(&R.inj_lock);
     return t;
+}
+
+static inline weft_thread *inject_pop(void) {
+    if (atomic_load_explicit(&R.inj_n, memory_order_relaxed) <= 0) return NULL;
+    return inject_pop_locked();
 }
 
 static void mbox_push(weft__carrier *c, weft_thread *t) {
@@ -319,8 +328,7 @@ static void mbox_push(weft__carrier *c, weft_thread *t) {
     pthread_mutex_unlock(&c->mbox_lock);
 }
 
-static weft_thread *mbox_pop(weft__carrier *c) {
-    if (atomic_load_explicit(&c->mbox_n, memory_order_relaxed) <= 0) return NULL;
+static weft_thread *mbox_pop_locked(weft__carrier *c) {
     pthread_mutex_lock(&c->mbox_lock);
     weft_thread *t = c->mbox_head;
     if (t) {
@@ -332,7 +340,12 @@ static weft_thread *mbox_pop(weft__carrier *c) {
     return t;
 }
 
-static void dq_push_or_die(weft__carrier *c, weft_thread *t) {
+static inline weft_thread *mbox_pop(weft__carrier *c) {
+    if (atomic_load_explicit(&c->mbox_n, memory_order_relaxed) <= 0) return NULL;
+    return mbox_pop_locked(c);
+}
+
+static inline __attribute__((always_inline)) void dq_push_or_die(weft__carrier *c, weft_thread *t) {
     if (weft__dq_push(&c->dq, t) != 0) weft__fatal("out of memory growing a run queue");
 }
 
@@ -418,13 +431,27 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
 /* picking work                                                              */
 /* ------------------------------------------------------------------------ */
 
-static weft_thread *pick_local(weft__carrier *c) {
-    weft_thread *t;
-    uint32_t tick = ++c->tick;
-    if (tick % INJECT_EVERY == 0 && (t = inject_pop())) return t;
-    if (tick % TIMER_EVERY == 0 &&
-        atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX)
+static inline weft_thread *yield_pop(weft__carrier *c);
+
+/* The checks pick_local makes only every SLOW_EVERY picks: due timers, and
+ * -- in turn -- the injection queue and the yield queue first, so that
+ * neither starves behind a busy deque or LIFO slot. */
+static weft_thread *pick_slow(weft__carrier *c) {
+    weft_thread *t = NULL;
+    if (atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX)
         fire_timers(c, &c->timers, weft_now(), 1);
+    uint32_t turn = ++c->slow_turn;
+    if (turn % 4 == 0) t = inject_pop();
+    else if (turn % 4 == 2) t = yield_pop(c);
+    return t;
+}
+
+static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carrier *c) {
+    weft_thread *t;
+    if (__builtin_expect(--c->slow_countdown == 0, 0)) {
+        c->slow_countdown = SLOW_EVERY;
+        if ((t = pick_slow(c))) return t;
+    }
     if ((t = mbox_pop(c))) return t;
     if (atomic_load_explicit(&c->lifo, memory_order_relaxed)) {
         if (c->lifo_streak < LIFO_CAP || weft__dq_size(&c->dq) <= 0) {
@@ -437,7 +464,10 @@ static weft_thread *pick_local(weft__carrier *c) {
     }
     c->lifo_streak = 0;
     if ((t = weft__dq_take(&c->dq))) return t;
-    if ((t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel))) return t;
+    if (atomic_load_explicit(&c->lifo, memory_order_relaxed) &&
+        (t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel)))
+        return t;
+    if ((t = yield_pop(c))) return t;
     return inject_pop();
 }
 
@@ -553,6 +583,50 @@ static weft_thread *find_work(weft__carrier *c) {
 
 static void exit_finish(weft__carrier *c, weft_thread *t);
 
+/*
+ * A yielded vthread goes to the carrier's private FIFO: no atomic operation
+ * on the yield path.  Private means thieves cannot see it, so as soon as
+ * some carrier idles, the whole private queue moves to the deque (where it
+ * can be stolen) and a sleeper is woken.  Pinned vthreads can always stay.
+ */
+static inline void yq_append(weft__carrier *c, weft_thread *t) {
+    atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
+    t->next = NULL;
+    if (c->yq_tail) c->yq_tail->next = t;
+    else c->yq_head = t;
+    c->yq_tail = t;
+}
+
+static void yield_enqueue(weft__carrier *c, weft_thread *t) {
+    yq_append(c, t);
+    if (atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0) {
+        weft_thread *keep = NULL, *keep_tail = NULL;
+        for (weft_thread *x = c->yq_head, *nx; x; x = nx) {
+            nx = x->next;
+            if (x->flags & WEFT__F_PINNED) {
+                x->next = NULL;
+                if (keep_tail) keep_tail->next = x;
+                else keep = x;
+                keep_tail = x;
+            } else {
+                dq_push_or_die(c, x);
+            }
+        }
+        c->yq_head = keep;
+        c->yq_tail = keep_tail;
+        wake_if_needed();
+    }
+}
+
+static inline weft_thread *yield_pop(weft__carrier *c) {
+    weft_thread *t = c->yq_head;
+    if (t) {
+        c->yq_head = t->next;
+        if (!c->yq_head) c->yq_tail = NULL;
+    }
+    return t;
+}
+
 static void finish_pending(weft__carrier *c) {
     int op = c->pending_op;
     if (op == OP_NONE) return;
@@ -561,7 +635,7 @@ static void finish_pending(weft__carrier *c) {
     c->pending = NULL;
     switch (op) {
     case OP_YIELD:
-        enqueue_local(c, t);
+        yield_enqueue(c, t);
         break;
     case OP_PARK: {
         uint64_t tok = t->park_token;
@@ -597,23 +671,20 @@ static inline void enter(weft__carrier *c, weft_thread *next) {
     bump(&c->n_switches);
 }
 
-/* Called by every vthread right after it is switched back in. */
-static inline void resumed(weft_thread *self) {
+/* Called by every vthread right after it is switched back in; c is the
+ * carrier that switched to it (the switch's arg). */
+static inline void resumed(weft_thread *self, weft__carrier *c) {
 #ifdef WEFT_ASAN
     __sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
 #endif
     (void)self;
-    finish_pending(weft__carrier_self());
+    finish_pending(c);
 }
 
-/* Leaves the CPU with `op` for the next context to finish.  Returns when
- * the vthread is resumed (never for OP_EXIT).  For OP_YIELD with nothing else
- * to run it returns at once. */
-static void switch_out(weft_thread *self, int op) {
-    weft__carrier *c = weft__carrier_self();
+/* Switches from vthread self to next (NULL: the sched context), leaving
+ * `op` for the next context to finish.  Returns when self is resumed. */
+static void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
     check_canary(self);
-    weft_thread *next = pick_local(c);
-    if (!next && op == OP_YIELD) return;
     c->pending_op = op;
     c->pending = self;
     void *to_sp;
@@ -645,8 +716,14 @@ static void switch_out(weft_thread *self, int op) {
 #ifdef WEFT_ASAN
     __sanitizer_start_switch_fiber(op == OP_EXIT ? NULL : &self->asan_fake, bottom, size);
 #endif
-    weft__ctx_switch(&self->sp, to_sp);
-    resumed(self);
+    c = weft__ctx_switch(&self->sp, to_sp, c);
+    resumed(self, c);
+}
+
+/* Leaves the CPU to park or exit: runs the next local vthread, or the
+ * sched context when there is none. */
+static void switch_out(weft__carrier *c, weft_thread *self, int op) {
+    switch_to(c, self, pick_local(c), op);
 }
 
 /* Runs t from the sched context of c until it switches back there. */
@@ -658,7 +735,7 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_TSAN
     __tsan_switch_to_fiber(t->tsan_fiber, 0);
 #endif
-    weft__ctx_switch(&c->sched_sp, t->sp);
+    weft__ctx_switch(&c->sched_sp, t->sp, c);
 #ifdef WEFT_ASAN
     __sanitizer_finish_switch_fiber(c->asan_fake, NULL, NULL);
 #endif
@@ -780,7 +857,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_since, now, memory_order_relaxed);
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
-    while (atomic_load(&p->word) == token) switch_out(self, OP_PARK);
+    while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
     if (h) {
         /* the heap it went into, whichever carrier we are on now */
         h = &R.c[self->timer.carrier]->timers;
@@ -801,11 +878,11 @@ static void join_lock(weft_thread *t);
 static void join_unlock(weft_thread *t);
 #define JOIN_LOCK 0x100
 
-static void vthread_start(void *arg) {
+static void vthread_start(void *arg, void *carrier) {
     weft_thread *self = arg;
-    resumed(self);
+    resumed(self, carrier);
     self->result = self->fn(self->arg);
-    switch_out(self, OP_EXIT);
+    switch_out(weft__carrier_self(), self, OP_EXIT);
     __builtin_unreachable();
 }
 
@@ -893,7 +970,10 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     s->seq_base = 0;
     atomic_store_explicit(&t->parker.word, w, memory_order_relaxed);
     t->parker.vt = t;
-    t->sp = weft__ctx_make((char *)t, vthread_start, t);
+    /* Stagger where stacks start within their page: two vthreads switching
+     * on one carrier would otherwise push and pop at the same page offsets
+     * and stall on 4K store-to-load aliasing. */
+    t->sp = weft__ctx_make((char *)t - (((uintptr_t)t >> 12) & 7) * 64, vthread_start, t);
     t->next = NULL;
     t->carrier = NULL;
     t->home = NULL;
@@ -1015,12 +1095,22 @@ const char *weft_name(const weft_thread *t) {
 }
 
 int weft_yield(void) {
-    weft_thread *self = weft__self();
+    weft__carrier *c = carrier_here();
+    weft_thread *self = c ? c->cur : NULL;
     if (!self) {
         sched_yield();
         return 0;
     }
-    switch_out(self, OP_YIELD);
+    weft_thread *next = pick_local(c);
+    if (!next) return 0; /* nothing else to run here */
+    if (atomic_load_explicit(&R.nidle, memory_order_relaxed) == 0 || (self->flags & WEFT__F_PINNED)) {
+        /* the private yield queue: only this OS thread touches it, so self
+         * can be queued before the switch, with no pending work after it */
+        yq_append(c, self);
+        switch_to(c, self, next, OP_NONE);
+    } else {
+        switch_to(c, self, next, OP_YIELD); /* to the deque, after the switch */
+    }
     return 0;
 }
 
@@ -1193,6 +1283,7 @@ int weft_init(const weft_config *cfg) {
         if (!c) { r = -ENOMEM; goto fail2; }
         memset(c, 0, sizeof *c);
         c->index = i;
+        c->slow_countdown = SLOW_EVERY;
         c->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
         c->altstack = malloc(ALTSTACK_SIZE);
         if (!c->altstack || weft__dq_init(&c->dq, 256) != 0) {
