@@ -138,8 +138,10 @@ TEST(timer_cancel_races) {
 }
 
 /* While every vthread sleeps, the carriers sleep too. */
+static atomic_int idle_started;
 static void *idle_sleeper(void *arg) {
-    CHECK_EQ((weft_sleep)(500000000), 0);
+    atomic_fetch_add(&idle_started, 1);
+    CHECK_EQ((weft_sleep_until)(*(int64_t *)arg), 0);
     return NULL;
 }
 
@@ -179,8 +181,12 @@ TEST(sleeping_vthreads_cost_no_cpu) {
     CHECK_EQ(weft_init(&cfg), 0);
     enum { N = 1000 };
     weft_thread *t[N];
-    for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], idle_sleeper, NULL, NULL), 0);
-    usleep(100000); /* all asleep by now */
+    static int64_t wake_at;
+    wake_at = weft_now() + (TEST_SANITIZED ? 3000000000LL : 800000000LL);
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], idle_sleeper, &wake_at, NULL), 0);
+    while (atomic_load(&idle_started) < N) usleep(1000);
+    usleep(100000); /* all parked, carriers asleep */
+    CHECK(weft_now() + 300000000 < wake_at);
     double c0 = carrier_cpu_s();
     int64_t w0 = weft_now();
     usleep(300000);

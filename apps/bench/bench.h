@@ -101,8 +101,14 @@ typedef struct bench_opts {
     double cap_s;        /* --cap-s (0 = the experiment's default) */
 } bench_opts;
 
-/* The experiments; each adds its results to rep and returns 0, or a
- * negative errno when it could not run at all (its message is on stderr). */
+/*
+ * The experiments.  Each adds its results to rep (printing their lines) and
+ * returns 0; EXP_LEAVE_NOW when threads it started are still running or
+ * blocked (the caller prints the table and leaves with _exit, without
+ * weft_shutdown); or a negative errno when it could not run at all (the
+ * reason is on stderr).
+ */
+#define EXP_LEAVE_NOW 1
 int exp_threads(const bench_opts *o, bench_report *rep);
 int exp_sleep_tasks(const bench_opts *o, bench_report *rep);
 int exp_micro(const bench_opts *o, bench_report *rep);

@@ -133,7 +133,7 @@ static int micro_switch(const bench_opts *o, bench_report *rep) {
     if ((r = spawn_or_say(&a, yielder, &y, &aa)) < 0) return r;
     if ((r = spawn_or_say(&b, yielder, &y, &ab)) < 0) return r;
     int64_t dl = cap_deadline(o);
-    if ((r = join_capped(a, dl, "switch")) < 0 || (r = join_capped(b, dl, "switch")) < 0) return r == -ETIMEDOUT ? 1 : r;
+    if ((r = join_capped(a, dl, "switch")) < 0 || (r = join_capped(b, dl, "switch")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
     weft_stats_get(&s1);
     cpu_usage_get(&u1);
     weft_shutdown();
@@ -215,7 +215,7 @@ static int micro_spawn_join(const bench_opts *o, bench_report *rep) {
         free(j);
         return r;
     }
-    if ((r = join_capped(d, cap_deadline(o), "spawn-join")) < 0) return r == -ETIMEDOUT ? 1 : r;
+    if ((r = join_capped(d, cap_deadline(o), "spawn-join")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
     weft_stats_get(&s1);
     cpu_usage_get(&u1);
     weft_shutdown();
@@ -267,6 +267,7 @@ struct pp_run {
     atomic_int go;                /* GO_* */
     atomic_int quiesced;          /* parties done with each other's handle */
     atomic_int turn;              /* whose turn it is: 0 or 1 */
+    atomic_int failed;            /* a party's weft call failed: both stop */
     _Atomic uintptr_t passer;     /* carrier of the last party to pass the turn */
     _Atomic uintptr_t home[2];    /* carrier each party started on; 0 = not yet */
     long cross[2];                /* hand-offs received from another carrier */
@@ -276,9 +277,11 @@ struct pp_run {
     pp_party_arg arg[2];
 };
 
-/* Waits until it is me's turn; weft_park may return spuriously. */
+/* Waits until it is me's turn (0), or until the other party has failed (1);
+ * weft_park may return spuriously.  A negative errno when weft_park fails. */
 static int wait_turn(pp_run *p, int me) {
     while (atomic_load_explicit(&p->turn, memory_order_acquire) != me) {
+        if (atomic_load_explicit(&p->failed, memory_order_relaxed)) return 1;
         int r = weft_park(0);
         if (r < 0) return r;
     }
@@ -287,7 +290,7 @@ static int wait_turn(pp_run *p, int me) {
 
 static int take_turn(pp_run *p, int me) {
     int r = wait_turn(p, me);
-    if (r < 0) return r;
+    if (r != 0) return r;
     uintptr_t here = carrier_id();
     if (atomic_load_explicit(&p->passer, memory_order_relaxed) != here) p->cross[me]++;
     if (here != atomic_load_explicit(&p->home[me], memory_order_relaxed)) p->moved[me]++;
@@ -328,9 +331,9 @@ static void *pp_party(void *arg) {
         r = wait_turn(p, 0);
         p->t1 = weft_now();
     }
-    p->err[me] = r;
+    p->err[me] = r < 0 ? r : 0;
     if (r < 0) { /* let the other party end too */
-        atomic_store(&p->turn, 1 - me);
+        atomic_store(&p->failed, 1);
         (void)weft_unpark(p->party[1 - me]);
     }
     /* From here on this party does not touch the other's handle.  A party can
@@ -343,7 +346,7 @@ static void *pp_party(void *arg) {
 /*
  * Waits until both parties are done with each other's handles (polling every
  * millisecond: the times are taken inside the vthreads), then joins them.
- * 0, 1 when the cap passed (the caller must leave: the runtime is stuck), or a
+ * 0, EXP_LEAVE_NOW when the cap passed (the runtime is stuck), or a
  * negative errno.
  */
 static int pp_join(pp_run *p, int64_t deadline, const char *what) {
@@ -351,13 +354,13 @@ static int pp_join(pp_run *p, int64_t deadline, const char *what) {
         if (weft_now() > deadline) {
             fprintf(stderr, "weft-bench: %s did not finish within the cap; thread dump:\n", what);
             (void)weft_dump(2, WEFT_DUMP_TEXT);
-            return 1;
+            return EXP_LEAVE_NOW;
         }
         sleep_ns_os(1000 * 1000);
     }
     int r = join_capped(p->party[0], deadline, what);
     if (r == 0) r = join_capped(p->party[1], deadline, what);
-    return r == -ETIMEDOUT ? 1 : r;
+    return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
 }
 
 /* Waits (on the main thread) until *v is non-zero; 0 or -ETIMEDOUT. */
@@ -437,7 +440,7 @@ static int micro_pingpong(const bench_opts *o, bench_report *rep, int cross) {
     cpu_usage u0, u1;
     cpu_usage_get(&u0);
     int attempts = pp_start(p);
-    if (attempts < 0) return attempts == -ETIMEDOUT ? 1 : attempts; /* parties may be stuck: leave */
+    if (attempts < 0) return attempts == -ETIMEDOUT ? EXP_LEAVE_NOW : attempts; /* parties may be stuck: leave */
     int64_t dl = cap_deadline(o);
     if ((r = pp_join(p, dl, name)) != 0) return r;
     weft_stats_get(&s1);
@@ -473,23 +476,34 @@ static int micro_pingpong(const bench_opts *o, bench_report *rep, int cross) {
 
 /* ------------------------------------------------------------------------ */
 
+static int micro_pingpong_same(const bench_opts *o, bench_report *rep) { return micro_pingpong(o, rep, 0); }
+static int micro_pingpong_cross(const bench_opts *o, bench_report *rep) { return micro_pingpong(o, rep, 1); }
+
 int exp_micro(const bench_opts *o, bench_report *rep) {
     static const struct {
         int bit;
+        const char *name;
         int (*run)(const bench_opts *, bench_report *);
-    } order[] = {
-        {MICRO_SWITCH, micro_switch},
-        {MICRO_SPAWN_JOIN, micro_spawn_join},
+    } benches[] = {
+        {MICRO_SWITCH, "switch", micro_switch},
+        {MICRO_SPAWN_JOIN, "spawn-join", micro_spawn_join},
+        {MICRO_PINGPONG, "pingpong", micro_pingpong_same},
+        {MICRO_PINGPONG_CROSS, "pingpong-cross", micro_pingpong_cross},
     };
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-        if (!(o->micro & order[i].bit)) continue;
-        int r = order[i].run(o, rep);
-        if (r != 0) return r;
-    }
-    for (int cross = 0; cross < 2; cross++) {
-        if (!(o->micro & (cross ? MICRO_PINGPONG_CROSS : MICRO_PINGPONG))) continue;
-        int r = micro_pingpong(o, rep, cross);
-        if (r != 0) return r;
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+        if (!(o->micro & benches[i].bit)) continue;
+        int r = benches[i].run(o, rep);
+        if (r == 0) continue;
+        /* Stuck or failed half-way: the runtime may hold vthreads that never
+         * end, so neither weft_shutdown nor the next benchmark's weft_init can
+         * be trusted.  Say so on a line and leave. */
+        bench_result f;
+        char e[32];
+        br_init(&f, benches[i].name, "weft");
+        br_set(&f, "status", "%s", r == EXP_LEAVE_NOW ? "timeout" : "error");
+        if (r < 0) br_set(&f, "err", "%s", errno_name(r, e, sizeof e));
+        (void)report_add_weft(rep, &f);
+        return EXP_LEAVE_NOW;
     }
     return 0;
 }

@@ -401,5 +401,5 @@ int exp_sleep_tasks(const bench_opts *o, bench_report *rep) {
     r = report_add_weft(rep, &res);
     if (r < 0) return r;
     /* tasks still running (or a handle we could not join): leave at once */
-    return s.timed_out || s.join_err ? 1 : 0;
+    return s.timed_out || s.join_err ? EXP_LEAVE_NOW : 0;
 }

@@ -318,5 +318,5 @@ int exp_threads(const bench_opts *o, bench_report *rep) {
     pr.cap_s = o->cap_s > 0 ? o->cap_s : THREADS_DEFAULT_CAP_S;
     int r = o->platform ? threads_platform(o, rep, &pr) : threads_virtual(o, rep, &pr);
     /* the threads stay blocked: the caller leaves with _exit */
-    return r < 0 ? r : 1;
+    return r < 0 ? r : EXP_LEAVE_NOW;
 }

@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
     report_print(&rep);
     fflush(stdout);
     fflush(stderr);
-    if (r > 0) _exit(0); /* threads are still running: leave without waiting */
+    if (r == EXP_LEAVE_NOW) _exit(0); /* threads are still running: leave without waiting */
     report_free(&rep);
     return r < 0 ? 1 : 0;
 

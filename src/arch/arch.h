@@ -102,6 +102,7 @@ size_t weft__stack_resident(const weft__stack *s);
 #ifdef WEFT_ASAN
 void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #endif
 #ifdef WEFT_TSAN
 void *__tsan_get_current_fiber(void);

@@ -380,6 +380,15 @@ static void zap_surplus(void) {
     }
 }
 
+/* A stack handed out again may still carry ASan's poison from frames of
+ * its last vthread that never returned (it ended by switching away). */
+static inline weft__stack *fresh(weft__stack *s) {
+#ifdef WEFT_ASAN
+    if (s) __asan_unpoison_memory_region(s->lo, (size_t)((char *)s - s->lo));
+#endif
+    return s;
+}
+
 weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
     size_t want = size ? round_page(size) : S.default_size;
     if (want < 16 * PAGE) want = 16 * PAGE;
@@ -389,7 +398,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             cache->head = s->next;
             cache->n--;
             s->next = NULL;
-            return s;
+            return fresh(s);
         }
         pthread_mutex_lock(&S.lock);
         uint32_t got;
@@ -402,7 +411,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             cache->n += got - 1;
         }
         s->next = NULL;
-        return s;
+        return fresh(s);
     }
     /* another size: reuse one of that size, or map one for itself */
     pthread_mutex_lock(&S.lock);
@@ -413,7 +422,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             *pp = s->next;
             pthread_mutex_unlock(&S.lock);
             s->next = NULL;
-            return s;
+            return fresh(s);
         }
     slab *sl = new_slab(want + PAGE, 1);
     weft__stack *s = NULL;
@@ -423,7 +432,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
         if (s) { sl->carved = 1; s->odd = 1; }
     }
     pthread_mutex_unlock(&S.lock);
-    return s;
+    return fresh(s);
 }
 
 void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {

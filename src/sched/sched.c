@@ -67,6 +67,7 @@
 #define LIFO_CAP 3
 #define SPIN_ROUNDS 64
 #define SLOW_EVERY 16
+#define STEAL_MAX 32
 #define LIVE_FLUSH 32
 #define ID_BLOCK 1024
 #define ALTSTACK_SIZE (64 * 1024)
@@ -171,6 +172,14 @@ int64_t weft_now(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* A few milliseconds' resolution, a fraction of the cost: for the dump's
+ * "parked since", on every park. */
+static inline int64_t coarse_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts,
                   uint32_t val3) {
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, val3);
@@ -267,9 +276,19 @@ static void wake_one(void) {
     kick(R.c[k]);
 }
 
+/* A full barrier.  On x86 a locked add to the stack is one, and cheaper
+ * than mfence (Linux's smp_mb does the same); TSan sees only the fence. */
+static inline void full_fence(void) {
+#if defined(__x86_64__) && !defined(WEFT_TSAN)
+    __asm__ volatile("lock orq $0, (%%rsp)" ::: "memory", "cc");
+#else
+    atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
 /* Called after making work visible to other carriers. */
 static inline void wake_if_needed(void) {
-    atomic_thread_fence(memory_order_seq_cst);
+    full_fence();
     if (atomic_load_explicit(&R.nspinning, memory_order_relaxed) == 0 &&
         atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0)
         wake_one();
@@ -277,7 +296,7 @@ static inline void wake_if_needed(void) {
 
 /* Wakes carrier c itself if it sleeps (pinned work arrived for it). */
 static void wake_carrier(weft__carrier *c) {
-    atomic_thread_fence(memory_order_seq_cst);
+    full_fence();
     if (atomic_load(&R.idle_mask[c->index / 64]) & ((uint64_t)1 << (c->index % 64))) {
         if (clear_idle_bit(c->index)) {
             atomic_fetch_sub(&R.nidle, 1);
@@ -358,6 +377,12 @@ static void enqueue_local(weft__carrier *c, weft_thread *t) {
         return;
     }
     dq_push_or_die(c, t);
+}
+
+/* Queues t, whose park the caller ended, at the back of c's run queue. */
+static void enqueue_fifo(weft__carrier *c, weft_thread *t) {
+    enqueue_local(c, t);
+    if (!(t->flags & WEFT__F_PINNED)) wake_if_needed();
 }
 
 void weft__ready(weft_thread *t) {
@@ -489,11 +514,15 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
         weft__carrier *v = R.c[(start + (uint32_t)i) % (uint32_t)n];
         if (v == c) continue;
         for (int tries = 0; tries < 4; tries++) {
-            void *x = weft__dq_steal(&v->dq);
-            if (x == WEFT__DQ_EMPTY) break;
-            if (x != WEFT__DQ_ABORT) {
-                bump(&c->n_steals);
-                return x;
+            void *batch[STEAL_MAX];
+            int k = weft__dq_steal_half(&v->dq, batch, STEAL_MAX);
+            if (k == 0) break;
+            if (k > 0) {
+                /* run the first, queue the rest here */
+                for (int j = 1; j < k; j++) dq_push_or_die(c, batch[j]);
+                atomic_store_explicit(&c->n_steals, atomic_load_explicit(&c->n_steals, memory_order_relaxed) + (uint64_t)k,
+                                      memory_order_relaxed);
+                return batch[0];
             }
         }
         if (take_lifo && atomic_load_explicit(&v->lifo, memory_order_relaxed)) {
@@ -830,8 +859,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
         }
         return outcome(atomic_load(&p->word));
     }
-    int64_t now = weft_now();
-    if (deadline && deadline <= now) {
+    if (deadline && deadline <= weft_now()) {
         weft__unpark(p, token, WEFT__PS_TIMEDOUT);
         return outcome(atomic_load(&p->word));
     }
@@ -854,7 +882,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
     atomic_store_explicit(&self->block_line, line, memory_order_relaxed);
     atomic_store_explicit(&self->block_obj, obj, memory_order_relaxed);
-    atomic_store_explicit(&self->block_since, now, memory_order_relaxed);
+    atomic_store_explicit(&self->block_since, coarse_now(), memory_order_relaxed);
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
@@ -926,16 +954,29 @@ static void exit_finish(weft__carrier *c, weft_thread *t) {
     __tsan_destroy_fiber(t->tsan_fiber);
     t->tsan_fiber = NULL;
 #endif
-    join_lock(t);
-    int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
     atomic_store_explicit(&t->rstate, WEFT__RS_DONE, memory_order_relaxed);
+    int st = atomic_load_explicit(&t->join_state, memory_order_relaxed);
+    if (st == 3) { /* detached (and nobody holds the lock) */
+        free_thread(c, t);
+        return;
+    }
+    /* nobody waits yet: publish "done" -- our last touch of t */
+    if (st == 0 && atomic_compare_exchange_strong_explicit(&t->join_state, &st, 2, memory_order_release,
+                                                           memory_order_relaxed))
+        return;
+    join_lock(t);
+    st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
     if (st == 3) { /* detached */
         join_unlock(t);
         free_thread(c, t);
         return;
     }
     atomic_store_explicit(&t->join_state, 2 | JOIN_LOCK, memory_order_relaxed);
-    if (st == 1) weft__unpark(t->joiner, t->joiner_token, WEFT__PS_WOKEN);
+    /* The joiner goes to the back of the run queue, not the LIFO slot: the
+     * child is gone, so there is no hand-off to keep warm, and a parent
+     * joining a batch of children then finds most of them done. */
+    if (st == 1 && unpark_claim(t->joiner, t->joiner_token, WEFT__PS_WOKEN) == 2)
+        enqueue_fifo(c, t->joiner->vt);
     join_unlock(t);
 }
 
@@ -961,7 +1002,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
-    weft__carrier *c = weft__carrier_self();
+    weft__carrier *c = carrier_here(); /* no switch in here */
     weft__stack *s = weft__stack_get(c ? &c->stacks : NULL, attr ? attr->stack_size : 0);
     if (!s) return -ENOMEM;
     weft_thread *t = (weft_thread *)s;
@@ -1032,13 +1073,19 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
 
 int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
     if (!t) return -EINVAL;
-    weft_thread *self = weft__self();
-    if (t == self) return -EDEADLK;
+    weft__carrier *c = carrier_here();
+    if (c && t == c->cur) return -EDEADLK;
+    int st = atomic_load_explicit(&t->join_state, memory_order_acquire);
+    if (st == 2) { /* finished, and exit_finish is done with it */
+        if (result) *result = t->result;
+        free_thread(c, t);
+        return 0;
+    }
     weft__parker *p;
     uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
     if (!tok) return -ECANCELED;
     join_lock(t);
-    int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
+    st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
     if (st == 1 || st == 3) {
         join_unlock(t);
         weft__unpark(p, tok, WEFT__PS_WOKEN);
