@@ -72,6 +72,16 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size);
 void weft__stack_put(weft__stack_cache *cache, weft__stack *s);
 void weft__stack_cache_drain(weft__stack_cache *cache);
 
+/* Called by an idle carrier: if spawns recently ran out of made stacks,
+ * carves a batch ahead into the depot (in parallel with the spawner) and
+ * returns how many; else returns 0 at once. */
+int weft__stacks_refill(void);
+
+/* Called by an idle carrier: returns one batch of surplus cached stacks'
+ * memory to the kernel if the depot is above its high-water mark; returns
+ * 1 if it did, 0 if there was nothing to do. */
+int weft__stacks_trim(void);
+
 /* Walks every slot ever handed out (for the thread dump).  fn gets the
  * slot's top-area head; it must treat the memory as racy. */
 void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx);

@@ -17,9 +17,11 @@
  *    in front of a global depot (one mutex, batches of 32).  Nothing is
  *    unmapped before weft__stacks_fini.
  *  - Memory is returned above a high-water mark: when the depot holds more
- *    than DEPOT_HOT stacks, the surplus is zapped (MADV_DONTNEED, batched)
- *    and kept as "cold" slots whose address space is reused later (their top
- *    page is populated again when they are handed out).
+ *    than DEPOT_HOT stacks, idle carriers zap the surplus (MADV_DONTNEED,
+ *    64 at a time, down to DEPOT_HOT / 2) and keep them as "cold" slots whose
+ *    address space is reused later (their top page is populated again when
+ *    handed out).  Zapping is kept off the exit/join path: its syscalls and
+ *    TLB shootdowns would slow exactly the bursts that freed the stacks.
  *  - Guards: MADV_GUARD_INSTALL where the kernel has it.  Elsewhere an
  *    mprotect(PROT_NONE) guard costs a VMA of its own, and vm.max_map_count
  *    would cap the process near 32k stacks, so mprotect guards are used while
@@ -68,6 +70,8 @@
 #define CACHE_BATCH 32u
 #define CACHE_HIGH 256u
 #define DEPOT_HOT 4096u
+#define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
+#define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry in the last 20 ms */
 #define IOV_MAX_BATCH 1024u
 
 typedef struct slab {
@@ -96,6 +100,8 @@ static struct {
     struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
     size_t ncold, capcold;
     _Atomic uint64_t seq_counter;
+    _Atomic uint32_t ndepot_hint; /* ndepot, readable without the lock */
+    _Atomic int64_t last_demand;  /* when a spawn last found no stack made */
     uint64_t nslots_total, bytes_total;
     int inited;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
@@ -303,7 +309,8 @@ static weft__stack *revive_cold(uint32_t n) {
     return list;
 }
 
-/* Takes up to `want` default stacks into a list (lock held). */
+/* Takes up to `want` default stacks from the depot or the cold list into a
+ * list (lock held).  Returns NULL when both are empty. */
 static weft__stack *depot_take(uint32_t want, uint32_t *got) {
     weft__stack *list = NULL;
     uint32_t n = 0;
@@ -319,44 +326,82 @@ static weft__stack *depot_take(uint32_t want, uint32_t *got) {
         list = revive_cold(want);
         for (weft__stack *s = list; s; s = s->next) n++;
     }
-    if (n == 0) {
-        slab *sl = S.cur;
-        if (!sl || sl->carved == sl->nslots) {
-            sl = new_slab(S.default_size + PAGE, SLAB_SLOTS);
-            if (!sl) { *got = 0; return NULL; }
-            sl->guard = 0;
-            S.cur = sl;
-        }
-        uint32_t k = sl->nslots - sl->carved;
-        if (k > CARVE_BATCH) k = CARVE_BATCH;
-        int guard = next_guard(k);
-        list = carve(sl, sl->carved, k, guard);
-        if (list) { sl->carved += k; n = k; }
-        /* hand out at most `want`; keep the rest in the depot */
-        weft__stack *keep = list;
-        uint32_t i = 1;
-        if (keep && n > want) {
-            while (i < want) { keep = keep->next; i++; }
-            weft__stack *rest = keep->next;
-            keep->next = NULL;
-            while (rest) {
-                weft__stack *nx = rest->next;
-                rest->next = S.depot;
-                S.depot = rest;
-                S.ndepot++;
-                rest = nx;
-            }
-            n = want;
-        }
-    }
     *got = n;
     return list;
 }
 
-/* Returns the memory of depot stacks above DEPOT_HOT (lock held). */
+/* Carves a batch of fresh default slots.  The lock covers only the
+ * reservation: the guard and populate syscalls -- the expensive part --
+ * run outside it, so several carriers can carve at once. */
+static weft__stack *carve_batch(uint32_t *got) {
+    pthread_mutex_lock(&S.lock);
+    slab *sl = S.cur;
+    if (!sl || sl->carved == sl->nslots) {
+        sl = new_slab(S.default_size + PAGE, SLAB_SLOTS);
+        if (!sl) {
+            pthread_mutex_unlock(&S.lock);
+            *got = 0;
+            return NULL;
+        }
+        S.cur = sl;
+    }
+    uint32_t first = sl->carved, k = sl->nslots - sl->carved;
+    if (k > CARVE_BATCH) k = CARVE_BATCH;
+    sl->carved += k; /* reserved; the dump reads not-yet-made heads as free */
+    int guard = next_guard(k);
+    pthread_mutex_unlock(&S.lock);
+    weft__stack *list = carve(sl, first, k, guard);
+    *got = list ? k : 0;
+    return list;
+}
+
+/* Puts a list of n stacks into the depot (lock held). */
+static void depot_put_list(weft__stack *list, uint32_t n) {
+    while (list) {
+        weft__stack *nx = list->next;
+        list->next = S.depot;
+        S.depot = list;
+        list = nx;
+    }
+    S.ndepot += n;
+}
+
+static void zap_surplus(void);
+
+int weft__stacks_trim(void) {
+    if (!S.inited || atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed) <= DEPOT_HOT) return 0;
+    pthread_mutex_lock(&S.lock);
+    int did = 0;
+    if (S.ndepot > DEPOT_HOT) {
+        zap_surplus();
+        did = 1;
+    }
+    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    pthread_mutex_unlock(&S.lock);
+    return did;
+}
+
+int weft__stacks_refill(void) {
+    if (!S.inited || atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed) >= REFILL_TARGET) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (now - atomic_load_explicit(&S.last_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
+    uint32_t got;
+    weft__stack *list = carve_batch(&got);
+    if (!list) return 0;
+    pthread_mutex_lock(&S.lock);
+    depot_put_list(list, got);
+    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    pthread_mutex_unlock(&S.lock);
+    return (int)got;
+}
+
+/* Returns the memory of one batch of depot stacks above DEPOT_HOT / 2
+ * (lock held). */
 static void zap_surplus(void) {
     struct iovec iov[CARVE_BATCH];
-    while (S.ndepot > DEPOT_HOT / 2) {
+    {
         uint32_t n = 0;
         if (S.ncold + CARVE_BATCH > S.capcold) {
             size_t cap = S.capcold ? S.capcold * 2 : 1024;
@@ -400,11 +445,30 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             s->next = NULL;
             return fresh(s);
         }
+        uint32_t want_n = cache ? CACHE_BATCH : 1, got;
         pthread_mutex_lock(&S.lock);
-        uint32_t got;
-        weft__stack *list = depot_take(cache ? CACHE_BATCH : 1, &got);
+        weft__stack *list = depot_take(want_n, &got);
+        atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
         pthread_mutex_unlock(&S.lock);
-        if (!list) return NULL;
+        if (!list) {
+            /* out of made stacks: carve, and let idle carriers help */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+            atomic_store_explicit(&S.last_demand, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
+                                  memory_order_relaxed);
+            list = carve_batch(&got);
+            if (!list) return NULL;
+            if (got > want_n) { /* keep want_n, the rest go to the depot */
+                weft__stack *keep = list;
+                for (uint32_t i = 1; i < want_n; i++) keep = keep->next;
+                weft__stack *rest = keep->next;
+                keep->next = NULL;
+                pthread_mutex_lock(&S.lock);
+                depot_put_list(rest, got - want_n);
+                pthread_mutex_unlock(&S.lock);
+                got = want_n;
+            }
+        }
         weft__stack *s = list;
         if (cache) {
             cache->head = s->next;
@@ -463,7 +527,7 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
         tail->next = S.depot;
         S.depot = list;
         S.ndepot += k;
-        if (S.ndepot > DEPOT_HOT) zap_surplus();
+        atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
         pthread_mutex_unlock(&S.lock);
         return;
     }
@@ -471,7 +535,7 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
     s->next = S.depot;
     S.depot = s;
     S.ndepot++;
-    if (S.ndepot > DEPOT_HOT) zap_surplus();
+    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
     pthread_mutex_unlock(&S.lock);
 }
 

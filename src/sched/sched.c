@@ -570,6 +570,8 @@ static weft_thread *find_work(weft__carrier *c) {
             now = weft_now();
             if (fire_timers(c, &c->timers, now, 1)) continue;
         }
+        /* a spawn burst is outrunning the stack supply: help make stacks */
+        if (weft__stacks_refill() > 0) continue;
         if (!c->spinning) {
             int sp = atomic_load(&R.nspinning);
             if (2 * sp < R.n - atomic_load(&R.nidle)) {
@@ -585,6 +587,9 @@ static weft_thread *find_work(weft__carrier *c) {
             }
             if (t) { stop_spinning(c); return t; }
         }
+        /* memory above the stack cache's high-water mark goes back now,
+         * while there is nothing else to do */
+        if (weft__stacks_trim()) continue;
         /* go idle: publish, then look once more */
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);

@@ -14,9 +14,14 @@
 
 #include "sched.h"
 
+typedef struct weft__theap_ent {
+    int64_t when;
+    weft__timer *t;
+} weft__theap_ent;
+
 typedef struct weft__theap {
     pthread_mutex_t lock;
-    weft__timer **a;
+    weft__theap_ent *a;
     int32_t n, cap;
     _Atomic int64_t min; /* INT64_MAX when empty */
 } weft__theap;
