@@ -71,7 +71,7 @@
 #define CACHE_HIGH 256u
 #define DEPOT_HOT 4096u
 #define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
-#define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry in the last 20 ms */
+#define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
 #define IOV_MAX_BATCH 1024u
 
 typedef struct slab {
@@ -102,6 +102,7 @@ static struct {
     _Atomic uint64_t seq_counter;
     _Atomic uint32_t ndepot_hint; /* ndepot, readable without the lock */
     _Atomic int64_t last_demand;  /* when a spawn last found no stack made */
+    _Atomic int64_t prev_demand;  /* ... and the time before that */
     uint64_t nslots_total, bytes_total;
     int inited;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
@@ -386,7 +387,8 @@ int weft__stacks_refill(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    if (now - atomic_load_explicit(&S.last_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
+    /* a burst: spawns ran dry twice within the window, the last time recently */
+    if (now - atomic_load_explicit(&S.prev_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
     uint32_t got;
     weft__stack *list = carve_batch(&got);
     if (!list) return 0;
@@ -454,6 +456,8 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             /* out of made stacks: carve, and let idle carriers help */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+            atomic_store_explicit(&S.prev_demand, atomic_load_explicit(&S.last_demand, memory_order_relaxed),
+                                  memory_order_relaxed);
             atomic_store_explicit(&S.last_demand, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
                                   memory_order_relaxed);
             list = carve_batch(&got);
