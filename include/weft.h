@@ -197,7 +197,7 @@ typedef struct weft_stats {
     uint64_t switches;  /* context switches into a vthread */
     uint64_t steals;    /* vthreads taken from another carrier's queue */
     uint64_t parks;     /* times a vthread parked */
-    uint64_t pinned;    /* carriers blocked in foreign code (monitor) */
+    uint64_t pinned;    /* carriers blocked in foreign code: 0 until the pinning monitor lands */
     uint64_t carriers;  /* carrier threads */
     uint64_t stacks;    /* stacks mapped (live + cached) */
     uint64_t stack_bytes_reserved; /* address space reserved for stacks */
@@ -216,8 +216,11 @@ enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
  * Writes a thread dump to fd: every live vthread with its id, name, state
  * (running on carrier k, runnable, parked on <what> since <t>, sleeping until
  * <t>), the source location of its blocking call, its stack use and, for a
- * parked one, a backtrace.  Returns 0 or a negative errno from write(2), or
- * -ENOTSUP for a format not supported yet.
+ * parked one, a backtrace (frame pointers; symbol names where the program
+ * exports them, e.g. linked with -rdynamic).  WEFT_DUMP_JSON writes the same
+ * as one JSON object.  Returns 0, -EINVAL for an unknown format, or a
+ * negative errno from write(2).  Safe to call while vthreads run: it reads a
+ * racy snapshot and never stops them.
  */
 int weft_dump(int fd, int format);
 

@@ -45,18 +45,34 @@ static void *detached_fn(void *a) {
     return a;
 }
 
+static atomic_int finished_flag;
+static void *quick_fn(void *a) {
+    atomic_store(&finished_flag, 1);
+    return a;
+}
+
 TEST(detach) {
-    for (int i = 0; i < 1000; i++) {
+    /* detached while running: frees itself at the end */
+    for (int i = 0; i < 500; i++) {
         weft_thread *t;
         CHECK_EQ(weft_spawn(&t, detached_fn, NULL, NULL), 0);
         CHECK_EQ(weft_detach(t), 0);
-        CHECK_EQ(weft_detach(t) == 0 ? 1 : 1, 1); /* t may be gone: no second use */
-        break;
     }
-    for (int i = 0; i < 999; i++) CHECK_EQ(weft_spawn(NULL, detached_fn, NULL, NULL), 0);
+    /* started detached */
+    for (int i = 0; i < 500; i++) CHECK_EQ(weft_spawn(NULL, detached_fn, NULL, NULL), 0);
+    /* detached after it finished: freed by weft_detach */
+    for (int i = 0; i < 100; i++) {
+        weft_thread *t;
+        atomic_store(&finished_flag, 0);
+        CHECK_EQ(weft_spawn(&t, quick_fn, NULL, NULL), 0);
+        while (!atomic_load(&finished_flag)) usleep(50);
+        usleep(100);
+        CHECK_EQ(weft_detach(t), 0);
+    }
     int64_t until = weft_now() + 20 * 1000000000LL;
     while (atomic_load(&detached_done) < 1000 && weft_now() < until) (weft_sleep)(1000000);
     CHECK_EQ(atomic_load(&detached_done), 1000);
+    usleep(10000);
     weft_stats s;
     weft_stats_get(&s);
     CHECK_EQ(s.live, 0);

@@ -2,8 +2,11 @@
  * exp_sleep.c -- "sleep-tasks": N tasks that each sleep --sleep-ms (1000),
  * all waited for, on one of three executors:
  *
- *   virtual          one vthread per task (weft_spawn + weft_sleep); the
- *                    spawning thread keeps every handle and joins them all.
+ *   virtual          one detached vthread per task (weft_spawn + weft_sleep);
+ *                    the last task to finish unparks the spawner, which
+ *                    waits like Go's WaitGroup.Wait (what the peers do:
+ *                    WaitGroup, executor close).  WEFT_BENCH_JOIN=1 instead
+ *                    keeps every handle and joins them one by one.
  *   thread-per-task  one detached pthread per task (64 KiB stacks) that
  *                    nanosleeps; when pthread_create fails with EAGAIN the
  *                    loop backs off 1 ms and retries (create_retries=).
@@ -70,23 +73,29 @@ static void nanosleep_full(int64_t ns) { sleep_ns_os(ns); }
 
 typedef struct vt_job {
     sleep_run *s;
-    weft_thread **h;
+    weft_thread **h;        /* join mode only */
+    _Atomic long remaining; /* count mode: tasks not yet done */
+    weft_thread *waiter;    /* count mode: the spawner, unparked by the last */
 } vt_job;
 
 static void *vt_sleeper(void *arg) {
-    sleep_run *s = arg;
+    vt_job *j = arg;
+    sleep_run *s = j->s;
     int r = weft_sleep(s->sleep_ns);
     if (r < 0) atomic_fetch_add(&s->sleep_errors, 1);
     else atomic_fetch_add_explicit(&s->completed, 1, memory_order_relaxed);
+    if (!j->h && atomic_fetch_sub(&j->remaining, 1) == 1) weft_unpark(j->waiter);
     return NULL;
 }
 
 /* Spawns and joins every task; runs on a vthread or the main thread. */
 static void vt_spawn_join(vt_job *j) {
     sleep_run *s = j->s;
+    j->waiter = weft_self();
+    atomic_store(&j->remaining, s->n);
     s->t0 = now_s();
     while (s->spawned < s->n) {
-        int r = weft_spawn(&j->h[s->spawned], vt_sleeper, s, NULL);
+        int r = weft_spawn(j->h ? &j->h[s->spawned] : NULL, vt_sleeper, j, NULL);
         if (r < 0) {
             s->stop_err = r;
             break;
@@ -97,7 +106,21 @@ static void vt_spawn_join(vt_job *j) {
     s->t_spawned = now_s();
     double left = s->cap_s - (s->t_spawned - s->t0);
     int64_t old = weft_deadline_set(weft_now() + (int64_t)((left > 0 ? left : 0) * 1e9) + 1);
-    for (long i = 0; i < s->spawned; i++) {
+    if (!j->h) {
+        /* count mode: tasks never spawned will not count down */
+        atomic_fetch_sub(&j->remaining, s->n - s->spawned);
+        int64_t cap_at = weft_now() + (int64_t)((left > 0 ? left : 0) * 1e9);
+        while (atomic_load(&j->remaining) > 0) {
+            if (weft_now() >= cap_at) {
+                s->timed_out = 1;
+                break;
+            }
+            /* weft_park may return early (permit semantics): re-check; a
+             * platform-thread spawner cannot be unparked, so it polls */
+            (void)weft_park(j->waiter ? cap_at : weft_now() + 1000000);
+        }
+    }
+    for (long i = 0; j->h && i < s->spawned; i++) {
         int r = weft_join(j->h[i], NULL);
         if (r == -ETIMEDOUT) {
             s->timed_out = 1;
@@ -125,8 +148,9 @@ static int sleep_virtual(const bench_opts *o, sleep_run *s, bench_result *res) {
         fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
         return r;
     }
-    vt_job j = {.s = s, .h = malloc((size_t)s->n * sizeof(weft_thread *))};
-    if (!j.h) {
+    int join_mode = getenv("WEFT_BENCH_JOIN") != NULL;
+    vt_job j = {.s = s, .h = join_mode ? malloc((size_t)s->n * sizeof(weft_thread *)) : NULL};
+    if (join_mode && !j.h) {
         fprintf(stderr, "weft-bench: out of memory for %ld handles\n", s->n);
         return -ENOMEM;
     }
@@ -151,6 +175,7 @@ static int sleep_virtual(const bench_opts *o, sleep_run *s, bench_result *res) {
     weft_stats_get(&st);
     br_setl(res, "carriers", (long long)st.carriers);
     br_set(res, "spawner", "%s", o->spawner == SPAWN_FROM_VTHREAD ? "vthread" : "platform");
+    br_set(res, "wait", "%s", join_mode ? "join" : "count");
     if (atomic_load(&s->sleep_errors)) {
         br_setl(res, "sleep_errors", atomic_load(&s->sleep_errors));
         fprintf(stderr, "weft-bench: BUG? weft_sleep failed in %ld tasks\n", atomic_load(&s->sleep_errors));

@@ -70,7 +70,6 @@ int weft__stacks_guard_mode(void);
  * NULL (platform thread). */
 weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size);
 void weft__stack_put(weft__stack_cache *cache, weft__stack *s);
-void weft__stack_cache_drain(weft__stack_cache *cache);
 
 /* Called by an idle carrier: if spawns recently ran out of made stacks,
  * carves a batch ahead into the depot (in parallel with the spawner) and

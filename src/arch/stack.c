@@ -543,19 +543,6 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
     pthread_mutex_unlock(&S.lock);
 }
 
-void weft__stack_cache_drain(weft__stack_cache *cache) {
-    if (!cache->head) return;
-    weft__stack *tail = cache->head;
-    while (tail->next) tail = tail->next;
-    pthread_mutex_lock(&S.lock);
-    tail->next = S.depot;
-    S.depot = cache->head;
-    S.ndepot += cache->n;
-    pthread_mutex_unlock(&S.lock);
-    cache->head = NULL;
-    cache->n = 0;
-}
-
 void weft__stacks_fini(void) {
     pthread_mutex_lock(&S.lock);
     for (slab *sl = S.slabs, *nx; sl; sl = nx) {

@@ -1,20 +1,26 @@
 /*
  * The scheduler: vthreads on N carrier threads.
  *
- * Shape.  Each carrier is an OS thread with a Chase-Lev deque of runnable
- * vthreads (deque.h), a LIFO slot for the vthread woken last, a mailbox for
+ * Shape.  Each carrier is an OS thread with a run queue (a Chase-Lev deque,
+ * deque.h, used FIFO: the owner pushes at the bottom and takes from the top,
+ * thieves take half from the top in one CAS), a LIFO slot for the vthread
+ * woken last, a private FIFO for vthreads that yielded, a mailbox for
  * vthreads pinned to it, and a timer heap (timer.h).  Work from platform
  * threads goes to one injection queue.  A carrier runs the scheduler loop on
  * its own OS stack (the "sched context"); vthreads run on their own stacks.
  *
- * Switching.  A vthread that blocks, yields or ends calls switch_out(): it
- * leaves an operation for whoever runs next (c->pending_op) and switches
- * directly to the next local vthread if there is one -- one user-mode switch
- * -- or else to the sched context, which looks further (timers, other
- * carriers, sleep).  Every resume point first runs finish_pending(): the
- * yield's push, the park's commit and the exit's cleanup all happen after
- * the old stack has been left, so no other carrier can pick a vthread up
- * while its stack is still in use.
+ * Switching.  A vthread that blocks, yields or ends leaves an operation for
+ * whoever runs next (c->pending_op) and switches directly to the next local
+ * vthread if there is one -- one user-mode switch, which carries the carrier
+ * pointer across so the resumed side need not look it up -- or else to the
+ * sched context, which looks further (timers, other carriers, sleep).  Every
+ * resume point first runs finish_pending(): the park's commit, the exit's
+ * cleanup and a yield's push to a shared queue all happen after the old
+ * stack has been left, so no other carrier can pick a vthread up while its
+ * stack is still in use.  A yield to the private FIFO needs no such care
+ * (only this OS thread reads it) and is the cheapest path: no atomic
+ * operation at all.  Whenever some carrier idles, the private FIFO spills to
+ * the stealable deque.
  *
  * Parking (the primitive under every blocking call) is a protocol on one
  * atomic word per thread, described in sched.h: exactly one of wake,
@@ -24,7 +30,7 @@
  * Waking idle carriers without lost wake-ups (after Go's proc.go).  Counts
  * nidle and nspinning, an idle bitmask, and a futex word per carrier:
  *  - whoever makes work visible to other carriers (a deque push, the
- *    injection queue, a displaced LIFO slot) then issues a seq_cst fence and
+ *    injection queue, a displaced LIFO slot) then issues a full fence and
  *    reads nspinning and nidle; if nobody spins and someone sleeps, it wakes
  *    one sleeper and counts it as spinning (wake_one);
  *  - a carrier that finds nothing sets its idle bit and increments nidle
@@ -32,20 +38,27 @@
  *    look finds nothing.
  * By the fence on both sides, either the submitter sees the sleeper or the
  * sleeper sees the work.  A carrier that gives up spinning decrements
- * nspinning before its last look, for the same reason.  At most half the
- * carriers spin at once, and spinning is bounded, so idle CPUs sleep.
+ * nspinning before its last look, for the same reason.  Spinning is bounded
+ * (SPIN_NS, about twice what waking a sleeping carrier costs on a VM), and
+ * at most half the busy carriers plus one spin, so idle CPUs sleep.
  *
  * LIFO slot.  weft__ready() called by a vthread puts the woken vthread in its
  * own carrier's slot: it runs next, on a warm cache (message passing between
  * two vthreads stays on one carrier).  Filling an empty slot wakes nobody --
  * this carrier runs it soon; a displaced occupant goes to the deque and may
  * wake a carrier.  The slot is capped (LIFO_CAP runs in a row, then the deque
- * goes first) and stealable by thieves in their last round.
+ * goes first) and thieves take it after two fruitless rounds.  A child that
+ * ends queues its joiner FIFO instead: there is no hand-off to keep warm,
+ * and a parent joining a batch then finds the rest done.
  *
- * Threads touching what: c->cur, pending_*, tick, stacks, live_delta are
- * owned by c's OS thread; the deque's bottom by c, its top by anyone; lifo,
- * mailbox, timers and wake_seq by anyone (atomics / locks).  Counters are
- * written by their carrier and read racily by weft_stats_get.
+ * Idle carriers also do the stack allocator's background work
+ * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
+ * returning memory above the high-water mark afterwards.
+ *
+ * Threads touching what: c->cur, pending_*, the yield FIFO, stacks and
+ * live_delta are owned by c's OS thread; the deque's bottom by c, its top by
+ * anyone; lifo, mailbox, timers and wake_seq by anyone (atomics / locks).
+ * Counters are written by their carrier and read racily by weft_stats_get.
  */
 #include "sched.h"
 #include "deque.h"
@@ -65,7 +78,7 @@
 #include <unistd.h>
 
 #define LIFO_CAP 3
-#define SPIN_ROUNDS 64
+#define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping */
 #define SLOW_EVERY 16
 #define STEAL_MAX 32
 #define LIVE_FLUSH 32
@@ -213,7 +226,7 @@ void weft__fatal(const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     weft_thread *t = weft__self();
     char name[32] = "";
@@ -222,7 +235,6 @@ void weft__fatal(const char *fmt, ...) {
         fprintf(stderr, "weft: %s (vthread %llu \"%s\")\n", buf, (unsigned long long)t->id, name);
     else
         fprintf(stderr, "weft: %s\n", buf);
-    (void)n;
     abort();
 }
 
@@ -423,14 +435,13 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
     else if (pthread_mutex_trylock(&h->lock) != 0) return 0;
     weft_thread *batch[64];
     int n = 0, total = 0;
-    weft__timer *tm;
+    weft__theap_ent e;
     for (;;) {
-        tm = n < 64 ? weft__theap_pop_due(h, now) : NULL;
-        if (tm) {
-            weft_thread *t = (weft_thread *)((char *)tm - offsetof(weft_thread, timer));
-            /* under the heap lock: the thread cannot finish its park (it
-             * removes its timer under this lock) while we use its token */
-            if (unpark_claim(&t->parker, t->park_token, WEFT__PS_TIMEDOUT) == 2) batch[n++] = t;
+        if (n < 64 && weft__theap_pop_due(h, now, &e)) {
+            /* a stale entry (its park ended otherwise) fails harmlessly */
+            int r = unpark_claim(&e.t->parker, e.token, WEFT__PS_TIMEDOUT);
+            if (r == 2) batch[n++] = e.t;
+            else if (r == 0) atomic_fetch_sub_explicit(&h->dead, 1, memory_order_relaxed);
             continue;
         }
         /* in deadline order: the run queue is FIFO */
@@ -574,16 +585,23 @@ static weft_thread *find_work(weft__carrier *c) {
         if (weft__stacks_refill() > 0) continue;
         if (!c->spinning) {
             int sp = atomic_load(&R.nspinning);
-            if (2 * sp < R.n - atomic_load(&R.nidle)) {
+            if (2 * sp <= R.n - atomic_load(&R.nidle)) { /* at most half the busy ones, and one at least */
                 c->spinning = 1;
                 atomic_fetch_add(&R.nspinning, 1);
             }
         }
         if (c->spinning) {
-            for (int r = 0; r < SPIN_ROUNDS && !t; r++) {
-                t = steal_once(c, r >= SPIN_ROUNDS - 2, r % 8 == 0 ? weft_now() : 0);
+            /* Spin for SPIN_NS before sleeping: on this kind of VM waking a
+             * sleeping carrier costs tens of microseconds, so a hand-off that
+             * comes back within that time is far cheaper caught spinning. */
+            int64_t until = weft_now() + SPIN_NS;
+            for (int r = 0;; r++) {
+                t = steal_once(c, r >= 2, (r & 7) == 0 ? weft_now() : 0);
                 if (!t) t = pick_local(c);
-                for (int k = 0; k < 32 && !t; k++) cpu_relax();
+                if (t) break;
+                for (int k = 0; k < 16; k++) cpu_relax();
+                if ((r & 7) == 7 && (weft_now() >= until || atomic_load_explicit(&R.stop, memory_order_relaxed)))
+                    break;
             }
             if (t) { stop_spinning(c); return t; }
         }
@@ -872,10 +890,9 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     weft__theap *h = NULL;
     if (deadline) {
         h = &c->timers;
-        self->timer.when = deadline;
-        self->timer.carrier = c->index;
+        self->timer_heap = c->index;
         pthread_mutex_lock(&h->lock);
-        int r = weft__theap_insert(h, &self->timer);
+        int r = weft__theap_insert(h, deadline, self, token);
         pthread_mutex_unlock(&h->lock);
         if (r < 0) {
             /* cannot time out: end the park ourselves */
@@ -891,12 +908,9 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
-    if (h) {
-        /* the heap it went into, whichever carrier we are on now */
-        h = &R.c[self->timer.carrier]->timers;
-        pthread_mutex_lock(&h->lock);
-        if (self->timer.idx >= 0) weft__theap_remove(h, &self->timer);
-        pthread_mutex_unlock(&h->lock);
+    if (h && WEFT__PW_STATE(atomic_load(&p->word)) != WEFT__PS_TIMEDOUT) {
+        /* ended otherwise: its heap entry is dead (counted, dropped later) */
+        atomic_fetch_add_explicit(&R.c[self->timer_heap]->timers.dead, 1, memory_order_relaxed);
     }
     self->why = WEFT__WHY_NONE;
     atomic_store_explicit(&self->block_file, NULL, memory_order_relaxed);
@@ -1026,8 +1040,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
     t->why = WEFT__WHY_NONE;
     t->park_token = 0;
-    t->timer.idx = -1;
-    t->timer.when = 0;
+    t->timer_heap = -1;
     atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
     t->deadline = 0;

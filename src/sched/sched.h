@@ -68,12 +68,6 @@ enum {
 
 typedef struct weft__carrier weft__carrier;
 
-typedef struct weft__timer {
-    int64_t when;        /* deadline, ns */
-    int32_t idx;         /* index in its heap, -1 when not in one */
-    int32_t carrier;     /* whose heap */
-} weft__timer;
-
 /* A parker: the park word and its vthread (NULL for a platform thread,
  * which sleeps on the word with futex). */
 typedef struct weft__parker {
@@ -106,7 +100,7 @@ struct weft_thread {
     /* park */
     weft__parker parker;
     uint64_t park_token;             /* the current park's token */
-    weft__timer timer;
+    int32_t timer_heap;              /* carrier whose heap holds this park's deadline, or -1 */
     _Atomic int permit;              /* weft_park / weft_unpark */
     _Atomic int cancelled;
     int64_t deadline;                /* weft_deadline_set */

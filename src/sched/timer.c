@@ -1,12 +1,4 @@
-/*
- * 4-ary min-heap of timers; see timer.h for the design.
- *
- * The heap array holds the deadline next to the pointer, so sifting
- * compares within the array: the timers live in vthread descriptors, one
- * page apart each, and chasing them on every comparison cost a TLB miss each
- * (seconds for a million timers).  Only a moved entry's index is written
- * back to its timer.
- */
+/* 4-ary min-heap of park deadlines with lazy deletion; see timer.h. */
 #include "timer.h"
 
 #include <errno.h>
@@ -17,6 +9,7 @@ void weft__theap_init(weft__theap *h) {
     h->a = NULL;
     h->n = h->cap = 0;
     atomic_init(&h->min, INT64_MAX);
+    atomic_init(&h->dead, 0);
 }
 
 void weft__theap_fini(weft__theap *h) {
@@ -26,20 +19,15 @@ void weft__theap_fini(weft__theap *h) {
     pthread_mutex_destroy(&h->lock);
 }
 
-static inline void place(weft__theap *h, int32_t i, weft__theap_ent e) {
-    h->a[i] = e;
-    e.t->idx = i;
-}
-
 static void sift_up(weft__theap *h, int32_t i) {
     weft__theap_ent e = h->a[i];
     while (i > 0) {
         int32_t p = (i - 1) / 4;
         if (h->a[p].when <= e.when) break;
-        place(h, i, h->a[p]);
+        h->a[i] = h->a[p];
         i = p;
     }
-    place(h, i, e);
+    h->a[i] = e;
 }
 
 static void sift_down(weft__theap *h, int32_t i) {
@@ -51,17 +39,37 @@ static void sift_down(weft__theap *h, int32_t i) {
         for (int32_t k = c + 1; k < end; k++)
             if (h->a[k].when < h->a[best].when) best = k;
         if (h->a[best].when >= e.when) break;
-        place(h, i, h->a[best]);
+        h->a[i] = h->a[best];
         i = best;
     }
-    place(h, i, e);
+    h->a[i] = e;
 }
 
 static void update_min(weft__theap *h) {
     atomic_store_explicit(&h->min, h->n ? h->a[0].when : INT64_MAX, memory_order_release);
 }
 
-int weft__theap_insert(weft__theap *h, weft__timer *t) {
+/* Is the park this entry was made for still waiting? */
+static int live(const weft__theap_ent *e) {
+    uint64_t w = atomic_load_explicit(&e->t->parker.word, memory_order_relaxed);
+    unsigned st = WEFT__PW_STATE(w);
+    return WEFT__PW_SAME_PARK(w, e->token) && (st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED);
+}
+
+/* Drops dead entries and re-heapifies: O(n), run when more than half are
+ * dead, so O(1) amortised per early-ended park. */
+static void compact(weft__theap *h) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < h->n; i++)
+        if (live(&h->a[i])) h->a[k++] = h->a[i];
+    atomic_fetch_sub_explicit(&h->dead, h->n - k, memory_order_relaxed);
+    h->n = k;
+    for (int32_t i = (h->n - 2) / 4; i >= 0 && h->n > 1; i--) sift_down(h, i);
+    update_min(h);
+}
+
+int weft__theap_insert(weft__theap *h, int64_t when, weft_thread *t, uint64_t token) {
+    if (h->n >= 1024 && atomic_load_explicit(&h->dead, memory_order_relaxed) > h->n / 2) compact(h);
     if (h->n == h->cap) {
         int32_t cap = h->cap ? h->cap * 2 : 256;
         weft__theap_ent *a = realloc(h->a, (size_t)cap * sizeof *a);
@@ -70,27 +78,17 @@ int weft__theap_insert(weft__theap *h, weft__timer *t) {
         h->cap = cap;
     }
     int32_t i = h->n++;
-    h->a[i] = (weft__theap_ent){t->when, t};
+    h->a[i] = (weft__theap_ent){when, t, token};
     sift_up(h, i);
     update_min(h);
     return 0;
 }
 
-void weft__theap_remove(weft__theap *h, weft__timer *t) {
-    int32_t i = t->idx;
-    t->idx = -1;
-    weft__theap_ent last = h->a[--h->n];
-    if (i < h->n) {
-        h->a[i] = last;
-        if (i > 0 && h->a[(i - 1) / 4].when > last.when) sift_up(h, i);
-        else sift_down(h, i);
-    }
+int weft__theap_pop_due(weft__theap *h, int64_t now, weft__theap_ent *out) {
+    if (h->n == 0 || h->a[0].when > now) return 0;
+    *out = h->a[0];
+    h->a[0] = h->a[--h->n];
+    if (h->n > 1) sift_down(h, 0);
     update_min(h);
-}
-
-weft__timer *weft__theap_pop_due(weft__theap *h, int64_t now) {
-    if (h->n == 0 || h->a[0].when > now) return NULL;
-    weft__timer *t = h->a[0].t;
-    weft__theap_remove(h, t);
-    return t;
+    return 1;
 }
