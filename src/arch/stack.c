@@ -210,8 +210,14 @@ static void init_head(weft__stack *s, char *lo, size_t size, int guard, int odd)
     if (guard == WEFT__GUARD_CANARY) *(volatile uint64_t *)lo = WEFT__CANARY;
 }
 
+/* The head (and the descriptor after it) sits WEFT__STACK_TOP bytes below
+ * the slot's top, lowered by a per-slot "colour" of 0-7 cache lines: the
+ * descriptors of neighbouring slots then sit at different offsets within
+ * their pages, so two vthreads switching on one carrier do not compete for
+ * the same cache sets and way-predictor tags. */
 static weft__stack *head_of(char *slot, size_t slot_size) {
-    return (weft__stack *)(slot + slot_size - WEFT__STACK_TOP);
+    size_t colour = (((uintptr_t)slot / slot_size) & 7) * 64;
+    return (weft__stack *)(slot + slot_size - WEFT__STACK_TOP - colour);
 }
 
 /* Decide the guard for the next n slots (lock held). */
@@ -289,7 +295,7 @@ static weft__stack *revive_cold(uint32_t n) {
     if (n > S.ncold) n = (uint32_t)S.ncold;
     for (uint32_t i = 0; i < n; i++) {
         weft__stack *s = S.cold[S.ncold - 1 - i].s;
-        iov[i].iov_base = (char *)s + WEFT__STACK_TOP - PAGE;
+        iov[i].iov_base = (void *)((uintptr_t)s & ~(uintptr_t)(PAGE - 1)); /* its top page */
         iov[i].iov_len = PAGE;
     }
     (void)madvise_many(iov, n, MADV_POPULATE_WRITE);
@@ -298,10 +304,10 @@ static weft__stack *revive_cold(uint32_t n) {
     for (uint32_t i = 0; i < n; i++) {
         struct cold c = S.cold[--S.ncold];
         weft__stack *s = c.s;
-        char *top = (char *)s + WEFT__STACK_TOP;
+        char *slot = c.sl->base + (size_t)((char *)s - c.sl->base) / c.sl->slot_size * c.sl->slot_size;
         /* an mprotect or madvise guard stays in place across MADV_DONTNEED;
          * a canary slot gets its canary back in init_head */
-        init_head(s, top - usable, usable, c.guard, 0);
+        init_head(s, slot + PAGE, usable, c.guard, 0);
         s->slab = c.sl;
         c.sl->coldmap[((char *)s - c.sl->base) / c.sl->slot_size] = 0;
         s->next = list;
@@ -600,7 +606,7 @@ int weft__stack_guard_hit(const weft__stack *s, const void *addr) {
 
 size_t weft__stack_resident(const weft__stack *s) {
     size_t len = (size_t)((const char *)s - s->lo) + WEFT__STACK_TOP;
-    size_t pages = len / PAGE;
+    size_t pages = (len + PAGE - 1) / PAGE;
     unsigned char vec[256];
     size_t res = 0;
     for (size_t off = 0; off < pages; off += sizeof vec) {

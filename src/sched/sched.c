@@ -122,7 +122,7 @@ struct weft__carrier {
     _Alignas(WEFT__CACHELINE) weft__theap timers;
 };
 
-static struct {
+static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_alloc below */
     pthread_mutex_t init_lock;
     _Atomic int up;            /* 1 while running */
     int n;
@@ -718,7 +718,6 @@ static inline void check_canary(weft_thread *t) {
 static inline void enter(weft__carrier *c, weft_thread *next) {
     c->cur = next;
     next->carrier = c;
-    if ((next->flags & WEFT__F_PINNED) && !next->home) next->home = c;
     atomic_store_explicit(&next->rstate, WEFT__RS_RUNNING, memory_order_relaxed);
     bump(&c->n_switches);
 }
@@ -927,6 +926,7 @@ static void join_unlock(weft_thread *t);
 
 static void vthread_start(void *arg, void *carrier) {
     weft_thread *self = arg;
+    if (self->flags & WEFT__F_PINNED) self->home = carrier; /* the carrier it first runs on */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
     switch_out(weft__carrier_self(), self, OP_EXIT);
@@ -1030,10 +1030,11 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     s->seq_base = 0;
     atomic_store_explicit(&t->parker.word, w, memory_order_relaxed);
     t->parker.vt = t;
-    /* Stagger where stacks start within their page: two vthreads switching
-     * on one carrier would otherwise push and pop at the same page offsets
-     * and stall on 4K store-to-load aliasing. */
-    t->sp = weft__ctx_make((char *)t - (((uintptr_t)t >> 12) & 7) * 64, vthread_start, t);
+    /* the stack starts right below the descriptor, whose place within its
+     * page differs between neighbouring slots (stack.c's colour): two
+     * vthreads switching on one carrier do not push and pop at the same page
+     * offsets (4K store-to-load aliasing) */
+    t->sp = weft__ctx_make((char *)t, vthread_start, t);
     t->next = NULL;
     t->carrier = NULL;
     t->home = NULL;
@@ -1344,7 +1345,11 @@ int weft_init(const weft_config *cfg) {
     if (!R.c) { r = -ENOMEM; goto fail1; }
     R.n = n;
     for (int i = 0; i < n; i++) {
-        weft__carrier *c = aligned_alloc(WEFT__CACHELINE, (sizeof *c + WEFT__CACHELINE - 1) & ~(size_t)(WEFT__CACHELINE - 1));
+        /* Page-aligned: the hot fields at the start of a page can never sit
+         * at the page offsets where vthreads' top frames and descriptors
+         * live (the upper part of a page), so the switch path's loads from
+         * the carrier are never stalled by 4K aliasing with stack stores. */
+        weft__carrier *c = aligned_alloc(4096, (sizeof *c + 4095) & ~(size_t)4095);
         if (!c) { r = -ENOMEM; goto fail2; }
         memset(c, 0, sizeof *c);
         c->index = i;
