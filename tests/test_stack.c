@@ -164,7 +164,12 @@ TEST(memory_returned_above_high_water_mark) {
     while (atomic_load(&hw_parked) < N) usleep(1000);
     long peak = rss_kib();
     for (int i = 0; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    /* idle carriers return the surplus in batches: give them time */
     long after = rss_kib();
+    for (int k = 0; k < 500 && after - before > (peak - before) / 2; k++) {
+        usleep(10000);
+        after = rss_kib();
+    }
     printf("rss KiB: before %ld, %d parked %ld, after join %ld\n", before, N, peak, after);
     CHECK(peak - before >= N * 4 * 8 / 10);        /* about a page each */
     CHECK(after - before <= (peak - before) / 2);  /* most of it went back */

@@ -55,10 +55,12 @@ typedef struct weft__stack {
 #define WEFT__CANARY 0x5745465443414e59ull /* "WEFTCANY" */
 
 /* A per-carrier cache of free stacks of the default size (no locking: one
- * owner). */
+ * owner).  An array, so that caching a stack never touches its (possibly
+ * cold) memory; the newest are reused first. */
+#define WEFT__STACK_CACHE_CAP 512
 typedef struct weft__stack_cache {
-    weft__stack *head;
     uint32_t n;
+    weft__stack *s[WEFT__STACK_CACHE_CAP];
 } weft__stack_cache;
 
 int weft__stacks_init(size_t default_size); /* 0 or -errno */

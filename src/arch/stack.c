@@ -67,8 +67,7 @@
 #define PAGE 4096u
 #define SLAB_SLOTS 256u
 #define CARVE_BATCH 64u
-#define CACHE_BATCH 32u
-#define CACHE_HIGH 256u
+#define CACHE_BATCH 64u
 #define DEPOT_HOT 4096u
 #define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
 #define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
@@ -94,8 +93,8 @@ static struct {
     int canary_noticed;
     slab *slabs;          /* newest first */
     slab *cur;            /* default-size slab being carved */
-    weft__stack *depot;   /* hot free stacks of the default size */
-    uint32_t ndepot;
+    weft__stack **depot;  /* hot free stacks of the default size (an array) */
+    uint32_t ndepot, capdepot;
     weft__stack *odd;     /* free stacks of other sizes */
     struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
     size_t ncold, capcold;
@@ -242,9 +241,9 @@ static int next_guard(uint32_t n) {
     return WEFT__GUARD_CANARY;
 }
 
-/* Guards and populates `n` slots starting at slot index `first` of sl;
- * links them into a list.  Lock held. */
-static weft__stack *carve(slab *sl, uint32_t first, uint32_t n, int guard) {
+/* Guards and populates `n` slots starting at slot index `first` of sl,
+ * whose slots were reserved by the caller, into out[].  Returns 0 or -1. */
+static int carve(slab *sl, uint32_t first, uint32_t n, int guard, weft__stack **out) {
     struct iovec iov[CARVE_BATCH];
     size_t usable = sl->slot_size - PAGE;
     for (uint32_t i = 0; i < n; i++) {
@@ -252,16 +251,15 @@ static weft__stack *carve(slab *sl, uint32_t first, uint32_t n, int guard) {
         iov[i].iov_len = PAGE;
     }
     if (guard == WEFT__GUARD_MADVISE) {
-        if (madvise_many(iov, n, MADV_GUARD_INSTALL) != 0) return NULL;
+        if (madvise_many(iov, n, MADV_GUARD_INSTALL) != 0) return -1;
     } else if (guard == WEFT__GUARD_MPROTECT) {
         for (uint32_t i = 0; i < n; i++)
-            if (mprotect(iov[i].iov_base, PAGE, PROT_NONE) != 0) return NULL;
+            if (mprotect(iov[i].iov_base, PAGE, PROT_NONE) != 0) return -1;
     }
     for (uint32_t i = 0; i < n; i++)
         iov[i].iov_base = (char *)iov[i].iov_base + sl->slot_size - PAGE;
     (void)madvise_many(iov, n, MADV_POPULATE_WRITE); /* best effort: faults otherwise */
-    weft__stack *list = NULL;
-    for (uint32_t i = n; i-- > 0;) {
+    for (uint32_t i = 0; i < n; i++) {
         char *slot = sl->base + (size_t)(first + i) * sl->slot_size;
         weft__stack *s = head_of(slot, sl->slot_size);
         init_head(s, slot + PAGE, usable, guard, 0);
@@ -269,10 +267,9 @@ static weft__stack *carve(slab *sl, uint32_t first, uint32_t n, int guard) {
 #ifdef WEFT_VALGRIND
         sl->vg_ids[first + i] = VALGRIND_STACK_REGISTER(slot + PAGE, slot + sl->slot_size);
 #endif
-        s->next = list;
-        list = s;
+        out[i] = s;
     }
-    return list;
+    return 0;
 }
 
 static slab *new_slab(size_t slot_size, uint32_t nslots) {
@@ -297,8 +294,8 @@ static slab *new_slab(size_t slot_size, uint32_t nslots) {
     return sl;
 }
 
-/* Re-populates cold slots (lock held); returns a list of up to n. */
-static weft__stack *revive_cold(uint32_t n) {
+/* Re-populates up to n cold slots into out[] (lock held); returns how many. */
+static uint32_t revive_cold(uint32_t n, weft__stack **out) {
     struct iovec iov[CARVE_BATCH];
     if (n > CARVE_BATCH) n = CARVE_BATCH;
     if (n > S.ncold) n = (uint32_t)S.ncold;
@@ -308,7 +305,6 @@ static weft__stack *revive_cold(uint32_t n) {
         iov[i].iov_len = PAGE;
     }
     (void)madvise_many(iov, n, MADV_POPULATE_WRITE);
-    weft__stack *list = NULL;
     size_t usable = S.default_size;
     for (uint32_t i = 0; i < n; i++) {
         struct cold c = S.cold[--S.ncold];
@@ -319,45 +315,35 @@ static weft__stack *revive_cold(uint32_t n) {
         init_head(s, slot + PAGE, usable, c.guard, 0);
         s->slab = c.sl;
         c.sl->coldmap[((char *)s - c.sl->base) / c.sl->slot_size] = 0;
-        s->next = list;
-        list = s;
+        out[i] = s;
     }
-    return list;
+    return n;
 }
 
-/* Takes up to `want` default stacks from the depot or the cold list into a
- * list (lock held).  Returns NULL when both are empty. */
-static weft__stack *depot_take(uint32_t want, uint32_t *got) {
-    weft__stack *list = NULL;
-    uint32_t n = 0;
-    while (n < want && S.depot) {
-        weft__stack *s = S.depot;
-        S.depot = s->next;
-        S.ndepot--;
-        s->next = list;
-        list = s;
-        n++;
+/* Takes up to `want` default stacks from the depot (newest first) or the
+ * cold list into out[] (lock held); returns how many. */
+static uint32_t depot_take(uint32_t want, weft__stack **out) {
+    uint32_t n = want < S.ndepot ? want : S.ndepot;
+    if (n) {
+        S.ndepot -= n;
+        memcpy(out, S.depot + S.ndepot, n * sizeof *out);
+        return n;
     }
-    if (n == 0 && S.ncold) {
-        list = revive_cold(want);
-        for (weft__stack *s = list; s; s = s->next) n++;
-    }
-    *got = n;
-    return list;
+    return S.ncold ? revive_cold(want, out) : 0;
 }
 
-/* Carves a batch of fresh default slots.  The lock covers only the
- * reservation: the guard and populate syscalls -- the expensive part --
- * run outside it, so several carriers can carve at once. */
-static weft__stack *carve_batch(uint32_t *got) {
+/* Carves a batch of fresh default slots into out[] (room for CARVE_BATCH).
+ * The lock covers only the reservation: the guard and populate syscalls --
+ * the expensive part -- run outside it, so several carriers can carve at
+ * once.  Returns how many (0: no memory or address space). */
+static uint32_t carve_batch(weft__stack **out) {
     pthread_mutex_lock(&S.lock);
     slab *sl = S.cur;
     if (!sl || sl->carved == sl->nslots) {
         sl = new_slab(S.default_size + PAGE, SLAB_SLOTS);
         if (!sl) {
             pthread_mutex_unlock(&S.lock);
-            *got = 0;
-            return NULL;
+            return 0;
         }
         S.cur = sl;
     }
@@ -366,20 +352,24 @@ static weft__stack *carve_batch(uint32_t *got) {
     sl->carved += k; /* reserved; the dump reads not-yet-made heads as free */
     int guard = next_guard(k);
     pthread_mutex_unlock(&S.lock);
-    weft__stack *list = carve(sl, first, k, guard);
-    *got = list ? k : 0;
-    return list;
+    return carve(sl, first, k, guard, out) == 0 ? k : 0;
 }
 
-/* Puts a list of n stacks into the depot (lock held). */
-static void depot_put_list(weft__stack *list, uint32_t n) {
-    while (list) {
-        weft__stack *nx = list->next;
-        list->next = S.depot;
-        S.depot = list;
-        list = nx;
+/* Appends n stacks to the depot (lock held).  Returns 0 or -1 (no memory
+ * to grow it: the caller keeps them). */
+static int depot_put(weft__stack **in, uint32_t n) {
+    if (S.ndepot + n > S.capdepot) {
+        size_t cap = S.capdepot ? S.capdepot * 2 : 4096;
+        while (cap < S.ndepot + n) cap *= 2;
+        weft__stack **d = realloc(S.depot, cap * sizeof *d);
+        if (!d) return -1;
+        S.depot = d;
+        S.capdepot = cap;
     }
+    memcpy(S.depot + S.ndepot, in, n * sizeof *in);
     S.ndepot += n;
+    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    return 0;
 }
 
 static void zap_surplus(void);
@@ -404,14 +394,13 @@ int weft__stacks_refill(void) {
     int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     /* a burst: spawns ran dry twice within the window, the last time recently */
     if (now - atomic_load_explicit(&S.prev_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
-    uint32_t got;
-    weft__stack *list = carve_batch(&got);
-    if (!list) return 0;
+    weft__stack *made[CARVE_BATCH];
+    uint32_t got = carve_batch(made);
+    if (!got) return 0;
     pthread_mutex_lock(&S.lock);
-    depot_put_list(list, got);
-    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    int r = depot_put(made, got);
     pthread_mutex_unlock(&S.lock);
-    return (int)got;
+    return r == 0 ? (int)got : 0; /* (on failure the made slots stay carved: walked, unused) */
 }
 
 /* Returns the memory of one batch of depot stacks above DEPOT_HOT / 2
@@ -428,9 +417,7 @@ static void zap_surplus(void) {
             S.capcold = cap;
         }
         while (n < CARVE_BATCH && S.ndepot > DEPOT_HOT / 2) {
-            weft__stack *s = S.depot;
-            S.depot = s->next;
-            S.ndepot--;
+            weft__stack *s = S.depot[--S.ndepot];
             slab *sl = s->slab;
             S.cold[S.ncold++] = (struct cold){s, sl, s->guard};
             sl->coldmap[((char *)s - sl->base) / sl->slot_size] = 1;
@@ -455,46 +442,35 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
     size_t want = size ? round_page(size) : S.default_size;
     if (want < 16 * PAGE) want = 16 * PAGE;
     if (want == S.default_size) {
-        if (cache && cache->head) {
-            weft__stack *s = cache->head;
-            cache->head = s->next;
-            cache->n--;
-            s->next = NULL;
-            return fresh(s);
-        }
-        uint32_t want_n = cache ? CACHE_BATCH : 1, got;
+        if (cache && cache->n) return fresh(cache->s[--cache->n]);
+        /* refill: a batch from the depot, or carve one (and let idle
+         * carriers help if this keeps happening) */
+        weft__stack *got[CARVE_BATCH];
+        uint32_t n;
         pthread_mutex_lock(&S.lock);
-        weft__stack *list = depot_take(want_n, &got);
+        n = depot_take(cache ? CACHE_BATCH : 1, got);
         atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
         pthread_mutex_unlock(&S.lock);
-        if (!list) {
-            /* out of made stacks: carve, and let idle carriers help */
+        if (!n) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
             atomic_store_explicit(&S.prev_demand, atomic_load_explicit(&S.last_demand, memory_order_relaxed),
                                   memory_order_relaxed);
             atomic_store_explicit(&S.last_demand, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
                                   memory_order_relaxed);
-            list = carve_batch(&got);
-            if (!list) return NULL;
-            if (got > want_n) { /* keep want_n, the rest go to the depot */
-                weft__stack *keep = list;
-                for (uint32_t i = 1; i < want_n; i++) keep = keep->next;
-                weft__stack *rest = keep->next;
-                keep->next = NULL;
+            n = carve_batch(got);
+            if (!n) return NULL;
+            if (!cache && n > 1) { /* a platform thread keeps one */
                 pthread_mutex_lock(&S.lock);
-                depot_put_list(rest, got - want_n);
+                if (depot_put(got + 1, n - 1) != 0) { /* no memory: they stay carved, unused */ }
                 pthread_mutex_unlock(&S.lock);
-                got = want_n;
+                n = 1;
             }
         }
-        weft__stack *s = list;
-        if (cache) {
-            cache->head = s->next;
-            cache->n += got - 1;
-        }
-        s->next = NULL;
-        return fresh(s);
+        if (!cache) return fresh(got[0]);
+        memcpy(cache->s + cache->n, got, n * sizeof *got);
+        cache->n += n;
+        return fresh(cache->s[--cache->n]);
     }
     /* another size: reuse one of that size, or map one for itself */
     pthread_mutex_lock(&S.lock);
@@ -511,8 +487,9 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
     weft__stack *s = NULL;
     if (sl) {
         int guard = next_guard(1);
-        s = carve(sl, 0, 1, guard);
-        if (s) { sl->carved = 1; s->odd = 1; }
+        sl->carved = 1;
+        if (carve(sl, 0, 1, guard, &s) == 0) s->odd = 1;
+        else s = NULL;
     }
     pthread_mutex_unlock(&S.lock);
     return fresh(s);
@@ -526,35 +503,27 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
         pthread_mutex_unlock(&S.lock);
         return;
     }
-    if (cache) {
-        s->next = cache->head;
-        cache->head = s;
-        if (++cache->n <= CACHE_HIGH) return;
-        /* give half back to the depot in one locked step */
-        weft__stack *list = NULL, *tail = NULL;
-        uint32_t k = 0;
-        while (k < CACHE_HIGH / 2) {
-            weft__stack *x = cache->head;
-            cache->head = x->next;
-            x->next = list;
-            if (!list) tail = x;
-            list = x;
-            k++;
-        }
-        cache->n -= k;
-        pthread_mutex_lock(&S.lock);
-        tail->next = S.depot;
-        S.depot = list;
-        S.ndepot += k;
-        atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
-        pthread_mutex_unlock(&S.lock);
+    if (cache && cache->n < WEFT__STACK_CACHE_CAP) {
+        cache->s[cache->n++] = s; /* no touch of s: it may be cold in this cache */
         return;
     }
     pthread_mutex_lock(&S.lock);
-    s->next = S.depot;
-    S.depot = s;
-    S.ndepot++;
-    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    if (cache) {
+        /* full: the older half goes to the depot in one locked step */
+        uint32_t half = WEFT__STACK_CACHE_CAP / 2;
+        if (depot_put(cache->s, half) == 0) {
+            memmove(cache->s, cache->s + half, (cache->n - half) * sizeof *cache->s);
+            cache->n -= half;
+            cache->s[cache->n++] = s;
+            pthread_mutex_unlock(&S.lock);
+            return;
+        }
+    }
+    if (depot_put(&s, 1) != 0) {
+        /* no memory for the depot array: drop the stack's pages at least,
+         * its address space stays carved (and unused) until shutdown */
+        madvise(s->lo, (size_t)((char *)s - s->lo), MADV_DONTNEED);
+    }
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -574,9 +543,11 @@ void weft__stacks_fini(void) {
     if (S.pidfd >= 0) close(S.pidfd);
     /* everything but the lock and seq_counter (seqs stay unique across
      * restarts of the runtime) */
+    free(S.depot);
     S.slabs = S.cur = NULL;
-    S.depot = S.odd = NULL;
-    S.ndepot = 0;
+    S.depot = NULL;
+    S.odd = NULL;
+    S.ndepot = S.capdepot = 0;
     S.cold = NULL;
     S.ncold = S.capcold = 0;
     S.nslots_total = S.bytes_total = 0;
