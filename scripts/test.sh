@@ -3,9 +3,9 @@
 # suite in each.  Usage: scripts/test.sh [release|asan|tsan ...]
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scripts/deps.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+scripts/deps.sh || exit 1
 variants=("$@")
 [[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan)
 jobs=$(nproc)
@@ -13,6 +13,9 @@ jobs=$(nproc)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+passed=0 failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for v in "${variants[@]}"; do
   case $v in
     release) san=none ;;
@@ -21,13 +24,27 @@ for v in "${variants[@]}"; do
     *) echo "unknown variant $v (release, asan, tsan)" >&2; exit 2 ;;
   esac
   echo "=== $v: build ==="
-  cmake -S . -B "build-$v" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=$san >/dev/null
-  cmake --build "build-$v" -j"$jobs" >/dev/null
+  cmake -S . -B "build-$v" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=$san >/dev/null || exit 1
+  cmake --build "build-$v" -j"$jobs" >/dev/null || { cmake --build "build-$v" -j1 2>&1 | tail -30; exit 1; }
   echo "=== $v: test ==="
   # TSan cannot start with the kernel's full mmap randomisation; setarch -R
   # turns it off for the test processes only.
   wrap=()
   [[ $v == tsan ]] && wrap=(setarch "$(uname -m)" -R)
-  (cd "build-$v" && "${wrap[@]}" ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-})
+  rc=0
+  (cd "build-$v" && "${wrap[@]}" ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}) | tee "$log" || rc=$?
+  # "NN% tests passed, F tests failed out of T"
+  read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
+  passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
+  if [[ ${t:-0} -eq 0 ]]; then
+    echo "=== $v: no test ran ==="
+    exit 1
+  fi
+  if [[ $rc -ne 0 ]]; then
+    echo "=== $v: FAILED ==="
+    echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
+    exit 1
+  fi
 done
 echo "=== all variants passed: ${variants[*]} ==="
+echo "$passed passed, $failed failed"
