@@ -65,7 +65,6 @@ typedef struct weft__stack_cache {
 
 int weft__stacks_init(size_t default_size); /* 0 or -errno */
 void weft__stacks_fini(void);                /* unmaps every slab */
-size_t weft__stacks_default_size(void);
 int weft__stacks_guard_mode(void);
 
 /* A stack of `size` bytes (0 = default) or NULL (-ENOMEM).  cache may be

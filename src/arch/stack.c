@@ -102,7 +102,7 @@ static struct {
     _Atomic uint32_t ndepot_hint; /* ndepot, readable without the lock */
     _Atomic int64_t last_demand;  /* when a spawn last found no stack made */
     _Atomic int64_t prev_demand;  /* ... and the time before that */
-    uint64_t nslots_total, bytes_total;
+    uint64_t bytes_total;
     int inited;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
 
@@ -196,7 +196,6 @@ int weft__stacks_init(size_t default_size) {
     return 0;
 }
 
-size_t weft__stacks_default_size(void) { return S.default_size; }
 int weft__stacks_guard_mode(void) { return S.guard_mode; }
 
 static void init_head(weft__stack *s, char *lo, size_t size, int guard, int odd) {
@@ -289,7 +288,6 @@ static slab *new_slab(size_t slot_size, uint32_t nslots) {
     sl->nslots = nslots;
     sl->next = S.slabs;
     S.slabs = sl;
-    S.nslots_total += nslots;
     S.bytes_total += len;
     return sl;
 }
@@ -550,7 +548,7 @@ void weft__stacks_fini(void) {
     S.ndepot = S.capdepot = 0;
     S.cold = NULL;
     S.ncold = S.capcold = 0;
-    S.nslots_total = S.bytes_total = 0;
+    S.bytes_total = 0;
     S.pidfd = -1;
     S.canary_noticed = 0;
     S.inited = 0;

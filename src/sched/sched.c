@@ -238,7 +238,6 @@ void weft__fatal(const char *fmt, ...) {
     abort();
 }
 
-int weft__ncarriers(void) { return R.n; }
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 
 /* ------------------------------------------------------------------------ */

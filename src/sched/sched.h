@@ -50,9 +50,6 @@ enum {
     WEFT__WHY_SLEEP,
     WEFT__WHY_JOIN,
     WEFT__WHY_PARK,
-    WEFT__WHY_YIELD,
-    WEFT__WHY_IO,
-    WEFT__WHY_SYNC,
     WEFT__WHY_COUNT
 };
 
@@ -163,7 +160,6 @@ void weft__ready(weft_thread *t);
 /* ---- runtime ------------------------------------------------------------ */
 
 int weft__ensure_init(void);
-int weft__ncarriers(void);
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
