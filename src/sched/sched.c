@@ -604,9 +604,10 @@ static weft_thread *find_work(weft__carrier *c) {
             }
             if (t) { stop_spinning(c); return t; }
         }
-        /* memory above the stack cache's high-water mark goes back now,
-         * while there is nothing else to do */
-        if (weft__stacks_trim()) continue;
+        /* Memory above the stack cache's high-water mark goes back in a lull:
+         * only when every other carrier sleeps too, since each batch's TLB
+         * shootdown interrupts the carriers still running. */
+        if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= R.n - 1 && weft__stacks_trim()) continue;
         /* go idle: publish, then look once more */
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);
