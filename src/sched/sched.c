@@ -375,8 +375,11 @@ static inline weft_thread *mbox_pop(weft__carrier *c) {
     return mbox_pop_locked(c);
 }
 
-static inline __attribute__((always_inline)) void dq_push_or_die(weft__carrier *c, weft_thread *t) {
-    if (weft__dq_push(&c->dq, t) != 0) weft__fatal("out of memory growing a run queue");
+/* Queues t on c's deque; if the deque cannot grow (no memory), on the
+ * injection queue instead, a linked list that needs none: out of memory
+ * never loses a runnable vthread. */
+static inline __attribute__((always_inline)) void dq_push(weft__carrier *c, weft_thread *t) {
+    if (__builtin_expect(weft__dq_push(&c->dq, t) != 0, 0)) inject_push(t);
 }
 
 /* Queues t on carrier c, which is the caller's own carrier. */
@@ -387,7 +390,7 @@ static void enqueue_local(weft__carrier *c, weft_thread *t) {
         if (t->home != c) wake_carrier(t->home);
         return;
     }
-    dq_push_or_die(c, t);
+    dq_push(c, t);
 }
 
 /* Queues t, whose park the caller ended, at the back of c's run queue. */
@@ -412,9 +415,9 @@ void weft__ready(weft_thread *t) {
     if (c->cur) {
         weft_thread *old = atomic_exchange_explicit(&c->lifo, t, memory_order_acq_rel);
         if (!old) return; /* this carrier runs it soon: wake nobody */
-        dq_push_or_die(c, old);
+        dq_push(c, old);
     } else {
-        dq_push_or_die(c, t);
+        dq_push(c, t);
     }
     wake_if_needed();
 }
@@ -450,7 +453,7 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
                 mbox_push(batch[i]->home, batch[i]);
                 if (batch[i]->home != c) wake_carrier(batch[i]->home);
             } else {
-                dq_push_or_die(c, batch[i]);
+                dq_push(c, batch[i]);
             }
         }
         total += n;
@@ -529,7 +532,7 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
             if (k == 0) break;
             if (k > 0) {
                 /* run the first, queue the rest here */
-                for (int j = 1; j < k; j++) dq_push_or_die(c, batch[j]);
+                for (int j = 1; j < k; j++) dq_push(c, batch[j]);
                 atomic_store_explicit(&c->n_steals, atomic_load_explicit(&c->n_steals, memory_order_relaxed) + (uint64_t)k,
                                       memory_order_relaxed);
                 return batch[0];
@@ -661,7 +664,7 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
                 else keep = x;
                 keep_tail = x;
             } else {
-                dq_push_or_die(c, x);
+                dq_push(c, x);
             }
         }
         c->yq_head = keep;
@@ -1081,7 +1084,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     atomic_store_explicit(&t->rstate, WEFT__RS_NEW, memory_order_release);
     if (out) *out = t;
     if (c) {
-        dq_push_or_die(c, t);
+        dq_push(c, t);
         wake_if_needed();
     } else {
         inject_push(t);
