@@ -174,3 +174,46 @@ TEST(memory_returned_above_high_water_mark) {
     CHECK(peak - before >= N * 4 * 8 / 10);        /* about a page each */
     CHECK(after - before <= (peak - before) / 2);  /* most of it went back */
 }
+
+/* Out of address space: spawn fails with -ENOMEM, nothing breaks, and
+ * spawning works again once vthreads end. */
+#include <sys/resource.h>
+static void *wait_cancel(void *a) {
+    (weft_sleep_until)(INT64_MAX);
+    return NULL;
+}
+
+static void enomem_child(void) {
+    enum { MAX = 20000 };
+    static weft_thread *t[MAX];
+    weft_config cfg = {.carriers = 2};
+    if (weft_init(&cfg) != 0) _exit(3);
+    weft_thread *w;
+    if (weft_spawn(&w, noop, NULL, NULL) != 0 || weft_join(w, NULL) != 0) _exit(4);
+    struct rlimit rl;
+    getrlimit(RLIMIT_AS, &rl);
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0;
+    if (!f || fscanf(f, "%ld", &pages) != 1) _exit(5);
+    fclose(f);
+    rl.rlim_cur = (rlim_t)pages * 4096 + (rlim_t)512 * 1024 * 1024;
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(6);
+    int n = 0, r = 0;
+    while (n < MAX && (r = weft_spawn(&t[n], wait_cancel, NULL, NULL)) == 0) n++;
+    if (r != -ENOMEM || n == 0 || n == MAX) _exit(7);
+    for (int i = 0; i < n; i++) weft_cancel(t[i]);
+    for (int i = 0; i < n; i++)
+        if (weft_join(t[i], NULL) != 0) _exit(8);
+    if (weft_spawn(&w, noop, NULL, NULL) != 0 || weft_join(w, NULL) != 0) _exit(9);
+    printf("spawned %d before -ENOMEM\n", n);
+    weft_shutdown();
+    _exit(0);
+}
+
+TEST(out_of_address_space_is_enomem) {
+    if (TEST_SANITIZED) return; /* sanitizers reserve terabytes of shadow */
+    int st;
+    char *err = run_child(enomem_child, NULL, NULL, NULL, NULL, &st);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "child: status %d, stderr:\n%s\n", st, err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
