@@ -70,8 +70,8 @@ int weft_init(const weft_config *cfg);
  * Waits until every non-daemon vthread has finished, then stops the carriers
  * and frees everything the runtime owns (stacks, queues, timers).  Daemon
  * vthreads still alive are abandoned, their stacks freed.  Must be called from
- * a platform thread, never from a vthread.  The runtime may be initialised
- * again afterwards.
+ * a platform thread: called from a vthread it prints an error and returns
+ * without doing anything.  The runtime may be initialised again afterwards.
  */
 void weft_shutdown(void);
 

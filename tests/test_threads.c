@@ -307,3 +307,18 @@ TEST(bad_arguments) {
     CHECK_EQ(weft_unpark(NULL), -EINVAL);
     CHECK_EQ(weft_id(NULL), 0);
 }
+
+static void *shutdown_from_vthread(void *a) {
+    weft_shutdown(); /* refused: would wait for itself */
+    return (void *)7;
+}
+
+TEST(shutdown_from_vthread_is_refused) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, shutdown_from_vthread, NULL, NULL), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == (void *)7);
+    CHECK_EQ(weft_spawn(&t, ret_arg, (void *)1, NULL), 0); /* still running */
+    CHECK_EQ(weft_join(t, NULL), 0);
+}

@@ -1433,7 +1433,10 @@ static int64_t nondaemon_live(void) {
 }
 
 void weft_shutdown(void) {
-    if (weft__carrier_self()) weft__fatal("weft_shutdown called from a vthread or carrier");
+    if (weft__carrier_self()) { /* it would wait for itself: refuse, loudly */
+        fprintf(stderr, "weft: weft_shutdown called from a vthread: ignored (call it from a platform thread)\n");
+        return;
+    }
     pthread_mutex_lock(&R.init_lock);
     if (!atomic_load(&R.up)) {
         pthread_mutex_unlock(&R.init_lock);
