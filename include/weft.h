@@ -113,12 +113,15 @@ int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr 
 /*
  * Waits for t to finish and stores fn's return value in *result (if not
  * NULL), then frees t.  Parks a vthread; blocks a platform thread.  Returns 0,
- * -EDEADLK when t is the caller, -EINVAL when someone else already joins t,
- * or -ECANCELED / -ETIMEDOUT (t is then still joinable).
+ * -EDEADLK when t is the caller, -EINVAL when someone else already joins t
+ * or t is detached, or -ECANCELED / -ETIMEDOUT (t is then still joinable).
+ * A vthread that has already finished is reaped even by a cancelled caller,
+ * so an owner can always collect what it spawned.
  */
 int weft_join(weft_thread *t, void **result);
 
-/* Lets t free itself when it finishes.  Returns 0 or -EINVAL. */
+/* Lets t free itself when it finishes (frees it now if it has).  Returns 0,
+ * or -EINVAL when someone joins it. */
 int weft_detach(weft_thread *t);
 
 /* The calling vthread, or NULL on a platform thread. */
