@@ -102,3 +102,15 @@ TEST(dump_text_lists_states_and_sites) {
     CHECK_EQ(weft_dump(-1, WEFT_DUMP_TEXT), -EBADF);
     CHECK_EQ(weft_dump(1, 99), -EINVAL);
 }
+
+TEST(observing_does_not_start_the_runtime) {
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.carriers, 0);
+    CHECK_EQ(s.started, 0);
+    char *d = dump_to_string(WEFT_DUMP_TEXT);
+    CHECK(strstr(d, "0 live vthreads") != NULL);
+    free(d);
+    weft_stats_get(&s);
+    CHECK_EQ(s.carriers, 0); /* still not running */
+}

@@ -168,8 +168,7 @@ static void one(weft__stack *s, void *ctx) {
 
 int weft_dump(int fd, int format) {
     if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
-    int r = weft__ensure_init();
-    if (r < 0) return r;
+    int r;
     out *o = calloc(1, sizeof *o);
     if (!o) return -ENOMEM;
     o->fd = fd;

@@ -1416,6 +1416,8 @@ fail0:
     return r;
 }
 
+int weft__running(void) { return atomic_load_explicit(&R.up, memory_order_acquire); }
+
 int weft__ensure_init(void) {
     if (__builtin_expect(atomic_load_explicit(&R.up, memory_order_acquire), 1)) return 0;
     int r = weft_init(NULL);

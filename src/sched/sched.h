@@ -160,6 +160,7 @@ void weft__ready(weft_thread *t);
 /* ---- runtime ------------------------------------------------------------ */
 
 int weft__ensure_init(void);
+int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
