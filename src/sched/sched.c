@@ -88,20 +88,21 @@
 enum { OP_NONE = 0, OP_YIELD, OP_PARK, OP_EXIT };
 
 struct weft__carrier {
-    /* owned by the carrier's OS thread */
+    /* owned by the carrier's OS thread; the first cache line is all the
+     * yield/switch path touches here */
     weft_thread *cur;
-    void *sched_sp;
-    int pending_op;
     weft_thread *pending;
-    uint32_t slow_countdown;
-    uint32_t slow_turn;
-    uint32_t lifo_streak;
     weft_thread *yq_head, *yq_tail; /* yielded vthreads: owner-only FIFO */
+    _Atomic uint64_t n_switches;    /* (counter: read racily by stats) */
+    int pending_op;
+    uint32_t slow_countdown;
+    uint32_t lifo_streak;
+    uint32_t slow_turn;
+    void *sched_sp;
     uint64_t rng;
     int index;
     int spinning;
     uint64_t id_next, id_end;
-    weft__stack_cache stacks;
     void *tsan_fiber;
     void *asan_fake;
     const void *asan_bottom;
@@ -109,7 +110,7 @@ struct weft__carrier {
     void *altstack;
     pthread_t thread;
     /* counters: written by the owner (relaxed), read by anyone */
-    _Atomic uint64_t n_started, n_finished, n_switches, n_steals, n_parks;
+    _Atomic uint64_t n_started, n_finished, n_steals, n_parks;
     _Atomic uint64_t nd_started, nd_finished; /* non-daemon */
     _Atomic int64_t live_delta;
     /* shared */
@@ -120,6 +121,8 @@ struct weft__carrier {
     _Atomic int mbox_n;
     _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
     _Alignas(WEFT__CACHELINE) weft__theap timers;
+    /* owner-only, large, cold: last */
+    weft__stack_cache stacks;
 };
 
 static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_alloc below */
