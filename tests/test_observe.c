@@ -31,9 +31,14 @@ TEST(stats_peak_and_parks) {
     weft_thread *t[N];
     for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], park_sleep, NULL, NULL), 0);
     while (atomic_load(&up) < N) usleep(500);
-    usleep(2000);
+    /* each has counted itself just before parking: wait for the parks (the
+     * counters are per carrier and read without synchronising) */
     weft_stats s;
     weft_stats_get(&s);
+    for (int k = 0; k < 10000 && s.parks < N; k++) {
+        usleep(1000);
+        weft_stats_get(&s);
+    }
     CHECK(s.live >= N);
     CHECK(s.peak >= N);
     CHECK(s.parks >= N);

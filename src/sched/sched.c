@@ -494,6 +494,9 @@ static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carri
         if ((t = pick_slow(c))) return t;
     }
     if ((t = mbox_pop(c))) return t;
+    /* the LIFO slot first, unless it has run LIFO_CAP times in a row while
+     * the deque waits (only this carrier fills its own slot, so what we
+     * see here cannot change under us except by a thief emptying it) */
     if (atomic_load_explicit(&c->lifo, memory_order_relaxed)) {
         if (c->lifo_streak < LIFO_CAP || weft__dq_size(&c->dq) <= 0) {
             t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel);
@@ -503,11 +506,8 @@ static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carri
             }
         }
     }
-    c->lifo_streak = 0;
+    if (c->lifo_streak) c->lifo_streak = 0;
     if ((t = weft__dq_take(&c->dq))) return t;
-    if (atomic_load_explicit(&c->lifo, memory_order_relaxed) &&
-        (t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel)))
-        return t;
     if ((t = yield_pop(c))) return t;
     return inject_pop();
 }
@@ -735,12 +735,12 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
     __sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
 #endif
     (void)self;
-    finish_pending(c);
+    if (c->pending_op != OP_NONE) finish_pending(c); /* a private-queue yield leaves none */
 }
 
 /* Switches from vthread self to next (NULL: the sched context), leaving
  * `op` for the next context to finish.  Returns when self is resumed. */
-static void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
+static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
     check_canary(self);
     c->pending_op = op;
     c->pending = self;
