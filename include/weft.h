@@ -34,6 +34,13 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility; the API is what this marks. */
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
 #define WEFT_VERSION_MAJOR 0
 #define WEFT_VERSION_MINOR 1
 #define WEFT_VERSION_PATCH 0
@@ -64,7 +71,7 @@ typedef struct weft_config {
  * defaults.  Returns 0, -EALREADY if it is already running, -EINVAL for a bad
  * configuration, or -ENOMEM / -EAGAIN when carriers cannot be created.
  */
-int weft_init(const weft_config *cfg);
+WEFT_API int weft_init(const weft_config *cfg);
 
 /*
  * Waits until every non-daemon vthread has finished, then stops the carriers
@@ -73,13 +80,13 @@ int weft_init(const weft_config *cfg);
  * a platform thread: called from a vthread it prints an error and returns
  * without doing anything.  The runtime may be initialised again afterwards.
  */
-void weft_shutdown(void);
+WEFT_API void weft_shutdown(void);
 
 /*
  * Runs fn(arg) as a vthread named "main", waits for it, shuts the runtime down
  * and returns fn's result (or a negative errno if it could not start).
  */
-int weft_main(int (*fn)(void *), void *arg);
+WEFT_API int weft_main(int (*fn)(void *), void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* Virtual threads                                                           */
@@ -108,7 +115,7 @@ typedef struct weft_attr {
  * starts detached.  Works from vthreads and platform threads.  Returns 0,
  * -ENOMEM (no memory or address space for a stack) or -EINVAL.
  */
-int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
+WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
 
 /*
  * Waits for t to finish and stores fn's return value in *result (if not
@@ -118,33 +125,33 @@ int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr 
  * A vthread that has already finished is reaped even by a cancelled caller,
  * so an owner can always collect what it spawned.
  */
-int weft_join(weft_thread *t, void **result);
+WEFT_API int weft_join(weft_thread *t, void **result);
 
 /* Lets t free itself when it finishes (frees it now if it has).  Returns 0,
  * or -EINVAL when someone joins it. */
-int weft_detach(weft_thread *t);
+WEFT_API int weft_detach(weft_thread *t);
 
 /* The calling vthread, or NULL on a platform thread. */
-weft_thread *weft_self(void);
+WEFT_API weft_thread *weft_self(void);
 
 /* A vthread's id: unique for the process's lifetime, starting at 1. */
-uint64_t weft_id(const weft_thread *t);
+WEFT_API uint64_t weft_id(const weft_thread *t);
 
 /* A vthread's name ("" when it has none). */
-const char *weft_name(const weft_thread *t);
+WEFT_API const char *weft_name(const weft_thread *t);
 
 /*
  * Lets other runnable vthreads on this carrier run, then continues.  On a
  * platform thread it calls sched_yield().  Returns 0.
  */
-int weft_yield(void);
+WEFT_API int weft_yield(void);
 
 /* ------------------------------------------------------------------------ */
 /* Time, deadlines, cancellation                                             */
 /* ------------------------------------------------------------------------ */
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-int64_t weft_now(void);
+WEFT_API int64_t weft_now(void);
 
 /*
  * Sleeps for ns nanoseconds (until the absolute time deadline_ns).  A
@@ -153,24 +160,24 @@ int64_t weft_now(void);
  * caller's own deadline (weft_deadline_set) comes first.
  * weft_sleep_until(INT64_MAX) sleeps until cancelled.
  */
-int weft_sleep(int64_t ns);
-int weft_sleep_until(int64_t deadline_ns);
+WEFT_API int weft_sleep(int64_t ns);
+WEFT_API int weft_sleep_until(int64_t deadline_ns);
 
 /*
  * Sets the calling thread's deadline for all its blocking calls and returns
  * the previous one, so that it can be restored.  0 removes it.
  */
-int64_t weft_deadline_set(int64_t deadline_ns);
+WEFT_API int64_t weft_deadline_set(int64_t deadline_ns);
 
 /*
  * Cancels t: the blocking call it is in, or the next one it makes, returns
  * -ECANCELED, and so do all its later blocking calls.  t must still be a
  * valid handle (not joined, or detached and finished).  Returns 0.
  */
-int weft_cancel(weft_thread *t);
+WEFT_API int weft_cancel(weft_thread *t);
 
 /* 1 when the calling vthread has been cancelled, else 0. */
-int weft_cancelled(void);
+WEFT_API int weft_cancelled(void);
 
 /* ------------------------------------------------------------------------ */
 /* Parking (java.util.concurrent.locks.LockSupport)                          */
@@ -186,8 +193,8 @@ int weft_cancelled(void);
  * weft_unpark makes t's permit available and wakes t if it is parked.  Both
  * work from any thread.
  */
-int weft_park(int64_t deadline_ns);
-int weft_unpark(weft_thread *t);
+WEFT_API int weft_park(int64_t deadline_ns);
+WEFT_API int weft_unpark(weft_thread *t);
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */
@@ -211,7 +218,7 @@ typedef struct weft_stats {
  * vthreads are starting and ending on several carriers at once peak is
  * sampled in steps of at most 32 per carrier.
  */
-void weft_stats_get(weft_stats *s);
+WEFT_API void weft_stats_get(weft_stats *s);
 
 enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
 
@@ -225,7 +232,7 @@ enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
  * negative errno from write(2).  Safe to call while vthreads run: it reads a
  * racy snapshot and never stops them.
  */
-int weft_dump(int fd, int format);
+WEFT_API int weft_dump(int fd, int format);
 
 /* ------------------------------------------------------------------------ */
 /* Call-site capture                                                         */
@@ -236,15 +243,15 @@ int weft_dump(int fd, int format);
  * macros below pass __FILE__ and __LINE__; the real functions stay callable
  * as (weft_sleep)(ns) or through pointers.
  */
-int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
-int weft__join_at(weft_thread *t, void **result, const char *file, int line);
-int weft__park_at(int64_t deadline_ns, const char *file, int line);
+WEFT_API int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
+WEFT_API int weft__join_at(weft_thread *t, void **result, const char *file, int line);
+WEFT_API int weft__park_at(int64_t deadline_ns, const char *file, int line);
 
 #define weft_sleep(ns) weft__sleep_until_at(weft__sleep_deadline(ns), __FILE__, __LINE__)
 #define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
 #define weft_join(t, r) weft__join_at((t), (r), __FILE__, __LINE__)
 #define weft_park(d) weft__park_at((d), __FILE__, __LINE__)
-int64_t weft__sleep_deadline(int64_t ns);
+WEFT_API int64_t weft__sleep_deadline(int64_t ns);
 
 #ifdef __cplusplus
 }

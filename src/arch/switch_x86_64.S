@@ -20,6 +20,7 @@
  * target (or as entry's second argument in a fresh context): the scheduler
  * passes the carrier along, so the resumed side need not look it up. */
     .globl  weft__ctx_switch
+    .hidden weft__ctx_switch
     .type   weft__ctx_switch, @function
     .p2align 4
 weft__ctx_switch:
@@ -59,6 +60,7 @@ weft__ctx_switch:
  * entry(arg, switch_arg).  rbp is 0 so that stack walks end here.
  */
     .globl  weft__ctx_trampoline
+    .hidden weft__ctx_trampoline
     .type   weft__ctx_trampoline, @function
     .p2align 4
 weft__ctx_trampoline:

@@ -146,9 +146,12 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
        .next_id = 1};
 
-static __thread weft__carrier *tls_carrier;
-static __thread weft__parker tls_parker;   /* a platform thread's park word */
-static __thread int64_t tls_deadline;      /* a platform thread's deadline */
+/* initial-exec: a plain %fs-relative access even in the shared library (the
+ * default model there calls __tls_get_addr on every read) */
+#define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
+static WEFT_TLS weft__carrier *tls_carrier;
+static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
+static WEFT_TLS int64_t tls_deadline;      /* a platform thread's deadline */
 
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                             */
