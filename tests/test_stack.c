@@ -66,11 +66,19 @@ TEST(overflow_reported_guard_mprotect) { check_overflow_report("mprotect"); }
 /* Canary mode: no guard page; a vthread that ran past the bottom of its
  * stack (here: a little, into the unprotected guard area) is caught at its
  * next switch. */
+__attribute__((noinline)) static void smash(size_t n) {
+    volatile char big[n]; /* one contiguous block across the bottom of the stack */
+    for (size_t i = 0; i < n; i++) big[i] = (char)i;
+    (weft_sleep)(1000000); /* the switch checks the canary */
+    (void)big[0];
+}
+
 __attribute__((noinline)) static void dig(const char *lo) {
-    volatile char pad[512];
-    for (int i = 0; i < 512; i++) pad[i] = (char)i; /* every byte: over the canary too */
-    if ((const char *)pad > lo - 1024) dig(lo);
-    else weft_yield(); /* the switch checks the canary */
+    volatile char pad[256];
+    for (int i = 0; i < 256; i++) pad[i] = (char)i;
+    /* near the bottom, run 1 KiB past it (into the unprotected guard page) */
+    if ((const char *)pad > lo + 2048) dig(lo);
+    else smash((size_t)((const char *)pad - lo) + 1024);
     (void)pad[0];
 }
 
@@ -90,7 +98,7 @@ static void canary_child(void) {
 TEST(overflow_reported_canary) {
     int st;
     char *err = run_child(canary_child, "WEFT_STACK_GUARD", "canary", NULL, NULL, &st);
-    if (!strstr(err, "canary-smasher")) fprintf(stderr, "child stderr:\n%s\n", err);
+    if (!strstr(err, "canary-smasher")) fprintf(stderr, "child status %#x, stderr:\n%s\n", st, err);
     CHECK(strstr(err, "stack overflow in vthread") != NULL);
     CHECK(strstr(err, "\"canary-smasher\"") != NULL);
     CHECK(strstr(err, "canary") != NULL);
