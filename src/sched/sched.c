@@ -294,9 +294,13 @@ static void wake_one(void) {
 }
 
 /* A full barrier.  On x86 a locked add to the stack is one, and cheaper
- * than mfence (Linux's smp_mb does the same); TSan sees only the fence. */
+ * than mfence (Linux's smp_mb does the same). */
 static inline void full_fence(void) {
-#if defined(__x86_64__) && !defined(WEFT_TSAN)
+#if defined(WEFT_TSAN)
+    /* TSan models neither fences nor inline asm: a seq_cst RMW it does */
+    static _Atomic int tsan_fence;
+    atomic_fetch_add_explicit(&tsan_fence, 0, memory_order_seq_cst);
+#elif defined(__x86_64__)
     __asm__ volatile("lock orq $0, (%%rsp)" ::: "memory", "cc");
 #else
     atomic_thread_fence(memory_order_seq_cst);
