@@ -131,15 +131,16 @@ static void one(weft__stack *s, void *ctx) {
     weft__carrier *c = (weft__carrier *)(uintptr_t)ld(&t->carrier);
     const char *top = (const char *)t;
     size_t res = weft__stack_resident(s);
-    const char *state = rs == WEFT__RS_NEW ? "new" : rs == WEFT__RS_RUNNABLE ? "runnable"
-                      : rs == WEFT__RS_RUNNING ? "running" : rs == WEFT__RS_PARKED ? "parked"
+    int running = rs == WEFT__RS_RUNNABLE && weft__carrier_running(c) == t;
+    const char *state = rs == WEFT__RS_NEW ? "new" : running ? "running"
+                      : rs == WEFT__RS_RUNNABLE ? "runnable" : rs == WEFT__RS_PARKED ? "parked"
                       : rs == WEFT__RS_DONE ? "done" : "?";
     o->count++;
     if (o->json) {
         put(o, "%s\n    {\"id\":%" PRIu64 ",\"name\":", o->first ? "" : ",", id);
         put_str_json(o, name);
         put(o, ",\"state\":\"%s\"", state);
-        if (rs == WEFT__RS_RUNNING) put(o, ",\"carrier\":%d", weft__carrier_index(c));
+        if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (rs == WEFT__RS_PARKED) {
             put(o, ",\"waiting_on\":\"%s\",\"since_ns\":%" PRId64, why_name(why), o->now - since);
             if (until) put(o, ",\"until_ns\":%" PRId64, until - o->now);
@@ -152,7 +153,7 @@ static void one(weft__stack *s, void *ctx) {
         return;
     }
     put(o, "#%" PRIu64 " \"%s\" ", id, name);
-    if (rs == WEFT__RS_RUNNING) put(o, "running on carrier %d\n", weft__carrier_index(c));
+    if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
     else if (rs == WEFT__RS_PARKED) {
         if (why == WEFT__WHY_SLEEP && until)
             put(o, "sleeping for %.3f s more (since %.3f s)", (double)(until - o->now) / 1e9,

@@ -246,6 +246,10 @@ void weft__fatal(const char *fmt, ...) {
 
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 
+const weft_thread *weft__carrier_running(const weft__carrier *c) {
+    return c ? (const weft_thread *)__atomic_load_n(&c->cur, __ATOMIC_RELAXED) : NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* idle carriers                                                             */
 /* ------------------------------------------------------------------------ */
@@ -655,8 +659,7 @@ static void exit_finish(weft__carrier *c, weft_thread *t);
  * can be stolen) and a sleeper is woken.  Pinned vthreads can always stay.
  */
 static inline void yq_append(weft__carrier *c, weft_thread *t) {
-    atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
-    t->next = NULL;
+    t->next = NULL; /* (rstate stays RUNNABLE: see the dump's note on it) */
     if (c->yq_tail) c->yq_tail->next = t;
     else c->yq_head = t;
     c->yq_tail = t;
@@ -731,7 +734,6 @@ static inline void check_canary(weft_thread *t) {
 static inline void enter(weft__carrier *c, weft_thread *next) {
     c->cur = next;
     next->carrier = c;
-    atomic_store_explicit(&next->rstate, WEFT__RS_RUNNING, memory_order_relaxed);
     bump(&c->n_switches);
 }
 
@@ -940,6 +942,7 @@ static void join_unlock(weft_thread *t);
 static void vthread_start(void *arg, void *carrier) {
     weft_thread *self = arg;
     if (self->flags & WEFT__F_PINNED) self->home = carrier; /* the carrier it first runs on */
+    atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
     switch_out(weft__carrier_self(), self, OP_EXIT);

@@ -53,12 +53,13 @@ enum {
     WEFT__WHY_COUNT
 };
 
-/* What the dump reports a vthread is doing. */
+/* What the dump reports a vthread is doing.  "Running" is not stored (the
+ * switch path would pay a store per switch): a RUNNABLE vthread is running
+ * when its carrier's current vthread is itself. */
 enum {
     WEFT__RS_FREE = 0,   /* slot not in use */
     WEFT__RS_NEW,        /* spawned, never ran */
-    WEFT__RS_RUNNABLE,
-    WEFT__RS_RUNNING,
+    WEFT__RS_RUNNABLE,   /* queued, or running (see above) */
     WEFT__RS_PARKED,
     WEFT__RS_DONE,       /* finished, not yet joined */
 };
@@ -170,5 +171,6 @@ typedef struct weft__counters {
 } weft__counters;
 void weft__counters_sum(weft__counters *c, uint64_t *peak, uint64_t *ncarriers);
 int weft__carrier_index(const weft__carrier *c);
+const weft_thread *weft__carrier_running(const weft__carrier *c); /* racy read */
 
 #endif /* WEFT_SCHED_H */
