@@ -28,7 +28,7 @@ TEST(sleep_never_returns_early) {
 
 /* With one carrier, vthreads wake in deadline order. */
 enum { ORDERED = 300 };
-static atomic_int wake_seq;
+static atomic_int wake_seq, late;
 static int woke_at[ORDERED];
 static int64_t base_time;
 
@@ -36,10 +36,11 @@ static void *ordered_sleeper(void *arg) {
     int i = (int)(intptr_t)arg;
     /* a permutation of deadlines, 50 us apart */
     int slot = (i * 7919) % ORDERED;
-    /* all must have started sleeping before the first deadline: leave
-     * plenty of time for the spawns (sanitizers are slow) */
+    /* the order says something only if all were asleep before the first
+     * deadline; a round where the spawns took longer (a loaded machine,
+     * sanitizers) is not counted */
     int64_t first = base_time + (TEST_SANITIZED ? 400000000 : 50000000);
-    CHECK(weft_now() < first);
+    if (weft_now() >= first) atomic_store(&late, 1);
     CHECK_EQ((weft_sleep_until)(first + (int64_t)slot * 50000), 0);
     woke_at[slot] = atomic_fetch_add(&wake_seq, 1);
     return NULL;
@@ -48,14 +49,20 @@ static void *ordered_sleeper(void *arg) {
 TEST(timer_order_one_carrier) {
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
-    for (int round = 0; round < 5; round++) {
+    int valid = 0;
+    for (int round = 0; round < 30 && valid < 5; round++) {
         atomic_store(&wake_seq, 0);
+        atomic_store(&late, 0);
         base_time = weft_now();
         weft_thread *t[ORDERED];
         for (int i = 0; i < ORDERED; i++) CHECK_EQ(weft_spawn(&t[i], ordered_sleeper, (void *)(intptr_t)i, NULL), 0);
         for (int i = 0; i < ORDERED; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+        if (atomic_load(&late)) continue;
         for (int s = 0; s < ORDERED; s++) CHECK_EQ(woke_at[s], s);
+        valid++;
     }
+    CHECK(valid >= 2);
+}
 }
 
 static void *deadline_fn(void *arg) {
