@@ -63,7 +63,6 @@ TEST(timer_order_one_carrier) {
     }
     CHECK(valid >= 2);
 }
-}
 
 static void *deadline_fn(void *arg) {
     int64_t old = weft_deadline_set(weft_now() + 3000000);
