@@ -13,9 +13,10 @@
  *    the 64 guards (MADV_GUARD_INSTALL, Linux >= 6.13: guard markers in the
  *    page tables, no extra VMA) and one more populates the 64 top pages
  *    (MADV_POPULATE_WRITE), instead of 128 syscalls or 64 page faults.
- *  - Freed stacks are reused with their pages: a per-carrier cache (no lock)
- *    in front of a global depot (one mutex, batches of 32).  Nothing is
- *    unmapped before weft__stacks_fini.
+ *  - Freed stacks are reused with their pages: a per-carrier cache (an
+ *    array, no lock) in front of a global depot (an array under one mutex,
+ *    moved in batches of up to 64).  Caching a stack never touches its
+ *    memory.  Nothing is unmapped before weft__stacks_fini.
  *  - Memory is returned above a high-water mark: when the depot holds more
  *    than DEPOT_HOT stacks, idle carriers zap the surplus (MADV_DONTNEED,
  *    64 at a time, down to DEPOT_HOT / 2) and keep them as "cold" slots whose
@@ -27,8 +28,10 @@
  *    would cap the process near 32k stacks, so mprotect guards are used while
  *    a VMA budget lasts, then slots go unguarded with a canary at their
  *    bottom, checked at every switch (one notice on stderr).
- *  - Stacks of a non-default size get a mapping of their own, are cached in
- *    the depot by size (never unmapped before fini either).
+ *  - Stacks of a non-default size get a mapping of their own and are kept
+ *    on a list for reuse by size (never unmapped before fini either).
+ *  - Neighbouring slots put their head at different offsets within the top
+ *    page (head_of's colour), against 4K aliasing between two vthreads.
  *
  * Threads: the caches are owned by one carrier each; the depot, the slab
  * list and the cold list are under `lock`.  weft__stacks_walk reads slabs

@@ -461,15 +461,7 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
             continue;
         }
         /* in deadline order: the run queue is FIFO */
-        for (int i = 0; i < n; i++) {
-            atomic_store_explicit(&batch[i]->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
-            if ((batch[i]->flags & WEFT__F_PINNED) && batch[i]->home) {
-                mbox_push(batch[i]->home, batch[i]);
-                if (batch[i]->home != c) wake_carrier(batch[i]->home);
-            } else {
-                dq_push(c, batch[i]);
-            }
-        }
+        for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
         total += n;
         if (n < 64) break;
         n = 0;
