@@ -72,6 +72,24 @@ int weft__stacks_guard_mode(void);
 weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size);
 void weft__stack_put(weft__stack_cache *cache, weft__stack *s);
 
+/* The spawn/exit fast paths: a default-size stack from / back to the cache,
+ * or NULL / 0 when the out-of-line functions above must do it. */
+static inline weft__stack *weft__stack_get_cached(weft__stack_cache *cache) {
+    if (!cache->n) return NULL;
+    weft__stack *s = cache->s[--cache->n];
+#ifdef WEFT_ASAN
+    void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+    __asan_unpoison_memory_region(s->lo, (size_t)((char *)s - s->lo));
+#endif
+    return s;
+}
+
+static inline int weft__stack_put_cached(weft__stack_cache *cache, weft__stack *s) {
+    if (s->odd || cache->n == WEFT__STACK_CACHE_CAP) return 0;
+    cache->s[cache->n++] = s;
+    return 1;
+}
+
 /* Called by an idle carrier: if spawns recently ran out of made stacks,
  * carves a batch ahead into the depot (in parallel with the spawner) and
  * returns how many; else returns 0 at once. */

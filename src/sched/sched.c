@@ -951,7 +951,7 @@ static void flush_live(weft__carrier *c) {
     }
 }
 
-static void live_add(weft__carrier *c, int64_t d) {
+static inline void live_add(weft__carrier *c, int64_t d) {
     if (!c) {
         int64_t live = atomic_fetch_add(&R.live, d) + d;
         uint64_t pk = atomic_load(&R.peak);
@@ -970,7 +970,7 @@ static void free_thread(weft__carrier *c, weft_thread *t) {
     t->tsan_fiber = NULL;
 #endif
     atomic_store_explicit(&t->rstate, WEFT__RS_FREE, memory_order_release);
-    weft__stack_put(c ? &c->stacks : NULL, &t->stk);
+    if (!c || !weft__stack_put_cached(&c->stacks, &t->stk)) weft__stack_put(c ? &c->stacks : NULL, &t->stk);
 }
 
 static void exit_finish(weft__carrier *c, weft_thread *t) {
@@ -1030,8 +1030,9 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     int r = weft__ensure_init();
     if (r < 0) return r;
     weft__carrier *c = carrier_here(); /* no switch in here */
-    weft__stack *s = weft__stack_get(c ? &c->stacks : NULL, attr ? attr->stack_size : 0);
-    if (!s) return -ENOMEM;
+    size_t size = attr ? attr->stack_size : 0;
+    weft__stack *s = c && !size ? weft__stack_get_cached(&c->stacks) : NULL;
+    if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) return -ENOMEM;
     weft_thread *t = (weft_thread *)s;
     /* a freshly populated slot starts its park sequence from seq_base */
     uint64_t w = s->seq_base ? s->seq_base << 8 : atomic_load_explicit(&t->parker.word, memory_order_relaxed) & ~(uint64_t)0xFF;
@@ -1059,11 +1060,15 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_relaxed);
     t->joiner = NULL;
     atomic_store_explicit(&t->block_file, NULL, memory_order_relaxed);
-    char name[32] = {0};
-    if (attr && attr->name) strncpy(name, attr->name, 31);
-    uint64_t nw[4];
-    memcpy(nw, name, 32);
-    for (int i = 0; i < 4; i++) atomic_store_explicit(&t->name_words[i], nw[i], memory_order_relaxed);
+    if (attr && attr->name) {
+        char name[32] = {0};
+        strncpy(name, attr->name, 31);
+        uint64_t nw[4];
+        memcpy(nw, name, 32);
+        for (int i = 0; i < 4; i++) atomic_store_explicit(&t->name_words[i], nw[i], memory_order_relaxed);
+    } else {
+        atomic_store_explicit(&t->name_words[0], 0, memory_order_relaxed); /* "" */
+    }
     t->asan_fake = NULL;
 #ifdef WEFT_TSAN
     t->tsan_fiber = __tsan_create_fiber(0);
