@@ -1103,16 +1103,24 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     return 0;
 }
 
+static int join_wait(weft_thread *t, void **result, const char *file, int line);
+
 int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
     if (!t) return -EINVAL;
     weft__carrier *c = carrier_here();
     if (c && t == c->cur) return -EDEADLK;
-    int st = atomic_load_explicit(&t->join_state, memory_order_acquire);
-    if (st == 2) { /* finished, and exit_finish is done with it */
+    if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
+        /* finished, and exit_finish is done with it */
         if (result) *result = t->result;
         free_thread(c, t);
         return 0;
     }
+    return join_wait(t, result, file, line);
+}
+
+/* weft_join's slow path, out of line so that the fast one stays small. */
+__attribute__((noinline)) static int join_wait(weft_thread *t, void **result, const char *file, int line) {
+    int st;
     weft__parker *p;
     uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
     if (!tok) return -ECANCELED;
