@@ -589,7 +589,14 @@ static weft_thread *find_work(weft__carrier *c) {
             now = weft_now();
             if (fire_timers(c, &c->timers, now, 1)) continue;
         }
-        /* a spawn burst is outrunning the stack supply: help make stacks */
+        /* Runnable vthreads elsewhere come first: a spawn burst's children
+         * must start (and, say, begin their sleep) without waiting for the
+         * spawner to finish.  Then, if that burst is outrunning the stack
+         * supply, help make stacks. */
+        if ((t = steal_once(c, 0, now))) {
+            stop_spinning(c);
+            return t;
+        }
         if (weft__stacks_refill() > 0) continue;
         if (!c->spinning) {
             int sp = atomic_load(&R.nspinning);
