@@ -446,7 +446,8 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
     size_t want = size ? round_page(size) : S.default_size;
     if (want < 16 * PAGE) want = 16 * PAGE;
     if (want == S.default_size) {
-        if (cache && cache->n) return fresh(cache->s[--cache->n]);
+        weft__stack *hit = cache ? weft__stack_get_cached(cache) : NULL;
+        if (hit) return hit;
         /* refill: a batch from the depot, or carve one (and let idle
          * carriers help if this keeps happening) */
         weft__stack *got[CARVE_BATCH];

@@ -397,14 +397,18 @@ static inline __attribute__((always_inline)) void dq_push(weft__carrier *c, weft
 }
 
 /* Queues t on carrier c, which is the caller's own carrier. */
+/* A pinned vthread goes to its home carrier's mailbox (c: the caller's
+ * carrier, or NULL).  Returns 0 for one that is not pinned (yet). */
+static int enqueue_pinned(weft__carrier *c, weft_thread *t) {
+    if (!((t->flags & WEFT__F_PINNED) && t->home)) return 0;
+    mbox_push(t->home, t);
+    if (t->home != c) wake_carrier(t->home);
+    return 1;
+}
+
 static void enqueue_local(weft__carrier *c, weft_thread *t) {
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
-    if ((t->flags & WEFT__F_PINNED) && t->home) {
-        mbox_push(t->home, t);
-        if (t->home != c) wake_carrier(t->home);
-        return;
-    }
-    dq_push(c, t);
+    if (!enqueue_pinned(c, t)) dq_push(c, t);
 }
 
 /* Queues t, whose park the caller ended, at the back of c's run queue. */
@@ -416,11 +420,7 @@ static void enqueue_fifo(weft__carrier *c, weft_thread *t) {
 void weft__ready(weft_thread *t) {
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
     weft__carrier *c = weft__carrier_self();
-    if ((t->flags & WEFT__F_PINNED) && t->home) {
-        mbox_push(t->home, t);
-        if (t->home != c) wake_carrier(t->home);
-        return;
-    }
+    if (enqueue_pinned(c, t)) return;
     if (!c) {
         inject_push(t);
         wake_if_needed();
