@@ -821,6 +821,7 @@ uint64_t weft__park_begin(weft__parker **pp, int kind) {
         p = &tls_parker;
     }
     *pp = p;
+    if (!self) kind |= WEFT__PK_PLATFORM;
     uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
     uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
     atomic_store(&p->word, tok); /* seq_cst: pairs with weft_cancel */
@@ -847,7 +848,8 @@ static int unpark_claim(weft__parker *p, uint64_t token, int state) {
         if (st != WEFT__PS_WAIT_RUN && st != WEFT__PS_WAIT_PARKED) return 0;
         uint64_t to = (cur & ~(uint64_t)0xF) | (uint64_t)state;
         if (atomic_compare_exchange_weak(&p->word, &cur, to)) {
-            if (!p->vt) {
+            /* p is not read past this point unless st was WAIT_PARKED */
+            if (WEFT__PW_PLATFORM(cur)) {
                 futex_wake(word_lo(&p->word), INT_MAX);
                 return 1;
             }
@@ -1277,7 +1279,7 @@ int weft_unpark(weft_thread *t) {
     atomic_store(&t->permit, 1);
     uint64_t w = atomic_load(&t->parker.word);
     unsigned st = WEFT__PW_STATE(w);
-    if (((w >> 4) & 0xF) == WEFT__PK_PERMIT && (st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED))
+    if (WEFT__PW_KIND(w) == WEFT__PK_PERMIT && (st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED))
         weft__unpark(&t->parker, w, WEFT__PS_WOKEN);
     return 0;
 }

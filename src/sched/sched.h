@@ -20,7 +20,8 @@
  *
  * Every thread (vthread or platform thread) has one park word:
  *   bits 0-3   state   (IDLE, WAIT_RUN, WAIT_PARKED, WOKEN, TIMEDOUT, CANCELLED)
- *   bits 4-7   kind    (what is parking: generic or weft_park's permit)
+ *   bits 4-7   kind    (what is parking: generic or weft_park's permit,
+ *                       plus WEFT__PK_PLATFORM for a platform thread)
  *   bits 8-63  seq     (one per park, never reused in a slot)
  * A park begins with the word at (seq, kind, WAIT_RUN): its "token".  The
  * thread switches away and the next context moves the word to WAIT_PARKED.
@@ -30,6 +31,10 @@
  * A winner that moved it from WAIT_PARKED owns the resumption and makes the
  * thread runnable; one that moved it from WAIT_RUN leaves that to the thread,
  * which has not switched away yet and will see the outcome.
+ * A waker reads nothing of the parker but the word after its CAS won from
+ * WAIT_RUN: the thread may already have seen the outcome, returned, exited
+ * and had its slot reused by a spawn.  That is why a platform park is marked
+ * in the word (the waker must futex-wake it) rather than told by p->vt.
  */
 enum {
     WEFT__PS_IDLE = 0,
@@ -39,7 +44,9 @@ enum {
     WEFT__PS_TIMEDOUT = 4,
     WEFT__PS_CANCELLED = 5,
 };
-enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1 };
+enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1, WEFT__PK_PLATFORM = 8 };
+#define WEFT__PW_KIND(w) ((unsigned)(((w) >> 4) & 0x7))
+#define WEFT__PW_PLATFORM(w) (((w) >> 4) & WEFT__PK_PLATFORM)
 
 #define WEFT__PW_STATE(w) ((unsigned)((w) & 0xF))
 #define WEFT__PW_SAME_PARK(a, b) (((a) >> 4) == ((b) >> 4))
