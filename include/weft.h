@@ -29,6 +29,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -195,6 +198,67 @@ WEFT_API int weft_cancelled(void);
  */
 WEFT_API int weft_park(int64_t deadline_ns);
 WEFT_API int weft_unpark(weft_thread *t);
+
+/* ------------------------------------------------------------------------ */
+/* Blocking-style I/O                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each call blocks the calling vthread -- never its carrier -- until the
+ * operation completes, and returns what the system call would (a count, an
+ * fd, 0) or -errno.  Every call is a cancellation point and honours the
+ * effective deadline (weft_deadline_set): it then returns -ECANCELED or
+ * -ETIMEDOUT, after making sure the kernel no longer touches the buffer.  A
+ * call that the kernel completed in the same instant as its cancellation
+ * returns the completed result (no byte read or written is ever lost); the
+ * cancellation stays pending for the next call.
+ *
+ * Backends: io_uring (one ring per carrier; submissions are batched and
+ * flushed when the carrier runs out of work or every few operations) or,
+ * when io_uring cannot start or WEFT_IO=epoll, epoll with non-blocking
+ * attempts and readiness parking, and a pool of platform threads for
+ * regular files.  Called from a platform thread, the same functions block
+ * that thread (honouring its deadline where the operation can wait).
+ *
+ * fds need no special flags; O_NONBLOCK on a socket is fine and is what
+ * weft_sendfile wants on its output (see there).
+ */
+WEFT_API ssize_t weft_read(int fd, void *buf, size_t n);
+WEFT_API ssize_t weft_write(int fd, const void *buf, size_t n);   /* may write less than n, like write(2) */
+WEFT_API ssize_t weft_write_all(int fd, const void *buf, size_t n); /* loops until n are written or an error */
+WEFT_API ssize_t weft_pread(int fd, void *buf, size_t n, off_t off);
+WEFT_API ssize_t weft_pwrite(int fd, const void *buf, size_t n, off_t off);
+WEFT_API ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt);
+WEFT_API ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt);
+WEFT_API ssize_t weft_recv(int fd, void *buf, size_t n, int flags);
+WEFT_API ssize_t weft_send(int fd, const void *buf, size_t n, int flags);
+/* flags as accept4(2): SOCK_NONBLOCK, SOCK_CLOEXEC */
+WEFT_API int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
+WEFT_API int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
+/*
+ * Sends up to n bytes of file `in` from *off (advanced) to `out`, zero-copy
+ * (sendfile(2)).  Returns the count sent (at least 1 unless n == 0 or end of
+ * file) or -errno.  Parks while `out` is full.
+ */
+WEFT_API ssize_t weft_sendfile(int out, int in, off_t *off, size_t n);
+/*
+ * Waits until fd is ready for `events` (POLLIN, POLLOUT ...) or deadline_ns
+ * (absolute, weft_now(); 0 = none; the effective deadline applies too).
+ * Returns the ready events (> 0), -ETIMEDOUT or -ECANCELED.
+ */
+WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
+WEFT_API int weft_close(int fd);
+WEFT_API int weft_fsync(int fd);
+/*
+ * Runs fn(arg) -- foreign code that may block in the kernel -- on a pool of
+ * platform threads while the calling vthread parks; *result gets its return
+ * value.  Not cancellable (the code runs to its end); returns 0 or -ENOMEM /
+ * -EAGAIN when the pool cannot take it.  From a platform thread fn runs
+ * right there.
+ */
+WEFT_API int weft_blocking(void *(*fn)(void *), void *arg, void **result);
+/* The backend in use: WEFT_IO_URING or WEFT_IO_EPOLL (starts the runtime). */
+WEFT_API int weft_io_backend(void);
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */

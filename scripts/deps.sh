@@ -4,8 +4,8 @@
 #   scripts/deps.sh          build + test dependencies
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context)
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libc6-dev)
-if [[ ${1:-} == bench ]]; then pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless); fi
+pkgs=(gcc make cmake pkg-config libc6-dev liburing-dev clang libclang-rt-14-dev)
+if [[ ${1:-} == bench ]]; then pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light curl); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

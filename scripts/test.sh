@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds weft three times -- release, ASan+UBSan, TSan -- and runs the whole
-# suite in each.  Usage: scripts/test.sh [release|asan|tsan ...]
+# suite in each, once on the io_uring backend and once on the epoll one
+# (WEFT_IO); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
+# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan ...]
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
 set -uo pipefail
@@ -26,25 +28,31 @@ for v in "${variants[@]}"; do
   echo "=== $v: build ==="
   cmake -S . -B "build-$v" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=$san >/dev/null || exit 1
   cmake --build "build-$v" -j"$jobs" >/dev/null || { cmake --build "build-$v" -j1 2>&1 | tail -30; exit 1; }
-  echo "=== $v: test ==="
-  # TSan cannot start with the kernel's full mmap randomisation; setarch -R
-  # turns it off for the test processes only.
-  wrap=()
-  [[ $v == tsan ]] && wrap=(setarch "$(uname -m)" -R)
-  rc=0
-  (cd "build-$v" && "${wrap[@]}" ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}) | tee "$log" || rc=$?
-  # "NN% tests passed, F tests failed out of T"
-  read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
-  passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
-  if [[ ${t:-0} -eq 0 ]]; then
-    echo "=== $v: no test ran ==="
-    exit 1
-  fi
-  if [[ $rc -ne 0 ]]; then
-    echo "=== $v: FAILED ==="
-    echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
-    exit 1
-  fi
+  for io in ${WEFT_TEST_BACKENDS:-uring epoll}; do
+    echo "=== $v, io=$io: test ==="
+    # TSan cannot start with the kernel's full mmap randomisation; setarch -R
+    # turns it off for the test processes only.
+    wrap=()
+    [[ $v == tsan ]] && wrap=(setarch "$(uname -m)" -R)
+    rc=0
+    (cd "build-$v" && WEFT_IO=$io "${wrap[@]}" ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}) | tee "$log" || rc=$?
+    # "NN% tests passed, F tests failed out of T"
+    read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
+    passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
+    if [[ ${t:-0} -eq 0 ]]; then
+      echo "=== $v, io=$io: no test ran ==="
+      exit 1
+    fi
+    if [[ $rc -ne 0 ]]; then
+      echo "=== $v, io=$io: FAILED ==="
+      echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
+      exit 1
+    fi
+  done
 done
+if [[ ${FUZZ_SECONDS:-60} -gt 0 && -x scripts/fuzz.sh ]]; then
+  echo "=== fuzz: request parser, ${FUZZ_SECONDS:-60} s ==="
+  scripts/fuzz.sh "${FUZZ_SECONDS:-60}" || { echo "=== fuzz: FAILED ==="; echo "$passed passed, 1 failed"; exit 1; }
+fi
 echo "=== all variants passed: ${variants[*]} ==="
 echo "$passed passed, $failed failed"

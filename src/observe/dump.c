@@ -61,7 +61,7 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
 }
 
 static const char *why_name(int why) {
-    static const char *names[WEFT__WHY_COUNT] = {"", "sleep", "join", "park"};
+    static const char *names[WEFT__WHY_COUNT] = {"", "sleep", "join", "park", "io"};
     return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
 }
 

@@ -120,6 +120,7 @@ struct weft__carrier {
     weft_thread *mbox_head, *mbox_tail;
     _Atomic int mbox_n;
     _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
+    weft__poller *_Atomic poller;  /* set by the carrier at start; read by kickers */
     _Alignas(WEFT__CACHELINE) weft__theap timers;
     /* owner-only, large, cold: last */
     weft__stack_cache stacks;
@@ -280,7 +281,9 @@ static int take_idle(void) {
 
 static void kick(weft__carrier *c) {
     atomic_fetch_add(&c->wake_seq, 1);
-    futex_wake(&c->wake_seq, 1);
+    weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_acquire);
+    if (pl) weft__poller_kick(pl);
+    else futex_wake(&c->wake_seq, 1);
 }
 
 /* Wakes one sleeping carrier as a spinner if nobody spins. */
@@ -477,6 +480,19 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
 
 static inline weft_thread *yield_pop(weft__carrier *c);
 
+/* Queues the vthreads whose I/O completed, in completion order. */
+static int io_poll(weft__carrier *c, weft__poller *pl, int cheap) {
+    weft_thread *batch[64];
+    int total = 0, n;
+    do {
+        n = weft__poller_poll(pl, batch, 64, cheap);
+        for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
+        total += n;
+    } while (n == 64);
+    if (total) wake_if_needed();
+    return total;
+}
+
 /* The checks pick_local makes only every SLOW_EVERY picks: due timers, and
  * -- in turn -- the injection queue and the yield queue first, so that
  * neither starves behind a busy deque or LIFO slot. */
@@ -484,6 +500,8 @@ static weft_thread *pick_slow(weft__carrier *c) {
     weft_thread *t = NULL;
     if (atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX)
         fire_timers(c, &c->timers, weft_now(), 1);
+    weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_relaxed);
+    if (pl) io_poll(c, pl, 1);
     uint32_t turn = ++c->slow_turn;
     if (turn % 4 == 0) t = inject_pop();
     else if (turn % 4 == 2) t = yield_pop(c);
@@ -589,6 +607,8 @@ static weft_thread *find_work(weft__carrier *c) {
             now = weft_now();
             if (fire_timers(c, &c->timers, now, 1)) continue;
         }
+        weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_relaxed);
+        if (pl && io_poll(c, pl, 0)) continue;
         /* Runnable vthreads elsewhere come first: a spawn burst's children
          * must start (and, say, begin their sleep) without waiting for the
          * spawner to finish.  Then, if that burst is outrunning the stack
@@ -612,6 +632,7 @@ static weft_thread *find_work(weft__carrier *c) {
             int64_t until = weft_now() + SPIN_NS;
             for (int r = 0;; r++) {
                 t = steal_once(c, r >= 2, (r & 7) == 0 ? weft_now() : 0);
+                if (!t && pl && (r & 7) == 4) io_poll(c, pl, 1);
                 if (!t) t = pick_local(c);
                 if (t) break;
                 for (int k = 0; k < 16; k++) cpu_relax();
@@ -639,6 +660,17 @@ static weft_thread *find_work(weft__carrier *c) {
             continue;
         }
         int64_t min = atomic_load(&c->timers.min);
+        if (pl) {
+            /* asleep in the poller: a completion, a kick (its eventfd) or
+             * the next timer ends it */
+            weft_thread *batch[64];
+            int n = weft__poller_wait(pl, min == INT64_MAX ? 0 : min, batch, 64);
+            if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+            else c->spinning = 1;
+            for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
+            if (n) wake_if_needed();
+            continue;
+        }
         futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
         if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
         else c->spinning = 1;
@@ -811,6 +843,18 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 /* parking                                                                   */
 /* ------------------------------------------------------------------------ */
 
+uint64_t weft__park_begin_nocancel(weft__parker **pp, int kind) {
+    weft_thread *self = weft__self();
+    weft__parker *p = self ? &self->parker : &tls_parker;
+    *pp = p;
+    kind |= WEFT__PK_NOCANCEL | (self ? 0 : WEFT__PK_PLATFORM);
+    uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
+    uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
+    atomic_store(&p->word, tok);
+    if (self) self->park_token = tok;
+    return tok;
+}
+
 uint64_t weft__park_begin(weft__parker **pp, int kind) {
     weft_thread *self = weft__self();
     weft__parker *p;
@@ -858,6 +902,23 @@ static int unpark_claim(weft__parker *p, uint64_t token, int state) {
     }
 }
 
+int weft__unpark_kind(weft__parker *p, int kind) {
+    uint64_t w = atomic_load(&p->word);
+    unsigned st = WEFT__PW_STATE(w);
+    if (WEFT__PW_KIND(w) != (unsigned)kind || (st != WEFT__PS_WAIT_RUN && st != WEFT__PS_WAIT_PARKED)) return 0;
+    return unpark_claim(p, w, WEFT__PS_WOKEN);
+}
+
+int weft__park_abort(weft__parker *p, uint64_t token) {
+    uint64_t e = token; /* still WAIT_RUN: we have not switched away */
+    return atomic_compare_exchange_strong(&p->word, &e, (token & ~(uint64_t)0xF) | WEFT__PS_WOKEN);
+}
+
+weft__poller *weft__poller_self(void) {
+    weft__carrier *c = tls_carrier;
+    return c ? atomic_load_explicit(&c->poller, memory_order_relaxed) : NULL;
+}
+
 int weft__unpark(weft__parker *p, uint64_t token, int state) {
     int r = unpark_claim(p, token, state);
     if (r == 2) weft__ready(p->vt);
@@ -881,7 +942,7 @@ int64_t weft__effective_deadline(int64_t d) {
 
 int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
                     const void *obj, const char *file, int line) {
-    deadline = weft__effective_deadline(deadline);
+    if (!WEFT__PW_NOCANCEL(token)) deadline = weft__effective_deadline(deadline);
     if (deadline == INT64_MAX) deadline = 0;
     weft_thread *self = p->vt;
     if (!self) {
@@ -1248,7 +1309,7 @@ int weft_cancel(weft_thread *t) {
     atomic_store(&t->cancelled, 1); /* seq_cst: pairs with weft__park_begin */
     uint64_t w = atomic_load(&t->parker.word);
     unsigned st = WEFT__PW_STATE(w);
-    if (st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED)
+    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w))
         weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
     return 0;
 }
@@ -1309,6 +1370,8 @@ static void *carrier_main(void *arg) {
         pthread_attr_destroy(&a);
     }
 #endif
+    /* the ring's single issuer is this thread: it makes the poller */
+    atomic_store_explicit(&c->poller, weft__poller_new(c->index), memory_order_release);
     for (;;) {
         weft_thread *t = find_work(c);
         if (!t) break;
@@ -1343,6 +1406,9 @@ static void free_carriers(int n) {
     for (int i = 0; i < n; i++) {
         weft__carrier *c = R.c[i];
         if (!c) continue;
+        /* freed here, after the carrier thread ended: nobody can kick it */
+        weft__poller *pl = atomic_load(&c->poller);
+        if (pl) weft__poller_free(pl);
         weft__dq_fini(&c->dq);
         weft__theap_fini(&c->timers);
         pthread_mutex_destroy(&c->mbox_lock);
@@ -1369,8 +1435,10 @@ int weft_init(const weft_config *cfg) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
     }
-    int r = weft__stacks_init(stack);
+    int r = weft__io_start(cfg ? cfg->io : 0);
     if (r < 0) goto fail0;
+    r = weft__stacks_init(stack);
+    if (r < 0) goto failio;
     R.c = calloc((size_t)n, sizeof *R.c);
     if (!R.c) { r = -ENOMEM; goto fail1; }
     R.n = n;
@@ -1438,6 +1506,8 @@ fail2:
     free_carriers(n);
 fail1:
     weft__stacks_fini();
+failio:
+    weft__io_stop();
 fail0:
     pthread_mutex_unlock(&R.init_lock);
     return r;
@@ -1475,6 +1545,8 @@ void weft_shutdown(void) {
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* the blocking pool's threads wake vthreads: they end before carriers do */
+    weft__io_drain();
     atomic_store(&R.stop, 1);
     for (int i = 0; i < R.n; i++) kick(R.c[i]);
     for (int i = 0; i < R.n; i++) pthread_join(R.c[i]->thread, NULL);
@@ -1483,6 +1555,7 @@ void weft_shutdown(void) {
     atomic_store(&R.inj_n, 0);
     free_carriers(R.n);
     weft__stacks_fini();
+    weft__io_stop();
     pthread_mutex_unlock(&R.init_lock);
 }
 

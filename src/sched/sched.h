@@ -44,8 +44,14 @@ enum {
     WEFT__PS_TIMEDOUT = 4,
     WEFT__PS_CANCELLED = 5,
 };
-enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1, WEFT__PK_PLATFORM = 8 };
-#define WEFT__PW_KIND(w) ((unsigned)(((w) >> 4) & 0x7))
+/* kind: a value in bits 4-5, flags in bits 6-7.  An IO park is ended by
+ * its operation's completion whatever its seq (the io layer's loop absorbs
+ * a stale one); a NOCANCEL park ignores weft_cancel and deadlines (the wait
+ * for a cancelled operation's completion). */
+enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1, WEFT__PK_IO = 2,
+       WEFT__PK_NOCANCEL = 4, WEFT__PK_PLATFORM = 8 };
+#define WEFT__PW_KIND(w) ((unsigned)(((w) >> 4) & 0x3))
+#define WEFT__PW_NOCANCEL(w) (((w) >> 4) & WEFT__PK_NOCANCEL)
 #define WEFT__PW_PLATFORM(w) (((w) >> 4) & WEFT__PK_PLATFORM)
 
 #define WEFT__PW_STATE(w) ((unsigned)((w) & 0xF))
@@ -57,6 +63,7 @@ enum {
     WEFT__WHY_SLEEP,
     WEFT__WHY_JOIN,
     WEFT__WHY_PARK,
+    WEFT__WHY_IO,
     WEFT__WHY_COUNT
 };
 
@@ -150,6 +157,17 @@ weft_thread *weft__self(void);
  */
 uint64_t weft__park_begin(weft__parker **p, int kind);
 
+/* As weft__park_begin for a vthread or platform thread, with kind
+ * WEFT__PK_NOCANCEL added: never refused, never cancelled, and no deadline
+ * applies but the one given to weft__park_wait. */
+uint64_t weft__park_begin_nocancel(weft__parker **p, int kind);
+
+/* Ends the caller's own park `token` before waiting (the thing it waited for
+ * turned out to be there already).  Returns 1 if it won; 0 if someone else
+ * ended it first (the caller must then still call weft__park_wait, which
+ * returns at once, to consume the wake). */
+int weft__park_abort(weft__parker *p, uint64_t token);
+
 /*
  * Blocks until the park ends: returns 0 (woken), -ETIMEDOUT (the earlier of
  * deadline and the caller's own deadline passed; 0 = none) or -ECANCELED.
@@ -164,6 +182,37 @@ int weft__unpark(weft__parker *p, uint64_t token, int state);
 
 /* Makes vthread t runnable (t was parked, and the caller won its park). */
 void weft__ready(weft_thread *t);
+
+/* Ends the current park of p if it is of kind `kind` (flags ignored) and
+ * still waiting, with WOKEN.  Returns 0 (nothing to end), 1 (ended; nothing
+ * more to do) or 2: the vthread p->vt had switched away and the caller must
+ * make it runnable (weft__ready, or hand it to the scheduler's poll). */
+int weft__unpark_kind(weft__parker *p, int kind);
+
+/* ---- the poller (implemented by the io layer, src/io) ---------------------
+ *
+ * Every carrier may own a poller: an io_uring ring or an epoll set, plus the
+ * means to wake the carrier from another thread.  An idle carrier sleeps in
+ * weft__poller_wait instead of on its futex, so that I/O completions, timers
+ * and kicks all wake it.  All but _kick are called on the carrier's own OS
+ * thread only.
+ */
+typedef struct weft__poller weft__poller;
+int weft__io_start(int mode);                 /* weft_init, before carriers start: choose the backend */
+void weft__io_drain(void);                    /* weft_shutdown, before carriers stop: ends the blocking pool */
+void weft__io_stop(void);                     /* weft_shutdown, after carriers ended */
+weft__poller *weft__poller_new(int index);    /* carrier thread at start; NULL if it cannot have one */
+void weft__poller_free(weft__poller *p);      /* carrier thread at exit */
+/* Submits what is queued and collects completions without blocking: the
+ * vthreads it makes runnable go to out (at most max); returns their count.
+ * cheap != 0: called from the switch path's periodic check, skip anything
+ * that costs a system call unless it is overdue. */
+int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap);
+/* Sleeps until a completion, a kick or deadline (0: none); then as _poll. */
+int weft__poller_wait(weft__poller *p, int64_t deadline, weft_thread **out, int max);
+void weft__poller_kick(weft__poller *p);      /* any thread */
+/* The calling carrier's poller (NULL on a platform thread or without io). */
+weft__poller *weft__poller_self(void);
 
 /* ---- runtime ------------------------------------------------------------ */
 

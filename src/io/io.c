@@ -1,0 +1,478 @@
+/*
+ * Blocking-style I/O: the public calls, the platform-thread path, the wait
+ * for an operation's completion, and the blocking pool.
+ *
+ * Who does what.  A vthread's call builds a request (weft__ioreq) and hands
+ * it to the backend of the runtime: io_uring (uring.c: the operation goes
+ * to the ring of the carrier the vthread runs on, and the vthread parks
+ * until the carrier reaps its completion) or epoll (epoll.c: the call is
+ * tried without blocking and the vthread parks on the fd's readiness;
+ * regular files go to the blocking pool).  A platform thread makes the plain
+ * system call, after a poll(2) for its deadline where the call can wait.
+ *
+ * The wait (weft__iop_wait).  The operation record lives on the vthread's
+ * stack.  The completer -- a carrier reaping a CQE, a carrier handling an
+ * epoll event, a pool thread -- stores the result, sets `done` and then
+ * ends the thread's current park of kind IO.  The vthread loops: begin an
+ * IO park, look at `done`, wait.  Park word and `done` are written and then
+ * the other read, both seq_cst, on each side, so either the vthread sees
+ * `done` or the completer sees the park.  A completer that comes late may
+ * end a later IO park of the same thread: the loop absorbs that.
+ *
+ * Interruption.  The first wait honours the deadline and weft_cancel.  If
+ * either ends it, the backend's cancel hook runs (io_uring: an
+ * IORING_OP_ASYNC_CANCEL on the operation's ring; epoll: the waiter is
+ * taken off its fd) and the wait continues uncancellable until the kernel
+ * is done with the buffer.  An operation that completed anyway returns its
+ * result -- nothing read or written is lost; the cancellation stays sticky
+ * for the next call.
+ *
+ * The blocking pool.  Up to WEFT_BLOCKING_MAX (default 64) platform threads,
+ * started on demand, leaving after 10 s idle; a FIFO of jobs under one
+ * mutex.  weft_blocking and the epoll backend's file operations use it.
+ * A job is on the caller's stack; the pool thread completes it like any
+ * operation and then never touches it again.
+ */
+#define _GNU_SOURCE
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+int weft__io_mode;
+
+/* ------------------------------------------------------------------------ */
+/* completion and waiting                                                    */
+/* ------------------------------------------------------------------------ */
+
+weft_thread *weft__iop_complete(weft__iop *op, int res) {
+    weft__parker *p = op->p;
+    op->res = res;
+    atomic_store(&op->done, 1); /* seq_cst; op may be gone after this */
+    if (weft__unpark_kind(p, WEFT__PK_IO) == 2) return p->vt;
+    return NULL;
+}
+
+int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *)) {
+    int interrupted = 0;
+    while (!atomic_load(&op->done)) {
+        weft__parker *p;
+        uint64_t tok;
+        if (!interrupted) {
+            tok = weft__park_begin(&p, WEFT__PK_IO);
+            if (!tok) { /* cancelled before waiting */
+                interrupted = -ECANCELED;
+                if (cancel) cancel(op);
+                continue;
+            }
+        } else {
+            tok = weft__park_begin_nocancel(&p, WEFT__PK_IO);
+        }
+        if (atomic_load(&op->done)) {
+            /* completed meanwhile: end our own park, or take the wake that
+             * ended it (park_wait returns at once) */
+            if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_IO, op, NULL, 0);
+            break;
+        }
+        int r = weft__park_wait(p, tok, interrupted ? 0 : deadline, WEFT__WHY_IO, op, NULL, 0);
+        if (r < 0 && !interrupted) {
+            interrupted = r;
+            if (cancel) cancel(op);
+        }
+    }
+    return interrupted;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the platform path                                                         */
+/* ------------------------------------------------------------------------ */
+
+ssize_t weft__sys_exec(weft__ioreq *rq) {
+    ssize_t r;
+    do {
+        switch (rq->op) {
+        case IOR_READ: r = read(rq->fd, rq->buf, rq->n); break;
+        case IOR_WRITE: r = write(rq->fd, rq->buf, rq->n); break;
+        case IOR_PREAD: r = pread(rq->fd, rq->buf, rq->n, rq->off); break;
+        case IOR_PWRITE: r = pwrite(rq->fd, rq->buf, rq->n, rq->off); break;
+        case IOR_READV: r = readv(rq->fd, rq->iov, rq->iovcnt); break;
+        case IOR_WRITEV: r = writev(rq->fd, rq->iov, rq->iovcnt); break;
+        case IOR_RECV: r = recv(rq->fd, rq->buf, rq->n, rq->flags); break;
+        case IOR_SEND: r = send(rq->fd, rq->buf, rq->n, rq->flags); break;
+        case IOR_ACCEPT: r = accept4(rq->fd, rq->addr, rq->addrlen, rq->flags); break;
+        case IOR_CONNECT:
+            r = connect(rq->fd, rq->addr, rq->caddrlen);
+            if (r < 0 && errno == EINTR) { /* the connection goes on: wait for it */
+                struct pollfd pf = {.fd = rq->fd, .events = POLLOUT};
+                while (poll(&pf, 1, -1) < 0 && errno == EINTR) {
+                }
+                int err = 0;
+                socklen_t l = sizeof err;
+                getsockopt(rq->fd, SOL_SOCKET, SO_ERROR, &err, &l);
+                return err ? -err : 0;
+            }
+            break;
+        case IOR_FSYNC: r = fsync(rq->fd); break;
+        case IOR_POLL: {
+            struct pollfd pf = {.fd = rq->fd, .events = (short)rq->events};
+            r = poll(&pf, 1, -1);
+            if (r > 0) r = pf.revents;
+            break;
+        }
+        default: errno = EINVAL; r = -1;
+        }
+    } while (r < 0 && errno == EINTR);
+    return r < 0 ? -errno : r;
+}
+
+static int can_wait(int op) {
+    return op == IOR_READ || op == IOR_WRITE || op == IOR_READV || op == IOR_WRITEV || op == IOR_RECV ||
+           op == IOR_SEND || op == IOR_ACCEPT || op == IOR_POLL;
+}
+
+/* A platform thread: the plain call; a deadline is honoured by a poll(2)
+ * first where the call could wait (not for connect and files). */
+static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
+    if (deadline && can_wait(rq->op)) {
+        int ev = rq->op == IOR_POLL ? rq->events
+                 : (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND) ? POLLOUT
+                                                                                       : POLLIN;
+        for (;;) {
+            int64_t left = deadline - weft_now();
+            if (left <= 0) return -ETIMEDOUT;
+            struct pollfd pf = {.fd = rq->fd, .events = (short)ev};
+            struct timespec ts = {left / 1000000000, left % 1000000000};
+            int r = ppoll(&pf, 1, &ts, NULL);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return -errno;
+            if (r == 0) return -ETIMEDOUT;
+            if (rq->op == IOR_POLL) return pf.revents;
+            break;
+        }
+    }
+    return weft__sys_exec(rq);
+}
+
+static ssize_t exec(weft__ioreq *rq) {
+    int r = weft__ensure_init();
+    if (r < 0) return r;
+    int64_t deadline = weft__effective_deadline(0);
+    if (rq->op == IOR_POLL && rq->n) /* weft_poll's own deadline rides in n */
+        deadline = deadline && deadline < (int64_t)rq->n ? deadline : (int64_t)rq->n;
+    if (rq->op != IOR_POLL && rq->n > (1u << 30)) rq->n = 1u << 30; /* results are int32 in a CQE */
+    weft_thread *self = weft__self();
+    if (!self || !weft__poller_self()) return platform_exec(rq, deadline);
+    if (weft_cancelled()) return -ECANCELED;
+    if (deadline && deadline <= weft_now()) return -ETIMEDOUT;
+    return weft__io_mode == WEFT_IO_URING ? weft__uring_exec(rq, deadline) : weft__epoll_exec(rq, deadline);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the API                                                                   */
+/* ------------------------------------------------------------------------ */
+
+ssize_t weft_read(int fd, void *buf, size_t n) {
+    weft__ioreq rq = {.op = IOR_READ, .fd = fd, .buf = buf, .n = n};
+    return exec(&rq);
+}
+ssize_t weft_write(int fd, const void *buf, size_t n) {
+    weft__ioreq rq = {.op = IOR_WRITE, .fd = fd, .buf = (void *)buf, .n = n};
+    return exec(&rq);
+}
+ssize_t weft_write_all(int fd, const void *buf, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = weft_write(fd, (const char *)buf + done, n - done);
+        if (r < 0) return done ? (ssize_t)done : r;
+        if (r == 0) return done ? (ssize_t)done : -EIO;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+ssize_t weft_pread(int fd, void *buf, size_t n, off_t off) {
+    if (off < 0) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_PREAD, .fd = fd, .buf = buf, .n = n, .off = off};
+    return exec(&rq);
+}
+ssize_t weft_pwrite(int fd, const void *buf, size_t n, off_t off) {
+    if (off < 0) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_PWRITE, .fd = fd, .buf = (void *)buf, .n = n, .off = off};
+    return exec(&rq);
+}
+ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt) {
+    if (iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_READV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
+    return exec(&rq);
+}
+ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt) {
+    if (iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_WRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
+    return exec(&rq);
+}
+ssize_t weft_recv(int fd, void *buf, size_t n, int flags) {
+    weft__ioreq rq = {.op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
+    return exec(&rq);
+}
+ssize_t weft_send(int fd, const void *buf, size_t n, int flags) {
+    weft__ioreq rq = {.op = IOR_SEND, .fd = fd, .buf = (void *)buf, .n = n, .flags = flags};
+    return exec(&rq);
+}
+int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags) {
+    if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen, .flags = flags};
+    return (int)exec(&rq);
+}
+int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen) {
+    weft__ioreq rq = {.op = IOR_CONNECT, .fd = fd, .addr = (struct sockaddr *)addr, .caddrlen = addrlen};
+    return (int)exec(&rq);
+}
+int weft_poll(int fd, int events, int64_t deadline_ns) {
+    if (deadline_ns < 0) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_POLL, .fd = fd, .events = events, .n = (size_t)deadline_ns};
+    return (int)exec(&rq);
+}
+int weft_fsync(int fd) {
+    weft__ioreq rq = {.op = IOR_FSYNC, .fd = fd};
+    return (int)exec(&rq);
+}
+
+int weft_close(int fd) {
+    if (fd < 0) return -EBADF;
+    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd);
+    /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
+    return close(fd) < 0 && errno != EINTR ? -errno : 0;
+}
+
+ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
+    if (!off) return -EINVAL;
+    if (n == 0) return 0;
+    int fl = fcntl(out, F_GETFL);
+    if (fl < 0) return -errno;
+    if (!(fl & O_NONBLOCK) && weft_self()) {
+        /* a blocking socket would hold the carrier: copy through a buffer */
+        char buf[16384];
+        size_t want = n < sizeof buf ? n : sizeof buf;
+        ssize_t r = weft_pread(in, buf, want, *off);
+        if (r <= 0) return r;
+        ssize_t w = weft_write_all(out, buf, (size_t)r);
+        if (w > 0) *off += w;
+        return w;
+    }
+    for (;;) {
+        ssize_t r = sendfile(out, in, off, n);
+        if (r >= 0) return r;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) return -errno;
+        int p = weft_poll(out, POLLOUT, 0);
+        if (p < 0) return p;
+    }
+}
+
+int weft_io_backend(void) {
+    int r = weft__ensure_init();
+    return r < 0 ? r : weft__io_mode;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the blocking pool                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct pool_job {
+    void *(*fn)(void *);
+    void *arg;
+    void *result;
+    weft__ioreq *rq;
+    weft__iop op;
+    struct pool_job *next;
+} pool_job;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pool_job *head, *tail;
+    int threads, idle, max, stopping;
+    pthread_cond_t gone;
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER};
+
+static void *pool_main(void *unused) {
+    pthread_mutex_lock(&P.lock);
+    for (;;) {
+        while (!P.head && !P.stopping) {
+            P.idle++;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 10;
+            int e = pthread_cond_timedwait(&P.cond, &P.lock, &ts);
+            P.idle--;
+            if (e == ETIMEDOUT && !P.head) goto leave;
+        }
+        if (!P.head) break; /* stopping */
+        pool_job *j = P.head;
+        P.head = j->next;
+        if (!P.head) P.tail = NULL;
+        pthread_mutex_unlock(&P.lock);
+        int res = 0;
+        if (j->rq) res = (int)weft__sys_exec(j->rq); /* counts fit: ops ask for < 2 GiB */
+        else j->result = j->fn(j->arg);
+        weft_thread *t = weft__iop_complete(&j->op, res); /* j is gone now */
+        if (t) weft__ready(t);
+        pthread_mutex_lock(&P.lock);
+    }
+leave:
+    P.threads--;
+    pthread_cond_broadcast(&P.gone);
+    pthread_mutex_unlock(&P.lock);
+    return NULL;
+}
+
+static int pool_submit(pool_job *j) {
+    pthread_mutex_lock(&P.lock);
+    if (P.stopping) {
+        pthread_mutex_unlock(&P.lock);
+        return -ESHUTDOWN;
+    }
+    if (!P.max) {
+        const char *v = getenv("WEFT_BLOCKING_MAX");
+        P.max = v && atoi(v) > 0 ? atoi(v) : 64;
+    }
+    j->next = NULL;
+    if (P.tail) P.tail->next = j;
+    else P.head = j;
+    P.tail = j;
+    if (P.idle == 0 && P.threads < P.max) {
+        pthread_t th;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&a, 256 * 1024);
+        int e = pthread_create(&th, &a, pool_main, NULL);
+        pthread_attr_destroy(&a);
+        if (e == 0) {
+            P.threads++;
+            pthread_setname_np(th, "weft-blocking");
+        } else if (P.threads == 0) { /* nobody will ever run it */
+            P.head = j->next;
+            if (!P.head) P.tail = NULL;
+            pthread_mutex_unlock(&P.lock);
+            return -e;
+        }
+    } else {
+        pthread_cond_signal(&P.cond);
+    }
+    pthread_mutex_unlock(&P.lock);
+    return 0;
+}
+
+static void pool_run(pool_job *j) {
+    j->op.p = &weft_self()->parker;
+    atomic_store_explicit(&j->op.done, 0, memory_order_relaxed);
+}
+
+int weft_blocking(void *(*fn)(void *), void *arg, void **result) {
+    if (!fn) return -EINVAL;
+    if (!weft_self()) {
+        void *r = fn(arg);
+        if (result) *result = r;
+        return 0;
+    }
+    pool_job j = {.fn = fn, .arg = arg};
+    pool_run(&j);
+    int r = pool_submit(&j);
+    if (r < 0) return r;
+    weft__iop_wait(&j.op, 0, NULL);
+    if (result) *result = j.result;
+    return 0;
+}
+
+ssize_t weft__pool_exec(weft__ioreq *rq) {
+    pool_job j = {.rq = rq};
+    pool_run(&j);
+    int r = pool_submit(&j);
+    if (r < 0) return r;
+    /* a file operation in flight cannot be taken back: wait it out */
+    int w = weft__iop_wait(&j.op, 0, NULL);
+    (void)w;
+    return j.op.res;
+}
+
+static void pool_stop(void) {
+    pthread_mutex_lock(&P.lock);
+    P.stopping = 1;
+    pthread_cond_broadcast(&P.cond);
+    while (P.threads > 0) pthread_cond_wait(&P.gone, &P.lock);
+    P.stopping = 0;
+    pthread_mutex_unlock(&P.lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the poller, as the scheduler sees it                                      */
+/* ------------------------------------------------------------------------ */
+
+static int env_mode(void) {
+    const char *v = getenv("WEFT_IO");
+    if (!v || !*v || !strcmp(v, "auto")) return WEFT_IO_AUTO;
+    if (!strcmp(v, "uring") || !strcmp(v, "io_uring")) return WEFT_IO_URING;
+    if (!strcmp(v, "epoll")) return WEFT_IO_EPOLL;
+    fprintf(stderr, "weft: WEFT_IO=%s is not auto, uring or epoll: using auto\n", v);
+    return WEFT_IO_AUTO;
+}
+
+int weft__io_start(int mode) {
+    if (mode < 0 || mode > WEFT_IO_EPOLL) return -EINVAL;
+    if (mode == WEFT_IO_AUTO) mode = env_mode();
+    if (mode != WEFT_IO_EPOLL) {
+        int r = weft__uring_probe();
+        if (r == 0) {
+            weft__io_mode = WEFT_IO_URING;
+            return 0;
+        }
+        if (mode == WEFT_IO_URING) return r; /* asked for by name: no fallback */
+        static _Atomic int logged;
+        if (!atomic_exchange(&logged, 1))
+            fprintf(stderr, "weft: io_uring unavailable (%s): using epoll\n", strerror(-r));
+    }
+    int r = weft__epoll_start();
+    if (r < 0) return r;
+    weft__io_mode = WEFT_IO_EPOLL;
+    return 0;
+}
+
+void weft__io_drain(void) { pool_stop(); }
+
+void weft__io_stop(void) {
+    pool_stop();
+    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_stop();
+    weft__io_mode = 0;
+}
+
+weft__poller *weft__poller_new(int index) {
+    if (weft__io_mode == WEFT_IO_URING) return weft__uring_new(index);
+    if (weft__io_mode == WEFT_IO_EPOLL) return weft__epoll_new(index);
+    return NULL;
+}
+void weft__poller_free(weft__poller *p) {
+    if (p->backend == WEFT_IO_URING) weft__uring_free(p);
+    else weft__epoll_free(p);
+}
+int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap) {
+    return p->backend == WEFT_IO_URING ? weft__uring_poll(p, out, max, cheap) : weft__epoll_poll(p, out, max, cheap);
+}
+int weft__poller_wait(weft__poller *p, int64_t deadline, weft_thread **out, int max) {
+    return p->backend == WEFT_IO_URING ? weft__uring_wait(p, deadline, out, max)
+                                       : weft__epoll_wait(p, deadline, out, max);
+}
+void weft__poller_kick(weft__poller *p) {
+    if (p->backend == WEFT_IO_URING) weft__uring_kick(p);
+    else weft__epoll_kick(p);
+}

@@ -1,0 +1,94 @@
+/*
+ * io layer internals shared by its backends (io.c: the API, the platform
+ * path and the blocking pool; uring.c; epoll.c).
+ */
+#ifndef WEFT_IO_H
+#define WEFT_IO_H
+
+#include "../sched/sched.h"
+
+#include <stdatomic.h>
+#include <sys/types.h>
+
+/* One operation in flight for a vthread.  Lives on the vthread's stack until
+ * `done` is set: whoever completes it reads p first, stores res, sets done,
+ * and after that touches only the parker (weft__unpark_kind), never op. */
+typedef struct weft__iop {
+    weft__parker *p;
+    int32_t res;
+    _Atomic int done;
+    struct weft__poller *pl; /* the poller it was submitted to */
+    uint64_t ud;             /* uring: its user_data (pointer + generation) */
+    /* epoll: the readiness wait's fd and events */
+    int fd;
+    int events;
+    struct weft__iop *next;  /* epoll: waiters on one fd */
+} weft__iop;
+
+/* Completes op with res; returns the vthread to make runnable, or NULL. */
+weft_thread *weft__iop_complete(weft__iop *op, int res);
+
+/*
+ * Waits for op's completion as a vthread.  The first wait honours deadline
+ * (absolute; the effective deadline applies) and cancellation; if either
+ * ends it, cancel(op) is called once and the wait goes on, uncancellable,
+ * until the operation has completed.  Returns 0, or -ETIMEDOUT/-ECANCELED
+ * when the first wait was interrupted (op->res is still the outcome).
+ */
+int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *));
+
+struct weft__poller {
+    int backend; /* WEFT_IO_URING / WEFT_IO_EPOLL */
+    int index;
+};
+
+extern int weft__io_mode; /* chosen backend, 0 before weft__io_start */
+
+/* backends */
+struct weft__poller *weft__uring_new(int index);
+void weft__uring_free(struct weft__poller *p);
+int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);
+int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
+void weft__uring_kick(struct weft__poller *p);
+int weft__uring_probe(void); /* 0 or -errno */
+
+struct weft__poller *weft__epoll_new(int index);
+void weft__epoll_free(struct weft__poller *p);
+int weft__epoll_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);
+int weft__epoll_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
+void weft__epoll_kick(struct weft__poller *p);
+int weft__epoll_start(void);
+void weft__epoll_stop(void);
+/* Parks until fd is ready for events or the wait is interrupted; returns
+ * the ready events, -ETIMEDOUT or -ECANCELED. */
+int weft__epoll_wait_fd(int fd, int events, int64_t deadline);
+void weft__epoll_forget(int fd); /* before close: wakes waiters with -EBADF */
+
+/* Requests the backends handle; the API (io.c) builds them. */
+enum {
+    IOR_READ, IOR_WRITE, IOR_PREAD, IOR_PWRITE, IOR_READV, IOR_WRITEV, IOR_RECV, IOR_SEND,
+    IOR_ACCEPT, IOR_CONNECT, IOR_POLL, IOR_FSYNC,
+};
+typedef struct weft__ioreq {
+    int op;
+    int fd;
+    void *buf;
+    size_t n;
+    off_t off;
+    int flags;
+    const struct iovec *iov;
+    int iovcnt;
+    struct sockaddr *addr;
+    socklen_t *addrlen;
+    socklen_t caddrlen;
+    int events;
+} weft__ioreq;
+
+ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline);
+ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline);
+/* The plain system call, blocking the calling OS thread. */
+ssize_t weft__sys_exec(weft__ioreq *rq);
+/* Runs rq as a plain system call on the blocking pool (files, epoll mode). */
+ssize_t weft__pool_exec(weft__ioreq *rq);
+
+#endif /* WEFT_IO_H */

@@ -1,0 +1,299 @@
+/*
+ * The io_uring backend: one ring per carrier.
+ *
+ * Ownership.  A ring is made by its carrier's OS thread and only that
+ * thread touches its submission queue (IORING_SETUP_SINGLE_ISSUER): a
+ * vthread running on the carrier queues its SQE there, then parks.  Other
+ * threads reach a ring only through its eventfd (the kick) and the cancel
+ * list (below).
+ *
+ * Batching.  SQEs are not submitted one by one: the carrier submits what
+ * is queued when it runs out of vthreads (before spinning and before
+ * sleeping), every SLOW_EVERY switches from the scheduler's periodic
+ * check, and at once when BATCH are waiting.  A burst of connections that
+ * each start a read then costs one io_uring_enter for the lot.
+ *
+ * Completions.  CQEs are read without a system call.  The ring runs with
+ * COOP_TASKRUN + TASKRUN_FLAG: the kernel does not interrupt a busy carrier
+ * to post completions; it raises a flag, and the next poll sees it and asks
+ * for them (io_uring_get_events).  user_data is the operation's address in
+ * the low 48 bits and a 16-bit generation on top, so that a late cancel
+ * request can never hit a newer operation at the same address.
+ *
+ * Sleeping.  An idle carrier waits in io_uring_submit_and_wait_timeout with
+ * its next timer as the timeout.  A read on its eventfd is always armed;
+ * weft__uring_kick writes the eventfd, which completes that read.
+ *
+ * Cancellation.  A vthread whose wait was interrupted must cancel on the
+ * ring its operation went to.  On that ring's carrier it queues the
+ * IORING_OP_ASYNC_CANCEL itself; elsewhere it appends the user_data to the
+ * ring's cancel list (a mutex-guarded array) and kicks the ring's carrier,
+ * which queues the cancels on its next poll.  Either way the vthread then
+ * waits for the original completion (io.c).
+ */
+#define _GNU_SOURCE
+#include "io.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RING_ENTRIES 256
+#define CQ_ENTRIES 8192
+#define BATCH 32
+#define TAG_EFD 1
+#define TAG_CANCEL 2
+#define PTR_MASK ((UINT64_C(1) << 48) - 1)
+
+typedef struct uring_poller {
+    struct weft__poller base;
+    struct io_uring ring;
+    int efd;
+    uint64_t efd_buf;
+    int efd_armed;
+    int pending; /* SQEs queued, not yet submitted */
+    uint16_t gen;
+    pthread_mutex_t cancel_lock;
+    _Atomic int ncancel;
+    uint64_t *cancels;
+    int cancel_cap;
+} uring_poller;
+
+int weft__uring_probe(void) {
+    struct io_uring r;
+    int e = io_uring_queue_init(2, &r, 0);
+    if (e < 0) return e;
+    /* the ops weft needs (all in Linux 5.6+); a kernel without them is
+     * treated as having no io_uring */
+    struct io_uring_probe *pr = io_uring_get_probe_ring(&r);
+    int ok = 1;
+    if (pr) {
+        int ops[] = {IORING_OP_READ, IORING_OP_WRITE, IORING_OP_READV, IORING_OP_WRITEV, IORING_OP_RECV,
+                     IORING_OP_SEND, IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_POLL_ADD,
+                     IORING_OP_ASYNC_CANCEL, IORING_OP_FSYNC};
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+            if (!io_uring_opcode_supported(pr, ops[i])) ok = 0;
+        io_uring_free_probe(pr);
+    }
+    io_uring_queue_exit(&r);
+    return ok ? 0 : -ENOSYS;
+}
+
+static struct io_uring_sqe *get_sqe(uring_poller *pl) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&pl->ring);
+    while (!sqe) {
+        io_uring_submit(&pl->ring);
+        pl->pending = 0;
+        sqe = io_uring_get_sqe(&pl->ring);
+    }
+    pl->pending++;
+    return sqe;
+}
+
+static void arm_efd(uring_poller *pl) {
+    struct io_uring_sqe *sqe = get_sqe(pl);
+    io_uring_prep_read(sqe, pl->efd, &pl->efd_buf, sizeof pl->efd_buf, 0);
+    io_uring_sqe_set_data64(sqe, TAG_EFD);
+    pl->efd_armed = 1;
+}
+
+struct weft__poller *weft__uring_new(int index) {
+    uring_poller *pl = calloc(1, sizeof *pl);
+    if (!pl) return NULL;
+    pl->base.backend = WEFT_IO_URING;
+    pl->base.index = index;
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN |
+              IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SUBMIT_ALL;
+    p.cq_entries = CQ_ENTRIES;
+    int e = io_uring_queue_init_params(RING_ENTRIES, &pl->ring, &p);
+    if (e == -EINVAL) { /* an older kernel: the plain ring */
+        memset(&p, 0, sizeof p);
+        p.flags = IORING_SETUP_CQSIZE;
+        p.cq_entries = CQ_ENTRIES;
+        e = io_uring_queue_init_params(RING_ENTRIES, &pl->ring, &p);
+    }
+    if (e < 0) {
+        weft__fatal("carrier %d: io_uring_queue_init: %s", index, strerror(-e));
+    }
+    pl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (pl->efd < 0) weft__fatal("carrier %d: eventfd: %s", index, strerror(errno));
+    pthread_mutex_init(&pl->cancel_lock, NULL);
+    arm_efd(pl);
+    io_uring_submit(&pl->ring);
+    pl->pending = 0;
+    return &pl->base;
+}
+
+void weft__uring_free(struct weft__poller *p) {
+    uring_poller *pl = (uring_poller *)p;
+    io_uring_queue_exit(&pl->ring);
+    close(pl->efd);
+    pthread_mutex_destroy(&pl->cancel_lock);
+    free(pl->cancels);
+    free(pl);
+}
+
+void weft__uring_kick(struct weft__poller *p) {
+    uring_poller *pl = (uring_poller *)p;
+    eventfd_write(pl->efd, 1);
+}
+
+static void take_cancels(uring_poller *pl) {
+    if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire)) return;
+    pthread_mutex_lock(&pl->cancel_lock);
+    int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
+    for (int i = 0; i < n; i++) {
+        struct io_uring_sqe *sqe = get_sqe(pl);
+        io_uring_prep_cancel64(sqe, pl->cancels[i], 0);
+        io_uring_sqe_set_data64(sqe, TAG_CANCEL);
+    }
+    atomic_store_explicit(&pl->ncancel, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&pl->cancel_lock);
+}
+
+static void flush(uring_poller *pl) {
+    take_cancels(pl);
+    if (pl->pending) {
+        io_uring_submit(&pl->ring);
+        pl->pending = 0;
+    }
+}
+
+static int reap(uring_poller *pl, weft_thread **out, int max) {
+    if (!io_uring_cq_ready(&pl->ring) &&
+        (IO_URING_READ_ONCE(*pl->ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)))
+        io_uring_get_events(&pl->ring);
+    unsigned head, seen = 0;
+    int n = 0;
+    struct io_uring_cqe *cqe;
+    io_uring_for_each_cqe(&pl->ring, head, cqe) {
+        if (n == max) break;
+        seen++;
+        uint64_t ud = cqe->user_data;
+        if (ud == TAG_EFD) {
+            pl->efd_armed = 0;
+            if (cqe->res != -EBADF && cqe->res != -ECANCELED) arm_efd(pl);
+        } else if (ud != TAG_CANCEL && ud != 0) {
+            weft_thread *t = weft__iop_complete((weft__iop *)(uintptr_t)(ud & PTR_MASK), cqe->res);
+            if (t) out[n++] = t;
+        }
+    }
+    io_uring_cq_advance(&pl->ring, seen);
+    return n;
+}
+
+int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int cheap) {
+    uring_poller *pl = (uring_poller *)p;
+    flush(pl);
+    return reap(pl, out, max);
+}
+
+int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max) {
+    uring_poller *pl = (uring_poller *)p;
+    take_cancels(pl);
+    if (!pl->efd_armed) arm_efd(pl);
+    if (!io_uring_cq_ready(&pl->ring)) {
+        struct io_uring_cqe *cqe;
+        struct __kernel_timespec ts, *tsp = NULL;
+        if (deadline) {
+            int64_t left = deadline - weft_now();
+            if (left < 0) left = 0;
+            ts.tv_sec = left / 1000000000;
+            ts.tv_nsec = left % 1000000000;
+            tsp = &ts;
+        }
+        int r = io_uring_submit_and_wait_timeout(&pl->ring, &cqe, 1, tsp, NULL);
+        if (r >= 0 || r == -ETIME || r == -EINTR) pl->pending = 0;
+    } else {
+        flush(pl);
+    }
+    return reap(pl, out, max);
+}
+
+static void uring_cancel(weft__iop *op) {
+    uring_poller *pl = (uring_poller *)op->pl;
+    if (weft__poller_self() == &pl->base) {
+        struct io_uring_sqe *sqe = get_sqe(pl);
+        io_uring_prep_cancel64(sqe, op->ud, 0);
+        io_uring_sqe_set_data64(sqe, TAG_CANCEL);
+        flush(pl);
+        return;
+    }
+    pthread_mutex_lock(&pl->cancel_lock);
+    int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
+    if (n == pl->cancel_cap) {
+        int cap = pl->cancel_cap ? 2 * pl->cancel_cap : 16;
+        uint64_t *c = realloc(pl->cancels, (size_t)cap * sizeof *c);
+        if (!c) weft__fatal("out of memory queueing an io_uring cancellation");
+        pl->cancels = c;
+        pl->cancel_cap = cap;
+    }
+    pl->cancels[n] = op->ud;
+    atomic_store_explicit(&pl->ncancel, n + 1, memory_order_release);
+    pthread_mutex_unlock(&pl->cancel_lock);
+    weft__uring_kick(&pl->base);
+}
+
+/* Queues one operation for rq on the calling carrier's ring and waits. */
+static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
+    uring_poller *pl = (uring_poller *)weft__poller_self();
+    struct io_uring_sqe *sqe = get_sqe(pl);
+    if (poll_events) {
+        io_uring_prep_poll_add(sqe, rq->fd, (unsigned)poll_events);
+    } else {
+        switch (rq->op) {
+        case IOR_READ: io_uring_prep_read(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)-1); break;
+        case IOR_WRITE: io_uring_prep_write(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)-1); break;
+        case IOR_PREAD: io_uring_prep_read(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)rq->off); break;
+        case IOR_PWRITE: io_uring_prep_write(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)rq->off); break;
+        case IOR_READV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)-1); break;
+        case IOR_WRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)-1); break;
+        case IOR_RECV: io_uring_prep_recv(sqe, rq->fd, rq->buf, rq->n, rq->flags); break;
+        case IOR_SEND: io_uring_prep_send(sqe, rq->fd, rq->buf, rq->n, rq->flags); break;
+        case IOR_ACCEPT: io_uring_prep_accept(sqe, rq->fd, rq->addr, rq->addrlen, rq->flags); break;
+        case IOR_CONNECT: io_uring_prep_connect(sqe, rq->fd, rq->addr, rq->caddrlen); break;
+        case IOR_FSYNC: io_uring_prep_fsync(sqe, rq->fd, 0); break;
+        case IOR_POLL: io_uring_prep_poll_add(sqe, rq->fd, (unsigned)rq->events); break;
+        }
+    }
+    memset(op, 0, sizeof *op);
+    op->p = &weft_self()->parker;
+    op->pl = &pl->base;
+    op->ud = (uint64_t)(uintptr_t)op | ((uint64_t)++pl->gen << 48);
+    io_uring_sqe_set_data64(sqe, op->ud);
+    if (pl->pending >= BATCH) flush(pl);
+    return weft__iop_wait(op, deadline, uring_cancel);
+}
+
+ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
+    for (;;) {
+        weft__iop op;
+        int intr = submit_wait(rq, 0, deadline, &op);
+        int res = op.res;
+        if (intr) /* completed anyway? then that is the answer */
+            return res == -ECANCELED || res == -EINTR || res == -EAGAIN ? intr : res;
+        if (res == -EINPROGRESS && rq->op == IOR_CONNECT) { /* O_NONBLOCK socket */
+            intr = submit_wait(rq, POLLOUT, deadline, &op);
+            if (intr) return intr;
+            int err = 0;
+            socklen_t l = sizeof err;
+            if (getsockopt(rq->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) return -errno;
+            return err ? -err : 0;
+        }
+        if (res != -EAGAIN || rq->op == IOR_POLL) return res;
+        /* an O_NONBLOCK fd: the ring answered at once; wait for readiness */
+        int ev = (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND || rq->op == IOR_CONNECT)
+                     ? POLLOUT
+                     : POLLIN;
+        intr = submit_wait(rq, ev, deadline, &op);
+        if (intr) return intr;
+        if (op.res < 0) return op.res;
+    }
+}
