@@ -556,3 +556,25 @@ TEST(parked_readers_cost_no_cpu) {
         close(idle_sv[i][1]);
     }
 }
+
+/* A platform thread's call blocks even on an O_NONBLOCK socket (the
+ * models of weft-httpd that run on pthreads rely on it). */
+static int nb_sv[2];
+
+static void *late_writer(void *arg) {
+    weft_sleep(20 * 1000000);
+    CHECK_EQ(weft_send(nb_sv[1], "q", 1, 0), 1);
+    return NULL;
+}
+
+TEST(platform_thread_blocks_on_nonblocking_fd) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, nb_sv), 0);
+    weft_thread *w;
+    CHECK_EQ(weft_spawn(&w, late_writer, NULL, NULL), 0);
+    char c = 0;
+    CHECK_EQ(weft_recv(nb_sv[0], &c, 1, 0), 1);
+    CHECK_EQ(c, 'q');
+    CHECK_EQ(weft_join(w, NULL), 0);
+    close(nb_sv[0]);
+    close(nb_sv[1]);
+}

@@ -141,27 +141,37 @@ static int can_wait(int op) {
            op == IOR_SEND || op == IOR_ACCEPT || op == IOR_POLL;
 }
 
-/* A platform thread: the plain call; a deadline is honoured by a poll(2)
- * first where the call could wait (not for connect and files). */
+/* A platform thread: the plain call, blocking it.  Where the call can wait,
+ * a deadline is honoured by a poll(2) first, and an O_NONBLOCK fd's EAGAIN
+ * turns into a wait too, so the call blocks as documented whatever the fd's
+ * flags (not for connect and files). */
 static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
-    if (deadline && can_wait(rq->op)) {
-        int ev = rq->op == IOR_POLL ? rq->events
-                 : (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND) ? POLLOUT
-                                                                                       : POLLIN;
-        for (;;) {
-            int64_t left = deadline - weft_now();
-            if (left <= 0) return -ETIMEDOUT;
+    if (!can_wait(rq->op)) return weft__sys_exec(rq);
+    int ev = rq->op == IOR_POLL ? rq->events
+             : (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND) ? POLLOUT
+                                                                                   : POLLIN;
+    int must_wait = deadline != 0;
+    for (;;) {
+        if (must_wait) {
             struct pollfd pf = {.fd = rq->fd, .events = (short)ev};
-            struct timespec ts = {left / 1000000000, left % 1000000000};
-            int r = ppoll(&pf, 1, &ts, NULL);
+            struct timespec ts, *tsp = NULL;
+            if (deadline) {
+                int64_t left = deadline - weft_now();
+                if (left <= 0) return -ETIMEDOUT;
+                ts.tv_sec = left / 1000000000;
+                ts.tv_nsec = left % 1000000000;
+                tsp = &ts;
+            }
+            int r = ppoll(&pf, 1, tsp, NULL);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return -errno;
             if (r == 0) return -ETIMEDOUT;
             if (rq->op == IOR_POLL) return pf.revents;
-            break;
         }
+        ssize_t r = weft__sys_exec(rq);
+        if (r != -EAGAIN) return r;
+        must_wait = 1;
     }
-    return weft__sys_exec(rq);
 }
 
 static ssize_t exec(weft__ioreq *rq) {
