@@ -1,0 +1,816 @@
+/*
+ * weft-load -- an HTTP/1.1 load generator built on weft, in the manner of
+ * ab: -n requests over -c concurrent connections, with or without
+ * keep-alive, reporting requests/s and the latency distribution.
+ *
+ *   weft-load [options] http://HOST[:PORT]/path        (weft-load --help)
+ *
+ * Design.
+ *
+ * Workers.  One vthread per connection: -c workers (at most -n), each
+ * owning one socket at a time, one 16 KiB receive buffer (allocated once,
+ * reused for every response), one latency histogram and its own counters.
+ * A worker's loop is plain blocking code -- socket(), weft_connect, send the
+ * request, weft_recv until the response parser says the response is
+ * complete -- and weft turns each blocking call into a park on the
+ * carrier's io_uring (or epoll), so -c 10000 costs 10,000 small stacks, not
+ * 10,000 threads.  Nothing is shared on the hot path but the request
+ * counter.  The request is formatted once at start; a worker only sends
+ * those bytes, with weft_send(MSG_NOSIGNAL) rather than weft_write_all (see
+ * send_all).  Sockets get TCP_NODELAY.
+ *
+ * The request counter.  Requests are tickets handed out by one atomic
+ * fetch-add: a worker takes a ticket before each request and stops when
+ * the tickets run out, so exactly -n requests are sent however the work
+ * spreads over connections (a failed request still used its ticket, as in
+ * ab).  With -t the workers stop taking tickets when the time is up, and
+ * the end of the run is also every request's deadline: a request still
+ * waiting when its deadline fires is reported as "unfinished" (neither
+ * complete nor failed, not in the latencies), so that a -t run lasts the
+ * time asked even against a server that stalls.  (A response that arrives
+ * just as the run ends, before the deadline's timer has fired, still
+ * counts as complete.)
+ *
+ * Keep-alive.  Without -k every request opens a connection, sends
+ * "Connection: close" and closes after the response, as ab does.  With -k a
+ * worker sends its requests back to back on one connection ("Connection:
+ * keep-alive"), and opens a new one when the server says Connection: close
+ * (nginx does after keepalive_requests), when the body ran to the close,
+ * after any failure, or when the server sent bytes beyond the response
+ * (counted as "stray bytes").  A reused connection that the server has
+ * closed before any byte of the response arrives (EOF, ECONNRESET or EPIPE
+ * on it: the server's idle close raced our request) gets the request
+ * resent once on a fresh connection; this is reported as "keep-alive
+ * retries" and is not a failure.  (ab counts such a request as failed.)  A
+ * second failure, or one on a fresh connection, counts.
+ *
+ * Failure accounting.  Each request ends in exactly one of: complete (a
+ * whole response was parsed), or a failure of one kind -- connect
+ * (socket/connect failed: refused, unreachable, no ports), write (sending
+ * the request failed: reset, broken pipe), read (receiving failed: reset,
+ * or the server closed before the end of the response -- a short
+ * response), timeout (the per-request --timeout passed), parse (the bytes
+ * were not an HTTP/1.x response), status (a complete response whose status
+ * is not 2xx/3xx).  A status failure is also a complete response: its
+ * latency is recorded and its connection may be reused.  Counters are per
+ * worker and summed at the end; the first error of each kind is kept for
+ * the report.
+ *
+ * Latency.  From just before the request is written -- or, when the request
+ * needs a new connection, just before connect() starts, so that it includes
+ * the TCP handshake like ab's "Total" -- to the moment the last byte of the
+ * response has been parsed.  A keep-alive retry keeps the first attempt's
+ * start.  Recorded (ns) for every complete response in the worker's
+ * histogram (hist.h: log-linear, 1 us resolution below 2 ms, <= 0.1 %
+ * relative error above, to 134 s; min, max and mean exact).  The worker
+ * histograms are merged when the run is over.
+ *
+ * Wall time runs from before the first worker is spawned to after the last
+ * has been joined; requests/s = complete responses / wall time.  The
+ * per-request deadline is set with weft_deadline_set, so it covers connect,
+ * send and every receive of the request together.
+ *
+ * Output: a report like ab's, then one machine-readable line
+ *   experiment=load peer=weft-load concurrency=C n=N keepalive=0|1 rps=...
+ *   mean_ms=... p50_ms=... p90_ms=... p95_ms=... p99_ms=... max_ms=...
+ *   failed=... wall_s=... (then complete=, err_*=, retries=, ...)
+ * -q prints only that line; --csv prints it as a CSV header and row.
+ * --self-test checks the histogram and the response parser and exits 0/1.
+ *
+ * Exit status: 0 every request succeeded, 1 some failed, 2 usage error or
+ * not enough file descriptors for -c, 3 the runtime could not start.
+ */
+#define _GNU_SOURCE
+#include "hist.h"
+#include "http_resp.h"
+
+#include <weft.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RECV_BUF 16384
+#define MAX_HEADERS 64
+
+/* failure kinds, in report order */
+enum { F_CONNECT, F_WRITE, F_READ, F_TIMEOUT, F_STATUS, F_PARSE, F_KINDS };
+static const char *const KIND_NAME[F_KINDS] = {"connect", "write", "read", "timeout", "status", "parse"};
+
+/* ------------------------------------------------------------------------ */
+/* configuration                                                             */
+/* ------------------------------------------------------------------------ */
+
+static struct {
+    int64_t n;          /* requests; -1: unlimited (-t alone) */
+    int c;              /* connections asked for */
+    int workers;        /* connections used: min(c, n) */
+    int keepalive;
+    double duration_s;  /* -t; 0: none */
+    const char *method;
+    int head;
+    int64_t timeout_ns;
+    int carriers;
+    int quiet, csv;
+    const char *headers[MAX_HEADERS];
+    int nheaders;
+    /* target */
+    char host[256];
+    int port;
+    const char *path;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    /* the request, formatted once */
+    char *req;
+    size_t req_len;
+} C = {.n = 1, .c = 1, .method = "GET", .timeout_ns = 30 * INT64_C(1000000000)};
+
+/* shared while the run goes on */
+static _Atomic int64_t g_next;   /* next ticket */
+static _Atomic int g_stop;       /* workers stop taking tickets (spawn failure) */
+static int64_t g_run_end;        /* -t: when workers stop (absolute ns); 0: none */
+static _Atomic int g_first_err[F_KINDS]; /* 0: none yet; else 1 + the error below */
+static int g_err_code[F_KINDS];          /* -errno, or 0 with g_err_text */
+static const char *g_err_text[F_KINDS];
+static int g_err_status[F_KINDS];
+static _Atomic int g_server_state;       /* 0 not captured, 1 being written, 2 done */
+static char g_server[64];
+
+/* ------------------------------------------------------------------------ */
+/* workers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct worker {
+    weft_thread *t;
+    char *buf;
+    int fd;
+    int reused;                  /* the connection has carried a response already */
+    uint64_t fails[F_KINDS];
+    uint64_t complete;           /* whole responses, any status */
+    uint64_t unfinished;         /* -t: cut by the end of the run */
+    uint64_t bytes, body_bytes;  /* received: every byte / bodies of complete responses */
+    uint64_t connects, retries, stray;
+    int64_t doc_len;             /* body length of the first successful response; -1 none */
+    int doc_varies;
+    hist h;
+} __attribute__((aligned(64))) worker;
+
+static void note_fail(worker *w, int kind, int err, const char *text, int status) {
+    w->fails[kind]++;
+    if (atomic_load_explicit(&g_first_err[kind], memory_order_relaxed)) return;
+    int zero = 0;
+    if (atomic_compare_exchange_strong(&g_first_err[kind], &zero, -1)) {
+        g_err_code[kind] = err;
+        g_err_text[kind] = text;
+        g_err_status[kind] = status;
+        atomic_store(&g_first_err[kind], 1);
+    }
+}
+
+static void drop_conn(worker *w) {
+    if (w->fd >= 0) weft_close(w->fd);
+    w->fd = -1;
+    w->reused = 0;
+}
+
+static int open_conn(worker *w) {
+    int fd = socket(C.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno; /* errno read right after socket(): no weft call between */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int r = weft_connect(fd, (const struct sockaddr *)&C.addr, C.addrlen);
+    if (r < 0) {
+        weft_close(fd);
+        return r;
+    }
+    w->connects++;
+    w->fd = fd;
+    w->reused = 0;
+    return 0;
+}
+
+/* weft_send until the request is out.  Not weft_write_all: write(2) on a
+ * socket the peer has reset raises SIGPIPE (MSG_NOSIGNAL here gives EPIPE;
+ * SIGPIPE is ignored as well), and in epoll mode every weft_write costs an
+ * fstat and an fcntl besides the write, where weft_send is one send(2). */
+static ssize_t send_all(int fd, const char *p, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = weft_send(fd, p + done, n - done, MSG_NOSIGNAL);
+        if (r < 0) return r;
+        if (r == 0) return -EIO;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
+/* A deadline passed: the request's own timeout, or (-t) the end of the run. */
+static void timed_out(worker *w) {
+    if (g_run_end && weft_now() >= g_run_end) w->unfinished++;
+    else note_fail(w, F_TIMEOUT, 0, "no complete response within --timeout", 0);
+}
+
+enum { DONE_OK, DONE_FAILED, RETRY };
+
+/* One attempt at the request on w's connection (opened here if needed). */
+static int attempt(worker *w, resp *p, int may_retry) {
+    if (w->fd < 0) {
+        int r = open_conn(w);
+        if (r < 0) {
+            if (r == -ETIMEDOUT) timed_out(w);
+            else note_fail(w, F_CONNECT, r, NULL, 0);
+            return DONE_FAILED;
+        }
+    }
+    int reused = w->reused;
+    ssize_t s = send_all(w->fd, C.req, C.req_len);
+    if (s < 0) {
+        drop_conn(w);
+        if (s == -ETIMEDOUT) timed_out(w);
+        else if (reused && may_retry && (s == -EPIPE || s == -ECONNRESET)) return RETRY;
+        else note_fail(w, F_WRITE, (int)s, NULL, 0);
+        return DONE_FAILED;
+    }
+    resp_begin(p, C.head);
+    p->want_server = atomic_load_explicit(&g_server_state, memory_order_relaxed) == 0;
+    size_t have = 0;
+    uint64_t got = 0;
+    for (;;) {
+        ssize_t r = weft_recv(w->fd, w->buf + have, RECV_BUF - have, 0);
+        int pr;
+        size_t used = 0;
+        if (r < 0) {
+            drop_conn(w);
+            if (r == -ETIMEDOUT) timed_out(w);
+            else if (!got && reused && may_retry && r == -ECONNRESET) return RETRY;
+            else note_fail(w, F_READ, (int)r, NULL, 0);
+            return DONE_FAILED;
+        }
+        if (r == 0) {
+            if (!got && reused && may_retry) {
+                drop_conn(w);
+                return RETRY;
+            }
+            pr = resp_eof(p);
+            if (pr != RESP_DONE) {
+                drop_conn(w);
+                note_fail(w, F_READ, 0, got ? "closed before the end of the response" : "closed before any response", 0);
+                return DONE_FAILED;
+            }
+        } else {
+            got += (uint64_t)r;
+            w->bytes += (uint64_t)r;
+            have += (size_t)r;
+            pr = resp_feed(p, w->buf, have, &used);
+            if (pr == RESP_ERROR) {
+                drop_conn(w);
+                note_fail(w, F_PARSE, 0, p->error, 0);
+                return DONE_FAILED;
+            }
+            if (pr == RESP_MORE) {
+                if (used) memmove(w->buf, w->buf + used, have - used);
+                have -= used;
+                continue;
+            }
+        }
+        /* complete */
+        if (pr == RESP_DONE && r > 0 && have > used) w->stray++, p->close = 1;
+        if (p->close || !C.keepalive || r == 0) drop_conn(w);
+        else w->reused = 1;
+        return DONE_OK;
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    resp p;
+    memset(&p, 0, sizeof p);
+    for (;;) {
+        if (atomic_load_explicit(&g_stop, memory_order_relaxed)) break;
+        if (g_run_end && weft_now() >= g_run_end) break;
+        if (C.n >= 0 && atomic_fetch_add_explicit(&g_next, 1, memory_order_relaxed) >= C.n) break;
+        int64_t t0 = weft_now();
+        int64_t dl = t0 + C.timeout_ns;
+        if (g_run_end && g_run_end < dl) dl = g_run_end;
+        weft_deadline_set(dl);
+        int r = attempt(w, &p, 1);
+        if (r == RETRY) {
+            w->retries++;
+            r = attempt(w, &p, 0);
+        }
+        weft_deadline_set(0);
+        if (r != DONE_OK) continue;
+        int64_t t1 = weft_now();
+        hist_record(&w->h, t1 - t0);
+        w->complete++;
+        w->body_bytes += p.body_bytes;
+        if (p.status >= 400) {
+            note_fail(w, F_STATUS, 0, NULL, p.status);
+        } else {
+            if (w->doc_len < 0) w->doc_len = (int64_t)p.body_bytes;
+            else if ((uint64_t)w->doc_len != p.body_bytes) w->doc_varies = 1;
+            if (p.want_server) {
+                int zero = 0;
+                if (atomic_compare_exchange_strong(&g_server_state, &zero, 1)) {
+                    memcpy(g_server, p.server, sizeof g_server);
+                    atomic_store(&g_server_state, 2);
+                }
+            }
+        }
+    }
+    drop_conn(w);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the run                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct results {
+    worker *w;
+    int spawned;
+    int64_t wall_ns;
+    int spawn_err;
+    int backend;
+} results;
+
+static int run(void *arg) {
+    results *res = arg;
+    res->backend = weft_io_backend();
+    int64_t t0 = weft_now();
+    if (C.duration_s > 0) g_run_end = t0 + (int64_t)(C.duration_s * 1e9);
+    weft_attr a = {.name = "load"};
+    for (int i = 0; i < C.workers; i++) {
+        int r = weft_spawn(&res->w[i].t, worker_main, &res->w[i], &a);
+        if (r < 0) {
+            res->spawn_err = r;
+            atomic_store(&g_stop, 1);
+            break;
+        }
+        res->spawned++;
+    }
+    for (int i = 0; i < res->spawned; i++) weft_join(res->w[i].t, NULL);
+    res->wall_ns = weft_now() - t0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* options, URL, request                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: weft-load [options] http://HOST[:PORT]/path\n"
+            "  -n N            requests to send (default 1)\n"
+            "  -c C            concurrent connections, one vthread each (default 1)\n"
+            "  -k              keep-alive: each connection sends its requests back to back\n"
+            "                  (default: one connection per request, Connection: close)\n"
+            "  -t SECONDS      run for this long instead of -n requests (with -n: whichever ends first)\n"
+            "  -H 'Name: value' extra request header (repeatable; Host and User-Agent replace ours)\n"
+            "  -m METHOD       GET (default) or HEAD\n"
+            "  --timeout S     per-request timeout in seconds, connect included (default 30)\n"
+            "  --carriers N    weft carrier threads (default: $WEFT_CARRIERS or the CPU count)\n"
+            "  -q              quiet: only the machine-readable line\n"
+            "  --csv           the machine-readable result as a CSV header and row\n"
+            "  --self-test     check the histogram and the response parser, exit 0 or 1\n"
+            "  -h, --help      this text\n"
+            "The io backend follows $WEFT_IO (uring, epoll; default auto).\n"
+            "Exit status: 0 all requests succeeded, 1 some failed, 2 usage or fd limit, 3 runtime error.\n");
+}
+
+static int bad(const char *fmt, const char *what) {
+    fprintf(stderr, "weft-load: ");
+    fprintf(stderr, fmt, what);
+    fputc('\n', stderr);
+    usage(stderr);
+    return 2;
+}
+
+static int parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *e;
+    errno = 0;
+    long long v = strtoll(s, &e, 10);
+    if (errno || e == s || *e || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_secs(const char *s, double *out) {
+    char *e;
+    errno = 0;
+    double v = strtod(s, &e);
+    if (errno || e == s || *e || !(v > 0) || v > 1e7) return -1;
+    *out = v;
+    return 0;
+}
+
+/* http://HOST[:PORT][/path]; HOST may be [v6]. */
+static int parse_url(const char *url) {
+    static const char pre[] = "http://";
+    if (strncasecmp(url, pre, sizeof pre - 1) != 0) {
+        if (strncasecmp(url, "https://", 8) == 0) fprintf(stderr, "weft-load: https is not supported (no TLS)\n");
+        return -1;
+    }
+    const char *h = url + sizeof pre - 1, *end;
+    const char *slash = strchr(h, '/');
+    const char *hostend = slash ? slash : h + strlen(h);
+    const char *colon;
+    if (*h == '[') {
+        end = memchr(h, ']', (size_t)(hostend - h));
+        if (!end) return -1;
+        if ((size_t)(end - h - 1) >= sizeof C.host) return -1;
+        memcpy(C.host, h + 1, (size_t)(end - h - 1));
+        C.host[end - h - 1] = 0;
+        colon = end + 1 < hostend && end[1] == ':' ? end + 1 : NULL;
+        if (!colon && end + 1 != hostend) return -1;
+    } else {
+        colon = memchr(h, ':', (size_t)(hostend - h));
+        end = colon ? colon : hostend;
+        if (end == h || (size_t)(end - h) >= sizeof C.host) return -1;
+        memcpy(C.host, h, (size_t)(end - h));
+        C.host[end - h] = 0;
+    }
+    if (strchr(C.host, '@')) return -1; /* no userinfo */
+    C.port = 80;
+    if (colon) {
+        char port[8];
+        size_t pl = (size_t)(hostend - colon - 1);
+        if (pl == 0 || pl >= sizeof port) return -1;
+        memcpy(port, colon + 1, pl);
+        port[pl] = 0;
+        int64_t v;
+        if (parse_int64(port, 1, 65535, &v) < 0) return -1;
+        C.port = (int)v;
+    }
+    C.path = slash ? slash : "/";
+    for (const char *q = C.path; *q; q++)
+        if ((unsigned char)*q <= ' ' || *q == 0x7f) return -1;
+    return 0;
+}
+
+static int resolve(void) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC}, *ai;
+    char port[8];
+    snprintf(port, sizeof port, "%d", C.port);
+    int e = getaddrinfo(C.host, port, &hints, &ai);
+    if (e) {
+        fprintf(stderr, "weft-load: cannot resolve %s: %s\n", C.host, gai_strerror(e));
+        return -1;
+    }
+    struct addrinfo *pick = ai;
+    for (struct addrinfo *p = ai; p; p = p->ai_next)
+        if (p->ai_family == AF_INET) { pick = p; break; } /* IPv4 first, like ab */
+    memcpy(&C.addr, pick->ai_addr, pick->ai_addrlen);
+    C.addrlen = pick->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static int header_named(const char *h, const char *name) {
+    size_t n = strlen(name);
+    return strncasecmp(h, name, n) == 0 && h[n] == ':';
+}
+
+static int build_request(void) {
+    int has_host = 0, has_ua = 0, has_accept = 0;
+    for (int i = 0; i < C.nheaders; i++) {
+        has_host |= header_named(C.headers[i], "host");
+        has_ua |= header_named(C.headers[i], "user-agent");
+        has_accept |= header_named(C.headers[i], "accept");
+    }
+    size_t cap = 512 + strlen(C.path) + strlen(C.host);
+    for (int i = 0; i < C.nheaders; i++) cap += strlen(C.headers[i]) + 2;
+    C.req = malloc(cap);
+    if (!C.req) return -1;
+    int v6 = strchr(C.host, ':') != NULL;
+    size_t n = (size_t)snprintf(C.req, cap, "%s %s HTTP/1.1\r\n", C.method, C.path);
+    if (!has_host) {
+        n += (size_t)snprintf(C.req + n, cap - n, "Host: %s%s%s", v6 ? "[" : "", C.host, v6 ? "]" : "");
+        if (C.port != 80) n += (size_t)snprintf(C.req + n, cap - n, ":%d", C.port);
+        n += (size_t)snprintf(C.req + n, cap - n, "\r\n");
+    }
+    if (!has_ua) n += (size_t)snprintf(C.req + n, cap - n, "User-Agent: weft-load/%d.%d\r\n", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR);
+    if (!has_accept) n += (size_t)snprintf(C.req + n, cap - n, "Accept: */*\r\n");
+    n += (size_t)snprintf(C.req + n, cap - n, "Connection: %s\r\n", C.keepalive ? "keep-alive" : "close");
+    for (int i = 0; i < C.nheaders; i++) n += (size_t)snprintf(C.req + n, cap - n, "%s\r\n", C.headers[i]);
+    n += (size_t)snprintf(C.req + n, cap - n, "\r\n");
+    C.req_len = n;
+    return 0;
+}
+
+/* Raises RLIMIT_NOFILE to the hard limit; 0 when -c connections fit. */
+static int fds_for(int conns, int carriers) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* per carrier: a ring or epoll set and an eventfd; plus stdio, the
+     * shared epoll set, the blocking pool's slack */
+    long need = (long)conns + 3L * carriers + 32;
+    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)need > rl.rlim_cur) {
+        fprintf(stderr,
+                "weft-load: -c %d needs about %ld file descriptors, but RLIMIT_NOFILE is %llu (hard limit %llu): "
+                "lower -c, or raise the hard limit (ulimit -Hn, /etc/security/limits.conf)\n",
+                conns, need, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* report                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static double ms(int64_t ns) {
+    return (double)ns / 1e6;
+}
+
+static void first_error(int kind, char *out, size_t cap) {
+    out[0] = 0;
+    if (atomic_load(&g_first_err[kind]) != 1) return;
+    if (g_err_status[kind]) snprintf(out, cap, "first: HTTP %d", g_err_status[kind]);
+    else if (g_err_text[kind]) snprintf(out, cap, "first: %s", g_err_text[kind]);
+    else if (g_err_code[kind]) snprintf(out, cap, "first: %s", strerror(-g_err_code[kind]));
+}
+
+static int report(results *res) {
+    worker *w = res->w;
+    hist h;
+    hist_init(&h);
+    uint64_t fails[F_KINDS] = {0}, complete = 0, unfinished = 0, bytes = 0, body = 0, connects = 0, retries = 0,
+             stray = 0;
+    int64_t doc = -1;
+    int doc_varies = 0;
+    uint64_t wmin = UINT64_MAX, wmax = 0; /* requests per worker: fairness */
+    for (int i = 0; i < res->spawned; i++) {
+        uint64_t wn = w[i].complete + w[i].unfinished;
+        for (int k = 0; k < F_KINDS; k++) wn += k == F_STATUS ? 0 : w[i].fails[k];
+        if (wn < wmin) wmin = wn;
+        if (wn > wmax) wmax = wn;
+        for (int k = 0; k < F_KINDS; k++) fails[k] += w[i].fails[k];
+        complete += w[i].complete;
+        unfinished += w[i].unfinished;
+        bytes += w[i].bytes;
+        body += w[i].body_bytes;
+        connects += w[i].connects;
+        retries += w[i].retries;
+        stray += w[i].stray;
+        if (w[i].doc_len >= 0) {
+            if (doc < 0) doc = w[i].doc_len;
+            else if (doc != w[i].doc_len) doc_varies = 1;
+        }
+        doc_varies |= w[i].doc_varies;
+        if (hist_merge(&h, &w[i].h) < 0) fprintf(stderr, "weft-load: out of memory merging histograms\n");
+        hist_free(&w[i].h);
+    }
+    uint64_t failed = 0;
+    for (int k = 0; k < F_KINDS; k++) failed += fails[k];
+    /* a status failure is a complete response too */
+    uint64_t attempted = complete + failed - fails[F_STATUS];
+    double wall = (double)res->wall_ns / 1e9;
+    double rps = wall > 0 ? (double)complete / wall : 0;
+    double mean = hist_mean_ns(&h);
+    int64_t p50 = hist_percentile(&h, 50), p90 = hist_percentile(&h, 90), p95 = hist_percentile(&h, 95),
+            p99 = hist_percentile(&h, 99), mx = hist_percentile(&h, 100);
+    if (h.oom) fprintf(stderr, "weft-load: out of memory for histogram pages: some latencies are not in the percentiles\n");
+
+    if (!C.quiet) {
+        int be = res->backend;
+        printf("This is weft-load %d.%d.%d (HTTP/1.1 load on weft vthreads; %s backend)\n\n", WEFT_VERSION_MAJOR,
+               WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, be == WEFT_IO_URING ? "io_uring" : be == WEFT_IO_EPOLL ? "epoll" : "?");
+        printf("Server Software:        %s\n", atomic_load(&g_server_state) == 2 ? g_server : "");
+        printf("Server Hostname:        %s\n", C.host);
+        printf("Server Port:            %d\n\n", C.port);
+        printf("Document Path:          %s\n", C.path);
+        if (doc >= 0) printf("Document Length:        %lld bytes%s\n\n", (long long)doc, doc_varies ? " (varies)" : "");
+        else printf("Document Length:        (no successful response)\n\n");
+        printf("Concurrency Level:      %d\n", res->spawned);
+        printf("Keep-Alive:             %s\n", C.keepalive ? "yes (requests back to back on each connection)"
+                                                            : "no (Connection: close, one connection per request)");
+        printf("Time taken for tests:   %.3f seconds\n", wall);
+        printf("Requests sent:          %llu\n", (unsigned long long)attempted);
+        printf("Complete requests:      %llu   (whole responses, any status)\n", (unsigned long long)complete);
+        printf("Failed requests:        %llu\n", (unsigned long long)failed);
+        if (failed) {
+            for (int k = 0; k < F_KINDS; k++) {
+                if (!fails[k]) continue;
+                char e[160];
+                first_error(k, e, sizeof e);
+                printf("   %-8s %llu%s%s%s\n", KIND_NAME[k], (unsigned long long)fails[k], *e ? "  (" : "", e,
+                       *e ? ")" : "");
+            }
+        }
+        if (unfinished) printf("Unfinished at -t end:   %llu   (cut by the end of the run; not counted)\n", (unsigned long long)unfinished);
+        printf("Connections opened:     %llu\n", (unsigned long long)connects);
+        if (res->spawned)
+            printf("Requests per worker:    min %llu, mean %.1f, max %llu\n", (unsigned long long)wmin,
+                   (double)(attempted + unfinished) / res->spawned, (unsigned long long)wmax);
+        if (C.keepalive)
+            printf("Keep-alive retries:     %llu   (reused connection closed before any response byte: request resent\n"
+                   "                               once on a new connection, not counted as failed)\n",
+                   (unsigned long long)retries);
+        if (stray) printf("Stray bytes:            %llu responses were followed by unexpected bytes (connection dropped)\n",
+                          (unsigned long long)stray);
+        printf("Total transferred:      %llu bytes\n", (unsigned long long)bytes);
+        printf("HTML transferred:       %llu bytes\n", (unsigned long long)body);
+        printf("Requests per second:    %.2f [#/sec] (mean)\n", rps);
+        if (complete) {
+            printf("Time per request:       %.3f [ms] (mean, measured)\n", mean / 1e6);
+            printf("Time per request:       %.3f [ms] (mean, across all concurrent requests)\n", wall * 1e3 / (double)complete);
+        }
+        printf("Transfer rate:          %.2f [Kbytes/sec] received\n\n", wall > 0 ? (double)bytes / 1024 / wall : 0);
+        if (complete) {
+            printf("Latency of complete requests (ms), from %s to the last response byte:\n",
+                   C.keepalive ? "writing the request (connect, for a new connection)" : "connect");
+            printf("  min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p95 %.3f  p99 %.3f  max %.3f\n\n", ms((int64_t)h.min_ns),
+                   mean / 1e6, ms(p50), ms(p90), ms(p95), ms(p99), ms(mx));
+            printf("Percentage of the requests served within a certain time (ms)\n");
+            static const double qs[] = {50, 66, 75, 80, 90, 95, 98, 99, 99.9, 99.99};
+            for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++)
+                printf(" %6g%%  %9.3f\n", qs[i], ms(hist_percentile(&h, qs[i])));
+            printf("    100%%  %9.3f (longest request)\n", ms(mx));
+        }
+        fflush(stdout);
+    }
+
+    char line[1024];
+    const char *keys[] = {"experiment", "peer", "concurrency", "n", "keepalive", "rps", "mean_ms", "p50_ms",
+                          "p90_ms", "p95_ms", "p99_ms", "max_ms", "failed", "wall_s", "complete", "err_connect",
+                          "err_write", "err_read", "err_timeout", "err_status", "err_parse", "retries",
+                          "unfinished", "connections", "io"};
+    char vals[25][48];
+    int k = 0;
+    snprintf(vals[k++], 48, "load");
+    snprintf(vals[k++], 48, "weft-load");
+    snprintf(vals[k++], 48, "%d", res->spawned);
+    snprintf(vals[k++], 48, "%llu", (unsigned long long)attempted);
+    snprintf(vals[k++], 48, "%d", C.keepalive);
+    snprintf(vals[k++], 48, "%.2f", rps);
+    snprintf(vals[k++], 48, "%.3f", mean / 1e6);
+    snprintf(vals[k++], 48, "%.3f", ms(p50));
+    snprintf(vals[k++], 48, "%.3f", ms(p90));
+    snprintf(vals[k++], 48, "%.3f", ms(p95));
+    snprintf(vals[k++], 48, "%.3f", ms(p99));
+    snprintf(vals[k++], 48, "%.3f", ms(mx));
+    snprintf(vals[k++], 48, "%llu", (unsigned long long)failed);
+    snprintf(vals[k++], 48, "%.3f", wall);
+    snprintf(vals[k++], 48, "%llu", (unsigned long long)complete);
+    for (int f = 0; f < F_KINDS; f++) {
+        static const int order[F_KINDS] = {F_CONNECT, F_WRITE, F_READ, F_TIMEOUT, F_STATUS, F_PARSE};
+        snprintf(vals[k++], 48, "%llu", (unsigned long long)fails[order[f]]);
+    }
+    snprintf(vals[k++], 48, "%llu", (unsigned long long)retries);
+    snprintf(vals[k++], 48, "%llu", (unsigned long long)unfinished);
+    snprintf(vals[k++], 48, "%llu", (unsigned long long)connects);
+    snprintf(vals[k++], 48, "%s", res->backend == WEFT_IO_URING ? "uring" : "epoll");
+    size_t n = 0;
+    if (C.csv) {
+        for (int i = 0; i < k; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", i ? "," : "", keys[i]);
+        printf("%s\n", line);
+        n = 0;
+        for (int i = 0; i < k; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", i ? "," : "", vals[i]);
+    } else {
+        for (int i = 0; i < k; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%s=%s", i ? " " : "", keys[i], vals[i]);
+    }
+    printf("%s\n", line);
+    fflush(stdout);
+    hist_free(&h);
+    return failed ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                      */
+/* ------------------------------------------------------------------------ */
+
+enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST };
+
+static const struct option LONG_OPTS[] = {
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"carriers", required_argument, NULL, OPT_CARRIERS},
+    {"csv", no_argument, NULL, OPT_CSV},
+    {"self-test", no_argument, NULL, OPT_SELF_TEST},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int self_test(void) {
+    int f = hist_self_test();
+    int g = resp_self_test();
+    printf("weft-load self-test: histogram %s (%d failures), response parser %s (%d failures)\n", f ? "FAILED" : "ok", f,
+           g ? "FAILED" : "ok", g);
+    return f || g ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    int opt, n_given = 0;
+    int64_t v;
+    while ((opt = getopt_long(argc, argv, "n:c:kt:H:m:qh", LONG_OPTS, NULL)) != -1) {
+        switch (opt) {
+        case 'n':
+            if (parse_int64(optarg, 1, INT64_MAX / 2, &v) < 0) return bad("-n wants a positive count, not '%s'", optarg);
+            C.n = v;
+            n_given = 1;
+            break;
+        case 'c':
+            if (parse_int64(optarg, 1, 10000000, &v) < 0) return bad("-c wants a positive count, not '%s'", optarg);
+            C.c = (int)v;
+            break;
+        case 'k': C.keepalive = 1; break;
+        case 't':
+            if (parse_secs(optarg, &C.duration_s) < 0) return bad("-t wants a positive number of seconds, not '%s'", optarg);
+            break;
+        case 'H':
+            if (C.nheaders == MAX_HEADERS) return bad("too many -H (at most %s)", "64");
+            if (!strchr(optarg, ':') || optarg[0] == ':' || strpbrk(optarg, "\r\n"))
+                return bad("-H wants 'Name: value', not '%s'", optarg);
+            C.headers[C.nheaders++] = optarg;
+            break;
+        case 'm':
+            if (strcmp(optarg, "GET") != 0 && strcmp(optarg, "HEAD") != 0) return bad("-m wants GET or HEAD, not '%s'", optarg);
+            C.method = optarg;
+            C.head = strcmp(optarg, "HEAD") == 0;
+            break;
+        case OPT_TIMEOUT: {
+            double s;
+            if (parse_secs(optarg, &s) < 0) return bad("--timeout wants a positive number of seconds, not '%s'", optarg);
+            C.timeout_ns = (int64_t)(s * 1e9);
+            break;
+        }
+        case OPT_CARRIERS:
+            if (parse_int64(optarg, 1, 1024, &v) < 0) return bad("--carriers wants 1..1024, not '%s'", optarg);
+            C.carriers = (int)v;
+            break;
+        case 'q': C.quiet = 1; break;
+        case OPT_CSV: C.csv = 1; break;
+        case OPT_SELF_TEST: return self_test();
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc - 1) return bad("%s", optind < argc ? "exactly one URL, please" : "no URL given");
+    if (parse_url(argv[optind]) < 0) return bad("bad URL '%s' (want http://HOST[:PORT]/path)", argv[optind]);
+    if (C.duration_s > 0 && !n_given) C.n = -1;
+    C.workers = C.n >= 0 && C.n < C.c ? (int)C.n : C.c;
+    if (C.workers < C.c && !C.quiet)
+        fprintf(stderr, "weft-load: -c %d is more than -n %lld: using %d connections\n", C.c, (long long)C.n, C.workers);
+    if (resolve() < 0) return 2;
+    if (build_request() < 0) {
+        fprintf(stderr, "weft-load: out of memory\n");
+        return 3;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int carriers = C.carriers ? C.carriers : getenv("WEFT_CARRIERS") ? atoi(getenv("WEFT_CARRIERS")) : (int)ncpu;
+    if (fds_for(C.workers, carriers > 0 ? carriers : 1) < 0) return 2;
+    signal(SIGPIPE, SIG_IGN);
+
+    results res = {0};
+    res.w = aligned_alloc(64, sizeof(worker) * (size_t)C.workers);
+    if (!res.w) {
+        fprintf(stderr, "weft-load: out of memory for %d workers\n", C.workers);
+        return 3;
+    }
+    for (int i = 0; i < C.workers; i++) {
+        worker *w = &res.w[i];
+        memset(w, 0, sizeof *w);
+        w->fd = -1;
+        w->doc_len = -1;
+        hist_init(&w->h);
+        w->buf = malloc(RECV_BUF);
+        if (!w->buf) {
+            fprintf(stderr, "weft-load: out of memory for %d receive buffers\n", C.workers);
+            return 3;
+        }
+    }
+    weft_config cfg = {.carriers = C.carriers};
+    int r = weft_init(&cfg);
+    if (r < 0) {
+        fprintf(stderr, "weft-load: weft_init: %s\n", strerror(-r));
+        return 3;
+    }
+    r = weft_main(run, &res);
+    if (r < 0) {
+        fprintf(stderr, "weft-load: weft_main: %s\n", strerror(-r));
+        return 3;
+    }
+    if (res.spawn_err)
+        fprintf(stderr, "weft-load: could spawn only %d of %d workers: %s\n", res.spawned, C.workers,
+                strerror(-res.spawn_err));
+    r = report(&res);
+    for (int i = 0; i < C.workers; i++) free(res.w[i].buf);
+    free(res.w);
+    free(C.req);
+    return res.spawn_err ? 3 : r;
+}
