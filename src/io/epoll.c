@@ -47,7 +47,15 @@ typedef struct fd_ent {
     pthread_mutex_t lock;
     weft__iop *waiters;
     int registered;
+    /* what the fd was found to be: KIND_UNKNOWN until first used, then
+     * KIND_POLLABLE (made O_NONBLOCK) or KIND_FILE; reset by weft_close.
+     * A stale kind (fd closed with close(2), number reused) costs only
+     * speed: a file read as "pollable" never says EAGAIN, a socket sent to
+     * the pool still works. */
+    _Atomic int kind;
 } fd_ent;
+
+enum { KIND_UNKNOWN = 0, KIND_POLLABLE, KIND_FILE };
 
 static struct {
     int epfd;
@@ -258,6 +266,7 @@ void weft__epoll_forget(int fd) {
     e->waiters = NULL;
     if (e->registered) epoll_ctl(E.epfd, EPOLL_CTL_DEL, fd, NULL);
     e->registered = 0;
+    atomic_store_explicit(&e->kind, KIND_UNKNOWN, memory_order_relaxed);
     while (w) {
         weft__iop *nx = w->next;
         weft_thread *t = weft__iop_complete(w, -EBADF);
@@ -318,13 +327,22 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
     case IOR_WRITE:
     case IOR_READV:
     case IOR_WRITEV:
-    case IOR_ACCEPT:
-        if (rq->op != IOR_ACCEPT && is_file(rq->fd)) return weft__pool_exec(rq);
-        {
-            int r = set_nonblock(rq->fd);
-            if (r < 0) return r;
+    case IOR_ACCEPT: {
+        fd_ent *e = ent(rq->fd);
+        int kind = e ? atomic_load_explicit(&e->kind, memory_order_relaxed) : KIND_UNKNOWN;
+        if (kind == KIND_UNKNOWN) {
+            if (rq->op != IOR_ACCEPT && is_file(rq->fd)) {
+                kind = KIND_FILE;
+            } else {
+                int r = set_nonblock(rq->fd);
+                if (r < 0) return r;
+                kind = KIND_POLLABLE;
+            }
+            if (e) atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
         }
+        if (kind == KIND_FILE) return weft__pool_exec(rq);
         break;
+    }
     default: break;
     }
     int ev = (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND) ? POLLOUT : POLLIN;
