@@ -1,0 +1,850 @@
+/*
+ * weft-httpd: a static-file HTTP/1.1 server, one vthread per connection.
+ *
+ * Shape.  weft_main runs the server: it opens the docroot (O_PATH) and the
+ * listening socket, prints "listening on HOST:PORT", starts a signal
+ * watcher (a vthread reading a signalfd) and one acceptor vthread per
+ * carrier.  Each accepted connection is served by serve_conn(), the same
+ * code for every model:
+ *   virtual   a detached vthread per connection (the default);
+ *   thread    a detached pthread per connection (the first article's
+ *             server); weft's I/O calls then make the plain system calls;
+ *   pool:N    N pthreads taking connections from a bounded queue (Tomcat's
+ *             executor): a connection holds its thread while it lives.
+ *
+ * A connection.  A 16 KiB buffer on the connection's stack holds what was
+ * received; the parser (http_parse.c) finds one request head at a time,
+ * pipelined requests stay in the buffer for the next round.  A head must
+ * arrive within --header-timeout from its first byte (slowloris); an idle
+ * keep-alive connection is closed after --idle-timeout; every send must
+ * progress within --send-timeout.  These are weft deadlines, so a timed-out
+ * read consumes nothing and leaves the connection in a known state (we
+ * answer 408 if a head was started, and close).  GET and HEAD of regular
+ * files only: a file's head and body go out in one send when the body is
+ * small (SMALL_BODY), else the head with MSG_MORE and the body by
+ * weft_sendfile (zero-copy).  A request body (Content-Length) is read and
+ * dropped up to MAX_BODY; a chunked one, or anything after an error
+ * response, closes the connection after the answer -- the parser has
+ * already refused the smuggling cases.
+ *
+ * Limits.  --max-conns bounds live connections: an acceptor at the limit
+ * waits (weft_park) until one ends, leaving newcomers in the kernel's
+ * backlog.  EMFILE/ENFILE: the acceptor gives up a reserved fd, accepts and
+ * closes the newcomer (so it is not left hanging), re-reserves, logs at most
+ * once a second and sleeps briefly -- no spinning.
+ *
+ * Drain.  SIGTERM/SIGINT: the acceptors are cancelled (their weft_accept
+ * returns -ECANCELED) and the listening socket closed; connections waiting
+ * for their next request are shut down for reading, which ends their wait;
+ * those in the middle of a request finish the response and close.  The
+ * server exits when the last one is gone, or after --drain-timeout.
+ *
+ * Threads touching what: the connection list (for the drain) is under a
+ * mutex, taken twice per connection; counters are atomics; everything else
+ * belongs to one connection's thread.
+ */
+#define _GNU_SOURCE
+#include "file_cache.h"
+#include "http_files.h"
+#include "http_parse.h"
+#include "weft.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BUF_SIZE (HTTP_MAX_HEAD + 512)
+#define SMALL_BODY 8192
+#define MAX_BODY (1024 * 1024)
+#define NS 1000000000LL
+
+enum { MODEL_VIRTUAL, MODEL_THREAD, MODEL_POOL };
+
+static struct {
+    const char *host, *port, *root, *access_log;
+    int model, pool_threads, carriers, max_conns;
+    int64_t delay_ns;
+    long delay_every;
+    int64_t header_timeout, idle_timeout, send_timeout, drain_timeout;
+    int quiet;
+    size_t cache_bytes;
+} O = {.cache_bytes = 64 << 20, .host = "127.0.0.1", .port = "8080", .root = "./www", .model = MODEL_VIRTUAL, .pool_threads = 200,
+       .header_timeout = 10 * NS, .idle_timeout = 15 * NS, .send_timeout = 30 * NS, .drain_timeout = 10 * NS};
+
+static int root_fd = -1, listen_fd = -1, log_fd = -1, reserve_fd = -1;
+static atomic_int nconns, draining;
+static atomic_long nrequests;
+static weft_thread *acceptors[64];
+static int nacceptors;
+static weft_thread *_Atomic acceptor_waiting[64];
+
+/* ------------------------------------------------------------------------ */
+/* connections list (for the drain)                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct conn {
+    int fd;
+    atomic_int idle; /* waiting for the first byte of a request */
+    struct conn *prev, *next;
+    struct sockaddr_storage peer;
+} conn;
+
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static conn *conns_head;
+
+static void conn_register(conn *c) {
+    pthread_mutex_lock(&conns_lock);
+    c->prev = NULL;
+    c->next = conns_head;
+    if (conns_head) conns_head->prev = c;
+    conns_head = c;
+    int d = atomic_load(&draining);
+    pthread_mutex_unlock(&conns_lock);
+    if (d) shutdown(c->fd, SHUT_RD);
+}
+
+static void conn_unregister(conn *c) {
+    pthread_mutex_lock(&conns_lock);
+    if (c->prev) c->prev->next = c->next;
+    else conns_head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    pthread_mutex_unlock(&conns_lock);
+}
+
+/* A connection ended: one more may be accepted. */
+static void conn_slot_free(void) {
+    atomic_fetch_sub(&nconns, 1);
+    for (int i = 0; i < nacceptors; i++) {
+        weft_thread *a = atomic_exchange(&acceptor_waiting[i], NULL);
+        if (a) weft_unpark(a);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* responses                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void sleep_delay(void) {
+    if (!O.delay_ns) return;
+    long k = atomic_fetch_add(&nrequests, 1) + 1;
+    if (O.delay_every > 1 && k % O.delay_every != 0) return;
+    if (O.model == MODEL_VIRTUAL) {
+        weft_sleep(O.delay_ns);
+    } else {
+        struct timespec ts = {O.delay_ns / NS, O.delay_ns % NS};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+    }
+}
+
+/* Sends all of buf; returns 0 or -errno (a send stuck past --send-timeout
+ * is -ETIMEDOUT). */
+static int send_all(int fd, const char *buf, size_t n, int more) {
+    while (n) {
+        weft_deadline_set(weft_now() + O.send_timeout);
+        ssize_t r = weft_send(fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+        weft_deadline_set(0);
+        if (r < 0) return (int)r;
+        buf += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int put(char *b, int at, int cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int put(char *b, int at, int cap, const char *fmt, ...) {
+    if (at >= cap) return at;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b + at, (size_t)(cap - at), fmt, ap);
+    va_end(ap);
+    return n < 0 ? at : (at + n < cap ? at + n : cap);
+}
+
+static int head_common(char *b, int cap, int status, int keep_alive) {
+    char date[HTTP_DATE_LEN];
+    http_fmt_date(time(NULL), date);
+    int at = put(b, 0, cap, "HTTP/1.1 %d %s\r\nServer: weft-httpd\r\nDate: %s\r\n", status, http_reason(status), date);
+    at = put(b, at, cap, "Connection: %s\r\n", keep_alive ? "keep-alive" : "close");
+    return at;
+}
+
+static void access_log(const conn *c, const http_request *rq, int status, long long bytes) {
+    if (log_fd < 0) return;
+    char host[INET6_ADDRSTRLEN] = "-";
+    if (c->peer.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)&c->peer)->sin_addr, host, sizeof host);
+    else if (c->peer.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&c->peer)->sin6_addr, host, sizeof host);
+    char date[HTTP_DATE_LEN];
+    http_fmt_date(time(NULL), date);
+    char line[600];
+    int tn = rq && rq->target.n < 400 ? (int)rq->target.n : 400;
+    int n = snprintf(line, sizeof line, "%s [%s] \"%s %.*s HTTP/1.%d\" %d %lld\n", host, date,
+                     rq ? http_method_name(rq->method) : "-", rq ? tn : 1, rq ? rq->target.p : "-",
+                     rq ? rq->minor : 1, status, bytes);
+    if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+    if (write(log_fd, line, (size_t)n) < 0) { /* a full disk loses log lines, not requests */
+    }
+}
+
+/* An error (or redirect) with a small HTML body. */
+static int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location) {
+    char body[256], head[1024];
+    int bn = snprintf(body, sizeof body,
+                      "<html>\r\n<head><title>%d %s</title></head>\r\n<body>\r\n<center><h1>%d %s</h1></center>\r\n"
+                      "<hr><center>weft-httpd</center>\r\n</body>\r\n</html>\r\n",
+                      status, http_reason(status), status, http_reason(status));
+    int at = head_common(head, sizeof head, status, keep_alive);
+    at = put(head, at, sizeof head, "Content-Type: text/html\r\nContent-Length: %d\r\n", bn);
+    if (status == 405) at = put(head, at, sizeof head, "Allow: GET, HEAD\r\n");
+    if (location) at = put(head, at, sizeof head, "Location: %s\r\n", location);
+    at = put(head, at, sizeof head, "\r\n");
+    int with_body = !(rq && rq->method == HTTP_M_HEAD) && status != 304;
+    if (with_body && at + bn < (int)sizeof head) {
+        memcpy(head + at, body, (size_t)bn);
+        at += bn;
+    }
+    access_log(c, rq, status, with_body ? bn : 0);
+    return send_all(c->fd, head, (size_t)at, 0);
+}
+
+/* GET/HEAD of a path: finds the file (cache or open), checks conditions and
+ * ranges, sends. */
+static int serve_file(conn *c, const http_request *rq, int keep_alive) {
+    char path[HTTP_MAX_TARGET + 2];
+    int r = http_path_decode(rq->path.p, rq->path.n, path, sizeof path);
+    if (r < 0) return send_status(c, rq, -r, 0, NULL) < 0 ? -1 : 0;
+    fc_entry *e = NULL;
+    int fd = -1;
+    struct stat own_st;
+    const struct stat *st = &own_st;
+    const char *mime = NULL, *etag, *lm;
+    char own_etag[HTTP_ETAG_LEN], own_lm[HTTP_DATE_LEN];
+    int status = fc_get(path, &e);
+    if (status == 200 && !e) status = http_open_file(root_fd, path, &fd, &own_st, &mime);
+    if (status == HTTP_FILE_REDIRECT) {
+        /* the path as sent, plus the slash (a relative reference) */
+        char loc[HTTP_MAX_TARGET + 2];
+        size_t n = rq->path.n < sizeof loc - 2 ? rq->path.n : sizeof loc - 2;
+        memcpy(loc, rq->path.p, n);
+        loc[n] = '/';
+        loc[n + 1] = 0;
+        return send_status(c, rq, 301, keep_alive, loc);
+    }
+    if (status != 200) return send_status(c, rq, status, keep_alive && status < 500, NULL);
+    if (e) {
+        st = &e->st;
+        mime = e->mime;
+        etag = e->etag;
+        lm = e->last_modified;
+    } else {
+        http_etag(&own_st, own_etag);
+        http_fmt_date(own_st.st_mtime, own_lm);
+        etag = own_etag;
+        lm = own_lm;
+    }
+    int err = 0, code = 200;
+    long long len = 0;
+    char head[1024 + SMALL_BODY];
+    const int cap = 1024;
+    int cond = http_conditional(st, etag, rq->if_match.p, rq->if_match.n, rq->if_unmodified_since.p,
+                                rq->if_unmodified_since.n, rq->if_none_match.p, rq->if_none_match.n,
+                                rq->if_modified_since.p, rq->if_modified_since.n);
+    if (cond == 304) {
+        int at = head_common(head, cap, 304, keep_alive);
+        at = put(head, at, cap, "Last-Modified: %s\r\nETag: %s\r\n\r\n", lm, etag);
+        code = 304;
+        err = send_all(c->fd, head, (size_t)at, 0);
+        goto done;
+    }
+    if (cond == 412) {
+        code = 412;
+        err = send_status(c, rq, 412, keep_alive, NULL);
+        goto done_nolog;
+    }
+    off_t first = 0, last = st->st_size - 1;
+    int partial = 0;
+    if (rq->range.n && http_if_range_ok(st, etag, rq->if_range.p, rq->if_range.n)) {
+        int rr = http_parse_range(rq->range.p, rq->range.n, st->st_size, &first, &last);
+        if (rr == -416) {
+            int at = head_common(head, cap, 416, keep_alive);
+            at = put(head, at, cap, "Content-Range: bytes */%lld\r\nContent-Length: 0\r\n\r\n", (long long)st->st_size);
+            code = 416;
+            err = send_all(c->fd, head, (size_t)at, 0);
+            goto done;
+        }
+        if (rr == 1) partial = 1;
+        else first = 0, last = st->st_size - 1;
+    }
+    len = st->st_size ? (long long)(last - first + 1) : 0;
+    code = partial ? 206 : 200;
+    int at = head_common(head, cap, code, keep_alive);
+    at = put(head, at, cap, "Content-Type: %s\r\nContent-Length: %lld\r\nLast-Modified: %s\r\nETag: %s\r\nAccept-Ranges: bytes\r\n",
+             mime, len, lm, etag);
+    if (partial)
+        at = put(head, at, cap, "Content-Range: bytes %lld-%lld/%lld\r\n", (long long)first, (long long)last,
+                 (long long)st->st_size);
+    at = put(head, at, cap, "\r\n");
+    if (rq->method == HTTP_M_HEAD || len == 0) {
+        err = send_all(c->fd, head, (size_t)at, 0);
+    } else if (e && len <= SMALL_BODY) { /* head and body in one send */
+        memcpy(head + at, e->body + first, (size_t)len);
+        err = send_all(c->fd, head, (size_t)at + (size_t)len, 0);
+    } else if (e) {
+        err = send_all(c->fd, head, (size_t)at, 1);
+        if (!err) err = send_all(c->fd, e->body + first, (size_t)len, 0);
+    } else if (len <= SMALL_BODY) {
+        ssize_t got = weft_pread(fd, head + at, (size_t)len, first);
+        if (got != len) err = got < 0 ? (int)got : -EIO;
+        else err = send_all(c->fd, head, (size_t)at + (size_t)len, 0);
+    } else {
+        err = send_all(c->fd, head, (size_t)at, 1);
+        off_t off = first;
+        long long left = len;
+        while (!err && left > 0) {
+            weft_deadline_set(weft_now() + O.send_timeout);
+            ssize_t sn = weft_sendfile(c->fd, fd, &off, (size_t)left);
+            weft_deadline_set(0);
+            if (sn < 0) err = (int)sn;
+            else if (sn == 0) err = -EIO; /* the file shrank: the response cannot be completed */
+            else left -= sn;
+        }
+    }
+done:
+    access_log(c, rq, code, rq->method == HTTP_M_HEAD || code == 304 ? 0 : len);
+done_nolog:
+    if (e) fc_release(e);
+    if (fd >= 0) close(fd);
+    return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* a connection                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Receives more into buf; the deadline depends on whether a head started. */
+static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline) {
+    int64_t d = len ? head_deadline : weft_now() + O.idle_timeout;
+    if (!len) atomic_store_explicit(&c->idle, 1, memory_order_relaxed);
+    weft_deadline_set(d);
+    ssize_t r = weft_recv(c->fd, buf + len, cap - len, 0);
+    weft_deadline_set(0);
+    atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
+    return r;
+}
+
+static void serve_conn(int fd, const struct sockaddr_storage *peer) {
+    conn c = {.fd = fd};
+    if (peer) c.peer = *peer;
+    conn_register(&c);
+    char buf[BUF_SIZE];
+    size_t len = 0;
+    int keep = 1;
+    while (keep) {
+        http_parser ps;
+        http_parser_init(&ps);
+        http_request rq;
+        int64_t head_deadline = 0;
+        int hl;
+        for (;;) {
+            hl = len ? http_parse_request(&ps, buf, len, &rq) : 0;
+            if (hl != 0) break;
+            if (len == 0 && atomic_load_explicit(&draining, memory_order_relaxed)) goto out;
+            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline);
+            if (r == 0 || r == -ECONNRESET || r == -ECANCELED) goto out;
+            if (r == -ETIMEDOUT) {
+                if (len) send_status(&c, NULL, 408, 0, NULL);
+                goto out;
+            }
+            if (r < 0) goto out;
+            if (!len) head_deadline = weft_now() + O.header_timeout;
+            len += (size_t)r;
+        }
+        if (hl < 0) { /* malformed: answer and close */
+            send_status(&c, NULL, -hl, 0, NULL);
+            goto out;
+        }
+        keep = rq.keep_alive && !atomic_load_explicit(&draining, memory_order_relaxed);
+        /* a body we do not want: Content-Length is read and dropped below;
+         * chunked (or too large) closes the connection after the answer */
+        if (rq.chunked || rq.content_length > MAX_BODY) keep = 0;
+        sleep_delay();
+        int err;
+        if (rq.method != HTTP_M_GET && rq.method != HTTP_M_HEAD) {
+            err = send_status(&c, &rq, rq.content_length > MAX_BODY ? 413 : 405, 0, NULL);
+            keep = 0;
+        } else if (rq.content_length > MAX_BODY) {
+            err = send_status(&c, &rq, 413, 0, NULL);
+        } else if (rq.path.n == 0 || rq.path.p[0] != '/') {
+            err = send_status(&c, &rq, 400, 0, NULL);
+            keep = 0;
+        } else {
+            err = serve_file(&c, &rq, keep);
+        }
+        if (err < 0 || !keep) goto out;
+        /* drop the head, then the body if any, keep what is pipelined */
+        size_t used = (size_t)hl;
+        long long body = rq.content_length > 0 ? rq.content_length : 0;
+        while (body > 0) {
+            size_t inbuf = len - used;
+            if ((long long)inbuf >= body) {
+                used += (size_t)body;
+                body = 0;
+                break;
+            }
+            body -= (long long)inbuf;
+            used = len = 0;
+            int64_t d = weft_now() + O.header_timeout;
+            weft_deadline_set(d);
+            ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
+            weft_deadline_set(0);
+            if (r <= 0) goto out;
+            len = (size_t)r;
+        }
+        memmove(buf, buf + used, len - used);
+        len -= used;
+    }
+out:
+    conn_unregister(&c);
+    weft_close(fd);
+    conn_slot_free();
+}
+
+/* ------------------------------------------------------------------------ */
+/* models                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct accepted {
+    int fd;
+    struct sockaddr_storage peer;
+} accepted;
+
+static void *vconn_main(void *arg) {
+    accepted a = *(accepted *)arg;
+    free(arg);
+    serve_conn(a.fd, &a.peer);
+    return NULL;
+}
+
+static void *tconn_main(void *arg) {
+    accepted a = *(accepted *)arg;
+    free(arg);
+    serve_conn(a.fd, &a.peer);
+    return NULL;
+}
+
+/* pool:N -- a bounded FIFO of accepted connections */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t nonempty;
+    accepted *q;
+    int cap, head, n, stop;
+} PQ = {.lock = PTHREAD_MUTEX_INITIALIZER, .nonempty = PTHREAD_COND_INITIALIZER};
+
+static void *pool_worker(void *unused) {
+    for (;;) {
+        pthread_mutex_lock(&PQ.lock);
+        while (!PQ.n && !PQ.stop) pthread_cond_wait(&PQ.nonempty, &PQ.lock);
+        if (!PQ.n) {
+            pthread_mutex_unlock(&PQ.lock);
+            return NULL;
+        }
+        accepted a = PQ.q[PQ.head];
+        PQ.head = (PQ.head + 1) % PQ.cap;
+        PQ.n--;
+        pthread_mutex_unlock(&PQ.lock);
+        serve_conn(a.fd, &a.peer);
+    }
+}
+
+/* Hands a connection to the model; returns 0 or -errno (fd then closed by caller). */
+static int dispatch(int fd, const struct sockaddr_storage *peer) {
+    if (O.model == MODEL_POOL) {
+        for (;;) {
+            pthread_mutex_lock(&PQ.lock);
+            if (PQ.n < PQ.cap) {
+                PQ.q[(PQ.head + PQ.n) % PQ.cap] = (accepted){fd, *peer};
+                PQ.n++;
+                pthread_cond_signal(&PQ.nonempty);
+                pthread_mutex_unlock(&PQ.lock);
+                return 0;
+            }
+            pthread_mutex_unlock(&PQ.lock);
+            weft_sleep(1000000); /* queue full: the backlog holds the rest */
+            if (atomic_load(&draining)) return -ECANCELED;
+        }
+    }
+    accepted *a = malloc(sizeof *a);
+    if (!a) return -ENOMEM;
+    a->fd = fd;
+    a->peer = *peer;
+    if (O.model == MODEL_VIRTUAL) {
+        int r = weft_spawn(NULL, vconn_main, a, NULL);
+        if (r < 0) free(a);
+        return r;
+    }
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    int e = pthread_create(&th, &at, tconn_main, a);
+    pthread_attr_destroy(&at);
+    if (e) {
+        free(a);
+        return -e;
+    }
+    return 0;
+}
+
+static void log_limited(const char *what, int err) {
+    static _Atomic int64_t last;
+    int64_t now = weft_now();
+    if (now - atomic_load(&last) < NS) return;
+    atomic_store(&last, now);
+    fprintf(stderr, "weft-httpd: %s: %s\n", what, strerror(err));
+}
+
+static void *acceptor_main(void *arg) {
+    int me = (int)(intptr_t)arg;
+    while (!atomic_load(&draining)) {
+        /* at the connection limit: wait for one to end */
+        while (atomic_load(&nconns) >= O.max_conns && !atomic_load(&draining)) {
+            atomic_store(&acceptor_waiting[me], weft_self());
+            if (atomic_load(&nconns) < O.max_conns) {
+                atomic_store(&acceptor_waiting[me], NULL);
+                break;
+            }
+            if (weft_park(weft_now() + NS / 10) == -ECANCELED) return NULL;
+        }
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof peer;
+        int fd = weft_accept(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd == -ECANCELED) break;
+        if (fd == -EMFILE || fd == -ENFILE) {
+            log_limited("accept (out of file descriptors; shedding connections)", -fd);
+            if (reserve_fd >= 0) {
+                close(reserve_fd);
+                int x = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (x >= 0) close(x);
+                reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            }
+            weft_sleep(10 * 1000000);
+            continue;
+        }
+        if (fd < 0) {
+            if (fd != -ECONNABORTED && fd != -EINTR) log_limited("accept", -fd);
+            if (fd == -ENOBUFS || fd == -ENOMEM) weft_sleep(10 * 1000000);
+            continue;
+        }
+        atomic_fetch_add(&nconns, 1);
+        int r = dispatch(fd, &peer);
+        if (r < 0) {
+            log_limited("cannot start a connection", -r);
+            close(fd);
+            conn_slot_free();
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* start, signals, drain                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int sig_fd = -1;
+
+static void *signal_watcher(void *unused) {
+    struct signalfd_siginfo si;
+    ssize_t r = weft_read(sig_fd, &si, sizeof si);
+    if (r == -ECANCELED) return NULL;
+    if (!O.quiet) fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal((int)si.ssi_signo),
+                          atomic_load(&nconns));
+    atomic_store(&draining, 1);
+    for (int i = 0; i < nacceptors; i++) weft_cancel(acceptors[i]);
+    /* connections waiting for a request: end their wait */
+    pthread_mutex_lock(&conns_lock);
+    for (conn *c = conns_head; c; c = c->next)
+        if (atomic_load(&c->idle)) shutdown(c->fd, SHUT_RD);
+    pthread_mutex_unlock(&conns_lock);
+    return NULL;
+}
+
+static int open_listener(void) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res;
+    int e = getaddrinfo(O.host, O.port, &hints, &res);
+    if (e) {
+        fprintf(stderr, "weft-httpd: --host %s --port %s: %s\n", O.host, O.port, gai_strerror(e));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* accepted sockets inherit it */
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) break;
+        e = errno;
+        close(fd);
+        fd = -1;
+        errno = e;
+    }
+    if (fd < 0) fprintf(stderr, "weft-httpd: cannot listen on %s:%s: %s\n", O.host, O.port, strerror(errno));
+    freeaddrinfo(res);
+    return fd;
+}
+
+static int server(void *unused) {
+    /* signals arrive through a signalfd read by a vthread */
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGTERM);
+    sigaddset(&ss, SIGINT);
+    sig_fd = signalfd(-1, &ss, SFD_CLOEXEC);
+    if (sig_fd < 0) {
+        perror("weft-httpd: signalfd");
+        return 1;
+    }
+    weft_thread *sw;
+    weft_attr sa = {.name = "signals", .daemon = 1};
+    if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
+    nacceptors = O.carriers > 0 ? O.carriers : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nacceptors > 64) nacceptors = 64;
+    if (nacceptors < 1) nacceptors = 1;
+    for (int i = 0; i < nacceptors; i++) {
+        weft_attr aa = {.name = "acceptor"};
+        if (weft_spawn(&acceptors[i], acceptor_main, (void *)(intptr_t)i, &aa) < 0) {
+            fprintf(stderr, "weft-httpd: cannot start acceptors\n");
+            return 1;
+        }
+    }
+    for (int i = 0; i < nacceptors; i++) weft_join(acceptors[i], NULL);
+    close(listen_fd);
+    int64_t until = weft_now() + O.drain_timeout;
+    while (atomic_load(&nconns) > 0 && weft_now() < until) weft_sleep(5 * 1000000);
+    int left = atomic_load(&nconns);
+    if (left && !O.quiet) fprintf(stderr, "weft-httpd: drain timeout: %d connection(s) cut\n", left);
+    if (!O.quiet) fprintf(stderr, "weft-httpd: stopped\n");
+    /* with connections cut, their vthreads may still hold carriers' work:
+     * leave without waiting for them */
+    if (left) _exit(0);
+    weft_cancel(sw);
+    weft_join(sw, NULL);
+    if (O.model == MODEL_POOL) {
+        pthread_mutex_lock(&PQ.lock);
+        PQ.stop = 1;
+        pthread_cond_broadcast(&PQ.nonempty);
+        pthread_mutex_unlock(&PQ.lock);
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: weft-httpd [options]\n"
+            "A static-file HTTP/1.1 server on weft: one virtual thread per connection.\n\n"
+            "  --host ADDR            address to listen on (default 127.0.0.1)\n"
+            "  --port N               port (default 8080; 0 picks a free one)\n"
+            "  --root DIR             document root (default ./www)\n"
+            "  --model M              virtual | thread | pool:N  (default virtual)\n"
+            "                         virtual: a vthread per connection; thread: a pthread per\n"
+            "                         connection; pool:N: N pthreads with a bounded queue\n"
+            "  --carriers N           carrier threads (default: online CPUs, or $WEFT_CARRIERS)\n"
+            "  --max-conns N          live connections at most (default 60000, or the fd limit)\n"
+            "  --delay-ms D           every request sleeps D ms before it is answered\n"
+            "  --delay-every K        ... only every K-th request (default 1)\n"
+            "  --header-timeout S     a request head must arrive within S s (default 10)\n"
+            "  --idle-timeout S       close keep-alive connections idle for S s (default 15)\n"
+            "  --send-timeout S       a send that makes no progress for S s fails (default 30)\n"
+            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests (default 10)\n"
+            "  --access-log FILE|-    log every request (- is stdout)\n"
+            "  --cache-mb N           keep small files (<= 64 KiB) in memory, N MiB at most,\n"
+            "                         looked at again once a second (default 64; 0: off)\n"
+            "  --quiet                no start/stop messages on stderr\n"
+            "  --help                 this text\n"
+            "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n");
+}
+
+static int parse_seconds(const char *v, int64_t *out) {
+    char *end;
+    double d = strtod(v, &end);
+    if (*end || d <= 0 || d > 86400) return -1;
+    *out = (int64_t)(d * NS);
+    return 0;
+}
+
+static int parse_int(const char *v, long lo, long hi, long *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    enum { OPT_HOST = 256, OPT_PORT, OPT_ROOT, OPT_MODEL, OPT_CARRIERS, OPT_MAXC, OPT_DELAY, OPT_EVERY, OPT_HT,
+           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE };
+    static const struct option opts[] = {
+        {"host", 1, 0, OPT_HOST}, {"port", 1, 0, OPT_PORT}, {"root", 1, 0, OPT_ROOT},
+        {"model", 1, 0, OPT_MODEL}, {"carriers", 1, 0, OPT_CARRIERS}, {"max-conns", 1, 0, OPT_MAXC},
+        {"delay-ms", 1, 0, OPT_DELAY}, {"delay-every", 1, 0, OPT_EVERY}, {"header-timeout", 1, 0, OPT_HT},
+        {"idle-timeout", 1, 0, OPT_IT}, {"send-timeout", 1, 0, OPT_ST}, {"drain-timeout", 1, 0, OPT_DT},
+        {"access-log", 1, 0, OPT_LOG}, {"quiet", 0, 0, OPT_QUIET}, {"help", 0, 0, OPT_HELP},
+        {"cache-mb", 1, 0, OPT_CACHE}, {0, 0, 0, 0}};
+    long x;
+    int o;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (o) {
+        case OPT_HOST: O.host = optarg; break;
+        case OPT_PORT:
+            if (parse_int(optarg, 0, 65535, &x)) goto bad;
+            O.port = optarg;
+            break;
+        case OPT_ROOT: O.root = optarg; break;
+        case OPT_MODEL:
+            if (!strcmp(optarg, "virtual")) O.model = MODEL_VIRTUAL;
+            else if (!strcmp(optarg, "thread")) O.model = MODEL_THREAD;
+            else if (!strncmp(optarg, "pool:", 5) && !parse_int(optarg + 5, 1, 100000, &x)) {
+                O.model = MODEL_POOL;
+                O.pool_threads = (int)x;
+            } else goto bad;
+            break;
+        case OPT_CARRIERS:
+            if (parse_int(optarg, 1, 1024, &x)) goto bad;
+            O.carriers = (int)x;
+            break;
+        case OPT_MAXC:
+            if (parse_int(optarg, 1, 10000000, &x)) goto bad;
+            O.max_conns = (int)x;
+            break;
+        case OPT_DELAY:
+            if (parse_int(optarg, 0, 86400000, &x)) goto bad;
+            O.delay_ns = x * 1000000LL;
+            break;
+        case OPT_EVERY:
+            if (parse_int(optarg, 1, LONG_MAX, &x)) goto bad;
+            O.delay_every = x;
+            break;
+        case OPT_HT: if (parse_seconds(optarg, &O.header_timeout)) goto bad; break;
+        case OPT_IT: if (parse_seconds(optarg, &O.idle_timeout)) goto bad; break;
+        case OPT_ST: if (parse_seconds(optarg, &O.send_timeout)) goto bad; break;
+        case OPT_DT: if (parse_seconds(optarg, &O.drain_timeout)) goto bad; break;
+        case OPT_LOG: O.access_log = optarg; break;
+        case OPT_QUIET: O.quiet = 1; break;
+        case OPT_CACHE:
+            if (parse_int(optarg, 0, 1 << 20, &x)) goto bad;
+            O.cache_bytes = (size_t)x << 20;
+            break;
+        case OPT_HELP:
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "weft-httpd: bad value for --%s: '%s'\n", opts[o - OPT_HOST].name, optarg);
+        return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "weft-httpd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    /* descriptors: as many as allowed; connections bounded below that */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    getrlimit(RLIMIT_NOFILE, &rl);
+    long fd_room = (long)rl.rlim_cur - 64;
+    if (!O.max_conns) O.max_conns = fd_room < 60000 ? (int)(fd_room > 16 ? fd_room : 16) : 60000;
+    root_fd = open(O.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root_fd < 0) {
+        fprintf(stderr, "weft-httpd: --root %s: %s\n", O.root, strerror(errno));
+        return 1;
+    }
+    if (O.access_log) {
+        log_fd = !strcmp(O.access_log, "-") ? dup(1) : open(O.access_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0) {
+            fprintf(stderr, "weft-httpd: --access-log %s: %s\n", O.access_log, strerror(errno));
+            return 1;
+        }
+    }
+    reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fc_init(root_fd, O.cache_bytes, NS);
+    signal(SIGPIPE, SIG_IGN);
+    /* SIGTERM/SIGINT go to the signalfd: blocked in every thread, which
+     * inherit this mask from here */
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGTERM);
+    sigaddset(&ss, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &ss, NULL);
+    listen_fd = open_listener();
+    if (listen_fd < 0) return 1;
+    if (O.model == MODEL_POOL) {
+        PQ.cap = O.max_conns;
+        PQ.q = calloc((size_t)PQ.cap, sizeof *PQ.q);
+        if (!PQ.q) {
+            fprintf(stderr, "weft-httpd: out of memory for the pool's queue\n");
+            return 1;
+        }
+        for (int i = 0; i < O.pool_threads; i++) {
+            pthread_t th;
+            pthread_attr_t at;
+            pthread_attr_init(&at);
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            pthread_attr_setstacksize(&at, 256 * 1024);
+            int e = pthread_create(&th, &at, pool_worker, NULL);
+            pthread_attr_destroy(&at);
+            if (e) {
+                fprintf(stderr, "weft-httpd: pool:%d: thread %d: %s\n", O.pool_threads, i, strerror(e));
+                return 1;
+            }
+        }
+    }
+    weft_config cfg = {.carriers = O.carriers};
+    int r = weft_init(&cfg);
+    if (r < 0) {
+        fprintf(stderr, "weft-httpd: cannot start the runtime: %s\n", strerror(-r));
+        return 1;
+    }
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    getsockname(listen_fd, (struct sockaddr *)&a, &al);
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (a.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&a)->sin_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in *)&a)->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&a)->sin6_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    }
+    printf("listening on %s:%d\n", host, port);
+    fflush(stdout);
+    r = weft_main(server, NULL);
+    fc_fini();
+    return r < 0 ? 1 : r;
+}
