@@ -228,11 +228,16 @@ static int send_status(conn *c, const http_request *rq, int status, int keep_ali
 }
 
 /* GET/HEAD of a path: finds the file (cache or open), checks conditions and
- * ranges, sends. */
+ * ranges, sends.  Returns 0 (the connection may go on), CLOSE (answered
+ * with "Connection: close": close it) or -errno (it failed). */
+#define CLOSE 1
 static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     char path[HTTP_MAX_TARGET + 2];
     int r = http_path_decode(rq->path.p, rq->path.n, path, sizeof path);
-    if (r < 0) return send_status(c, rq, -r, 0, NULL) < 0 ? -1 : 0;
+    if (r < 0) {
+        r = send_status(c, rq, -r, 0, NULL);
+        return r < 0 ? r : CLOSE;
+    }
     fc_entry *e = NULL;
     int fd = -1;
     struct stat own_st;
@@ -242,15 +247,29 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     int status = fc_get(path, &e);
     if (status == 200 && !e) status = http_open_file(root_fd, path, &fd, &own_st, &mime);
     if (status == HTTP_FILE_REDIRECT) {
-        /* the path as sent, plus the slash (a relative reference) */
-        char loc[HTTP_MAX_TARGET + 2];
-        size_t n = rq->path.n < sizeof loc - 2 ? rq->path.n : sizeof loc - 2;
+        /* the path as sent, plus the slash, plus the query if any (a
+         * relative reference, as RFC 9110 allows) */
+        char loc[2 * HTTP_MAX_TARGET + 4];
+        size_t n = rq->path.n;
         memcpy(loc, rq->path.p, n);
-        loc[n] = '/';
-        loc[n + 1] = 0;
-        return send_status(c, rq, 301, keep_alive, loc);
+        loc[n++] = '/';
+        const char *q = memchr(rq->target.p, '?', rq->target.n);
+        if (q) {
+            size_t qn = (size_t)(rq->target.p + rq->target.n - q);
+            const char *hash = memchr(q, '#', qn);
+            if (hash) qn = (size_t)(hash - q);
+            memcpy(loc + n, q, qn);
+            n += qn;
+        }
+        loc[n] = 0;
+        r = send_status(c, rq, 301, keep_alive, loc);
+        return r < 0 ? r : keep_alive ? 0 : CLOSE;
     }
-    if (status != 200) return send_status(c, rq, status, keep_alive && status < 500, NULL);
+    if (status != 200) {
+        int keep = keep_alive && status < 500;
+        r = send_status(c, rq, status, keep, NULL);
+        return r < 0 ? r : keep ? 0 : CLOSE;
+    }
     if (e) {
         st = &e->st;
         mime = e->mime;
@@ -279,6 +298,7 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     if (cond == 412) {
         code = 412;
         err = send_status(c, rq, 412, keep_alive, NULL);
+        if (!err && !keep_alive) err = CLOSE;
         goto done_nolog;
     }
     off_t first = 0, last = st->st_size - 1;
@@ -331,6 +351,7 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     }
 done:
     access_log(c, rq, code, rq->method == HTTP_M_HEAD || code == 304 ? 0 : len);
+    if (!err && !keep_alive) err = CLOSE;
 done_nolog:
     if (e) fc_release(e);
     if (fd >= 0) close(fd);
@@ -344,7 +365,15 @@ done_nolog:
 /* Receives more into buf; the deadline depends on whether a head started. */
 static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline) {
     int64_t d = len ? head_deadline : weft_now() + O.idle_timeout;
-    if (!len) atomic_store_explicit(&c->idle, 1, memory_order_relaxed);
+    if (!len) {
+        /* idle first, then look at draining: the drain looks at them in the
+         * other order (seq_cst both), so it cannot miss us */
+        atomic_store(&c->idle, 1);
+        if (atomic_load(&draining)) {
+            atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
+            return 0;
+        }
+    }
     weft_deadline_set(d);
     ssize_t r = weft_recv(c->fd, buf + len, cap - len, 0);
     weft_deadline_set(0);
@@ -363,12 +392,13 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
         http_parser ps;
         http_parser_init(&ps);
         http_request rq;
-        int64_t head_deadline = 0;
+        /* a head that began with the previous read (pipelined) has had its
+         * first byte already: its clock runs from now */
+        int64_t head_deadline = len ? weft_now() + O.header_timeout : 0;
         int hl;
         for (;;) {
             hl = len ? http_parse_request(&ps, buf, len, &rq) : 0;
             if (hl != 0) break;
-            if (len == 0 && atomic_load_explicit(&draining, memory_order_relaxed)) goto out;
             ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline);
             if (r == 0 || r == -ECONNRESET || r == -ECANCELED) goto out;
             if (r == -ETIMEDOUT) {
@@ -380,8 +410,8 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
             len += (size_t)r;
         }
         if (hl < 0) { /* malformed: answer and close */
-            send_status(&c, NULL, -hl, 0, NULL);
-            goto out;
+            if (send_status(&c, NULL, -hl, 0, NULL) < 0) goto out;
+            goto linger;
         }
         keep = rq.keep_alive && !atomic_load_explicit(&draining, memory_order_relaxed);
         /* a body we do not want: Content-Length is read and dropped below;
@@ -399,8 +429,13 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
             keep = 0;
         } else {
             err = serve_file(&c, &rq, keep);
+            if (err == CLOSE) {
+                err = 0;
+                keep = 0;
+            }
         }
-        if (err < 0 || !keep) goto out;
+        if (err < 0) goto out;
+        if (!keep) goto linger;
         /* drop the head, then the body if any, keep what is pipelined */
         size_t used = (size_t)hl;
         long long body = rq.content_length > 0 ? rq.content_length : 0;
@@ -422,6 +457,24 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
         }
         memmove(buf, buf + used, len - used);
         len -= used;
+    }
+    goto out;
+linger:
+    /* Closing with unread input makes the kernel send RST, which can
+     * destroy the answer before the client read it.  So, as nginx's
+     * lingering close: stop sending, read and drop what still comes for a
+     * moment (bounded in time and bytes), then close. */
+    shutdown(fd, SHUT_WR);
+    {
+        int64_t until = weft_now() + NS;
+        size_t dropped = 0;
+        weft_deadline_set(until);
+        while (dropped < (1u << 20)) {
+            ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
+            if (r <= 0) break;
+            dropped += (size_t)r;
+        }
+        weft_deadline_set(0);
     }
 out:
     conn_unregister(&c);
@@ -527,18 +580,20 @@ static void log_limited(const char *what, int err) {
 static void *acceptor_main(void *arg) {
     int me = (int)(intptr_t)arg;
     while (!atomic_load(&draining)) {
-        /* at the connection limit: wait for one to end */
-        while (atomic_load(&nconns) >= O.max_conns && !atomic_load(&draining)) {
+        /* take a connection slot before accepting (several acceptors share
+         * the limit); at the limit wait for a connection to end */
+        int n = atomic_load(&nconns);
+        if (n >= O.max_conns) {
             atomic_store(&acceptor_waiting[me], weft_self());
-            if (atomic_load(&nconns) < O.max_conns) {
-                atomic_store(&acceptor_waiting[me], NULL);
-                break;
-            }
-            if (weft_park(weft_now() + NS / 10) == -ECANCELED) return NULL;
+            if (atomic_load(&nconns) >= O.max_conns && weft_park(weft_now() + NS / 10) == -ECANCELED) return NULL;
+            atomic_store(&acceptor_waiting[me], NULL);
+            continue;
         }
+        if (!atomic_compare_exchange_weak(&nconns, &n, n + 1)) continue;
         struct sockaddr_storage peer;
         socklen_t pl = sizeof peer;
         int fd = weft_accept(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) atomic_fetch_sub(&nconns, 1); /* the slot was not used */
         if (fd == -ECANCELED) break;
         if (fd == -EMFILE || fd == -ENFILE) {
             log_limited("accept (out of file descriptors; shedding connections)", -fd);
@@ -556,7 +611,6 @@ static void *acceptor_main(void *arg) {
             if (fd == -ENOBUFS || fd == -ENOMEM) weft_sleep(10 * 1000000);
             continue;
         }
-        atomic_fetch_add(&nconns, 1);
         int r = dispatch(fd, &peer);
         if (r < 0) {
             log_limited("cannot start a connection", -r);

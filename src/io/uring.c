@@ -64,10 +64,14 @@ typedef struct uring_poller {
     int cancel_cap;
 } uring_poller;
 
-int weft__uring_probe(void) {
+static void *probe_main(void *arg) {
+    int *res = arg;
     struct io_uring r;
     int e = io_uring_queue_init(2, &r, 0);
-    if (e < 0) return e;
+    if (e < 0) {
+        *res = e;
+        return NULL;
+    }
     /* the ops weft needs (all in Linux 5.6+); a kernel without them is
      * treated as having no io_uring */
     struct io_uring_probe *pr = io_uring_get_probe_ring(&r);
@@ -81,7 +85,23 @@ int weft__uring_probe(void) {
         io_uring_free_probe(pr);
     }
     io_uring_queue_exit(&r);
-    return ok ? 0 : -ENOSYS;
+    *res = ok ? 0 : -ENOSYS;
+    return NULL;
+}
+
+/* The probe runs on a thread of its own: the kernel tears a ring down in
+ * the background and then interrupts the thread that made it (task work),
+ * which would surface as one spurious EINTR in the caller's next blocking
+ * system call. */
+int weft__uring_probe(void) {
+    int res = -ENOSYS;
+    pthread_t th;
+    if (pthread_create(&th, NULL, probe_main, &res) != 0) {
+        probe_main(&res);
+        return res;
+    }
+    pthread_join(th, NULL);
+    return res;
 }
 
 static struct io_uring_sqe *get_sqe(uring_poller *pl) {
