@@ -14,7 +14,7 @@
 /* Result records                                                            */
 /* ------------------------------------------------------------------------ */
 
-#define BR_MAX_KV 40
+#define BR_MAX_KV 64 /* run.sh's median lines carry about 50 */
 #define BR_KEY_LEN 32
 #define BR_VAL_LEN 96
 
@@ -99,6 +99,9 @@ typedef struct bench_opts {
     int carriers;        /* --carriers (0 = weft's default) */
     long stack_kib;      /* --stack-kib (0 = default: weft's, or 64 for pthreads) */
     double cap_s;        /* --cap-s (0 = the experiment's default) */
+    const char *conc;    /* http-* --conc "C[:N] ..." (NULL = default) */
+    const char *models;  /* http-* --models "virtual pool:200 ..." */
+    int big;             /* http-delay --big */
 } bench_opts;
 
 /*
@@ -112,6 +115,9 @@ typedef struct bench_opts {
 int exp_threads(const bench_opts *o, bench_report *rep);
 int exp_sleep_tasks(const bench_opts *o, bench_report *rep);
 int exp_micro(const bench_opts *o, bench_report *rep);
+/* exp_http.c: weft-httpd under ab, as the peers' http/run.sh measures */
+int exp_http_delay(const bench_opts *o, bench_report *rep);
+int exp_http_every10(const bench_opts *o, bench_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */

@@ -4,7 +4,8 @@
  * A result line is "experiment=E peer=P key=value ...", the form the peer
  * programs print through /work/shared/peers/runtime/run.sh.  bench.sh's
  * "SUMMARY experiment=... key=median[min..max]" lines are read too; their
- * median is the figure shown.
+ * median is the figure shown.  Lines starting with "#" are comments, even
+ * when they quote a result line (run.sh's "# disturbed ..., repeating: ...").
  *
  * The table: for each weft result, one row for weft, one per figure from the
  * article, and one per peer line of the matching peer experiment (weft's
@@ -148,7 +149,7 @@ int report_add_peer_file(bench_report *rep, const char *path) {
     size_t cap = 0;
     int r = 0;
     while (getline(&line, &cap, f) > 0) {
-        if (!strstr(line, "experiment=")) continue;
+        if (!strstr(line, "experiment=") || line[strspn(line, " \t")] == '#') continue; /* not comments */
         int e = report_add_peer_line(rep, line);
         if (e == -ENOMEM) { r = e; break; }
         if (e < 0) fprintf(stderr, "weft-bench: %s: ignored a line without experiment= and peer=\n", path);

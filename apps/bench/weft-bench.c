@@ -29,6 +29,18 @@
  *                time), pingpong (weft_park/weft_unpark hand-off) and
  *                pingpong-cross (the same, pinned to two carriers).  Each
  *                runs in a runtime of its own.  Peers: switch, spawn-join.
+ *   http-delay   weft-httpd (a separate process) where every request sleeps
+ *                100 ms, under ab -r without keep-alive at each --conc point
+ *                (C:N; default 50..1000 with 3000 requests, and 1000:20000),
+ *                per --models (virtual, pool:200); --big adds C=10,000 with
+ *                100,000 requests through weft-load.  rps, pct_of_limit
+ *                (Little's law: C / 0.1 s), mean_ms, p95_ms, failed,
+ *                cpu_us_per_req (the server's).  Article: req/s virtual
+ *                455..5071, platform (200 threads) 467..1755.  Peers:
+ *                delay100 (/work/shared/peers/http/run.sh).
+ *   http-every10 the same with every 10th request sleeping 2 s, ab -r -c 100
+ *                -n 10000, models virtual, thread, pool:200.  Article:
+ *                491.98 req/s (limit 500).  Peers: delay2s-every10.
  *
  * Output: first a "# machine ..." line, then for every result ONE line
  *   experiment=E peer=weft status=ok key=value ...
@@ -55,7 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_ALL = 7 };
+enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_ALL = 31 };
+enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 };
 
 static const struct experiment {
     const char *name;
@@ -65,11 +78,14 @@ static const struct experiment {
     {"threads", X_THREADS, exp_threads},
     {"sleep-tasks", X_SLEEP, exp_sleep_tasks},
     {"micro", X_MICRO, exp_micro},
+    {"http-delay", X_HTTP_DELAY, exp_http_delay},
+    {"http-every10", X_HTTP_EVERY10, exp_http_every10},
 };
 
 enum {
     OPT_PLATFORM = 256, OPT_SLEEP_MS, OPT_EXECUTOR, OPT_SPAWNER, OPT_ONLY, OPT_ROUNDS,
     OPT_CARRIERS, OPT_STACK_KIB, OPT_CAP_S, OPT_PEER_LINE, OPT_PEER_FILE,
+    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -84,6 +100,10 @@ static const struct option LONG_OPTS[] = {
     {"cap-s", required_argument, NULL, OPT_CAP_S},
     {"peer-line", required_argument, NULL, OPT_PEER_LINE},
     {"peer-file", required_argument, NULL, OPT_PEER_FILE},
+    {"requests", required_argument, NULL, OPT_REQUESTS},
+    {"conc", required_argument, NULL, OPT_CONC},
+    {"models", required_argument, NULL, OPT_MODELS},
+    {"big", no_argument, NULL, OPT_BIG},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -96,6 +116,8 @@ static int option_scope(int opt) {
     case OPT_SLEEP_MS: case OPT_EXECUTOR: return X_SLEEP;
     case OPT_SPAWNER: case OPT_STACK_KIB: return X_THREADS | X_SLEEP;
     case OPT_ONLY: case OPT_ROUNDS: return X_MICRO;
+    case OPT_REQUESTS: case OPT_CONC: case OPT_MODELS: return X_HTTP;
+    case OPT_BIG: return X_HTTP_DELAY;
     default: return X_ALL;
     }
 }
@@ -122,12 +144,30 @@ static void usage(FILE *f) {
           "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
           "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
           "               pingpong-cross: the same pinned to 2 carriers, R (100000) round trips\n"
+          "  http-delay   [--conc \"C[:N] ...\"] [--requests N=3000] [--models \"virtual pool:200\"] [--big]\n"
+          "               weft-httpd --delay-ms 100 (every request sleeps 100 ms) under ab -r (no\n"
+          "               keep-alive), one server per model, warmed up with ab -n 1000 -c 100; default\n"
+          "               points \"50 150 300 500 1000 1000:20000\" (C alone: N = --requests);\n"
+          "               --big adds 10000:100000 through weft-load (points with C >= 10000 use it).\n"
+          "               rps, limit_rps (C / 0.1 s), pct_of_limit, mean_ms, p95_ms, failed,\n"
+          "               cpu_us_per_req (server CPU / request); tables with the third article's\n"
+          "               figures and the peers' delay100 lines\n"
+          "  http-every10 [--conc \"C[:N]\"=100] [--requests N=10000] [--models \"virtual thread pool:200\"]\n"
+          "               weft-httpd --delay-ms 2000 --delay-every 10 under ab -r -c 100 -n 10000;\n"
+          "               table with the first article's 491.98 req/s, the limit (500) and the\n"
+          "               peers' delay2s-every10 lines\n"
+          "               (http-*: weft-httpd from $WEFT_HTTPD or ../httpd/ beside weft-bench, weft-load\n"
+          "               from $WEFT_LOAD or ../load/; docroot $WEFT_DOCROOT, else\n"
+          "               /work/shared/peers/http/docroot, else the source tree's www/; ab from PATH;\n"
+          "               QUIET_WAIT_S=10: wait at most this long for a quiet host before each load;\n"
+          "               --carriers goes to weft-httpd; --cap-s bounds each load, default 300)\n"
           "\n"
           "common options:\n"
           "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
-          "  --cap-s S           give up after S seconds (threads 60, sleep-tasks 120, micro 120 each)\n"
+          "  --cap-s S           give up after S seconds (threads 60, sleep-tasks 120, micro 120 each,\n"
+          "                      http-* 300 per load)\n"
           "  --peer-line LINE    a peer's result line, as run.sh prints it (repeatable)\n"
-          "  --peer-file FILE    the lines containing \"experiment=\" in FILE\n"
+          "  --peer-file FILE    the lines containing \"experiment=\" in FILE (not # comments)\n"
           "  -h, --help          this text\n"
           "\n"
           "--stack-kib: vthread stack reserve (default weft's, 256 KiB), or pthread stacks in\n"
@@ -199,7 +239,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10; see --help)\n", argv[1]);
         return 2;
     }
 
@@ -218,7 +258,10 @@ int main(int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case 'h': usage(stdout); report_free(&rep); return 0;
-        case 'n': bad = parse_long(optarg, 1, &o.n); break;
+        case 'n': case OPT_REQUESTS: bad = parse_long(optarg, 1, &o.n); break;
+        case OPT_CONC: o.conc = optarg; break;
+        case OPT_MODELS: o.models = optarg; break;
+        case OPT_BIG: o.big = 1; break;
         case OPT_PLATFORM: o.platform = 1; break;
         case OPT_SLEEP_MS: bad = parse_long(optarg, 0, &o.sleep_ms); break;
         case OPT_EXECUTOR: bad = parse_executor(optarg, &o); break;
