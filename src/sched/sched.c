@@ -78,7 +78,8 @@
 #include <unistd.h>
 
 #define LIFO_CAP 3
-#define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping */
+#define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping ($WEFT_SPIN_US) */
+static int64_t spin_ns = SPIN_NS;
 #define SLOW_EVERY 16
 #define STEAL_MAX 32
 #define LIVE_FLUSH 32
@@ -629,7 +630,7 @@ static weft_thread *find_work(weft__carrier *c) {
             /* Spin for SPIN_NS before sleeping: on this kind of VM waking a
              * sleeping carrier costs tens of microseconds, so a hand-off that
              * comes back within that time is far cheaper caught spinning. */
-            int64_t until = weft_now() + SPIN_NS;
+            int64_t until = weft_now() + spin_ns;
             for (int r = 0;; r++) {
                 t = steal_once(c, r >= 2, (r & 7) == 0 ? weft_now() : 0);
                 if (!t && pl && (r & 7) == 4) io_poll(c, pl, 1);
@@ -1434,6 +1435,11 @@ int weft_init(const weft_config *cfg) {
     if (n < 1 || n > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0)) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
+    }
+    {
+        const char *v = getenv("WEFT_SPIN_US");
+        spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
+        if (spin_ns < 0) spin_ns = SPIN_NS;
     }
     int r = weft__io_start(cfg ? cfg->io : 0);
     if (r < 0) goto fail0;
