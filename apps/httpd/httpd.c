@@ -228,8 +228,9 @@ static int send_status(conn *c, const http_request *rq, int status, int keep_ali
 }
 
 /* GET/HEAD of a path: finds the file (cache or open), checks conditions and
- * ranges, sends.  Returns 0 (the connection may go on), CLOSE (answered
- * with "Connection: close": close it) or -errno (it failed). */
+ * ranges, sends.  Returns 0 (answered as keep_alive said), CLOSE (refused,
+ * answered with "Connection: close" whatever keep_alive said: close it) or
+ * -errno (it failed). */
 #define CLOSE 1
 static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     char path[HTTP_MAX_TARGET + 2];
@@ -263,12 +264,12 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
         }
         loc[n] = 0;
         r = send_status(c, rq, 301, keep_alive, loc);
-        return r < 0 ? r : keep_alive ? 0 : CLOSE;
+        return r < 0 ? r : 0;
     }
     if (status != 200) {
         int keep = keep_alive && status < 500;
         r = send_status(c, rq, status, keep, NULL);
-        return r < 0 ? r : keep ? 0 : CLOSE;
+        return r < 0 ? r : keep == keep_alive ? 0 : CLOSE;
     }
     if (e) {
         st = &e->st;
@@ -298,7 +299,6 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     if (cond == 412) {
         code = 412;
         err = send_status(c, rq, 412, keep_alive, NULL);
-        if (!err && !keep_alive) err = CLOSE;
         goto done_nolog;
     }
     off_t first = 0, last = st->st_size - 1;
@@ -351,7 +351,6 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     }
 done:
     access_log(c, rq, code, rq->method == HTTP_M_HEAD || code == 304 ? 0 : len);
-    if (!err && !keep_alive) err = CLOSE;
 done_nolog:
     if (e) fc_release(e);
     if (fd >= 0) close(fd);
@@ -418,24 +417,35 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
          * chunked (or too large) closes the connection after the answer */
         if (rq.chunked || rq.content_length > MAX_BODY) keep = 0;
         sleep_delay();
-        int err;
+        int err, refused = 0;
         if (rq.method != HTTP_M_GET && rq.method != HTTP_M_HEAD) {
             err = send_status(&c, &rq, rq.content_length > MAX_BODY ? 413 : 405, 0, NULL);
             keep = 0;
+            refused = 1;
         } else if (rq.content_length > MAX_BODY) {
             err = send_status(&c, &rq, 413, 0, NULL);
+            keep = 0;
+            refused = 1;
         } else if (rq.path.n == 0 || rq.path.p[0] != '/') {
             err = send_status(&c, &rq, 400, 0, NULL);
             keep = 0;
+            refused = 1;
         } else {
             err = serve_file(&c, &rq, keep);
             if (err == CLOSE) {
                 err = 0;
                 keep = 0;
+                refused = 1;
             }
         }
         if (err < 0) goto out;
-        if (!keep) goto linger;
+        if (!keep) {
+            /* a plain end (HTTP/1.0, Connection: close) closes at once; an
+             * answer that refused the request, or input still unread, gets
+             * the lingering close */
+            if (refused || len > (size_t)hl || rq.content_length > 0 || rq.chunked) goto linger;
+            goto out;
+        }
         /* drop the head, then the body if any, keep what is pipelined */
         size_t used = (size_t)hl;
         long long body = rq.content_length > 0 ? rq.content_length : 0;
