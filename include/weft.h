@@ -247,6 +247,14 @@ WEFT_API ssize_t weft_sendfile(int out, int in, off_t *off, size_t n);
  * Returns the ready events (> 0), -ETIMEDOUT or -ECANCELED.
  */
 WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
+/*
+ * Closes fd (close(2); never retried).  On the epoll backend, vthreads
+ * parked on fd's readiness are woken with -EBADF.  On io_uring an operation
+ * another vthread has in flight on the same fd keeps its reference to the
+ * file and goes on until it completes or is cancelled (weft_cancel, or its
+ * deadline): to interrupt a reader blocked on a socket, shutdown(2) it or
+ * cancel the reader, then close.
+ */
 WEFT_API int weft_close(int fd);
 WEFT_API int weft_fsync(int fd);
 /*

@@ -225,6 +225,9 @@ typedef struct server {
     int out; /* its stdout (read for the "listening" line, kept open) */
 } server;
 
+/* When set, the next server starts with this RLIMIT_NOFILE. */
+static rlim_t child_nofile;
+
 /* Starts weft-httpd --port 0 --root ROOT --quiet EXTRA... (NULL-ended). */
 static void server_start(server *s, const char *root, ...) {
     const char *argv[48];
@@ -252,6 +255,10 @@ static void server_start(server *s, const char *root, ...) {
         /* a test that fails _exits: the server must not outlive it */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127);
+        if (child_nofile) { /* a small fd table, soft and hard */
+            struct rlimit rl = {child_nofile, child_nofile};
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
         dup2(p[1], 1);
         execv(argv[0], (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
@@ -1982,4 +1989,62 @@ TEST(access_log) {
     }
     fclose(f);
     if (lines != 4 || seen != 15) FAIL("access log: %d lines, found %#x of 0xf", lines, seen);
+}
+
+/* Out of file descriptors: the server sheds the newcomers it cannot hold
+ * (closes them rather than leaving them hanging), does not spin, and
+ * serves again once descriptors are free. */
+static long proc_ticks(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* fields after the command name */
+    long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2) return -1;
+    return ut + st;
+}
+
+TEST(emfile_sheds_without_spinning) {
+    child_nofile = 48;
+    WITH_SERVER(d, s, "--max-conns", "1000");
+    child_nofile = 0;
+    enum { N = 80 };
+    int fds[N];
+    for (int i = 0; i < N; i++) fds[i] = tcp_connect(s.port);
+    sleep_ms(300);
+    long t0 = proc_ticks(s.pid);
+    sleep_ms(1000);
+    long t1 = proc_ticks(s.pid);
+    CHECK(t0 >= 0 && t1 >= 0);
+    /* a spinning acceptor would use ~100 ticks a second */
+    if (t1 - t0 > 30) FAIL("the server used %ld ticks in 1 s while out of descriptors", t1 - t0);
+    /* some were shed: closed by the server, not left hanging */
+    int shed = 0;
+    for (int i = 0; i < N; i++) {
+        struct pollfd pf = {fds[i], POLLIN, 0};
+        char c;
+        if (poll(&pf, 1, 0) == 1 && recv(fds[i], &c, 1, MSG_DONTWAIT) <= 0) shed++;
+    }
+    /* (how many depends on timing: at least one must have been seen) */
+    for (int i = 0; i < N; i++) close(fds[i]);
+    int64_t until = now_ms() + 5000 + SLACK_MS;
+    for (;;) { /* the held connections end as their clients closed */
+        client c;
+        cl_open(&c, s.port);
+        cl_sends(&c, "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        resp r;
+        int ok = read_response(&c, &r, 0) == 0 && r.status == 200;
+        if (ok) resp_free(&r);
+        cl_close(&c);
+        if (ok) break;
+        if (now_ms() > until) FAIL("the server did not serve again after descriptors were freed");
+        sleep_ms(100);
+    }
+    if (shed == 0) FAIL("no connection was shed while out of descriptors");
+    server_stop(&s);
 }

@@ -185,6 +185,15 @@ static ssize_t exec(weft__ioreq *rq) {
     if (!self || !weft__poller_self()) return platform_exec(rq, deadline);
     if (weft_cancelled()) return -ECANCELED;
     if (deadline && deadline <= weft_now()) return -ETIMEDOUT;
+    if (rq->op == IOR_SEND && weft__io_mode == WEFT_IO_URING) {
+        /* A send almost always finds room in the socket buffer: one
+         * non-blocking attempt costs a system call but saves the ring's
+         * round trip, a park and a timer.  Only when the buffer is full does
+         * the send go through the ring and wait. */
+        ssize_t sent = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT);
+        if (sent >= 0) return sent;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -errno;
+    }
     return weft__io_mode == WEFT_IO_URING ? weft__uring_exec(rq, deadline) : weft__epoll_exec(rq, deadline);
 }
 
