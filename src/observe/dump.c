@@ -13,7 +13,7 @@
  * address at sp[7]); from there the frame-pointer chain gives a backtrace.
  */
 #define _GNU_SOURCE
-#include "../sched/sched.h"
+#include "../scope/scope.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -141,6 +141,10 @@ static void one(weft__stack *s, void *ctx) {
         put(o, "%s\n    {\"id\":%" PRIu64 ",\"name\":", o->first ? "" : ",", id);
         put_str_json(o, name);
         put(o, ",\"state\":\"%s\"", state);
+        /* the scope it is a task of (R is held: tasks and scopes stay) */
+        weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
+        if (task) put(o, ",\"container\":\"scope#%" PRIu64 "\"", task->scope->id);
+        else put(o, ",\"container\":\"root\"");
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (rs == WEFT__RS_PARKED) {
             put(o, ",\"waiting_on\":\"%s\",\"since_ns\":%" PRId64, why_name(why), o->now - since);
@@ -154,6 +158,8 @@ static void one(weft__stack *s, void *ctx) {
         return;
     }
     put(o, "#%" PRIu64 " \"%s\" ", id, name);
+    weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
+    if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
     if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
     else if (rs == WEFT__RS_PARKED) {
         if (why == WEFT__WHY_SLEEP && until)
@@ -168,6 +174,59 @@ static void one(weft__stack *s, void *ctx) {
     if (rs == WEFT__RS_PARKED) backtrace_of(o, t, top);
 }
 
+/*
+ * The tree of scopes, as Loom's JSON dump shows its thread containers: a
+ * flat list, each with its parent, its owner and the vthreads running its
+ * tasks; "root" holds every vthread outside any scope.  In text, one line
+ * per scope, indented by depth.
+ */
+static const char *policy_name(int p) {
+    return p == WEFT_SCOPE_FAIL_FAST ? "FAIL_FAST" : p == WEFT_SCOPE_FIRST_SUCCESS ? "FIRST_SUCCESS" : "ALL";
+}
+
+static int depth_of(const weft_scope *s) {
+    int d = 0;
+    for (; s->parent && d < 64; s = s->parent) d++;
+    return d;
+}
+
+static void containers(out *o) {
+    if (o->json) put(o, "\"containers\":[\n    {\"container\":\"root\",\"parent\":null,\"owner\":null}");
+    int n = 0;
+    for (weft_scope *s = weft__scopes_first(); s; s = s->live_next) n++;
+    if (!o->json && n) put(o, "%d open scope%s:\n", n, n == 1 ? "" : "s");
+    for (weft_scope *s = weft__scopes_first(); s; s = s->live_next) {
+        int shut = __atomic_load_n(&s->shutdown, __ATOMIC_RELAXED);
+        int running = __atomic_load_n(&s->running, __ATOMIC_RELAXED);
+        if (o->json) {
+            put(o, ",\n    {\"container\":\"scope#%" PRIu64 "\",\"parent\":", s->id);
+            if (s->parent) put(o, "\"scope#%" PRIu64 "\"", s->parent->id);
+            else put(o, "\"root\"");
+            if (s->owner) put(o, ",\"owner\":%" PRIu64, s->owner_id);
+            else put(o, ",\"owner\":\"platform thread\"");
+            put(o, ",\"policy\":\"%s\",\"state\":\"%s\",\"tasks\":%d,\"running\":%d", policy_name(s->policy),
+                shut ? "shutdown" : "open", s->ntasks, running);
+            if (s->deadline) put(o, ",\"deadline_in_ns\":%" PRId64, s->deadline - o->now);
+            put(o, ",\"threads\":[");
+            int first = 1;
+            for (weft_task *t = s->tasks; t; t = t->next) {
+                if (!t->thread || atomic_load(&t->state) != WEFT_TASK_RUNNING) continue;
+                put(o, "%s%" PRIu64, first ? "" : ",", weft_id(t->thread));
+                first = 0;
+            }
+            put(o, "]}");
+        } else {
+            put(o, "%*sscope #%" PRIu64 " %s, owner %s", 2 + 2 * depth_of(s), "", s->id, policy_name(s->policy),
+                s->owner ? "" : "a platform thread");
+            if (s->owner) put(o, "#%" PRIu64, s->owner_id);
+            put(o, ", %d task%s, %d running%s", s->ntasks, s->ntasks == 1 ? "" : "s", running, shut ? ", shut down" : "");
+            if (s->deadline) put(o, ", deadline in %.3f s", (double)(s->deadline - o->now) / 1e9);
+            put(o, "\n");
+        }
+    }
+    if (o->json) put(o, "\n  ],\n  ");
+}
+
 int weft_dump(int fd, int format) {
     if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
     int r;
@@ -180,11 +239,15 @@ int weft_dump(int fd, int format) {
     weft_stats st;
     weft_stats_get(&st);
     if (o->json)
-        put(o, "{\"weft_dump\":{\"time_ns\":%" PRId64 ",\"carriers\":%" PRIu64 ",\"live\":%" PRIu64
-               ",\"vthreads\":[", o->now, st.carriers, st.live);
+        put(o, "{\"weft_dump\":{\"time_ns\":%" PRId64 ",\"carriers\":%" PRIu64 ",\"live\":%" PRIu64 ",",
+            o->now, st.carriers, st.live);
     else
         put(o, "weft thread dump: %" PRIu64 " live vthreads on %" PRIu64 " carriers\n", st.live, st.carriers);
+    weft__scopes_lock(); /* scopes and their tasks stay while we look */
+    containers(o);
+    if (o->json) put(o, "\"vthreads\":[");
     weft__stacks_walk(one, o);
+    weft__scopes_unlock();
     if (o->json) put(o, "\n  ]}}\n");
     else put(o, "end of dump: %" PRIu64 " vthreads listed\n", o->count);
     flush(o);

@@ -937,7 +937,8 @@ static int outcome(uint64_t w) {
 int64_t weft__effective_deadline(int64_t d) {
     weft_thread *self = weft__self();
     int64_t own = self ? self->deadline : tls_deadline;
-    if (own && (!d || own < d)) return own;
+    if (own && (!d || own < d)) d = own;
+    if (self && self->scope_deadline && (!d || self->scope_deadline < d)) d = self->scope_deadline;
     return d;
 }
 
@@ -1125,6 +1126,9 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
     t->deadline = 0;
+    atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
+    t->scopes = NULL;
+    t->scope_deadline = 0;
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;
@@ -1174,7 +1178,21 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     return 0;
 }
 
-static int join_wait(weft_thread *t, void **result, const char *file, int line);
+static int join_wait_k(weft_thread *t, void **result, const char *file, int line, int nocancel);
+static int join_wait(weft_thread *t, void **result, const char *file, int line) {
+    return join_wait_k(t, result, file, line, 0);
+}
+
+int weft__join_nocancel(weft_thread *t, void **result) {
+    weft__carrier *c = carrier_here();
+    if (c && t == c->cur) return -EDEADLK;
+    if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
+        if (result) *result = t->result;
+        free_thread(c, t);
+        return 0;
+    }
+    return join_wait_k(t, result, NULL, 0, 1);
+}
 
 int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
     if (!t) return -EINVAL;
@@ -1190,10 +1208,11 @@ int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
 }
 
 /* weft_join's slow path, out of line so that the fast one stays small. */
-__attribute__((noinline)) static int join_wait(weft_thread *t, void **result, const char *file, int line) {
+__attribute__((noinline)) static int join_wait_k(weft_thread *t, void **result, const char *file, int line,
+                                                int nocancel) {
     int st;
     weft__parker *p;
-    uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
+    uint64_t tok = nocancel ? weft__park_begin_nocancel(&p, WEFT__PK_GENERIC) : weft__park_begin(&p, WEFT__PK_GENERIC);
     if (!tok) return -ECANCELED;
     join_lock(t);
     st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
@@ -1305,15 +1324,26 @@ int64_t weft_deadline_set(int64_t d) {
     return old;
 }
 
-int weft_cancel(weft_thread *t) {
-    if (!t) return -EINVAL;
+void (*_Atomic weft__cancel_hook)(weft_thread *t);
+
+void weft__cancel_one(weft_thread *t) {
     atomic_store(&t->cancelled, 1); /* seq_cst: pairs with weft__park_begin */
     uint64_t w = atomic_load(&t->parker.word);
     unsigned st = WEFT__PW_STATE(w);
     if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w))
         weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
+}
+
+int weft_cancel(weft_thread *t) {
+    if (!t) return -EINVAL;
+    weft__cancel_one(t);
+    void (*hook)(weft_thread *) = atomic_load_explicit(&weft__cancel_hook, memory_order_acquire);
+    if (hook) hook(t);
     return 0;
 }
+
+static WEFT_TLS void *tls_scopes;
+void **weft__platform_scopes(void) { return &tls_scopes; }
 
 int weft_cancelled(void) {
     weft_thread *self = weft__self();

@@ -143,6 +143,11 @@ struct weft_thread {
     _Atomic int64_t block_until;
     _Atomic(const void *) block_obj;
     _Atomic uint64_t name_words[4];  /* name, 31 bytes + NUL */
+    /* scopes (src/scope): the task this vthread runs for, the innermost
+     * scope it owns (a chain through the scopes), its scopes' deadline */
+    _Atomic(void *) task;
+    void *scopes;
+    int64_t scope_deadline;
     /* tooling */
     void *tsan_fiber;
     void *asan_fake;
@@ -194,6 +199,18 @@ int weft__unpark(weft__parker *p, uint64_t token, int state);
 
 /* Makes vthread t runnable (t was parked, and the caller won its park). */
 void weft__ready(weft_thread *t);
+
+/* Cancels t without running the cancel hook (the scope layer, which holds
+ * its own locks when it cancels a tree of vthreads). */
+void weft__cancel_one(weft_thread *t);
+/* Set by the scope layer: weft_cancel(t) calls it after cancelling t, so
+ * that the scopes t owns are cancelled too. */
+extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
+/* weft_join that neither cancellation nor deadlines interrupt (a scope's
+ * close must outwait its tasks). */
+int weft__join_nocancel(weft_thread *t, void **result);
+/* The calling platform thread's innermost owned scope (the scope layer's). */
+void **weft__platform_scopes(void);
 
 /* Ends the current park of p if it is of kind `kind` (flags ignored) and
  * still waiting, with WOKEN.  Returns 0 (nothing to end), 1 (ended; nothing

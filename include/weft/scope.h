@@ -1,0 +1,88 @@
+/*
+ * weft/scope.h -- structured concurrency (included by weft.h).
+ *
+ * A scope owns the vthreads forked in it: nothing forked in a scope
+ * outlives weft_scope_close.  As Java's StructuredTaskScope:
+ *
+ *   weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+ *   weft_task *inv = weft_fork(s, update_inventory, order);
+ *   weft_task *ord = weft_fork(s, update_order, order);
+ *   int r = weft_scope_join(s);        // 0, or the first failure
+ *   ... weft_task_result(inv) ...
+ *   weft_scope_close(s);
+ *
+ * Policies:
+ *   WEFT_SCOPE_ALL            join waits for every task; returns the first
+ *                             failure (by completion order) or 0;
+ *   WEFT_SCOPE_FAIL_FAST      the first failure cancels the other tasks and
+ *                             is what join returns (ShutdownOnFailure);
+ *   WEFT_SCOPE_FIRST_SUCCESS  the first success cancels the others; join
+ *                             returns 0 and weft_scope_result() gives its
+ *                             result; if every task fails, the first failure
+ *                             (ShutdownOnSuccess).
+ *
+ * A task is `int fn(void *arg, void **result)`: it returns 0 (success,
+ * *result its value) or an error, by convention a negative errno; a task
+ * that sees -ECANCELED from a blocking call should return it.
+ *
+ * Deadlines.  A scope's deadline (absolute weft_now() ns; 0 = none) is
+ * capped by the effective deadline of the thread that opens it, and applies
+ * to every blocking call of its tasks, nested scopes included.  When it
+ * passes, the scope shuts down (its tasks are cancelled) and join returns
+ * -ETIMEDOUT.
+ *
+ * Cancellation.  Shutting a scope down cancels its running tasks
+ * (weft_cancel), and cancelling a vthread cancels the scopes it owns, their
+ * tasks, their tasks' scopes ... transitively.  A cancelled owner's
+ * weft_scope_join returns -ECANCELED after shutting the scope down.
+ *
+ * Ownership.  The thread that opens a scope (a vthread or a platform
+ * thread) owns it: it forks, joins and closes it; scopes opened by one
+ * thread nest, and closing a scope first closes the scopes opened inside it
+ * and still open (a structure violation, reported once on stderr).  Tasks
+ * are valid until weft_scope_close, which cancels what still runs, waits
+ * for every task to finish (uninterruptibly: nothing may outlive it) and
+ * frees the scope and its tasks.
+ */
+#ifndef WEFT_SCOPE_H
+#define WEFT_SCOPE_H
+
+typedef enum { WEFT_SCOPE_ALL = 0, WEFT_SCOPE_FAIL_FAST = 1, WEFT_SCOPE_FIRST_SUCCESS = 2 } weft_scope_policy;
+enum { WEFT_TASK_RUNNING = 0, WEFT_TASK_SUCCEEDED = 1, WEFT_TASK_FAILED = 2, WEFT_TASK_CANCELLED = 3 };
+
+typedef struct weft_scope weft_scope;
+typedef struct weft_task weft_task;
+
+/* Opens a scope owned by the calling thread; NULL (errno is not used) only
+ * when out of memory or for a bad policy. */
+WEFT_API weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns);
+
+/*
+ * Starts fn(arg, &result) in a new vthread of scope s.  Returns the task, or
+ * NULL when s is NULL or the vthread cannot be created (no memory).  A fork
+ * into a scope already shut down (policy satisfied, deadline passed,
+ * cancelled) returns a task that never runs, in state WEFT_TASK_CANCELLED.
+ */
+WEFT_API weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *arg);
+
+/* Waits as the policy says (see above).  Returns 0, the failure, -ETIMEDOUT
+ * (the scope's deadline) or -ECANCELED (the caller was cancelled, or the
+ * scope was shut down from outside).  May be called again. */
+WEFT_API int weft__scope_join_at(weft_scope *s, const char *file, int line);
+WEFT_API int weft_scope_join(weft_scope *s);
+#define weft_scope_join(s) weft__scope_join_at((s), __FILE__, __LINE__)
+
+/* Shuts the scope down: cancels its running tasks; later forks do not run. */
+WEFT_API void weft_scope_shutdown(weft_scope *s);
+
+/* FIRST_SUCCESS: the winning task's result (NULL before there is one). */
+WEFT_API void *weft_scope_result(weft_scope *s);
+
+/* Cancels and joins what is left, then frees s and its tasks. */
+WEFT_API void weft_scope_close(weft_scope *s);
+
+WEFT_API int weft_task_state(weft_task *t);    /* WEFT_TASK_* */
+WEFT_API void *weft_task_result(weft_task *t); /* after success */
+WEFT_API int weft_task_error(weft_task *t);    /* after failure: what fn returned; -ECANCELED if cancelled */
+
+#endif /* WEFT_SCOPE_H */

@@ -1,0 +1,51 @@
+/*
+ * scope layer internals (see scope.c), shared with the dump.
+ */
+#ifndef WEFT_SCOPE_INTERNAL_H
+#define WEFT_SCOPE_INTERNAL_H
+
+#include "../sched/sched.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct weft_task {
+    weft_scope *scope;
+    struct weft_task *next;   /* the scope's list (appended under R) */
+    weft_thread *thread;      /* NULL if it never ran */
+    int (*fn)(void *, void **);
+    void *arg;
+    void *result;
+    int error;
+    _Atomic int state;        /* WEFT_TASK_* */
+};
+
+struct weft_scope {
+    uint64_t id;
+    int policy;
+    int64_t deadline;         /* absolute; 0 = none (capped by the opener's) */
+    weft_thread *owner;       /* NULL: a platform thread */
+    uint64_t owner_id;
+    weft_scope *parent;       /* in the tree: enclosing scope, or the owner's task's scope */
+    weft_scope *owner_prev;   /* the owner's next-outer owned scope (under R) */
+    weft_scope *live_prev, *live_next; /* registry (under R) */
+    pthread_mutex_t lock;     /* guards what follows */
+    weft_task *tasks, *tasks_tail;
+    int ntasks;
+    int running;
+    int shutdown;
+    int timed_out;
+    int cancelled;            /* shut down from outside the policy */
+    int closing;              /* owner only */
+    int first_error;
+    weft_task *winner;        /* FIRST_SUCCESS */
+    weft__parker *joiner;
+    uint64_t joiner_token;
+};
+
+/* For weft_dump: the registry of open scopes, walked under its lock. */
+void weft__scopes_lock(void);
+void weft__scopes_unlock(void);
+weft_scope *weft__scopes_first(void);
+
+#endif

@@ -1,0 +1,396 @@
+/* Structured concurrency: the three policies, deadlines, nesting,
+ * cancellation through owners (transitively), close, the article's
+ * handleOrder, races, and the dump's tree. */
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <pthread.h>
+
+#define HANDLE_ORDER_NO_MAIN
+#include "../examples/handle_order.c"
+
+#define MS 1000000LL
+
+static int64_t live_now(void) {
+    weft_stats s;
+    weft_stats_get(&s);
+    return (int64_t)s.live;
+}
+
+/* A task that sleeps ms (from arg: ms * 1000 + code), then returns code
+ * (0: success with result = ms). */
+static int sleeper(void *arg, void **result) {
+    intptr_t a = (intptr_t)arg;
+    int64_t ms = a / 1000;
+    int code = (int)(a % 1000);
+    int r = weft_sleep(ms * MS);
+    if (r < 0) return r;
+    if (code) return -code;
+    *result = (void *)(intptr_t)ms;
+    return 0;
+}
+#define TASK(ms, code) ((void *)(intptr_t)((ms) * 1000 + (code)))
+
+TEST(all_waits_for_every_task) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(s);
+    weft_task *a = weft_fork(s, sleeper, TASK(30, 0));
+    weft_task *b = weft_fork(s, sleeper, TASK(10, EIO)); /* fails first */
+    weft_task *c = weft_fork(s, sleeper, TASK(60, 0));
+    int64_t t0 = weft_now();
+    CHECK_EQ(weft_scope_join(s), -EIO);
+    CHECK(weft_now() - t0 >= 60 * MS); /* ALL does not stop at a failure */
+    CHECK_EQ(weft_task_state(a), WEFT_TASK_SUCCEEDED);
+    CHECK_EQ((intptr_t)weft_task_result(a), 30);
+    CHECK_EQ(weft_task_state(b), WEFT_TASK_FAILED);
+    CHECK_EQ(weft_task_error(b), -EIO);
+    CHECK_EQ(weft_task_state(c), WEFT_TASK_SUCCEEDED);
+    CHECK_EQ(weft_scope_join(s), -EIO); /* again: same answer */
+    weft_scope_close(s);
+    /* all succeed */
+    s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    for (int i = 0; i < 10; i++) CHECK(weft_fork(s, sleeper, TASK(i, 0)));
+    CHECK_EQ(weft_scope_join(s), 0);
+    weft_scope_close(s);
+    /* an empty scope joins at once */
+    s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK_EQ(weft_scope_join(s), 0);
+    weft_scope_close(s);
+}
+
+TEST(fail_fast_cancels_the_rest) {
+    int64_t base = live_now();
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_task *slow = weft_fork(s, sleeper, TASK(10000, 0));
+    weft_task *bad = weft_fork(s, sleeper, TASK(20, EPROTO));
+    weft_task *slow2 = weft_fork(s, sleeper, TASK(10000, 0));
+    int64_t t0 = weft_now();
+    CHECK_EQ(weft_scope_join(s), -EPROTO);
+    CHECK(weft_now() - t0 < 5000 * MS); /* not the 10 s of the others */
+    weft_scope_close(s);                 /* waits for the cancelled ones */
+    (void)slow, (void)slow2, (void)bad;
+    CHECK_EQ(live_now(), base);
+}
+
+TEST(fail_fast_task_states_after_close) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_task *slow = weft_fork(s, sleeper, TASK(10000, 0));
+    weft_task *bad = weft_fork(s, sleeper, TASK(5, EPROTO));
+    CHECK_EQ(weft_scope_join(s), -EPROTO);
+    /* states are final once no task runs: wait for that via a second join
+     * (returns at once: the scope is shut down) and a short sleep loop */
+    for (int i = 0; i < 1000 && weft_task_state(slow) == WEFT_TASK_RUNNING; i++) weft_sleep(MS);
+    CHECK_EQ(weft_task_state(slow), WEFT_TASK_CANCELLED);
+    CHECK_EQ(weft_task_error(slow), -ECANCELED);
+    CHECK_EQ(weft_task_state(bad), WEFT_TASK_FAILED);
+    /* forking into a shut-down scope: a task that never runs */
+    weft_task *late = weft_fork(s, sleeper, TASK(1, 0));
+    CHECK(late);
+    CHECK_EQ(weft_task_state(late), WEFT_TASK_CANCELLED);
+    weft_scope_close(s);
+}
+
+TEST(first_success_wins_and_cancels) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FIRST_SUCCESS, 0);
+    weft_fork(s, sleeper, TASK(10000, 0));
+    weft_fork(s, sleeper, TASK(5, EIO));
+    weft_task *win = weft_fork(s, sleeper, TASK(30, 0));
+    weft_fork(s, sleeper, TASK(10000, 0));
+    CHECK_EQ(weft_scope_join(s), 0);
+    CHECK_EQ((intptr_t)weft_scope_result(s), 30);
+    CHECK_EQ(weft_task_state(win), WEFT_TASK_SUCCEEDED);
+    weft_scope_close(s);
+    /* every task fails: the first failure */
+    s = weft_scope_open(WEFT_SCOPE_FIRST_SUCCESS, 0);
+    weft_fork(s, sleeper, TASK(20, EIO));
+    weft_fork(s, sleeper, TASK(5, ENOENT));
+    CHECK_EQ(weft_scope_join(s), -ENOENT);
+    CHECK(weft_scope_result(s) == NULL);
+    weft_scope_close(s);
+}
+
+static atomic_int seen_timeout;
+
+static int slow_task(void *arg, void **result) {
+    int r = weft_sleep(10 * 1000 * MS);
+    if (r == -ETIMEDOUT) atomic_fetch_add(&seen_timeout, 1);
+    return r;
+}
+
+TEST(scope_deadline) {
+    atomic_store(&seen_timeout, 0);
+    int64_t t0 = weft_now();
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, t0 + 50 * MS);
+    for (int i = 0; i < 5; i++) weft_fork(s, slow_task, NULL);
+    CHECK_EQ(weft_scope_join(s), -ETIMEDOUT);
+    int64_t took = weft_now() - t0;
+    CHECK(took >= 50 * MS && took < 5000 * MS);
+    weft_scope_close(s);
+    /* the tasks' own blocking calls saw the scope's deadline */
+    CHECK_EQ(atomic_load(&seen_timeout), 5);
+}
+
+/* Three levels: the outer owner's cancellation reaches the innermost tasks. */
+static atomic_int inner_cancelled;
+
+static int leaf(void *arg, void **result) {
+    int r = weft_sleep(10 * 1000 * MS);
+    if (r == -ECANCELED) atomic_fetch_add(&inner_cancelled, 1);
+    return r;
+}
+
+static int middle(void *arg, void **result) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    for (int i = 0; i < 3; i++) weft_fork(s, leaf, NULL);
+    int r = weft_scope_join(s);
+    weft_scope_close(s);
+    return r;
+}
+
+static void *outer_owner(void *arg) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    for (int i = 0; i < 3; i++) weft_fork(s, middle, NULL);
+    int r = weft_scope_join(s);
+    weft_scope_close(s);
+    return (void *)(intptr_t)r;
+}
+
+TEST(cancel_owner_cancels_transitively) {
+    int64_t base = live_now();
+    atomic_store(&inner_cancelled, 0);
+    weft_thread *o;
+    CHECK_EQ(weft_spawn(&o, outer_owner, NULL, NULL), 0);
+    while (live_now() < base + 1 + 3 + 9) weft_sleep(MS); /* everyone started */
+    weft_sleep(10 * MS);
+    CHECK_EQ(weft_cancel(o), 0);
+    void *r;
+    CHECK_EQ(weft_join(o, &r), 0);
+    CHECK_EQ((intptr_t)r, -ECANCELED);
+    CHECK_EQ(atomic_load(&inner_cancelled), 9);
+    CHECK_EQ(live_now(), base);
+}
+
+/* Nested deadline: the inner scope cannot outlive the outer's deadline. */
+static int nested_deadline_task(void *arg, void **result) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, weft_now() + 10 * 1000 * MS); /* asks for 10 s */
+    weft_fork(s, slow_task, NULL);
+    int r = weft_scope_join(s);
+    weft_scope_close(s);
+    return r;
+}
+
+TEST(nested_scope_inherits_deadline) {
+    int64_t t0 = weft_now();
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, t0 + 40 * MS);
+    weft_task *t = weft_fork(s, nested_deadline_task, NULL);
+    int r = weft_scope_join(s);
+    CHECK(r == -ETIMEDOUT);
+    /* tasks are valid until close; a shut-down one settles soon after */
+    for (int i = 0; i < 100000 && weft_task_state(t) == WEFT_TASK_RUNNING; i++) weft_yield();
+    CHECK(weft_task_state(t) != WEFT_TASK_SUCCEEDED);
+    CHECK(weft_task_state(t) != WEFT_TASK_RUNNING);
+    weft_scope_close(s);
+    CHECK(weft_now() - t0 < 5000 * MS);
+}
+
+TEST(close_without_join_cancels_and_waits) {
+    int64_t base = live_now();
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    for (int i = 0; i < 100; i++) weft_fork(s, sleeper, TASK(10000, 0));
+    weft_scope_close(s);
+    CHECK_EQ(live_now(), base);
+}
+
+/* The owner is cancelled before it joins: join says so, tasks cancelled. */
+static void *owner_cancelled_early(void *arg) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_task *a = weft_fork(s, sleeper, TASK(10000, 0));
+    weft_task *b = weft_fork(s, sleeper, TASK(10000, 0));
+    weft_cancel(weft_self());
+    int r = weft_scope_join(s);
+    /* (weft_sleep would return at once: this thread is cancelled) */
+    for (int i = 0; i < 100000 && (weft_task_state(a) == WEFT_TASK_RUNNING || weft_task_state(b) == WEFT_TASK_RUNNING); i++)
+        weft_yield();
+    CHECK_EQ(weft_task_state(a), WEFT_TASK_CANCELLED);
+    CHECK_EQ(weft_task_state(b), WEFT_TASK_CANCELLED);
+    weft_scope_close(s);
+    return (void *)(intptr_t)r;
+}
+
+TEST(owner_cancelled_before_join) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, owner_cancelled_early, NULL, NULL), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK_EQ((intptr_t)r, -ECANCELED);
+}
+
+TEST(platform_thread_owner) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_task *a = weft_fork(s, sleeper, TASK(10, 0));
+    weft_task *b = weft_fork(s, sleeper, TASK(20, 0));
+    CHECK_EQ(weft_scope_join(s), 0);
+    CHECK_EQ((intptr_t)weft_task_result(a) + (intptr_t)weft_task_result(b), 30);
+    weft_scope_close(s);
+    s = weft_scope_open(WEFT_SCOPE_ALL, weft_now() + 20 * MS);
+    weft_fork(s, slow_task, NULL);
+    CHECK_EQ(weft_scope_join(s), -ETIMEDOUT);
+    weft_scope_close(s);
+}
+
+TEST(bad_arguments) {
+    CHECK(weft_scope_open((weft_scope_policy)7, 0) == NULL);
+    CHECK(weft_scope_open(WEFT_SCOPE_ALL, -1) == NULL);
+    CHECK(weft_fork(NULL, sleeper, NULL) == NULL);
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(weft_fork(s, NULL, NULL) == NULL);
+    CHECK_EQ(weft_scope_join(NULL), -EINVAL);
+    CHECK_EQ(weft_task_state(NULL), -EINVAL);
+    weft_scope_close(s);
+    weft_scope_close(NULL);
+}
+
+/* ---- the article's handleOrder ----------------------------------------- */
+
+static order ho;
+static void *run_handle_order(void *arg) { return (void *)(intptr_t)handle_order(&ho); }
+
+static int handle_order_case(int fail_inv, int fail_ord, int cancel_owner) {
+    memset(&ho, 0, sizeof ho);
+    ho.id = 3;
+    ho.inventory_ms = 10000; /* long: only a cancellation ends it early */
+    ho.order_ms = 10000;
+    ho.fail_inventory = fail_inv;
+    ho.fail_order = fail_ord;
+    if (!fail_inv && !fail_ord && !cancel_owner) ho.inventory_ms = ho.order_ms = 10;
+    int64_t base = live_now();
+    weft_thread *h;
+    CHECK_EQ(weft_spawn(&h, run_handle_order, NULL, NULL), 0);
+    if (cancel_owner) {
+        weft_sleep(20 * MS);
+        weft_cancel(h);
+    }
+    void *r;
+    CHECK_EQ(weft_join(h, &r), 0);
+    CHECK_EQ(live_now(), base); /* nothing leaked */
+    return (int)(intptr_t)r;
+}
+
+TEST(handle_order_both_succeed) {
+    CHECK_EQ(handle_order_case(0, 0, 0), 0);
+    CHECK(ho.inventory_done && ho.order_done);
+}
+
+TEST(handle_order_inventory_fails_order_cancelled) {
+    int64_t t0 = weft_now();
+    CHECK_EQ(handle_order_case(20, 0, 0), -EIO);
+    CHECK(weft_now() - t0 < 5000 * MS);
+    CHECK(!ho.order_done && ho.order_cancelled);
+}
+
+TEST(handle_order_order_fails_inventory_cancelled) {
+    CHECK_EQ(handle_order_case(0, 20, 0), -EPROTO);
+    CHECK(!ho.inventory_done && ho.inventory_cancelled);
+}
+
+TEST(handle_order_owner_cancelled_both_cancelled) {
+    CHECK_EQ(handle_order_case(0, 0, 1), -ECANCELED);
+    CHECK(ho.inventory_cancelled && ho.order_cancelled);
+    CHECK(!ho.inventory_done && !ho.order_done);
+}
+
+/* ---- stress and races --------------------------------------------------- */
+
+static int quick(void *arg, void **result) {
+    intptr_t k = (intptr_t)arg;
+    if (k % 3 == 0) weft_yield();
+    if (k % 5 == 0) weft_sleep((k % 7) * 100000);
+    return k % 11 == 0 ? -EIO : 0;
+}
+
+static void *scope_worker(void *arg) {
+    intptr_t seed = (intptr_t)arg;
+    for (int round = 0; round < 20; round++) {
+        weft_scope *s = weft_scope_open((weft_scope_policy)((seed + round) % 3), 0);
+        for (int i = 0; i < 10; i++) weft_fork(s, quick, (void *)(intptr_t)(seed * 31 + round * 7 + i));
+        int r = weft_scope_join(s);
+        CHECK(r == 0 || r == -EIO);
+        weft_scope_close(s);
+    }
+    return NULL;
+}
+
+TEST(many_scopes_stress) {
+    int64_t base = live_now();
+    int n = SCALE(200);
+    weft_thread **t = calloc((size_t)n, sizeof *t);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(&t[i], scope_worker, (void *)(intptr_t)i, NULL), 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    free(t);
+    CHECK_EQ(live_now(), base);
+}
+
+/* The owner's cancellation racing its tasks' completion, many times. */
+static void *racing_owner(void *arg) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    for (int i = 0; i < 4; i++) weft_fork(s, quick, (void *)(intptr_t)(i + 1));
+    int r = weft_scope_join(s);
+    CHECK(r == 0 || r == -ECANCELED || r == -EIO);
+    weft_scope_close(s);
+    return NULL;
+}
+
+TEST(cancel_vs_completion_races) {
+    int64_t base = live_now();
+    int n = SCALE(3000);
+    for (int i = 0; i < n; i++) {
+        weft_thread *o;
+        CHECK_EQ(weft_spawn(&o, racing_owner, NULL, NULL), 0);
+        if (i % 2) weft_yield();
+        if (i % 3 == 0) weft_sleep(i % 5 * 10000);
+        weft_cancel(o);
+        CHECK_EQ(weft_join(o, NULL), 0);
+    }
+    CHECK_EQ(live_now(), base);
+}
+
+/* ---- the dump shows the tree -------------------------------------------- */
+
+static int dump_leaf(void *arg, void **result) { return weft_sleep(10 * 1000 * MS); }
+
+static int dump_middle(void *arg, void **result) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    weft_fork(s, dump_leaf, NULL);
+    int r = weft_scope_join(s);
+    weft_scope_close(s);
+    return r;
+}
+
+TEST(json_dump_shows_scope_tree) {
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_fork(s, dump_middle, NULL);
+    int64_t base = live_now();
+    while (live_now() < base + 1) weft_sleep(MS);
+    weft_sleep(20 * MS);
+    char path[] = "/tmp/weft-dump-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK_EQ(weft_dump(fd, WEFT_DUMP_JSON), 0);
+    off_t len = lseek(fd, 0, SEEK_END);
+    char *buf = calloc(1, (size_t)len + 1);
+    CHECK_EQ(pread(fd, buf, (size_t)len, 0), len);
+    close(fd);
+    unlink(path);
+    /* two scope containers, the inner one's parent the outer one, and a
+     * sleeping task inside the inner one */
+    CHECK(strstr(buf, "\"containers\""));
+    CHECK(strstr(buf, "\"policy\":\"FAIL_FAST\""));
+    CHECK(strstr(buf, "\"policy\":\"ALL\""));
+    char *outer = strstr(buf, "\"policy\":\"FAIL_FAST\"");
+    char *inner = strstr(buf, "\"policy\":\"ALL\"");
+    CHECK(outer && inner);
+    CHECK(strstr(buf, "\"waiting_on\":\"sleep\""));
+    CHECK(strstr(buf, "\"waiting_on\":\"scope\""));
+    free(buf);
+    weft_scope_close(s);
+}
