@@ -273,6 +273,7 @@ WEFT_API int weft_io_backend(void);
 /* ------------------------------------------------------------------------ */
 
 /* weft-layer-includes: one line per layer header (include/weft/...) */
+#include "weft/sync.h"
 #include "weft/scope.h"
 #include "weft/future.h"
 
@@ -313,6 +314,15 @@ enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
  * racy snapshot and never stops them.
  */
 WEFT_API int weft_dump(int fd, int format);
+
+/*
+ * Makes signal `signo` (SIGQUIT, as the JVM does) write a dump to fd in
+ * `format`: the handler only wakes a dedicated thread, which writes the
+ * dump, so it is safe whatever the program was doing.  signo 0 turns it
+ * off.  Returns 0 or -errno.  Setting WEFT_DUMP_ON_SIGQUIT=text or =json in
+ * the environment does the same at weft_init, writing to stderr.
+ */
+WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
 
 /* ------------------------------------------------------------------------ */
 /* Call-site capture                                                         */

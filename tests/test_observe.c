@@ -119,3 +119,39 @@ TEST(observing_does_not_start_the_runtime) {
     weft_stats_get(&s);
     CHECK_EQ(s.carriers, 0); /* still not running */
 }
+
+/* SIGQUIT writes a dump (from a thread of its own, not the handler). */
+static void *sleepy(void *arg) {
+    weft_sleep(10 * 1000000000LL);
+    return NULL;
+}
+
+TEST(dump_on_sigquit) {
+    weft_thread *t;
+    weft_attr a = {.name = "sleepy-one"};
+    CHECK_EQ(weft_spawn(&t, sleepy, NULL, &a), 0);
+    char path[] = "/tmp/weft-sigquit-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK_EQ(weft_dump_on_signal(SIGQUIT, fd, WEFT_DUMP_JSON), 0);
+    weft_sleep(10 * 1000000);
+    CHECK_EQ(kill(getpid(), SIGQUIT), 0);
+    char buf[65536];
+    int found = 0;
+    for (int i = 0; i < 500 && !found; i++) {
+        weft_sleep(10 * 1000000);
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        if (n > 0) {
+            buf[n] = 0;
+            found = strstr(buf, "sleepy-one") && strstr(buf, "]}}");
+        }
+    }
+    CHECK(found);
+    CHECK_EQ(weft_dump_on_signal(0, fd, WEFT_DUMP_JSON), 0);
+    CHECK_EQ(weft_dump_on_signal(SIGKILL, fd, WEFT_DUMP_JSON), -EINVAL);
+    CHECK_EQ(weft_dump_on_signal(SIGQUIT, fd, 9), -EINVAL);
+    close(fd);
+    unlink(path);
+    weft_cancel(t);
+    CHECK_EQ(weft_join(t, NULL), 0);
+}

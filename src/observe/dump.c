@@ -16,6 +16,10 @@
 #include "../scope/scope.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
@@ -254,4 +258,103 @@ int weft_dump(int fd, int format) {
     r = o->err;
     free(o);
     return r;
+}
+
+/* ---- dump on a signal --------------------------------------------------- */
+
+/*
+ * The handler writes one byte to a pipe (async-signal-safe); a platform
+ * thread blocked on the pipe's other end writes the dump.  The thread and
+ * the pipe live as long as the process (started once).
+ */
+static struct {
+    pthread_mutex_t lock;
+    int pipe[2];
+    _Atomic int signo, fd, format;
+    int started;
+    struct sigaction old;
+} SQ = {.lock = PTHREAD_MUTEX_INITIALIZER, .pipe = {-1, -1}};
+
+static void sq_handler(int sig) {
+    int e = errno;
+    char b = 1;
+    if (write(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
+    }
+    errno = e;
+}
+
+static void *sq_main(void *unused) {
+    (void)unused;
+    char b[64];
+    for (;;) {
+        ssize_t n = read(SQ.pipe[0], b, sizeof b);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return NULL;
+        if (atomic_load(&SQ.signo)) weft_dump(atomic_load(&SQ.fd), atomic_load(&SQ.format));
+    }
+}
+
+int weft_dump_on_signal(int signo, int fd, int format) {
+    if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
+    if (signo < 0 || signo >= 65 || signo == SIGKILL || signo == SIGSTOP || signo == SIGSEGV) return -EINVAL;
+    pthread_mutex_lock(&SQ.lock);
+    int r = 0;
+    int old = atomic_load(&SQ.signo);
+    if (old && old != signo) sigaction(old, &SQ.old, NULL);
+    atomic_store(&SQ.signo, 0);
+    if (signo) {
+        if (!SQ.started) {
+            if (pipe2(SQ.pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+                r = -errno;
+                goto out;
+            }
+            /* the reader blocks: only the write end is non-blocking */
+            fcntl(SQ.pipe[0], F_SETFL, 0);
+            pthread_t th;
+            pthread_attr_t a;
+            pthread_attr_init(&a);
+            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+            pthread_attr_setstacksize(&a, 256 * 1024);
+            /* the dump thread takes no signals itself */
+            sigset_t all, prev;
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &prev);
+            int e = pthread_create(&th, &a, sq_main, NULL);
+            pthread_sigmask(SIG_SETMASK, &prev, NULL);
+            pthread_attr_destroy(&a);
+            if (e) {
+                close(SQ.pipe[0]);
+                close(SQ.pipe[1]);
+                r = -e;
+                goto out;
+            }
+            pthread_setname_np(th, "weft-dump");
+            SQ.started = 1;
+        }
+        atomic_store(&SQ.fd, fd);
+        atomic_store(&SQ.format, format);
+        if (old != signo) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = sq_handler;
+            sa.sa_flags = SA_RESTART;
+            sigemptyset(&sa.sa_mask);
+            if (sigaction(signo, &sa, &SQ.old) < 0) {
+                r = -errno;
+                goto out;
+            }
+        }
+        atomic_store(&SQ.signo, signo);
+    }
+out:
+    pthread_mutex_unlock(&SQ.lock);
+    return r;
+}
+
+/* From weft_init: WEFT_DUMP_ON_SIGQUIT=text|json. */
+void weft__dump_env(void) {
+    const char *v = getenv("WEFT_DUMP_ON_SIGQUIT");
+    if (!v || !*v || !strcmp(v, "0")) return;
+    int fmt = !strcmp(v, "json") ? WEFT_DUMP_JSON : WEFT_DUMP_TEXT;
+    if (weft_dump_on_signal(SIGQUIT, 2, fmt) < 0) fprintf(stderr, "weft: WEFT_DUMP_ON_SIGQUIT: cannot install the handler\n");
 }

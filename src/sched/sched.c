@@ -1537,6 +1537,7 @@ int weft_init(const weft_config *cfg) {
     }
     atomic_store(&R.up, 1);
     pthread_mutex_unlock(&R.init_lock);
+    weft__dump_env();
     return 0;
 fail2:
     free_carriers(n);

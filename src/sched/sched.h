@@ -246,6 +246,7 @@ weft__poller *weft__poller_self(void);
 /* ---- runtime ------------------------------------------------------------ */
 
 int weft__ensure_init(void);
+void weft__dump_env(void); /* observe: WEFT_DUMP_ON_SIGQUIT */
 int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
