@@ -978,7 +978,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
             return outcome(atomic_load(&p->word));
         }
     }
-    self->why = (uint8_t)why;
+    __atomic_store_n(&self->why, (uint8_t)why, __ATOMIC_RELAXED); /* read by weft_dump */
     atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
     atomic_store_explicit(&self->block_line, line, memory_order_relaxed);
     atomic_store_explicit(&self->block_obj, obj, memory_order_relaxed);
@@ -990,7 +990,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
         /* ended otherwise: its heap entry is dead (counted, dropped later) */
         atomic_fetch_add_explicit(&R.c[self->timer_heap]->timers.dead, 1, memory_order_relaxed);
     }
-    self->why = WEFT__WHY_NONE;
+    __atomic_store_n(&self->why, (uint8_t)WEFT__WHY_NONE, __ATOMIC_RELAXED);
     atomic_store_explicit(&self->block_file, NULL, memory_order_relaxed);
     return outcome(atomic_load(&p->word));
 }
@@ -1120,7 +1120,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     t->carrier = NULL;
     t->home = NULL;
     t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
-    t->why = WEFT__WHY_NONE;
+    __atomic_store_n(&t->why, (uint8_t)WEFT__WHY_NONE, __ATOMIC_RELAXED);
     t->park_token = 0;
     t->timer_heap = -1;
     atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
