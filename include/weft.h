@@ -273,6 +273,7 @@ WEFT_API int weft_io_backend(void);
 /* ------------------------------------------------------------------------ */
 
 /* weft-layer-includes: one line per layer header (include/weft/...) */
+#include "weft/sync.h"
 #include "weft/scope.h"
 #include "weft/future.h"
 

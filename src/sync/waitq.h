@@ -1,0 +1,102 @@
+/*
+ * The wait queue under weft's locks (sync.c explains the protocol).
+ *
+ * A queue is a spinlock word and a doubly-linked FIFO of waiters; each
+ * waiter lives on the stack of the thread that waits.  The spinlock is held
+ * for a few instructions at a time -- queue surgery, state-word updates and
+ * the unpark CAS -- and never across a park or a switch, so its holder is
+ * always running (or preempted by the OS: after a short spin contenders
+ * sched_yield).
+ *
+ * head is also read without the lock (a cheap "anyone waiting?" test), so
+ * it is written with atomic stores.
+ */
+#ifndef WEFT_SYNC_WAITQ_H
+#define WEFT_SYNC_WAITQ_H
+
+#include "../sched/sched.h"
+
+#include <sched.h>
+
+typedef struct weft__waiter {
+    struct weft__waiter *next, *prev;
+    weft__parker *p;       /* the waiting thread's park word ... */
+    uint64_t token;        /* ... and the park it waits in */
+    int kind;              /* primitive-specific (rwlock: reader or writer) */
+    int queued;            /* 1 while in the queue; written under the lock */
+    int granted;           /* the waker handed it what it waited for; written
+                            * under the lock before the unpark that won */
+} weft__waiter;
+
+static inline void weft__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ volatile("" ::: "memory");
+#endif
+}
+
+__attribute__((noinline, unused)) static void weft__wq_lock_slow(weft__waitq *q) {
+    for (int spins = 0;; spins++) {
+        if (!__atomic_load_n(&q->lock, __ATOMIC_RELAXED) && !__atomic_exchange_n(&q->lock, 1u, __ATOMIC_ACQUIRE))
+            return;
+        if (spins < 64) weft__cpu_relax();
+        else sched_yield(); /* the holder's OS thread was preempted */
+    }
+}
+
+static inline void weft__wq_lock(weft__waitq *q) {
+    if (__builtin_expect(!__atomic_exchange_n(&q->lock, 1u, __ATOMIC_ACQUIRE), 1)) return;
+    weft__wq_lock_slow(q);
+}
+
+static inline void weft__wq_unlock(weft__waitq *q) { __atomic_store_n(&q->lock, 0u, __ATOMIC_RELEASE); }
+
+/* Racy: is anyone queued? */
+static inline int weft__wq_nonempty(const weft__waitq *q) {
+    return __atomic_load_n(&q->head, __ATOMIC_RELAXED) != NULL;
+}
+
+static inline void weft__wq_push_tail(weft__waitq *q, weft__waiter *w) {
+    w->next = NULL;
+    w->prev = q->tail;
+    if (q->tail) q->tail->next = w;
+    else __atomic_store_n(&q->head, w, __ATOMIC_RELAXED);
+    q->tail = w;
+    w->queued = 1;
+}
+
+static inline void weft__wq_push_head(weft__waitq *q, weft__waiter *w) {
+    w->prev = NULL;
+    w->next = q->head;
+    if (q->head) q->head->prev = w;
+    else q->tail = w;
+    __atomic_store_n(&q->head, w, __ATOMIC_RELAXED);
+    w->queued = 1;
+}
+
+static inline void weft__wq_remove(weft__waitq *q, weft__waiter *w) {
+    if (w->prev) w->prev->next = w->next;
+    else __atomic_store_n(&q->head, w->next, __ATOMIC_RELAXED);
+    if (w->next) w->next->prev = w->prev;
+    else q->tail = w->prev;
+    w->next = w->prev = NULL;
+    w->queued = 0;
+}
+
+static inline weft__waiter *weft__wq_pop(weft__waitq *q) {
+    weft__waiter *w = q->head;
+    if (w) weft__wq_remove(q, w);
+    return w;
+}
+
+/* Ends w's park with WOKEN.  Call with the lock held, w just popped.
+ * Returns 1 if this won (w's wait returns 0 and w may run at once: do not
+ * touch w again), 0 if w's park had already ended -- timed out or
+ * cancelled: w is waiting for the lock to find out it was dequeued, and
+ * whatever was handed to it must go elsewhere. */
+static inline int weft__wq_wake(weft__waiter *w) {
+    return weft__unpark(w->p, w->token, WEFT__PS_WOKEN);
+}
+
+#endif /* WEFT_SYNC_WAITQ_H */
