@@ -15,7 +15,10 @@
 #                spawn-join go N, spawn-join java25-virtual N (N = -n, default 1000000),
 #                and for pingpong-cross also switch c-pthread-futex 200000 nopin (two
 #                pthreads waking each other across cores: the same kind of hand-off);
-#                with --only, just the peers of the chosen benchmarks
+#                with --only, just the peers of the chosen benchmarks; chan-pingpong and
+#                chan-buffered: switch go-chan; mutex: mutex go 1000 1000; select:
+#                bench/go/select.go (this repository's, built with go build)
+#   cancel-storm (no peer has it: weft-bench cancel-storm alone)
 #
 #   EXPERIMENT   peers run (with /work/shared/peers/http/run.sh EXP PEER, REPS=1 here)
 #   http-delay   run.sh delay100 PEER for PEERS (default: go java25-virtual java17-pool200)
@@ -292,9 +295,13 @@ case $exp in
     if wants switch; then jobs+=("switch boost-context" "switch go-gosched"); fi
     if wants switch || wants pingpong || wants pingpong-cross; then jobs+=("switch go-chan"); fi
     if wants pingpong-cross; then jobs+=("switch c-pthread-futex 200000 nopin"); fi
-    if wants spawn-join; then jobs+=("spawn-join go $N" "spawn-join java25-virtual $N"); fi ;;
+    if wants spawn-join; then jobs+=("spawn-join go $N" "spawn-join java25-virtual $N"); fi
+    if (wants chan-pingpong || wants chan-buffered) && [[ " ${jobs[*]-} " != *"switch go-chan"* ]]; then jobs+=("switch go-chan"); fi
+    if wants mutex; then jobs+=("mutex go 1000 1000"); fi
+    if wants select; then jobs+=("local:select go"); fi ;;
+  cancel-storm) ;; # no peer has the experiment: weft alone
   *)
-    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, http-delay, http-every10, http-static)" >&2
+    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, http-delay, http-every10, http-static)" >&2
     exit 2 ;;
 esac
 
@@ -311,6 +318,18 @@ echo "# compare.sh $exp $* ($(date -u +%Y-%m-%dT%H:%M:%SZ)); peers from $peers_d
 for j in "${jobs[@]+"${jobs[@]}"}"; do
   read -r -a job <<<"$j"
   wait_quiet
+  if [[ ${job[0]} == local:* ]]; then
+    # a peer program of this repository (bench/go/NAME.go), not of ../shared/peers
+    name=${job[0]#local:}
+    echo "# go run bench/go/$name.go"
+    mkdir -p /tmp/weft-peers-local
+    line=$( (cd "$here/go" && GOCACHE=${GOCACHE:-/tmp/weft-peers-local/gocache} go build -o "/tmp/weft-peers-local/$name" "$name.go" \
+             && "/tmp/weft-peers-local/$name") 2>&1 | grep 'experiment=' | tail -1) || true
+    [[ -n $line ]] || line="experiment=$name peer=${job[1]} status=error msg=no_result_line"
+    echo "$line"
+    echo "$line" >>"$lines"
+    continue
+  fi
   echo "# run.sh ${job[*]}"
   line=$("$run" "${job[@]}" 2>&1 | grep 'experiment=' | tail -1) || true
   [[ -n $line ]] || line="experiment=${job[0]} peer=${job[1]} status=error msg=no_result_line"

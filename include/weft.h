@@ -276,6 +276,7 @@ WEFT_API int weft_io_backend(void);
 #include "weft/sync.h"
 #include "weft/scope.h"
 #include "weft/future.h"
+#include "weft/chan.h"
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */

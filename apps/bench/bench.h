@@ -84,7 +84,11 @@ enum {
     MICRO_SPAWN_JOIN = 1 << 1,
     MICRO_PINGPONG = 1 << 2,
     MICRO_PINGPONG_CROSS = 1 << 3,
-    MICRO_ALL = (1 << 4) - 1,
+    MICRO_CHAN = 1 << 4,
+    MICRO_CHAN_BUF = 1 << 5,
+    MICRO_MUTEX = 1 << 6,
+    MICRO_SELECT = 1 << 7,
+    MICRO_ALL = (1 << 8) - 1,
 };
 
 typedef struct bench_opts {
@@ -102,6 +106,8 @@ typedef struct bench_opts {
     const char *conc;    /* http-* --conc "C[:N] ..." (NULL = default) */
     const char *models;  /* http-* --models "virtual pool:200 ..." */
     int big;             /* http-delay --big */
+    long scopes;         /* cancel-storm --scopes (0 = 10,000) */
+    long sockets;        /* cancel-storm --sockets (-1 = 1,000) */
 } bench_opts;
 
 /*
@@ -115,9 +121,16 @@ typedef struct bench_opts {
 int exp_threads(const bench_opts *o, bench_report *rep);
 int exp_sleep_tasks(const bench_opts *o, bench_report *rep);
 int exp_micro(const bench_opts *o, bench_report *rep);
+/* exp_sync.c: the sync layer's micro benchmarks (run by exp_micro) */
+int micro_chan_pingpong(const bench_opts *o, bench_report *rep);
+int micro_chan_buffered(const bench_opts *o, bench_report *rep);
+int micro_mutex(const bench_opts *o, bench_report *rep);
+int micro_select(const bench_opts *o, bench_report *rep);
 /* exp_http.c: weft-httpd under ab, as the peers' http/run.sh measures */
 int exp_http_delay(const bench_opts *o, bench_report *rep);
 int exp_http_every10(const bench_opts *o, bench_report *rep);
+/* exp_cancel.c: 100,000 blocked vthreads in 10,000 scopes cancelled at once */
+int exp_cancel_storm(const bench_opts *o, bench_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */

@@ -489,6 +489,10 @@ int exp_micro(const bench_opts *o, bench_report *rep) {
         {MICRO_SPAWN_JOIN, "spawn-join", micro_spawn_join},
         {MICRO_PINGPONG, "pingpong", micro_pingpong_same},
         {MICRO_PINGPONG_CROSS, "pingpong-cross", micro_pingpong_cross},
+        {MICRO_CHAN, "chan-pingpong", micro_chan_pingpong},
+        {MICRO_CHAN_BUF, "chan-buffered", micro_chan_buffered},
+        {MICRO_MUTEX, "mutex", micro_mutex},
+        {MICRO_SELECT, "select", micro_select},
     };
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
         if (!(o->micro & benches[i].bit)) continue;

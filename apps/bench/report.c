@@ -213,6 +213,14 @@ static const exp_spec SPECS[] = {
     {"spawn-join", "spawn-join", {"n"}, {NULL},
      {{"n", R_NONE, 0}, {"wall_s", R_TOTAL, 0}, {"ns_per_task", R_PER_OP, 0}, {"first_round_s", R_TOTAL, 0}},
      {{NULL, NULL}}, NULL},
+    /* channel ping-pong against the peers' switch lines (go-chan) */
+    {"chan-pingpong", "switch", {NULL}, {NULL}, {{"ns_per_switch", R_PER_OP, 0}}, {{NULL, NULL}}, NULL},
+    {"mutex", "mutex", {NULL}, {NULL}, {{"wall_s", R_TOTAL, 0}, {"ns_per_op", R_PER_OP, 0}}, {{NULL, NULL}}, NULL},
+    {"select", "select", {NULL}, {NULL}, {{"wall_s", R_TOTAL, 0}, {"ns_per_op", R_PER_OP, 0}}, {{NULL, NULL}}, NULL},
+    {"cancel-storm", "cancel-storm", {NULL}, {NULL},
+     {{"n", R_NONE, 0}, {"scopes", R_NONE, 0}, {"cancel_s", R_TOTAL, 0}, {"live_after", R_NONE, 0},
+      {"fds_after", R_NONE, 0}},
+     {{NULL, NULL}}, NULL},
 };
 
 static const exp_spec *spec_for(const char *weft_exp) {

@@ -67,7 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_ALL = 31 };
+enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_ALL = 63 };
 enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 };
 
 static const struct experiment {
@@ -80,12 +80,13 @@ static const struct experiment {
     {"micro", X_MICRO, exp_micro},
     {"http-delay", X_HTTP_DELAY, exp_http_delay},
     {"http-every10", X_HTTP_EVERY10, exp_http_every10},
+    {"cancel-storm", X_CANCEL, exp_cancel_storm},
 };
 
 enum {
     OPT_PLATFORM = 256, OPT_SLEEP_MS, OPT_EXECUTOR, OPT_SPAWNER, OPT_ONLY, OPT_ROUNDS,
     OPT_CARRIERS, OPT_STACK_KIB, OPT_CAP_S, OPT_PEER_LINE, OPT_PEER_FILE,
-    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG,
+    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG, OPT_SCOPES, OPT_SOCKETS,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -104,6 +105,8 @@ static const struct option LONG_OPTS[] = {
     {"conc", required_argument, NULL, OPT_CONC},
     {"models", required_argument, NULL, OPT_MODELS},
     {"big", no_argument, NULL, OPT_BIG},
+    {"scopes", required_argument, NULL, OPT_SCOPES},
+    {"sockets", required_argument, NULL, OPT_SOCKETS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -118,6 +121,7 @@ static int option_scope(int opt) {
     case OPT_ONLY: case OPT_ROUNDS: return X_MICRO;
     case OPT_REQUESTS: case OPT_CONC: case OPT_MODELS: return X_HTTP;
     case OPT_BIG: return X_HTTP_DELAY;
+    case OPT_SCOPES: case OPT_SOCKETS: return X_CANCEL;
     default: return X_ALL;
     }
 }
@@ -139,11 +143,16 @@ static void usage(FILE *f) {
           "  sleep-tasks  [-n N=100000] [--sleep-ms 1000] [--executor virtual|thread-per-task|pool:K]\n"
           "               [--stack-kib K] [--spawner vthread|platform]\n"
           "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
-          "  micro        [--only switch|spawn-join|pingpong|pingpong-cross[,...]] [--rounds R] [-n N]\n"
+          "  micro        [--only switch|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
+          "               chan-buffered|mutex|select[,...]] [--rounds R] [-n N]\n"
           "               switch: 2 vthreads yield R (5000000) times each on 1 carrier;\n"
           "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
           "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
-          "               pingpong-cross: the same pinned to 2 carriers, R (100000) round trips\n"
+          "               pingpong-cross: the same pinned to 2 carriers, R (100000) round trips;\n"
+          "               chan-pingpong / chan-buffered: 2 vthreads, 2 channels of capacity 0 / 1,\n"
+          "               R (2000000) round trips, 1 carrier (ns_per_switch, as Go's go-chan);\n"
+          "               mutex: 1000 vthreads x 1000 lock/increment/unlock (ns_per_op);\n"
+          "               select: R (1000000) values over 4 channels taken by weft_select\n"
           "  http-delay   [--conc \"C[:N] ...\"] [--requests N=3000] [--models \"virtual pool:200\"] [--big]\n"
           "               weft-httpd --delay-ms 100 (every request sleeps 100 ms) under ab -r (no\n"
           "               keep-alive), one server per model, warmed up with ab -n 1000 -c 100; default\n"
@@ -152,6 +161,10 @@ static void usage(FILE *f) {
           "               rps, limit_rps (C / 0.1 s), pct_of_limit, mean_ms, p95_ms, failed,\n"
           "               cpu_us_per_req (server CPU / request); tables with the third article's\n"
           "               figures and the peers' delay100 lines\n"
+          "  cancel-storm [-n N=100000] [--scopes S=10000] [--sockets K=1000]\n"
+          "               N vthreads forked in S scopes, blocked in sleep, channel receive, mutex\n"
+          "               lock, future get and (K of them) socket read, all cancelled at once\n"
+          "               through their owners: cancel_s, live and fds before/after\n"
           "  http-every10 [--conc \"C[:N]\"=100] [--requests N=10000] [--models \"virtual thread pool:200\"]\n"
           "               weft-httpd --delay-ms 2000 --delay-every 10 under ab -r -c 100 -n 10000;\n"
           "               table with the first article's 491.98 req/s, the limit (500) and the\n"
@@ -190,6 +203,8 @@ static int parse_only(const char *arg, int *bits) {
     static const struct { const char *name; int bit; } names[] = {
         {"switch", MICRO_SWITCH}, {"spawn-join", MICRO_SPAWN_JOIN},
         {"pingpong", MICRO_PINGPONG}, {"pingpong-cross", MICRO_PINGPONG_CROSS},
+        {"chan-pingpong", MICRO_CHAN}, {"chan-buffered", MICRO_CHAN_BUF},
+        {"mutex", MICRO_MUTEX}, {"select", MICRO_SELECT},
     };
     char buf[256];
     snprintf(buf, sizeof buf, "%s", arg);
@@ -243,7 +258,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    bench_opts o = {.sleep_ms = -1, .executor = EXEC_VIRTUAL, .spawner = SPAWN_FROM_VTHREAD};
+    bench_opts o = {.sleep_ms = -1, .executor = EXEC_VIRTUAL, .spawner = SPAWN_FROM_VTHREAD, .sockets = -1};
     bench_report rep;
     report_init(&rep);
     int micro_bits = 0, c;
@@ -262,6 +277,8 @@ int main(int argc, char **argv) {
         case OPT_CONC: o.conc = optarg; break;
         case OPT_MODELS: o.models = optarg; break;
         case OPT_BIG: o.big = 1; break;
+        case OPT_SCOPES: bad = parse_long(optarg, 1, &v); o.scopes = v; break;
+        case OPT_SOCKETS: bad = parse_long(optarg, 0, &v); o.sockets = v; break;
         case OPT_PLATFORM: o.platform = 1; break;
         case OPT_SLEEP_MS: bad = parse_long(optarg, 0, &o.sleep_ms); break;
         case OPT_EXECUTOR: bad = parse_executor(optarg, &o); break;
