@@ -2038,7 +2038,7 @@ TEST(emfile_sheds_without_spinning) {
         cl_open(&c, s.port);
         cl_sends(&c, "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
         resp r;
-        int ok = read_response(&c, &r, 0) == 0 && r.status == 200;
+        int ok = read_response(&c, &r, 0) == 1 && r.status == 200;
         if (ok) resp_free(&r);
         cl_close(&c);
         if (ok) break;
