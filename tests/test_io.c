@@ -578,3 +578,25 @@ TEST(platform_thread_blocks_on_nonblocking_fd) {
     close(nb_sv[0]);
     close(nb_sv[1]);
 }
+
+/* Out of descriptors at start: weft_init fails with -EMFILE, cleanly, and
+ * works once descriptors are available again. */
+TEST(init_without_descriptors_fails_cleanly) {
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int open_now = 0;
+    for (int fd = 0; fd < 1024; fd++) open_now += fcntl(fd, F_GETFD) >= 0;
+    struct rlimit tiny = {(rlim_t)open_now + 1, old.rlim_max};
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &tiny), 0);
+    weft_config cfg = {.carriers = 2};
+    int r = weft_init(&cfg);
+    CHECK(r == -EMFILE || r == -ENFILE);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(weft_init(&cfg), 0);
+    CHECK_EQ(pipe(pfd), 0);
+    CHECK_EQ(weft_write(pfd[1], "k", 1), 1);
+    char c;
+    CHECK_EQ(weft_read(pfd[0], &c, 1), 1);
+    close(pfd[0]);
+    close(pfd[1]);
+}

@@ -106,18 +106,26 @@ void weft__epoll_stop(void) {
     }
 }
 
-struct weft__poller *weft__epoll_new(int index) {
+struct weft__poller *weft__epoll_new(int index, int *err) {
     epoll_poller *pl = calloc(1, sizeof *pl);
-    if (!pl) return NULL;
+    if (!pl) {
+        *err = -ENOMEM;
+        return NULL;
+    }
     pl->base.backend = WEFT_IO_EPOLL;
     pl->base.index = index;
     pl->pfd = epoll_create1(EPOLL_CLOEXEC);
     pl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (pl->pfd < 0 || pl->efd < 0) weft__fatal("carrier %d: epoll/eventfd: %s", index, strerror(errno));
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     struct epoll_event sh = {.events = EPOLLIN, .data.u64 = 1};
-    if (epoll_ctl(pl->pfd, EPOLL_CTL_ADD, pl->efd, &ev) < 0 || epoll_ctl(pl->pfd, EPOLL_CTL_ADD, E.epfd, &sh) < 0)
-        weft__fatal("carrier %d: epoll_ctl: %s", index, strerror(errno));
+    if (pl->pfd < 0 || pl->efd < 0 || epoll_ctl(pl->pfd, EPOLL_CTL_ADD, pl->efd, &ev) < 0 ||
+        epoll_ctl(pl->pfd, EPOLL_CTL_ADD, E.epfd, &sh) < 0) {
+        *err = -errno;
+        if (pl->pfd >= 0) close(pl->pfd);
+        if (pl->efd >= 0) close(pl->efd);
+        free(pl);
+        return NULL;
+    }
     return &pl->base;
 }
 

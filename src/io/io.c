@@ -475,9 +475,10 @@ void weft__io_stop(void) {
     weft__io_mode = 0;
 }
 
-weft__poller *weft__poller_new(int index) {
-    if (weft__io_mode == WEFT_IO_URING) return weft__uring_new(index);
-    if (weft__io_mode == WEFT_IO_EPOLL) return weft__epoll_new(index);
+weft__poller *weft__poller_new(int index, int *err) {
+    *err = 0;
+    if (weft__io_mode == WEFT_IO_URING) return weft__uring_new(index, err);
+    if (weft__io_mode == WEFT_IO_EPOLL) return weft__epoll_new(index, err);
     return NULL;
 }
 void weft__poller_free(weft__poller *p) {

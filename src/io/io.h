@@ -45,14 +45,14 @@ struct weft__poller {
 extern int weft__io_mode; /* chosen backend, 0 before weft__io_start */
 
 /* backends */
-struct weft__poller *weft__uring_new(int index);
+struct weft__poller *weft__uring_new(int index, int *err);
 void weft__uring_free(struct weft__poller *p);
 int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);
 int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
 void weft__uring_kick(struct weft__poller *p);
 int weft__uring_probe(void); /* 0 or -errno */
 
-struct weft__poller *weft__epoll_new(int index);
+struct weft__poller *weft__epoll_new(int index, int *err);
 void weft__epoll_free(struct weft__poller *p);
 int weft__epoll_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);
 int weft__epoll_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);

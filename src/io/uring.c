@@ -122,9 +122,12 @@ static void arm_efd(uring_poller *pl) {
     pl->efd_armed = 1;
 }
 
-struct weft__poller *weft__uring_new(int index) {
+struct weft__poller *weft__uring_new(int index, int *err) {
     uring_poller *pl = calloc(1, sizeof *pl);
-    if (!pl) return NULL;
+    if (!pl) {
+        *err = -ENOMEM;
+        return NULL;
+    }
     pl->base.backend = WEFT_IO_URING;
     pl->base.index = index;
     struct io_uring_params p;
@@ -140,10 +143,17 @@ struct weft__poller *weft__uring_new(int index) {
         e = io_uring_queue_init_params(RING_ENTRIES, &pl->ring, &p);
     }
     if (e < 0) {
-        weft__fatal("carrier %d: io_uring_queue_init: %s", index, strerror(-e));
+        *err = e;
+        free(pl);
+        return NULL;
     }
     pl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (pl->efd < 0) weft__fatal("carrier %d: eventfd: %s", index, strerror(errno));
+    if (pl->efd < 0) {
+        *err = -errno;
+        io_uring_queue_exit(&pl->ring);
+        free(pl);
+        return NULL;
+    }
     pthread_mutex_init(&pl->cancel_lock, NULL);
     arm_efd(pl);
     io_uring_submit(&pl->ring);

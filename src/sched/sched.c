@@ -122,6 +122,7 @@ struct weft__carrier {
     _Atomic int mbox_n;
     _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
     weft__poller *_Atomic poller;  /* set by the carrier at start; read by kickers */
+    int start_err;                  /* the poller's creation failed: -errno */
     _Alignas(WEFT__CACHELINE) weft__theap timers;
     /* owner-only, large, cold: last */
     weft__stack_cache stacks;
@@ -130,6 +131,7 @@ struct weft__carrier {
 static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_alloc below */
     pthread_mutex_t init_lock;
     _Atomic int up;            /* 1 while running */
+    _Atomic uint32_t carriers_ready; /* carriers past their start (weft_init waits) */
     int n;
     weft__carrier **c;
     pthread_mutex_t inj_lock;
@@ -1401,8 +1403,17 @@ static void *carrier_main(void *arg) {
         pthread_attr_destroy(&a);
     }
 #endif
-    /* the ring's single issuer is this thread: it makes the poller */
-    atomic_store_explicit(&c->poller, weft__poller_new(c->index), memory_order_release);
+    /* the ring's single issuer is this thread: it makes the poller; weft_init
+     * waits for every carrier's, and fails if one cannot have it */
+    int perr = 0;
+    atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);
+    c->start_err = perr;
+    atomic_fetch_add(&R.carriers_ready, 1);
+    futex_wake(&R.carriers_ready, INT_MAX);
+    if (perr) {
+        tls_carrier = NULL;
+        return NULL;
+    }
     for (;;) {
         weft_thread *t = find_work(c);
         if (!t) break;
@@ -1517,6 +1528,7 @@ int weft_init(const weft_config *cfg) {
         if (sigaction(SIGSEGV, &sa, &R.old_segv) == 0) R.segv_installed = 1;
     }
     int started = 0;
+    atomic_store(&R.carriers_ready, 0);
     for (int i = 0; i < n; i++) {
         pthread_attr_t a;
         pthread_attr_init(&a);
@@ -1529,7 +1541,21 @@ int weft_init(const weft_config *cfg) {
         pthread_setname_np(R.c[i]->thread, tn); /* visible in top, perf, gdb */
         started++;
     }
-    if (started < n) {
+    /* every carrier has its poller before weft_init returns: an fd table
+     * filled by the program later cannot take a carrier's rings away */
+    for (;;) {
+        uint32_t k = atomic_load(&R.carriers_ready);
+        if ((int)k >= started) break;
+        struct timespec ts = {0, 5 * 1000000};
+        futex(&R.carriers_ready, FUTEX_WAIT_PRIVATE, k, &ts, 0);
+    }
+    for (int i = 0; i < started && r == 0; i++) {
+        if (R.c[i]->start_err) {
+            r = R.c[i]->start_err;
+            fprintf(stderr, "weft: carrier %d cannot start its I/O poller: %s\n", i, strerror(-r));
+        }
+    }
+    if (started < n || r < 0) {
         atomic_store(&R.stop, 1);
         for (int i = 0; i < started; i++) kick(R.c[i]);
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);

@@ -230,7 +230,9 @@ typedef struct weft__poller weft__poller;
 int weft__io_start(int mode);                 /* weft_init, before carriers start: choose the backend */
 void weft__io_drain(void);                    /* weft_shutdown, before carriers stop: ends the blocking pool */
 void weft__io_stop(void);                     /* weft_shutdown, after carriers ended */
-weft__poller *weft__poller_new(int index);    /* carrier thread at start; NULL if it cannot have one */
+/* carrier thread at start; NULL and *err (-errno) if it cannot have one,
+ * NULL and *err 0 when there is no I/O backend */
+weft__poller *weft__poller_new(int index, int *err);
 void weft__poller_free(weft__poller *p);      /* carrier thread at exit */
 /* Submits what is queued and collects completions without blocking: the
  * vthreads it makes runnable go to out (at most max); returns their count.
