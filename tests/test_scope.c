@@ -370,10 +370,10 @@ static int dump_middle(void *arg, void **result) {
 }
 
 TEST(json_dump_shows_scope_tree) {
+    int64_t base = live_now();
     weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
     weft_fork(s, dump_middle, NULL);
-    int64_t base = live_now();
-    while (live_now() < base + 1) weft_sleep(MS);
+    while (live_now() < base + 2) weft_sleep(MS); /* the middle task and its leaf */
     weft_sleep(20 * MS);
     char path[] = "/tmp/weft-dump-XXXXXX";
     int fd = mkstemp(path);
