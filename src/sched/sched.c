@@ -1411,6 +1411,8 @@ static void *carrier_main(void *arg) {
     atomic_fetch_add(&R.carriers_ready, 1);
     futex_wake(&R.carriers_ready, INT_MAX);
     if (perr) {
+        ss.ss_flags = SS_DISABLE; /* our altstack is ours to free, not the thread library's */
+        sigaltstack(&ss, NULL);
         tls_carrier = NULL;
         return NULL;
     }
