@@ -89,7 +89,8 @@ static struct {
 } O = {.cache_bytes = 64 << 20, .host = "127.0.0.1", .port = "8080", .root = "./www", .model = MODEL_VIRTUAL, .pool_threads = 200,
        .header_timeout = 10 * NS, .idle_timeout = 15 * NS, .send_timeout = 30 * NS, .drain_timeout = 10 * NS};
 
-static int root_fd = -1, listen_fd = -1, log_fd = -1, reserve_fd = -1;
+static int root_fd = -1, listen_fd = -1, log_fd = -1;
+static _Atomic int reserve_fd = -1; /* given up, one acceptor at a time, to shed at EMFILE */
 static atomic_int nconns, draining;
 static atomic_long nrequests;
 static weft_thread *acceptors[64];
@@ -639,11 +640,13 @@ static void *acceptor_main(void *arg) {
         if (fd == -ECANCELED) break;
         if (fd == -EMFILE || fd == -ENFILE) {
             log_limited("accept (out of file descriptors; shedding connections)", -fd);
-            if (reserve_fd >= 0) {
-                close(reserve_fd);
+            /* one acceptor at a time gives up the reserve (the exchange) */
+            int rfd = atomic_exchange(&reserve_fd, -1);
+            if (rfd >= 0) {
+                close(rfd);
                 int x = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (x >= 0) close(x);
-                reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                atomic_store(&reserve_fd, open("/dev/null", O_RDONLY | O_CLOEXEC));
             }
             weft_sleep(10 * 1000000);
             continue;
@@ -724,9 +727,6 @@ static int server(void *unused) {
         perror("weft-httpd: signalfd");
         return 1;
     }
-    weft_thread *sw;
-    weft_attr sa = {.name = "signals", .daemon = 1};
-    if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
     nacceptors = O.carriers > 0 ? O.carriers : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nacceptors > 64) nacceptors = 64;
     if (nacceptors < 1) nacceptors = 1;
@@ -737,6 +737,11 @@ static int server(void *unused) {
             return 1;
         }
     }
+    /* after the acceptors: it reads acceptors[] (a signal that came
+     * meanwhile waits in the signalfd) */
+    weft_thread *sw;
+    weft_attr sa = {.name = "signals", .daemon = 1};
+    if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
     for (int i = 0; i < nacceptors; i++) weft_join(acceptors[i], NULL);
     close(listen_fd);
     int64_t until = weft_now() + O.drain_timeout;
@@ -889,7 +894,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    atomic_store(&reserve_fd, open("/dev/null", O_RDONLY | O_CLOEXEC));
     fc_init(root_fd, O.cache_bytes, NS);
     signal(SIGPIPE, SIG_IGN);
     /* SIGTERM/SIGINT go to the signalfd: blocked in every thread, which

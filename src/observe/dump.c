@@ -290,7 +290,11 @@ static void *sq_main(void *unused) {
         ssize_t n = read(SQ.pipe[0], b, sizeof b);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return NULL;
+        /* under the lock: once weft_dump_on_signal returns, no dump is
+         * still being written to the fd it replaced */
+        pthread_mutex_lock(&SQ.lock);
         if (atomic_load(&SQ.signo)) weft_dump(atomic_load(&SQ.fd), atomic_load(&SQ.format));
+        pthread_mutex_unlock(&SQ.lock);
     }
 }
 

@@ -766,8 +766,10 @@ static inline void check_canary(weft_thread *t) {
 
 /* Sets up `next` to run on c; called just before switching to it. */
 static inline void enter(weft__carrier *c, weft_thread *next) {
-    c->cur = next;
-    next->carrier = c;
+    /* relaxed atomic stores (plain movs): weft_dump reads both from other
+     * threads */
+    __atomic_store_n(&c->cur, next, __ATOMIC_RELAXED);
+    __atomic_store_n(&next->carrier, c, __ATOMIC_RELAXED);
     bump(&c->n_switches);
 }
 
@@ -803,7 +805,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
         __tsan_switch_to_fiber(next->tsan_fiber, 0);
 #endif
     } else {
-        c->cur = NULL;
+        __atomic_store_n(&c->cur, (weft_thread *)NULL, __ATOMIC_RELAXED);
         to_sp = c->sched_sp;
 #ifdef WEFT_ASAN
         bottom = c->asan_bottom;
@@ -1119,7 +1121,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
      * offsets (4K store-to-load aliasing) */
     t->sp = weft__ctx_make((char *)t, vthread_start, t);
     t->next = NULL;
-    t->carrier = NULL;
+    __atomic_store_n(&t->carrier, (weft__carrier *)NULL, __ATOMIC_RELAXED);
     t->home = NULL;
     t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
     __atomic_store_n(&t->why, (uint8_t)WEFT__WHY_NONE, __ATOMIC_RELAXED);
