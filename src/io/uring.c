@@ -20,6 +20,11 @@
  * the low 48 bits and a 16-bit generation on top, so that a late cancel
  * request can never hit a newer operation at the same address.
  *
+ * A ring's completions are reaped by its own carrier only: a completion for
+ * a vthread that parked there waits while that carrier runs a vthread that
+ * neither blocks nor yields (there is no preemption, as in Loom); other
+ * carriers cannot take it for it.
+ *
  * Sleeping.  An idle carrier waits in io_uring_submit_and_wait_timeout with
  * its next timer as the timeout.  A read on its eventfd is always armed;
  * weft__uring_kick writes the eventfd, which completes that read.
