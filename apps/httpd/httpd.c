@@ -534,18 +534,24 @@ typedef struct accepted {
     struct sockaddr_storage peer;
 } accepted;
 
-static void *vconn_main(void *arg) {
+/* A connection's vthread or pthread (it owns the malloc'd accepted). */
+static void *conn_main(void *arg) {
     accepted a = *(accepted *)arg;
     free(arg);
     serve_conn(a.fd, &a.peer);
     return NULL;
 }
 
-static void *tconn_main(void *arg) {
-    accepted a = *(accepted *)arg;
-    free(arg);
-    serve_conn(a.fd, &a.peer);
-    return NULL;
+/* Starts fn(arg) on a detached pthread with a 256 KiB stack; 0 or an errno. */
+static int start_detached(void *(*fn)(void *), void *arg) {
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    int e = pthread_create(&th, &at, fn, arg);
+    pthread_attr_destroy(&at);
+    return e;
 }
 
 /* pool:N -- a bounded FIFO of accepted connections */
@@ -594,17 +600,11 @@ static int dispatch(int fd, const struct sockaddr_storage *peer) {
     a->fd = fd;
     a->peer = *peer;
     if (O.model == MODEL_VIRTUAL) {
-        int r = weft_spawn(NULL, vconn_main, a, NULL);
+        int r = weft_spawn(NULL, conn_main, a, NULL);
         if (r < 0) free(a);
         return r;
     }
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 256 * 1024);
-    int e = pthread_create(&th, &at, tconn_main, a);
-    pthread_attr_destroy(&at);
+    int e = start_detached(conn_main, a);
     if (e) {
         free(a);
         return -e;
@@ -914,13 +914,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int i = 0; i < O.pool_threads; i++) {
-            pthread_t th;
-            pthread_attr_t at;
-            pthread_attr_init(&at);
-            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-            pthread_attr_setstacksize(&at, 256 * 1024);
-            int e = pthread_create(&th, &at, pool_worker, NULL);
-            pthread_attr_destroy(&at);
+            int e = start_detached(pool_worker, NULL);
             if (e) {
                 fprintf(stderr, "weft-httpd: pool:%d: thread %d: %s\n", O.pool_threads, i, strerror(e));
                 return 1;

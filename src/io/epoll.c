@@ -353,7 +353,7 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
     }
     default: break;
     }
-    int ev = (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND) ? POLLOUT : POLLIN;
+    int ev = weft__ioreq_events(rq);
     for (;;) {
         ssize_t r = attempt(rq);
         if (r != -EAGAIN && r != -EINTR) return r;

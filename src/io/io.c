@@ -136,6 +136,17 @@ ssize_t weft__sys_exec(weft__ioreq *rq) {
     return r < 0 ? -errno : r;
 }
 
+int weft__ioreq_events(const weft__ioreq *rq) {
+    switch (rq->op) {
+    case IOR_POLL: return rq->events;
+    case IOR_WRITE:
+    case IOR_WRITEV:
+    case IOR_SEND:
+    case IOR_CONNECT: return POLLOUT;
+    default: return POLLIN;
+    }
+}
+
 static int can_wait(int op) {
     return op == IOR_READ || op == IOR_WRITE || op == IOR_READV || op == IOR_WRITEV || op == IOR_RECV ||
            op == IOR_SEND || op == IOR_ACCEPT || op == IOR_POLL;
@@ -147,9 +158,7 @@ static int can_wait(int op) {
  * flags (not for connect and files). */
 static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
     if (!can_wait(rq->op)) return weft__sys_exec(rq);
-    int ev = rq->op == IOR_POLL ? rq->events
-             : (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND) ? POLLOUT
-                                                                                   : POLLIN;
+    int ev = weft__ioreq_events(rq);
     int must_wait = deadline != 0;
     for (;;) {
         if (must_wait) {

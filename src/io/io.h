@@ -84,6 +84,10 @@ typedef struct weft__ioreq {
     int events;
 } weft__ioreq;
 
+/* The readiness an operation waits for when it cannot go on: POLLOUT for
+ * the sending side (and connect), POLLIN otherwise; a poll's own events. */
+int weft__ioreq_events(const weft__ioreq *rq);
+
 ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline);
 ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline);
 /* The plain system call, blocking the calling OS thread. */

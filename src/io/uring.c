@@ -324,10 +324,7 @@ ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
         }
         if (res != -EAGAIN || rq->op == IOR_POLL) return res;
         /* an O_NONBLOCK fd: the ring answered at once; wait for readiness */
-        int ev = (rq->op == IOR_WRITE || rq->op == IOR_WRITEV || rq->op == IOR_SEND || rq->op == IOR_CONNECT)
-                     ? POLLOUT
-                     : POLLIN;
-        intr = submit_wait(rq, ev, deadline, &op);
+        intr = submit_wait(rq, weft__ioreq_events(rq), deadline, &op);
         if (intr) return intr;
         if (op.res < 0) return op.res;
     }

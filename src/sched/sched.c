@@ -848,16 +848,20 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 /* parking                                                                   */
 /* ------------------------------------------------------------------------ */
 
-uint64_t weft__park_begin_nocancel(weft__parker **pp, int kind) {
-    weft_thread *self = weft__self();
-    weft__parker *p = self ? &self->parker : &tls_parker;
-    *pp = p;
-    kind |= WEFT__PK_NOCANCEL | (self ? 0 : WEFT__PK_PLATFORM);
+/* Publishes the next park of p (seq + 1, kind, WAIT_RUN) and returns it. */
+static uint64_t publish_park(weft_thread *self, weft__parker *p, int kind) {
+    if (!self) kind |= WEFT__PK_PLATFORM;
     uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
     uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
-    atomic_store(&p->word, tok);
+    atomic_store(&p->word, tok); /* seq_cst: pairs with weft_cancel */
     if (self) self->park_token = tok;
     return tok;
+}
+
+uint64_t weft__park_begin_nocancel(weft__parker **pp, int kind) {
+    weft_thread *self = weft__self();
+    *pp = self ? &self->parker : &tls_parker;
+    return publish_park(self, *pp, kind | WEFT__PK_NOCANCEL);
 }
 
 uint64_t weft__park_begin(weft__parker **pp, int kind) {
@@ -870,12 +874,8 @@ uint64_t weft__park_begin(weft__parker **pp, int kind) {
         p = &tls_parker;
     }
     *pp = p;
-    if (!self) kind |= WEFT__PK_PLATFORM;
-    uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
-    uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
-    atomic_store(&p->word, tok); /* seq_cst: pairs with weft_cancel */
+    uint64_t tok = publish_park(self, p, kind);
     if (self) {
-        self->park_token = tok;
         if (atomic_load(&self->cancelled)) {
             uint64_t e = tok;
             atomic_compare_exchange_strong(&p->word, &e, (tok & ~(uint64_t)0xF) | WEFT__PS_CANCELLED);
