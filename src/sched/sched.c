@@ -41,6 +41,14 @@
  * nspinning before its last look, for the same reason.  Spinning is bounded
  * (SPIN_NS, about twice what waking a sleeping carrier costs on a VM), and
  * at most half the busy carriers plus one spin, so idle CPUs sleep.
+ * Each carrier adapts its bound to what spinning has been worth lately
+ * (spin_budget): a spin that finds work within SPIN_PAYS_NS (about the CPU
+ * time a sleep and a wake-up take) restores the full SPIN_NS; one that finds work
+ * later, or none, halves the next, down to SPIN_PAYS_NS -- so work that
+ * would have paid is always still caught.  A hand-off that comes back
+ * within microseconds keeps the full spin; a server whose work arrives now
+ * and then from a client on the same cores stops burning the CPU that
+ * client needs.
  *
  * LIFO slot.  weft__ready() called by a vthread puts the woken vthread in its
  * own carrier's slot: it runs next, on a warm cache (message passing between
@@ -80,6 +88,8 @@
 #define LIFO_CAP 3
 #define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping ($WEFT_SPIN_US) */
 static int64_t spin_ns = SPIN_NS;
+#define SPIN_PAYS_NS 3000 /* a spin that finds work this soon was worth it (the CPU a sleep and a
+                           * wake-up cost); also the shortest spin */
 #define SLOW_EVERY 16
 #define STEAL_MAX 32
 #define LIVE_FLUSH 32
@@ -103,6 +113,7 @@ struct weft__carrier {
     uint64_t rng;
     int index;
     int spinning;
+    int64_t spin_budget; /* this carrier's next spin, ns (see the top comment) */
     uint64_t id_next, id_end;
     void *tsan_fiber;
     void *asan_fake;
@@ -629,18 +640,26 @@ static weft_thread *find_work(weft__carrier *c) {
             }
         }
         if (c->spinning) {
-            /* Spin for SPIN_NS before sleeping: on this kind of VM waking a
-             * sleeping carrier costs tens of microseconds, so a hand-off that
-             * comes back within that time is far cheaper caught spinning. */
-            int64_t until = weft_now() + spin_ns;
+            /* Spin (up to SPIN_NS, as spin_budget says) before sleeping: on
+             * this kind of VM waking a sleeping carrier costs tens of
+             * microseconds, so a hand-off that comes back within that time
+             * is far cheaper caught spinning. */
+            int64_t budget = c->spin_budget > spin_ns || c->spin_budget <= 0 ? spin_ns : c->spin_budget;
+            int64_t start = weft_now(), until = start + budget, last = start;
             for (int r = 0;; r++) {
-                t = steal_once(c, r >= 2, (r & 7) == 0 ? weft_now() : 0);
+                t = steal_once(c, r >= 2, (r & 7) == 0 ? (last = weft_now()) : 0);
                 if (!t && pl && (r & 7) == 4) io_poll(c, pl, 1);
                 if (!t) t = pick_local(c);
                 if (t) break;
                 for (int k = 0; k < 16; k++) cpu_relax();
-                if ((r & 7) == 7 && (weft_now() >= until || atomic_load_explicit(&R.stop, memory_order_relaxed)))
+                if ((r & 7) == 7 && ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed)))
                     break;
+            }
+            if (t && last - start <= SPIN_PAYS_NS) { /* (last: the loop's latest clock read) */
+                c->spin_budget = spin_ns;
+            } else {
+                int64_t half = budget / 2;
+                c->spin_budget = half > SPIN_PAYS_NS ? half : SPIN_PAYS_NS;
             }
             if (t) { stop_spinning(c); return t; }
         }
