@@ -596,6 +596,21 @@ static void peer_name(char *out, size_t len, const char *model) {
 
 static double limit_rps(const http_exp *x, long c) { return (double)c * (double)x->every * 1000.0 / (double)x->delay_ms; }
 
+/*
+ * What ab itself lets a server reach when every request takes the delay
+ * (every == 1): ab 2.3 sends its first request alone and opens the other
+ * C - 1 connections only once that answer is in (strace: one connect, the
+ * 100 ms wait, then the rest), so n requests need at least
+ * (1 + ceil((n - 1) / C)) delays.  At n = 3000 that caps C = 300 at 90.9 %
+ * of the limit, 500 at 85.7 %, 1000 at 75 %, whatever the server.  0 where
+ * it does not apply (weft-load, which starts all C at once; every > 1).
+ */
+static double ab_ceiling_rps(const http_exp *x, const point *p) {
+    if (x->every != 1 || p->c >= WEFT_LOAD_MIN_CONC || p->c <= 0 || p->n <= 0) return 0;
+    double waves = 1.0 + (double)((p->n - 1 + p->c - 1) / p->c);
+    return (double)p->n * 1000.0 / (waves * (double)x->delay_ms);
+}
+
 static void set_point(bench_result *r, const http_exp *x, const char *model) {
     char peer[64];
     peer_name(peer, sizeof peer, model);
@@ -669,6 +684,11 @@ static void measure(server *s, const progs *pg, const http_exp *x, const char *m
         br_setf(&r, "rps", 2, lr.rps);
         br_setf(&r, "limit_rps", 0, lim);
         br_setf(&r, "pct_of_limit", 1, 100 * lr.rps / lim);
+        double ceil_rps = ab_ceiling_rps(x, p);
+        if (ceil_rps > 0) {
+            br_setf(&r, "ab_ceiling_rps", 0, ceil_rps);
+            br_setf(&r, "pct_of_ab_ceiling", 1, 100 * lr.rps / ceil_rps);
+        }
         br_setf(&r, "mean_ms", lr.mean_ms == (long)lr.mean_ms ? 0 : 3, lr.mean_ms);
         br_setf(&r, "p95_ms", lr.p95_ms == (long)lr.p95_ms ? 0 : 3, lr.p95_ms);
         br_setl(&r, "failed", lr.failed);
@@ -866,7 +886,8 @@ static void print_delay_tables(const bench_report *rep, const http_exp *x, const
     int npts = point_list(rep, x, ran, nran, pts);
     static const char *const titles[] = {"requests/s", "latency mean / p95, ms", "server CPU per request, us"};
     printf("\nhttp-delay: every request sleeps 100 ms; ab -r, no keep-alive (weft-load from C=%d); "
-           "limit = C / 0.1 s (Little's law)\n"
+           "limit = C / 0.1 s (Little's law); ab ceiling = what ab allows any server: it sends its first "
+           "request alone, so n requests take at least 1 + ceil((n-1)/C) delays\n"
            "article: Spring Boot 3 on Tomcat, Java 21, 3000 requests per C (platform: Tomcat's 200 threads); "
            "peers: run.sh delay100 (%d peer%s, median line when REPS>1)\n",
            WEFT_LOAD_MIN_CONC, npeers, npeers == 1 ? "" : "s");
@@ -877,6 +898,7 @@ static void print_delay_tables(const bench_report *rep, const http_exp *x, const
         snprintf(cell(&t, 0, col++), T_CELL, "C");
         snprintf(cell(&t, 0, col++), T_CELL, "n");
         if (w == W_RPS) snprintf(cell(&t, 0, col++), T_CELL, "limit");
+        if (w == W_RPS) snprintf(cell(&t, 0, col++), T_CELL, "ab ceiling");
         if (w != W_CPU) {
             snprintf(cell(&t, 0, col++), T_CELL, "article virtual");
             snprintf(cell(&t, 0, col++), T_CELL, "article platform");
@@ -890,6 +912,11 @@ static void print_delay_tables(const bench_report *rep, const http_exp *x, const
             snprintf(cell(&t, r, col++), T_CELL, "%ld", pts[i].c);
             snprintf(cell(&t, r, col++), T_CELL, "%ld", pts[i].n);
             if (w == W_RPS) snprintf(cell(&t, r, col++), T_CELL, "%.0f", limit_rps(x, pts[i].c));
+            if (w == W_RPS) {
+                double ab_c = ab_ceiling_rps(x, &pts[i]);
+                if (ab_c > 0) snprintf(cell(&t, r, col++), T_CELL, "%.0f", ab_c);
+                else snprintf(cell(&t, r, col++), T_CELL, "-");
+            }
             if (w != W_CPU) {
                 const struct article3 *a = article_for(&pts[i]);
                 if (!a) {

@@ -34,7 +34,9 @@
  *                (C:N; default 50..1000 with 3000 requests, and 1000:20000),
  *                per --models (virtual, pool:200); --big adds C=10,000 with
  *                100,000 requests through weft-load.  rps, pct_of_limit
- *                (Little's law: C / 0.1 s), mean_ms, p95_ms, failed,
+ *                (Little's law: C / 0.1 s), pct_of_ab_ceiling (ab sends
+ *                its first request alone: n requests need 1 + ceil((n-1)/C)
+ *                delays whatever the server), mean_ms, p95_ms, failed,
  *                cpu_us_per_req (the server's).  Article: req/s virtual
  *                455..5071, platform (200 threads) 467..1755.  Peers:
  *                delay100 (/work/shared/peers/http/run.sh).
@@ -158,7 +160,9 @@ static void usage(FILE *f) {
           "               keep-alive), one server per model, warmed up with ab -n 1000 -c 100; default\n"
           "               points \"50 150 300 500 1000 1000:20000\" (C alone: N = --requests);\n"
           "               --big adds 10000:100000 through weft-load (points with C >= 10000 use it).\n"
-          "               rps, limit_rps (C / 0.1 s), pct_of_limit, mean_ms, p95_ms, failed,\n"
+          "               rps, limit_rps (C / 0.1 s), pct_of_limit, ab_ceiling_rps and\n"
+          "               pct_of_ab_ceiling (ab sends its first request alone, so n requests take\n"
+          "               1 + ceil((n-1)/C) delays at best), mean_ms, p95_ms, failed,\n"
           "               cpu_us_per_req (server CPU / request); tables with the third article's\n"
           "               figures and the peers' delay100 lines\n"
           "  cancel-storm [-n N=100000] [--scopes S=10000] [--sockets K=1000]\n"
