@@ -131,6 +131,8 @@ int exp_http_delay(const bench_opts *o, bench_report *rep);
 int exp_http_every10(const bench_opts *o, bench_report *rep);
 /* exp_cancel.c: 100,000 blocked vthreads in 10,000 scopes cancelled at once */
 int exp_cancel_storm(const bench_opts *o, bench_report *rep);
+/* exp_floor.c: the kernel's cost of N guarded, one-page stacks, nothing else */
+int exp_page_floor(const bench_opts *o, bench_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */

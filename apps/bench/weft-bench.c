@@ -69,7 +69,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_ALL = 63 };
+enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64, X_ALL = 127 };
 enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 };
 
 static const struct experiment {
@@ -83,6 +83,7 @@ static const struct experiment {
     {"http-delay", X_HTTP_DELAY, exp_http_delay},
     {"http-every10", X_HTTP_EVERY10, exp_http_every10},
     {"cancel-storm", X_CANCEL, exp_cancel_storm},
+    {"page-floor", X_FLOOR, exp_page_floor},
 };
 
 enum {
@@ -169,6 +170,10 @@ static void usage(FILE *f) {
           "               N vthreads forked in S scopes, blocked in sleep, channel receive, mutex\n"
           "               lock, future get and (K of them) socket read, all cancelled at once\n"
           "               through their owners: cancel_s, live and fds before/after\n"
+          "  page-floor   [-n N=100000] [--carriers T=CPUs]\n"
+          "               the kernel's work alone for N stacks as weft makes them (a guard and one\n"
+          "               populated page a slot, 64 a call, T threads): floor_s, ns_per_slot,\n"
+          "               pages_only_s -- the bound under threads and sleep-tasks, this sitting\n"
           "  http-every10 [--conc \"C[:N]\"=100] [--requests N=10000] [--models \"virtual thread pool:200\"]\n"
           "               weft-httpd --delay-ms 2000 --delay-every 10 under ab -r -c 100 -n 10000;\n"
           "               table with the first article's 491.98 req/s, the limit (500) and the\n"
