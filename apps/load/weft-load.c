@@ -44,6 +44,17 @@
  * retries" and is not a failure.  (ab counts such a request as failed.)  A
  * second failure, or one on a fresh connection, counts.
  *
+ * Source addresses.  Against an IPv4 loopback target each worker binds its
+ * socket to a source address of its own from 127.0.1.0/24 (worker i gets
+ * 127.0.1.(i % 256)), with IP_BIND_ADDRESS_NO_PORT so that the port is
+ * still chosen at connect time.  With one source address, a run of 10,000
+ * connections leaves 10,000 ports of the 28,232 in TIME_WAIT; the next run
+ * within a minute makes the kernel search a nearly full port range on every
+ * connect (measured: client system time 0.33 s -> 0.88 s for 10,000
+ * connects, p90 latency 254 -> 614 ms).  256 sources give each its own
+ * range.  A bind that fails (a kernel without the option) falls back to the
+ * kernel's choice.  --no-spread turns it off.
+ *
  * Failure accounting.  Each request ends in exactly one of: complete (a
  * whole response was parsed), or a failure of one kind -- connect
  * (socket/connect failed: refused, unreachable, no ports), write (sending
@@ -122,6 +133,7 @@ static struct {
     int64_t timeout_ns;
     int carriers;
     int quiet, csv;
+    int spread;         /* bind loopback sources from 127.0.1.0/24 (see the top comment) */
     const char *headers[MAX_HEADERS];
     int nheaders;
     /* target */
@@ -133,7 +145,7 @@ static struct {
     /* the request, formatted once */
     char *req;
     size_t req_len;
-} C = {.n = 1, .c = 1, .method = "GET", .timeout_ns = 30 * INT64_C(1000000000)};
+} C = {.n = 1, .c = 1, .method = "GET", .timeout_ns = 30 * INT64_C(1000000000), .spread = 1};
 
 /* shared while the run goes on */
 static _Atomic int64_t g_next;   /* next ticket */
@@ -154,6 +166,7 @@ typedef struct worker {
     weft_thread *t;
     char *buf;
     int fd;
+    int index;                   /* 0..workers-1: picks the source address */
     int reused;                  /* the connection has carried a response already */
     uint64_t fails[F_KINDS];
     uint64_t complete;           /* whole responses, any status */
@@ -188,6 +201,14 @@ static int open_conn(worker *w) {
     if (fd < 0) return -errno; /* errno read right after socket(): no weft call between */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (C.spread && C.addr.ss_family == AF_INET &&
+        (ntohl(((const struct sockaddr_in *)&C.addr)->sin_addr.s_addr) >> 24) == 127) {
+        struct sockaddr_in src = {.sin_family = AF_INET};
+        src.sin_addr.s_addr = htonl((127u << 24) | (1u << 8) | (unsigned)(w->index & 255));
+        /* no port yet: the kernel picks it at connect, for the whole 4-tuple */
+        if (setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one) == 0)
+            (void)bind(fd, (const struct sockaddr *)&src, sizeof src); /* failing: the kernel's choice */
+    }
     int r = weft_connect(fd, (const struct sockaddr *)&C.addr, C.addrlen);
     if (r < 0) {
         weft_close(fd);
@@ -382,6 +403,9 @@ static void usage(FILE *f) {
             "  --carriers N    weft carrier threads (default: $WEFT_CARRIERS or the CPU count)\n"
             "  -q              quiet: only the machine-readable line\n"
             "  --csv           the machine-readable result as a CSV header and row\n"
+            "  --no-spread     against 127.x.x.x, do not give each connection a source address\n"
+            "                  of its own from 127.0.1.0/24 (the default keeps ephemeral ports\n"
+            "                  from running out when runs follow each other)\n"
             "  --self-test     check the histogram and the response parser, exit 0 or 1\n"
             "  -h, --help      this text\n"
             "The io backend follows $WEFT_IO (uring, epoll; default auto).\n"
@@ -695,12 +719,13 @@ static int report(results *res) {
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
-enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST };
+enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST, OPT_NO_SPREAD };
 
 static const struct option LONG_OPTS[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"carriers", required_argument, NULL, OPT_CARRIERS},
     {"csv", no_argument, NULL, OPT_CSV},
+    {"no-spread", no_argument, NULL, OPT_NO_SPREAD},
     {"self-test", no_argument, NULL, OPT_SELF_TEST},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -755,6 +780,7 @@ int main(int argc, char **argv) {
             break;
         case 'q': C.quiet = 1; break;
         case OPT_CSV: C.csv = 1; break;
+        case OPT_NO_SPREAD: C.spread = 0; break;
         case OPT_SELF_TEST: return self_test();
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -786,6 +812,7 @@ int main(int argc, char **argv) {
         worker *w = &res.w[i];
         memset(w, 0, sizeof *w);
         w->fd = -1;
+        w->index = i;
         w->doc_len = -1;
         hist_init(&w->h);
         w->buf = malloc(RECV_BUF);
