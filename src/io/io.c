@@ -286,6 +286,7 @@ int weft_fsync(int fd) {
 
 int weft_close(int fd) {
     if (fd < 0) return -EBADF;
+    if (weft__io_mode == WEFT_IO_URING) return weft__uring_close(fd);
     if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd);
     /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
     return close(fd) < 0 && errno != EINTR ? -errno : 0;
@@ -481,6 +482,7 @@ int weft__io_start(int mode) {
     if (mode != WEFT_IO_EPOLL) {
         int r = weft__uring_probe();
         if (r == 0) {
+            weft__uring_start();
             weft__io_mode = WEFT_IO_URING;
             return 0;
         }
@@ -500,6 +502,7 @@ void weft__io_drain(void) { pool_stop(); }
 void weft__io_stop(void) {
     pool_stop();
     if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_stop();
+    if (weft__io_mode == WEFT_IO_URING) weft__uring_stop();
     weft__io_mode = 0;
 }
 

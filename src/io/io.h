@@ -51,6 +51,10 @@ int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int che
 int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
 void weft__uring_kick(struct weft__poller *p);
 int weft__uring_probe(void); /* 0 or -errno */
+int weft__uring_start(void);  /* after a successful probe: the per-fd counts */
+void weft__uring_stop(void);
+/* close(2), after ending every operation in flight on fd (-EBADF to them) */
+int weft__uring_close(int fd);
 
 struct weft__poller *weft__epoll_new(int index, int *err);
 void weft__epoll_free(struct weft__poller *p);

@@ -35,6 +35,27 @@
  * ring's cancel list (a mutex-guarded array) and kicks the ring's carrier,
  * which queues the cancels on its next poll.  Either way the vthread then
  * waits for the original completion (io.c).
+ *
+ * Closing.  As in Go and Java, closing an fd ends the operations other
+ * vthreads have in flight on it: they return -EBADF.  Each fd has a count
+ * of the operations in flight on it (fdc: a two-level table of atomic
+ * words, chunks of FDC_CHUNK made on first use, sized by RLIMIT_NOFILE's
+ * hard limit at start) and a CLOSING bit.  submit_wait counts its
+ * operation in before queueing it (and refuses with -EBADF if CLOSING is
+ * set) and out once it has completed.  weft__uring_close sets CLOSING; if
+ * operations are in flight it queues IORING_OP_ASYNC_CANCEL keyed on the fd
+ * (IORING_ASYNC_CANCEL_FD | _ALL) on every ring (its own directly, the
+ * others through their cancel lists and a kick), waits -- uncancellably, in
+ * short naps -- until the count is zero, clears CLOSING and only then calls
+ * close(2): the number cannot be reused while a cancel keyed on it is on
+ * its way, and a socket() that reuses it afterwards starts clean.  (An
+ * operation begun on fd in the instant between the two, a race in the
+ * caller's own code, is not interrupted.)  An
+ * operation that ends with -ECANCELED though its own wait was not
+ * interrupted was ended this way and returns -EBADF.  A kernel without
+ * cancel-by-fd (before 5.19; probed at start) keeps the old behaviour: the
+ * count is not kept and close(2) is all weft_close does.  Fds beyond the
+ * table (the limit raised after start) are not tracked either.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -45,7 +66,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RING_ENTRIES 256
@@ -54,6 +77,11 @@
 #define TAG_EFD 1
 #define TAG_CANCEL 2
 #define PTR_MASK ((UINT64_C(1) << 48) - 1)
+
+#define FDC_CHUNK 4096u
+#define FDC_CLOSING 0x80000000u
+#define FDC_MAX_FDS (1u << 24)
+#define MAX_RINGS 1024
 
 typedef struct uring_poller {
     struct weft__poller base;
@@ -67,7 +95,21 @@ typedef struct uring_poller {
     _Atomic int ncancel;
     uint64_t *cancels;
     int cancel_cap;
+    _Atomic int nfdcancel; /* fds whose operations to cancel (weft__uring_close) */
+    int *fdcancels;
+    int fdcancel_cap;
 } uring_poller;
+
+static int cancel_fd_ok; /* the kernel cancels by fd (probed) */
+
+/* in-flight counts per fd (see "Closing" above) */
+static _Atomic(_Atomic uint32_t *) *fdc_top;
+static size_t fdc_nchunks;
+
+/* every ring, for weft__uring_close */
+static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
+static uring_poller *rings[MAX_RINGS];
+static int rings_hi; /* rings[] is empty from here on */
 
 static void *probe_main(void *arg) {
     int *res = arg;
@@ -89,9 +131,61 @@ static void *probe_main(void *arg) {
             if (!io_uring_opcode_supported(pr, ops[i])) ok = 0;
         io_uring_free_probe(pr);
     }
+    /* cancel-by-fd (5.19): a key that matches nothing answers -ENOENT, a
+     * kernel that does not know the flag -EINVAL */
+    cancel_fd_ok = 0;
+    if (ok) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&r);
+        struct io_uring_cqe *cqe;
+        if (sqe) {
+            io_uring_prep_cancel_fd(sqe, r.ring_fd, IORING_ASYNC_CANCEL_ALL);
+            if (io_uring_submit(&r) == 1 && io_uring_wait_cqe(&r, &cqe) == 0) {
+                cancel_fd_ok = cqe->res == -ENOENT || cqe->res == 0;
+                io_uring_cqe_seen(&r, cqe);
+            }
+        }
+    }
     io_uring_queue_exit(&r);
     *res = ok ? 0 : -ENOSYS;
     return NULL;
+}
+
+int weft__uring_start(void) {
+    if (!cancel_fd_ok) return 0;
+    struct rlimit rl;
+    size_t maxfd = 1u << 20;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY) maxfd = (size_t)rl.rlim_max;
+    if (maxfd > FDC_MAX_FDS) maxfd = FDC_MAX_FDS;
+    fdc_nchunks = (maxfd + FDC_CHUNK - 1) / FDC_CHUNK;
+    fdc_top = calloc(fdc_nchunks, sizeof *fdc_top);
+    if (!fdc_top) fdc_nchunks = 0; /* no tracking: close(2) alone */
+    return 0;
+}
+
+void weft__uring_stop(void) {
+    for (size_t i = 0; i < fdc_nchunks; i++) free((void *)atomic_load(&fdc_top[i]));
+    free(fdc_top);
+    fdc_top = NULL;
+    fdc_nchunks = 0;
+}
+
+/* fd's in-flight count; NULL if fd is not tracked (create: make its chunk) */
+static _Atomic uint32_t *fdc_slot(int fd, int create) {
+    if (fd < 0 || (size_t)fd / FDC_CHUNK >= fdc_nchunks) return NULL;
+    _Atomic(_Atomic uint32_t *) *top = &fdc_top[(size_t)fd / FDC_CHUNK];
+    _Atomic uint32_t *ch = atomic_load_explicit(top, memory_order_acquire);
+    if (!ch) {
+        if (!create) return NULL;
+        _Atomic uint32_t *fresh = calloc(FDC_CHUNK, sizeof *fresh);
+        if (!fresh) return NULL;
+        _Atomic uint32_t *none = NULL;
+        if (atomic_compare_exchange_strong(top, &none, fresh)) ch = fresh;
+        else {
+            free((void *)fresh);
+            ch = none;
+        }
+    }
+    return &ch[(size_t)fd % FDC_CHUNK];
 }
 
 /* The probe runs on a thread of its own: the kernel tears a ring down in
@@ -163,15 +257,26 @@ struct weft__poller *weft__uring_new(int index, int *err) {
     arm_efd(pl);
     io_uring_submit(&pl->ring);
     pl->pending = 0;
+    pthread_mutex_lock(&rings_lock);
+    if (index >= 0 && index < MAX_RINGS) {
+        rings[index] = pl;
+        if (index >= rings_hi) rings_hi = index + 1;
+    }
+    pthread_mutex_unlock(&rings_lock);
     return &pl->base;
 }
 
 void weft__uring_free(struct weft__poller *p) {
     uring_poller *pl = (uring_poller *)p;
+    pthread_mutex_lock(&rings_lock);
+    if (pl->base.index >= 0 && pl->base.index < MAX_RINGS && rings[pl->base.index] == pl)
+        rings[pl->base.index] = NULL;
+    pthread_mutex_unlock(&rings_lock);
     io_uring_queue_exit(&pl->ring);
     close(pl->efd);
     pthread_mutex_destroy(&pl->cancel_lock);
     free(pl->cancels);
+    free(pl->fdcancels);
     free(pl);
 }
 
@@ -180,8 +285,16 @@ void weft__uring_kick(struct weft__poller *p) {
     eventfd_write(pl->efd, 1);
 }
 
+static void queue_fd_cancel(uring_poller *pl, int fd) {
+    struct io_uring_sqe *sqe = get_sqe(pl);
+    io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(sqe, TAG_CANCEL);
+}
+
 static void take_cancels(uring_poller *pl) {
-    if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire)) return;
+    if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire) &&
+        !atomic_load_explicit(&pl->nfdcancel, memory_order_acquire))
+        return;
     pthread_mutex_lock(&pl->cancel_lock);
     int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
@@ -190,6 +303,9 @@ static void take_cancels(uring_poller *pl) {
         io_uring_sqe_set_data64(sqe, TAG_CANCEL);
     }
     atomic_store_explicit(&pl->ncancel, 0, memory_order_relaxed);
+    n = atomic_load_explicit(&pl->nfdcancel, memory_order_relaxed);
+    for (int i = 0; i < n; i++) queue_fd_cancel(pl, pl->fdcancels[i]);
+    atomic_store_explicit(&pl->nfdcancel, 0, memory_order_relaxed);
     pthread_mutex_unlock(&pl->cancel_lock);
 }
 
@@ -276,9 +392,17 @@ static void uring_cancel(weft__iop *op) {
     weft__uring_kick(&pl->base);
 }
 
-/* Queues one operation for rq on the calling carrier's ring and waits. */
+/* Queues one operation for rq on the calling carrier's ring and waits.  An
+ * fd being closed refuses it (op->res -EBADF, nothing queued). */
 static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
     uring_poller *pl = (uring_poller *)weft__poller_self();
+    _Atomic uint32_t *cnt = fdc_top ? fdc_slot(rq->fd, 1) : NULL;
+    if (cnt && (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) & FDC_CLOSING)) {
+        atomic_fetch_sub_explicit(cnt, 1, memory_order_release);
+        memset(op, 0, sizeof *op);
+        op->res = -EBADF;
+        return 0;
+    }
     struct io_uring_sqe *sqe = get_sqe(pl);
     if (poll_events) {
         io_uring_prep_poll_add(sqe, rq->fd, (unsigned)poll_events);
@@ -304,7 +428,67 @@ static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft_
     op->ud = (uint64_t)(uintptr_t)op | ((uint64_t)++pl->gen << 48);
     io_uring_sqe_set_data64(sqe, op->ud);
     if (pl->pending >= BATCH) flush(pl);
-    return weft__iop_wait(op, deadline, uring_cancel);
+    int intr = weft__iop_wait(op, deadline, uring_cancel);
+    /* not cancelled by its own wait: weft__uring_close ended it */
+    if (!intr && op->res == -ECANCELED) op->res = -EBADF;
+    if (cnt) atomic_fetch_sub_explicit(cnt, 1, memory_order_release);
+    return intr;
+}
+
+/* Asks ring pl to cancel every operation on fd. */
+static void cancel_fd_on(uring_poller *pl, int fd) {
+    if (weft__poller_self() == &pl->base) {
+        queue_fd_cancel(pl, fd);
+        flush(pl);
+        return;
+    }
+    pthread_mutex_lock(&pl->cancel_lock);
+    int n = atomic_load_explicit(&pl->nfdcancel, memory_order_relaxed);
+    if (n == pl->fdcancel_cap) {
+        int cap = pl->fdcancel_cap ? 2 * pl->fdcancel_cap : 8;
+        int *c = realloc(pl->fdcancels, (size_t)cap * sizeof *c);
+        if (!c) weft__fatal("out of memory queueing an io_uring cancellation");
+        pl->fdcancels = c;
+        pl->fdcancel_cap = cap;
+    }
+    pl->fdcancels[n] = fd;
+    atomic_store_explicit(&pl->nfdcancel, n + 1, memory_order_release);
+    pthread_mutex_unlock(&pl->cancel_lock);
+    weft__uring_kick(&pl->base);
+}
+
+/* A short wait that neither a cancellation nor a deadline cuts short. */
+static void nap(int64_t ns) {
+    weft__parker *p;
+    uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_GENERIC);
+    weft__park_wait(p, tok, weft_now() + ns, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
+}
+
+int weft__uring_close(int fd) {
+    _Atomic uint32_t *cnt = fdc_top ? fdc_slot(fd, 0) : NULL;
+    if (cnt) {
+        uint32_t old = atomic_fetch_or_explicit(cnt, FDC_CLOSING, memory_order_acq_rel);
+        if (old & FDC_CLOSING) return -EBADF; /* another weft_close has it */
+        if (old) {
+            /* operations in flight: cancel them everywhere (they may sit on
+             * any carrier's ring), then wait until each has come back; ask
+             * again now and then, for a cancel that found its operation
+             * between two states */
+            for (int round = 0; atomic_load_explicit(cnt, memory_order_acquire) & ~FDC_CLOSING; round++) {
+                if (round % 256 == 0) {
+                    pthread_mutex_lock(&rings_lock);
+                    for (int i = 0; i < rings_hi; i++)
+                        if (rings[i]) cancel_fd_on(rings[i], fd);
+                    pthread_mutex_unlock(&rings_lock);
+                }
+                nap(20000);
+            }
+        }
+    }
+    /* CLOSING goes before close(2): once the number is free, a socket() on
+     * another thread may get it, and its operations must not be refused */
+    if (cnt) atomic_fetch_and_explicit(cnt, ~FDC_CLOSING, memory_order_release);
+    return close(fd) < 0 && errno != EINTR ? -errno : 0; /* never retried: the fd is gone either way */
 }
 
 ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
@@ -317,6 +501,7 @@ ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
         if (res == -EINPROGRESS && rq->op == IOR_CONNECT) { /* O_NONBLOCK socket */
             intr = submit_wait(rq, POLLOUT, deadline, &op);
             if (intr) return intr;
+            if (op.res < 0) return op.res; /* closed meanwhile */
             int err = 0;
             socklen_t l = sizeof err;
             if (getsockopt(rq->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) return -errno;
