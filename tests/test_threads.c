@@ -192,7 +192,10 @@ static void *helper_fn(void *arg) {
 
 static void *target_fn(void *arg) {
     int moves = 0;
-    for (int k = 0; k < 400; k++) {
+    /* until 100 hops (about 400 rounds when the machine is quiet; a wake
+     * can also find the target still running, or a thief take it, so on a
+     * loaded machine it may take more) */
+    for (int k = 0; k < 40000 && moves < 100; k++) {
         int i = k % 2;
         int before = weft__carrier_index(weft__carrier_self());
         atomic_store(&woke, 0);
@@ -228,7 +231,7 @@ TEST(migration_sees_current_carrier) {
         weft_unpark(helper[i]);
         CHECK_EQ(weft_join(helper[i], NULL), 0);
     }
-    CHECK((intptr_t)moves > 100); /* it really did hop between carriers */
+    CHECK((intptr_t)moves >= 100); /* it really did hop between carriers */
 }
 
 TEST(init_twice_and_restart) {

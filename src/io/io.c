@@ -287,7 +287,7 @@ int weft_fsync(int fd) {
 int weft_close(int fd) {
     if (fd < 0) return -EBADF;
     if (weft__io_mode == WEFT_IO_URING) return weft__uring_close(fd);
-    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd);
+    if (weft__io_mode == WEFT_IO_EPOLL) return weft__epoll_close(fd);
     /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
     return close(fd) < 0 && errno != EINTR ? -errno : 0;
 }

@@ -66,7 +66,8 @@ void weft__epoll_stop(void);
 /* Parks until fd is ready for events or the wait is interrupted; returns
  * the ready events, -ETIMEDOUT or -ECANCELED. */
 int weft__epoll_wait_fd(int fd, int events, int64_t deadline);
-void weft__epoll_forget(int fd); /* before close: wakes waiters with -EBADF */
+/* close(2), waking fd's waiters with -EBADF first (under the fd's lock) */
+int weft__epoll_close(int fd);
 
 /* Requests the backends handle; the API (io.c) builds them. */
 enum {

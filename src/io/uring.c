@@ -41,21 +41,22 @@
  * of the operations in flight on it (fdc: a two-level table of atomic
  * words, chunks of FDC_CHUNK made on first use, sized by RLIMIT_NOFILE's
  * hard limit at start) and a CLOSING bit.  submit_wait counts its
- * operation in before queueing it (and refuses with -EBADF if CLOSING is
- * set) and out once it has completed.  weft__uring_close sets CLOSING; if
- * operations are in flight it queues IORING_OP_ASYNC_CANCEL keyed on the fd
- * (IORING_ASYNC_CANCEL_FD | _ALL) on every ring (its own directly, the
- * others through their cancel lists and a kick), waits -- uncancellably, in
- * short naps -- until the count is zero, clears CLOSING and only then calls
- * close(2): the number cannot be reused while a cancel keyed on it is on
- * its way, and a socket() that reuses it afterwards starts clean.  (An
- * operation begun on fd in the instant between the two, a race in the
- * caller's own code, is not interrupted.)  An
- * operation that ends with -ECANCELED though its own wait was not
- * interrupted was ended this way and returns -EBADF.  A kernel without
- * cancel-by-fd (before 5.19; probed at start) keeps the old behaviour: the
- * count is not kept and close(2) is all weft_close does.  Fds beyond the
- * table (the limit raised after start) are not tracked either.
+ * operation in before queueing it and out once it has completed; one that
+ * finds CLOSING set waits (cancellably) until it clears and then goes on
+ * with the number as it is then -- closed, so the kernel answers -EBADF, or
+ * a new socket's that took the number, which must not be refused.
+ * weft__uring_close sets CLOSING; if operations are in flight it queues
+ * IORING_OP_ASYNC_CANCEL keyed on the fd (IORING_ASYNC_CANCEL_FD | _ALL) on
+ * every ring (its own directly, the others through their cancel lists and a
+ * kick), waits -- uncancellably, in short naps -- until the count is zero,
+ * calls close(2), then clears CLOSING: the number cannot be reused while a
+ * cancel keyed on it is on its way, and no operation can slip onto the old
+ * file between the cancel and the close.  An operation that ends with
+ * -ECANCELED though its own wait was not interrupted was ended this way and
+ * returns -EBADF.  A kernel without cancel-by-fd (before 5.19; probed at
+ * start) keeps the old behaviour: the count is not kept and close(2) is all
+ * weft_close does.  Fds beyond the table (the limit raised after start) are
+ * not tracked either.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -392,17 +393,24 @@ static void uring_cancel(weft__iop *op) {
     weft__uring_kick(&pl->base);
 }
 
-/* Queues one operation for rq on the calling carrier's ring and waits.  An
- * fd being closed refuses it (op->res -EBADF, nothing queued). */
+static int nap_cancellable(int64_t ns, int64_t deadline);
+
+/* Queues one operation for rq on the calling carrier's ring and waits.  On
+ * an fd being closed it first waits for the close to end (honouring
+ * deadline and cancellation), then goes on with whatever the number is
+ * then (see "Closing" above). */
 static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
-    uring_poller *pl = (uring_poller *)weft__poller_self();
     _Atomic uint32_t *cnt = fdc_top ? fdc_slot(rq->fd, 1) : NULL;
-    if (cnt && (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) & FDC_CLOSING)) {
+    while (cnt && (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) & FDC_CLOSING)) {
         atomic_fetch_sub_explicit(cnt, 1, memory_order_release);
-        memset(op, 0, sizeof *op);
-        op->res = -EBADF;
-        return 0;
+        int r = nap_cancellable(20000, deadline);
+        if (r) {
+            memset(op, 0, sizeof *op);
+            op->res = r;
+            return r;
+        }
     }
+    uring_poller *pl = (uring_poller *)weft__poller_self(); /* after a nap: maybe another carrier's */
     struct io_uring_sqe *sqe = get_sqe(pl);
     if (poll_events) {
         io_uring_prep_poll_add(sqe, rq->fd, (unsigned)poll_events);
@@ -464,6 +472,18 @@ static void nap(int64_t ns) {
     weft__park_wait(p, tok, weft_now() + ns, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
 }
 
+/* A short wait that they do: 0 after ns, or -ECANCELED / -ETIMEDOUT. */
+static int nap_cancellable(int64_t ns, int64_t deadline) {
+    weft__parker *p;
+    uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
+    if (!tok) return -ECANCELED;
+    int64_t until = weft_now() + ns;
+    int own = deadline && deadline <= until;
+    int r = weft__park_wait(p, tok, own ? deadline : until, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
+    if (r == -ETIMEDOUT && !own) return 0; /* the nap's own end, not a deadline */
+    return r;
+}
+
 int weft__uring_close(int fd) {
     _Atomic uint32_t *cnt = fdc_top ? fdc_slot(fd, 0) : NULL;
     if (cnt) {
@@ -485,10 +505,11 @@ int weft__uring_close(int fd) {
             }
         }
     }
-    /* CLOSING goes before close(2): once the number is free, a socket() on
-     * another thread may get it, and its operations must not be refused */
+    int r = close(fd) < 0 && errno != EINTR ? -errno : 0; /* never retried: the fd is gone either way */
+    /* an operation that came meanwhile waited for this; it now finds the
+     * number closed, or a new socket's if one took it */
     if (cnt) atomic_fetch_and_explicit(cnt, ~FDC_CLOSING, memory_order_release);
-    return close(fd) < 0 && errno != EINTR ? -errno : 0; /* never retried: the fd is gone either way */
+    return r;
 }
 
 ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
