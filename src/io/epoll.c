@@ -266,12 +266,9 @@ int weft__epoll_wait_fd(int fd, int events, int64_t deadline) {
     return op.res;
 }
 
-/* The whole close under the fd's lock: a waiter that registers before it is
- * woken here, one that registers after it finds the fd closed (epoll_ctl
- * says EBADF: arm completes it so) or a new file under the number. */
-int weft__epoll_close(int fd) {
+void weft__epoll_forget(int fd) {
     fd_ent *e = ent(fd);
-    if (!e) return close(fd) < 0 && errno != EINTR ? -errno : 0;
+    if (!e) return;
     pthread_mutex_lock(&e->lock);
     weft__iop *w = e->waiters;
     e->waiters = NULL;
@@ -284,10 +281,7 @@ int weft__epoll_close(int fd) {
         if (t) weft__ready(t);
         w = nx;
     }
-    /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
-    int r = close(fd) < 0 && errno != EINTR ? -errno : 0;
     pthread_mutex_unlock(&e->lock);
-    return r;
 }
 
 static int set_nonblock(int fd) {

@@ -27,6 +27,25 @@
  * result -- nothing read or written is lost; the cancellation stays sticky
  * for the next call.
  *
+ * Closing (weft_close), as Go's and Java's sockets close: the operations
+ * other vthreads have in flight on the fd end with -EBADF, and close(2)
+ * waits until none is using the fd, so that no call -- not even a
+ * non-blocking attempt -- ever runs on a number that close(2) has freed and
+ * a socket() may have taken.  Each fd has a use count and a CLOSING bit
+ * (fdu: a two-level table of atomic words, chunks of FDU_CHUNK made on
+ * first use, sized by RLIMIT_NOFILE's hard limit at start).  A vthread's
+ * call counts itself in for its whole length (exec); one that finds CLOSING
+ * set backs out and waits (cancellably, in short naps) until it clears,
+ * then goes on with the number as it is then: closed (-EBADF from the
+ * kernel) or a new file's.  weft_close sets CLOSING, then, until the count
+ * is zero, interrupts the fd's waiters now and then -- io_uring: a cancel
+ * keyed on the fd on every ring (they come back -EBADF); epoll: the fd's
+ * waiters woken with -EBADF -- and naps, uncancellably; then close(2), then
+ * CLOSING cleared.  Not counted, so not interrupted: platform threads'
+ * plain system calls.  On io_uring kernels before 5.19 (no cancel-by-fd),
+ * or for fds beyond the table, weft_close is close(2) alone (epoll: after
+ * waking the waiters).
+ *
  * The blocking pool.  Up to WEFT_BLOCKING_MAX (default 64) platform threads,
  * started on demand, leaving after 10 s idle; a FIFO of jobs under one
  * mutex.  weft_blocking and the epoll backend's file operations use it.
@@ -44,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -192,6 +212,88 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* fd use counts, for weft_close                                             */
+/* ------------------------------------------------------------------------ */
+
+#define FDU_CHUNK 4096u
+#define FDU_CLOSING 0x80000000u
+#define FDU_MAX_FDS (1u << 24)
+
+static _Atomic(_Atomic uint32_t *) *fdu_top;
+static size_t fdu_nchunks;
+
+static void fdu_start(void) {
+    struct rlimit rl;
+    size_t maxfd = 1u << 20;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY) maxfd = (size_t)rl.rlim_max;
+    if (maxfd > FDU_MAX_FDS) maxfd = FDU_MAX_FDS;
+    fdu_nchunks = (maxfd + FDU_CHUNK - 1) / FDU_CHUNK;
+    fdu_top = calloc(fdu_nchunks, sizeof *fdu_top);
+    if (!fdu_top) fdu_nchunks = 0; /* no counts: weft_close is close(2) alone */
+}
+
+static void fdu_stop(void) {
+    for (size_t i = 0; i < fdu_nchunks; i++) free((void *)atomic_load(&fdu_top[i]));
+    free(fdu_top);
+    fdu_top = NULL;
+    fdu_nchunks = 0;
+}
+
+/* fd's word; NULL if fd is not counted (create: make its chunk) */
+static _Atomic uint32_t *fdu_slot(int fd, int create) {
+    if (fd < 0 || (size_t)fd / FDU_CHUNK >= fdu_nchunks) return NULL;
+    _Atomic(_Atomic uint32_t *) *top = &fdu_top[(size_t)fd / FDU_CHUNK];
+    _Atomic uint32_t *ch = atomic_load_explicit(top, memory_order_acquire);
+    if (!ch) {
+        if (!create) return NULL;
+        _Atomic uint32_t *fresh = calloc(FDU_CHUNK, sizeof *fresh);
+        if (!fresh) return NULL;
+        _Atomic uint32_t *none = NULL;
+        if (atomic_compare_exchange_strong(top, &none, fresh)) {
+            ch = fresh;
+        } else {
+            free((void *)fresh);
+            ch = none;
+        }
+    }
+    return &ch[(size_t)fd % FDU_CHUNK];
+}
+
+/* A short wait that neither a cancellation nor a deadline cuts short. */
+static void nap(int64_t ns) {
+    weft__parker *p;
+    uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_GENERIC);
+    weft__park_wait(p, tok, weft_now() + ns, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
+}
+
+/* One that they do: 0 after ns, or -ECANCELED / -ETIMEDOUT. */
+static int nap_cancellable(int64_t ns, int64_t deadline) {
+    weft__parker *p;
+    uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
+    if (!tok) return -ECANCELED;
+    int64_t until = weft_now() + ns;
+    int own = deadline && deadline <= until;
+    int r = weft__park_wait(p, tok, own ? deadline : until, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
+    if (r == -ETIMEDOUT && !own) return 0; /* the nap's own end, not a deadline */
+    return r;
+}
+
+/* Counts a call in on fd, after any close under way; *err on interruption. */
+static _Atomic uint32_t *fd_enter(int fd, int64_t deadline, int *err) {
+    *err = 0;
+    _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
+    while (u && (atomic_fetch_add_explicit(u, 1, memory_order_acq_rel) & FDU_CLOSING)) {
+        atomic_fetch_sub_explicit(u, 1, memory_order_release);
+        if ((*err = nap_cancellable(20000, deadline)) != 0) return NULL;
+    }
+    return u;
+}
+
+static void fd_leave(_Atomic uint32_t *u) {
+    if (u) atomic_fetch_sub_explicit(u, 1, memory_order_release);
+}
+
 static ssize_t exec(weft__ioreq *rq) {
     int r = weft__ensure_init();
     if (r < 0) return r;
@@ -203,16 +305,25 @@ static ssize_t exec(weft__ioreq *rq) {
     if (!self || !weft__poller_self()) return platform_exec(rq, deadline);
     if (weft_cancelled()) return -ECANCELED;
     if (deadline && deadline <= weft_now()) return -ETIMEDOUT;
+    int err;
+    _Atomic uint32_t *use = fd_enter(rq->fd, deadline, &err);
+    if (err) return err;
+    ssize_t res;
     if (rq->op == IOR_SEND && weft__io_mode == WEFT_IO_URING) {
         /* A send almost always finds room in the socket buffer: one
          * non-blocking attempt costs a system call but saves the ring's
          * round trip, a park and a timer.  Only when the buffer is full does
          * the send go through the ring and wait. */
-        ssize_t sent = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT);
-        if (sent >= 0) return sent;
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -errno;
+        res = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT);
+        if (res < 0) res = -errno;
+        if (res >= 0 || (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR)) {
+            fd_leave(use);
+            return res;
+        }
     }
-    return weft__io_mode == WEFT_IO_URING ? weft__uring_exec(rq, deadline) : weft__epoll_exec(rq, deadline);
+    res = weft__io_mode == WEFT_IO_URING ? weft__uring_exec(rq, deadline) : weft__epoll_exec(rq, deadline);
+    fd_leave(use);
+    return res;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -284,12 +395,33 @@ int weft_fsync(int fd) {
     return (int)exec(&rq);
 }
 
+/* Ends the waits of the calls in flight on fd (see "Closing" above). */
+static void interrupt_fd(int fd) {
+    if (weft__io_mode == WEFT_IO_URING) weft__uring_cancel_fd(fd);
+    else if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd);
+}
+
 int weft_close(int fd) {
     if (fd < 0) return -EBADF;
-    if (weft__io_mode == WEFT_IO_URING) return weft__uring_close(fd);
-    if (weft__io_mode == WEFT_IO_EPOLL) return weft__epoll_close(fd);
+    /* create: a call's fd_enter may be making fd's chunk right now */
+    _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
+    if (u) {
+        uint32_t old = atomic_fetch_or_explicit(u, FDU_CLOSING, memory_order_acq_rel);
+        if (old & FDU_CLOSING) return -EBADF; /* another weft_close has it */
+        /* until no call uses fd: interrupt the waits now and then (a call
+         * may begin its wait after an interruption), nap in between */
+        for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & ~FDU_CLOSING; round++) {
+            if (round % 16 == 0) interrupt_fd(fd);
+            nap(20000);
+        }
+    }
+    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd); /* its registration and kind go */
     /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
-    return close(fd) < 0 && errno != EINTR ? -errno : 0;
+    int r = close(fd) < 0 && errno != EINTR ? -errno : 0;
+    /* a call that came meanwhile waited for this; it now finds the number
+     * closed, or a new file's if a socket() took it */
+    if (u) atomic_fetch_and_explicit(u, ~FDU_CLOSING, memory_order_release);
+    return r;
 }
 
 ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
@@ -308,10 +440,16 @@ ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
         return w;
     }
     for (;;) {
+        int err = 0;
+        /* counted in on out, as exec's calls are, so a weft_close waits */
+        _Atomic uint32_t *use = weft_self() ? fd_enter(out, weft__effective_deadline(0), &err) : NULL;
+        if (err) return err;
         ssize_t r = sendfile(out, in, off, n);
+        int e = errno;
+        fd_leave(use);
         if (r >= 0) return r;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN) return -errno;
+        if (e == EINTR) continue;
+        if (e != EAGAIN) return -e;
         int p = weft_poll(out, POLLOUT, 0);
         if (p < 0) return p;
     }
@@ -482,7 +620,7 @@ int weft__io_start(int mode) {
     if (mode != WEFT_IO_EPOLL) {
         int r = weft__uring_probe();
         if (r == 0) {
-            weft__uring_start();
+            if (weft__uring_can_cancel_fd()) fdu_start();
             weft__io_mode = WEFT_IO_URING;
             return 0;
         }
@@ -493,6 +631,7 @@ int weft__io_start(int mode) {
     }
     int r = weft__epoll_start();
     if (r < 0) return r;
+    fdu_start();
     weft__io_mode = WEFT_IO_EPOLL;
     return 0;
 }
@@ -502,7 +641,7 @@ void weft__io_drain(void) { pool_stop(); }
 void weft__io_stop(void) {
     pool_stop();
     if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_stop();
-    if (weft__io_mode == WEFT_IO_URING) weft__uring_stop();
+    fdu_stop();
     weft__io_mode = 0;
 }
 

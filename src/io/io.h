@@ -51,10 +51,9 @@ int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int che
 int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
 void weft__uring_kick(struct weft__poller *p);
 int weft__uring_probe(void); /* 0 or -errno */
-int weft__uring_start(void);  /* after a successful probe: the per-fd counts */
-void weft__uring_stop(void);
-/* close(2), after ending every operation in flight on fd (-EBADF to them) */
-int weft__uring_close(int fd);
+int weft__uring_can_cancel_fd(void); /* after a successful probe: kernel >= 5.19 */
+/* Asks every ring to cancel the operations on fd (they return -EBADF). */
+void weft__uring_cancel_fd(int fd);
 
 struct weft__poller *weft__epoll_new(int index, int *err);
 void weft__epoll_free(struct weft__poller *p);
@@ -66,8 +65,7 @@ void weft__epoll_stop(void);
 /* Parks until fd is ready for events or the wait is interrupted; returns
  * the ready events, -ETIMEDOUT or -ECANCELED. */
 int weft__epoll_wait_fd(int fd, int events, int64_t deadline);
-/* close(2), waking fd's waiters with -EBADF first (under the fd's lock) */
-int weft__epoll_close(int fd);
+void weft__epoll_forget(int fd); /* wakes fd's waiters with -EBADF, drops its registration */
 
 /* Requests the backends handle; the API (io.c) builds them. */
 enum {

@@ -36,27 +36,12 @@
  * which queues the cancels on its next poll.  Either way the vthread then
  * waits for the original completion (io.c).
  *
- * Closing.  As in Go and Java, closing an fd ends the operations other
- * vthreads have in flight on it: they return -EBADF.  Each fd has a count
- * of the operations in flight on it (fdc: a two-level table of atomic
- * words, chunks of FDC_CHUNK made on first use, sized by RLIMIT_NOFILE's
- * hard limit at start) and a CLOSING bit.  submit_wait counts its
- * operation in before queueing it and out once it has completed; one that
- * finds CLOSING set waits (cancellably) until it clears and then goes on
- * with the number as it is then -- closed, so the kernel answers -EBADF, or
- * a new socket's that took the number, which must not be refused.
- * weft__uring_close sets CLOSING; if operations are in flight it queues
- * IORING_OP_ASYNC_CANCEL keyed on the fd (IORING_ASYNC_CANCEL_FD | _ALL) on
- * every ring (its own directly, the others through their cancel lists and a
- * kick), waits -- uncancellably, in short naps -- until the count is zero,
- * calls close(2), then clears CLOSING: the number cannot be reused while a
- * cancel keyed on it is on its way, and no operation can slip onto the old
- * file between the cancel and the close.  An operation that ends with
- * -ECANCELED though its own wait was not interrupted was ended this way and
- * returns -EBADF.  A kernel without cancel-by-fd (before 5.19; probed at
- * start) keeps the old behaviour: the count is not kept and close(2) is all
- * weft_close does.  Fds beyond the table (the limit raised after start) are
- * not tracked either.
+ * Closing (the rest is io.c's).  weft__uring_cancel_fd asks every ring to
+ * cancel the operations keyed on an fd (IORING_OP_ASYNC_CANCEL with
+ * IORING_ASYNC_CANCEL_FD | _ALL): its own directly, the others through
+ * their cancel lists and a kick.  An operation that ends with -ECANCELED
+ * though its own wait was not interrupted was ended so and returns -EBADF.
+ * Kernels before 5.19 cannot cancel by fd (probed at start).
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -67,9 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RING_ENTRIES 256
@@ -79,9 +62,6 @@
 #define TAG_CANCEL 2
 #define PTR_MASK ((UINT64_C(1) << 48) - 1)
 
-#define FDC_CHUNK 4096u
-#define FDC_CLOSING 0x80000000u
-#define FDC_MAX_FDS (1u << 24)
 #define MAX_RINGS 1024
 
 typedef struct uring_poller {
@@ -96,18 +76,14 @@ typedef struct uring_poller {
     _Atomic int ncancel;
     uint64_t *cancels;
     int cancel_cap;
-    _Atomic int nfdcancel; /* fds whose operations to cancel (weft__uring_close) */
+    _Atomic int nfdcancel; /* fds whose operations to cancel (weft__uring_cancel_fd) */
     int *fdcancels;
     int fdcancel_cap;
 } uring_poller;
 
 static int cancel_fd_ok; /* the kernel cancels by fd (probed) */
 
-/* in-flight counts per fd (see "Closing" above) */
-static _Atomic(_Atomic uint32_t *) *fdc_top;
-static size_t fdc_nchunks;
-
-/* every ring, for weft__uring_close */
+/* every ring, for weft__uring_cancel_fd */
 static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
 static uring_poller *rings[MAX_RINGS];
 static int rings_hi; /* rings[] is empty from here on */
@@ -151,44 +127,6 @@ static void *probe_main(void *arg) {
     return NULL;
 }
 
-int weft__uring_start(void) {
-    if (!cancel_fd_ok) return 0;
-    struct rlimit rl;
-    size_t maxfd = 1u << 20;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY) maxfd = (size_t)rl.rlim_max;
-    if (maxfd > FDC_MAX_FDS) maxfd = FDC_MAX_FDS;
-    fdc_nchunks = (maxfd + FDC_CHUNK - 1) / FDC_CHUNK;
-    fdc_top = calloc(fdc_nchunks, sizeof *fdc_top);
-    if (!fdc_top) fdc_nchunks = 0; /* no tracking: close(2) alone */
-    return 0;
-}
-
-void weft__uring_stop(void) {
-    for (size_t i = 0; i < fdc_nchunks; i++) free((void *)atomic_load(&fdc_top[i]));
-    free(fdc_top);
-    fdc_top = NULL;
-    fdc_nchunks = 0;
-}
-
-/* fd's in-flight count; NULL if fd is not tracked (create: make its chunk) */
-static _Atomic uint32_t *fdc_slot(int fd, int create) {
-    if (fd < 0 || (size_t)fd / FDC_CHUNK >= fdc_nchunks) return NULL;
-    _Atomic(_Atomic uint32_t *) *top = &fdc_top[(size_t)fd / FDC_CHUNK];
-    _Atomic uint32_t *ch = atomic_load_explicit(top, memory_order_acquire);
-    if (!ch) {
-        if (!create) return NULL;
-        _Atomic uint32_t *fresh = calloc(FDC_CHUNK, sizeof *fresh);
-        if (!fresh) return NULL;
-        _Atomic uint32_t *none = NULL;
-        if (atomic_compare_exchange_strong(top, &none, fresh)) ch = fresh;
-        else {
-            free((void *)fresh);
-            ch = none;
-        }
-    }
-    return &ch[(size_t)fd % FDC_CHUNK];
-}
-
 /* The probe runs on a thread of its own: the kernel tears a ring down in
  * the background and then interrupts the thread that made it (task work),
  * which would surface as one spurious EINTR in the caller's next blocking
@@ -203,6 +141,8 @@ int weft__uring_probe(void) {
     pthread_join(th, NULL);
     return res;
 }
+
+int weft__uring_can_cancel_fd(void) { return cancel_fd_ok; }
 
 static struct io_uring_sqe *get_sqe(uring_poller *pl) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&pl->ring);
@@ -393,24 +333,9 @@ static void uring_cancel(weft__iop *op) {
     weft__uring_kick(&pl->base);
 }
 
-static int nap_cancellable(int64_t ns, int64_t deadline);
-
-/* Queues one operation for rq on the calling carrier's ring and waits.  On
- * an fd being closed it first waits for the close to end (honouring
- * deadline and cancellation), then goes on with whatever the number is
- * then (see "Closing" above). */
+/* Queues one operation for rq on the calling carrier's ring and waits. */
 static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
-    _Atomic uint32_t *cnt = fdc_top ? fdc_slot(rq->fd, 1) : NULL;
-    while (cnt && (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) & FDC_CLOSING)) {
-        atomic_fetch_sub_explicit(cnt, 1, memory_order_release);
-        int r = nap_cancellable(20000, deadline);
-        if (r) {
-            memset(op, 0, sizeof *op);
-            op->res = r;
-            return r;
-        }
-    }
-    uring_poller *pl = (uring_poller *)weft__poller_self(); /* after a nap: maybe another carrier's */
+    uring_poller *pl = (uring_poller *)weft__poller_self();
     struct io_uring_sqe *sqe = get_sqe(pl);
     if (poll_events) {
         io_uring_prep_poll_add(sqe, rq->fd, (unsigned)poll_events);
@@ -437,9 +362,8 @@ static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft_
     io_uring_sqe_set_data64(sqe, op->ud);
     if (pl->pending >= BATCH) flush(pl);
     int intr = weft__iop_wait(op, deadline, uring_cancel);
-    /* not cancelled by its own wait: weft__uring_close ended it */
+    /* not cancelled by its own wait: weft_close ended it */
     if (!intr && op->res == -ECANCELED) op->res = -EBADF;
-    if (cnt) atomic_fetch_sub_explicit(cnt, 1, memory_order_release);
     return intr;
 }
 
@@ -465,51 +389,11 @@ static void cancel_fd_on(uring_poller *pl, int fd) {
     weft__uring_kick(&pl->base);
 }
 
-/* A short wait that neither a cancellation nor a deadline cuts short. */
-static void nap(int64_t ns) {
-    weft__parker *p;
-    uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_GENERIC);
-    weft__park_wait(p, tok, weft_now() + ns, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
-}
-
-/* A short wait that they do: 0 after ns, or -ECANCELED / -ETIMEDOUT. */
-static int nap_cancellable(int64_t ns, int64_t deadline) {
-    weft__parker *p;
-    uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
-    if (!tok) return -ECANCELED;
-    int64_t until = weft_now() + ns;
-    int own = deadline && deadline <= until;
-    int r = weft__park_wait(p, tok, own ? deadline : until, WEFT__WHY_IO, NULL, __FILE__, __LINE__);
-    if (r == -ETIMEDOUT && !own) return 0; /* the nap's own end, not a deadline */
-    return r;
-}
-
-int weft__uring_close(int fd) {
-    _Atomic uint32_t *cnt = fdc_top ? fdc_slot(fd, 0) : NULL;
-    if (cnt) {
-        uint32_t old = atomic_fetch_or_explicit(cnt, FDC_CLOSING, memory_order_acq_rel);
-        if (old & FDC_CLOSING) return -EBADF; /* another weft_close has it */
-        if (old) {
-            /* operations in flight: cancel them everywhere (they may sit on
-             * any carrier's ring), then wait until each has come back; ask
-             * again now and then, for a cancel that found its operation
-             * between two states */
-            for (int round = 0; atomic_load_explicit(cnt, memory_order_acquire) & ~FDC_CLOSING; round++) {
-                if (round % 256 == 0) {
-                    pthread_mutex_lock(&rings_lock);
-                    for (int i = 0; i < rings_hi; i++)
-                        if (rings[i]) cancel_fd_on(rings[i], fd);
-                    pthread_mutex_unlock(&rings_lock);
-                }
-                nap(20000);
-            }
-        }
-    }
-    int r = close(fd) < 0 && errno != EINTR ? -errno : 0; /* never retried: the fd is gone either way */
-    /* an operation that came meanwhile waited for this; it now finds the
-     * number closed, or a new socket's if one took it */
-    if (cnt) atomic_fetch_and_explicit(cnt, ~FDC_CLOSING, memory_order_release);
-    return r;
+void weft__uring_cancel_fd(int fd) {
+    pthread_mutex_lock(&rings_lock);
+    for (int i = 0; i < rings_hi; i++)
+        if (rings[i]) cancel_fd_on(rings[i], fd);
+    pthread_mutex_unlock(&rings_lock);
 }
 
 ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
