@@ -249,20 +249,20 @@ WEFT_API ssize_t weft_sendfile(int out, int in, off_t *off, size_t n);
 WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
 /*
  * Closes fd (close(2); never retried).  As closing a socket in Go or Java,
- * it first ends the operations other vthreads have in flight on fd: a
- * read, accept or poll blocked on it returns -EBADF.  On io_uring, close(2)
- * comes once they have all returned, so the number cannot be reused under
- * them; the caller waits for that, uncancellably (microseconds when
- * operations were in flight, nothing extra otherwise), and an operation
- * started on fd meanwhile waits for the close, then finds fd closed
+ * it first ends the calls other vthreads have in flight on fd -- a read,
+ * accept or poll blocked on it returns -EBADF -- and close(2) comes only
+ * when no vthread's call is using fd any more, so the number is never
+ * reused under one.  The caller waits for that, uncancellably
+ * (microseconds when calls were in flight, nothing extra otherwise).  A
+ * call started on fd meanwhile waits for the close, then finds fd closed
  * (-EBADF) -- or, as with close(2) itself, the new socket another thread's
- * socket() got the number for.  Not interrupted: a platform thread blocked
- * in a plain system call on fd (as with close(2)), an operation of the
- * blocking pool (a regular file's read on the epoll backend: it ends by
- * itself), and anything on io_uring kernels before 5.19 (no cancel-by-fd:
- * weft_close is close(2) there) -- shutdown(2) a socket to wake its readers
- * in those cases.  Returns 0 or -errno; -EBADF also when another weft_close
- * of fd is under way (io_uring).
+ * socket() got the number for.  Not interrupted: a platform thread's call
+ * (a plain system call, as with close(2)), a regular file's read already
+ * under way (it ends by itself; the close waits for it), and anything on
+ * io_uring kernels before 5.19 (no cancel-by-fd: weft_close is close(2)
+ * there) -- shutdown(2) a socket to wake its readers in those cases.
+ * Returns 0 or -errno; -EBADF also when another weft_close of fd is under
+ * way.
  */
 WEFT_API int weft_close(int fd);
 WEFT_API int weft_fsync(int fd);
