@@ -261,8 +261,7 @@ WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
  * under way (it ends by itself; the close waits for it), and anything on
  * io_uring kernels before 5.19 (no cancel-by-fd: weft_close is close(2)
  * there) -- shutdown(2) a socket to wake its readers in those cases.
- * Returns 0 or -errno; -EBADF also when another weft_close of fd is under
- * way.
+ * Returns 0 or -errno.
  */
 WEFT_API int weft_close(int fd);
 WEFT_API int weft_fsync(int fd);

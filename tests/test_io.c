@@ -745,3 +745,49 @@ TEST(close_races_reads_never_hang) {
     for (int fd = 0; fd < 1024; fd++) after += fcntl(fd, F_GETFD) >= 0;
     CHECK_EQ(after, before);
 }
+
+/* Closes racing on reused numbers: threads open and weft_close sockets as
+ * fast as they can, so a number one thread's close(2) has just freed is
+ * often another thread's new socket before the first close is over.  Every
+ * close must close (0, no fd left behind): the number's second owner waits
+ * for the first close to end instead of being refused. */
+static atomic_int close_fail;
+
+static void *open_close_loop(void *arg) {
+    int rounds = (int)(intptr_t)arg;
+    for (int i = 0; i < rounds; i++) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+            atomic_fetch_add(&close_fail, 1);
+            continue;
+        }
+        if (weft_close(sv[0]) != 0) atomic_fetch_add(&close_fail, 1);
+        if (weft_close(sv[1]) != 0) atomic_fetch_add(&close_fail, 1);
+    }
+    return NULL;
+}
+
+static void *noop(void *arg) { return arg; }
+
+TEST(close_on_reused_numbers_always_closes) {
+    weft_thread *t; /* the runtime is up: its own descriptors are counted below */
+    CHECK_EQ(weft_spawn(&t, noop, NULL, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    int before = 0;
+    for (int fd = 0; fd < 1024; fd++) before += fcntl(fd, F_GETFD) >= 0;
+    atomic_store(&close_fail, 0);
+    int rounds = SCALE(20000);
+    enum { PTHREADS = 3, VTHREADS = 3 };
+    pthread_t pt[PTHREADS];
+    weft_thread *vt[VTHREADS];
+    for (int i = 0; i < PTHREADS; i++)
+        CHECK_EQ(pthread_create(&pt[i], NULL, open_close_loop, (void *)(intptr_t)rounds), 0);
+    for (int i = 0; i < VTHREADS; i++)
+        CHECK_EQ(weft_spawn(&vt[i], open_close_loop, (void *)(intptr_t)rounds, NULL), 0);
+    for (int i = 0; i < PTHREADS; i++) CHECK_EQ(pthread_join(pt[i], NULL), 0);
+    for (int i = 0; i < VTHREADS; i++) CHECK_EQ(weft_join(vt[i], NULL), 0);
+    CHECK_EQ(atomic_load(&close_fail), 0);
+    int after = 0;
+    for (int fd = 0; fd < 1024; fd++) after += fcntl(fd, F_GETFD) >= 0;
+    CHECK_EQ(after, before);
+}

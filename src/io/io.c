@@ -41,7 +41,8 @@
  * is zero, interrupts the fd's waiters now and then -- io_uring: a cancel
  * keyed on the fd on every ring (they come back -EBADF); epoll: the fd's
  * waiters woken with -EBADF -- and naps, uncancellably; then close(2), then
- * CLOSING cleared.  Not counted, so not interrupted: platform threads'
+ * CLOSING cleared.  A weft_close that finds CLOSING set waits its turn
+ * (the number may already be a new file's).  Not counted, so not interrupted: platform threads'
  * plain system calls.  On io_uring kernels before 5.19 (no cancel-by-fd),
  * or for fds beyond the table, weft_close is close(2) alone (epoll: after
  * waking the waiters).  Cost: two atomic operations per call on a word of
@@ -407,8 +408,12 @@ int weft_close(int fd) {
     /* create: a call's fd_enter may be making fd's chunk right now */
     _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
     if (u) {
-        uint32_t old = atomic_fetch_or_explicit(u, FDU_CLOSING, memory_order_acq_rel);
-        if (old & FDU_CLOSING) return -EBADF; /* another weft_close has it */
+        /* Another weft_close of the number under way: wait for it to end.
+         * Mostly it is not the same file's: close(2) frees the number a
+         * moment before CLOSING clears, and an accept() may have given it
+         * to a new connection whose owner is closing it already.  (Closing
+         * the same file twice gets -EBADF from close(2), as usual.) */
+        while (atomic_fetch_or_explicit(u, FDU_CLOSING, memory_order_acq_rel) & FDU_CLOSING) nap(20000);
         /* until no call uses fd: interrupt the waits now and then (a call
          * may begin its wait after an interruption), nap in between */
         for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & ~FDU_CLOSING; round++) {
