@@ -42,11 +42,12 @@
  * keyed on the fd on every ring (they come back -EBADF); epoll: the fd's
  * waiters woken with -EBADF -- and naps, uncancellably; then close(2), then
  * CLOSING cleared.  A weft_close that finds CLOSING set waits its turn
- * (the number may already be a new file's).  Not counted, so not interrupted: platform threads'
- * plain system calls.  On io_uring kernels before 5.19 (no cancel-by-fd),
- * or for fds beyond the table, weft_close is close(2) alone (epoll: after
- * waking the waiters).  Cost: two atomic operations per call on a word of
- * its own fd (no other call contends for it unless it uses the same fd).
+ * (the number may already be a new file's).  Not counted, so not
+ * interrupted: platform threads' plain system calls.  On io_uring kernels
+ * before 5.19 (no cancel-by-fd), or for fds beyond the table, weft_close
+ * is close(2) alone (epoll: after waking the waiters).  Cost: two atomic
+ * operations per call on a word of its own fd (no other call contends for
+ * it unless it uses the same fd).
  *
  * The blocking pool.  Up to WEFT_BLOCKING_MAX (default 64) platform threads,
  * started on demand, leaving after 10 s idle; a FIFO of jobs under one
