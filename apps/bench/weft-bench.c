@@ -69,7 +69,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64, X_ALL = 127 };
+enum {
+    X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64,
+    X_ALL = 127
+};
 enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 };
 
 static const struct experiment {

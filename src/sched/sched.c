@@ -656,7 +656,8 @@ static weft_thread *find_work(weft__carrier *c) {
                 if (!t) t = pick_local(c);
                 if (t) break;
                 for (int k = 0; k < 16; k++) cpu_relax();
-                if ((r & 7) == 7 && ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed)))
+                if ((r & 7) == 7 &&
+                    ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed)))
                     break;
             }
             if (t && last - start <= SPIN_PAYS_NS) { /* (last: the loop's latest clock read) */
