@@ -64,6 +64,13 @@
 
 #define MAX_RINGS 1024
 
+/* A cancellation another thread asks of a ring: one operation (its
+ * user_data), or, with fd >= 0, every operation on fd. */
+struct cancel_req {
+    uint64_t ud;
+    int fd;
+};
+
 typedef struct uring_poller {
     struct weft__poller base;
     struct io_uring ring;
@@ -74,11 +81,8 @@ typedef struct uring_poller {
     uint16_t gen;
     pthread_mutex_t cancel_lock;
     _Atomic int ncancel;
-    uint64_t *cancels;
+    struct cancel_req *cancels;
     int cancel_cap;
-    _Atomic int nfdcancel; /* fds whose operations to cancel (weft__uring_cancel_fd) */
-    int *fdcancels;
-    int fdcancel_cap;
 } uring_poller;
 
 static int cancel_fd_ok; /* the kernel cancels by fd (probed) */
@@ -217,7 +221,6 @@ void weft__uring_free(struct weft__poller *p) {
     close(pl->efd);
     pthread_mutex_destroy(&pl->cancel_lock);
     free(pl->cancels);
-    free(pl->fdcancels);
     free(pl);
 }
 
@@ -226,27 +229,19 @@ void weft__uring_kick(struct weft__poller *p) {
     eventfd_write(pl->efd, 1);
 }
 
-static void queue_fd_cancel(uring_poller *pl, int fd) {
+static void queue_cancel(uring_poller *pl, struct cancel_req c) {
     struct io_uring_sqe *sqe = get_sqe(pl);
-    io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
+    if (c.fd >= 0) io_uring_prep_cancel_fd(sqe, c.fd, IORING_ASYNC_CANCEL_ALL);
+    else io_uring_prep_cancel64(sqe, c.ud, 0);
     io_uring_sqe_set_data64(sqe, TAG_CANCEL);
 }
 
 static void take_cancels(uring_poller *pl) {
-    if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire) &&
-        !atomic_load_explicit(&pl->nfdcancel, memory_order_acquire))
-        return;
+    if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire)) return;
     pthread_mutex_lock(&pl->cancel_lock);
     int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
-    for (int i = 0; i < n; i++) {
-        struct io_uring_sqe *sqe = get_sqe(pl);
-        io_uring_prep_cancel64(sqe, pl->cancels[i], 0);
-        io_uring_sqe_set_data64(sqe, TAG_CANCEL);
-    }
+    for (int i = 0; i < n; i++) queue_cancel(pl, pl->cancels[i]);
     atomic_store_explicit(&pl->ncancel, 0, memory_order_relaxed);
-    n = atomic_load_explicit(&pl->nfdcancel, memory_order_relaxed);
-    for (int i = 0; i < n; i++) queue_fd_cancel(pl, pl->fdcancels[i]);
-    atomic_store_explicit(&pl->nfdcancel, 0, memory_order_relaxed);
     pthread_mutex_unlock(&pl->cancel_lock);
 }
 
@@ -309,12 +304,11 @@ int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out
     return reap(pl, out, max);
 }
 
-static void uring_cancel(weft__iop *op) {
-    uring_poller *pl = (uring_poller *)op->pl;
+/* Has ring pl cancel c: at once on pl's own carrier, else through its
+ * cancel list and a kick. */
+static void cancel_on(uring_poller *pl, struct cancel_req c) {
     if (weft__poller_self() == &pl->base) {
-        struct io_uring_sqe *sqe = get_sqe(pl);
-        io_uring_prep_cancel64(sqe, op->ud, 0);
-        io_uring_sqe_set_data64(sqe, TAG_CANCEL);
+        queue_cancel(pl, c);
         flush(pl);
         return;
     }
@@ -322,15 +316,19 @@ static void uring_cancel(weft__iop *op) {
     int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
     if (n == pl->cancel_cap) {
         int cap = pl->cancel_cap ? 2 * pl->cancel_cap : 16;
-        uint64_t *c = realloc(pl->cancels, (size_t)cap * sizeof *c);
-        if (!c) weft__fatal("out of memory queueing an io_uring cancellation");
-        pl->cancels = c;
+        struct cancel_req *a = realloc(pl->cancels, (size_t)cap * sizeof *a);
+        if (!a) weft__fatal("out of memory queueing an io_uring cancellation");
+        pl->cancels = a;
         pl->cancel_cap = cap;
     }
-    pl->cancels[n] = op->ud;
+    pl->cancels[n] = c;
     atomic_store_explicit(&pl->ncancel, n + 1, memory_order_release);
     pthread_mutex_unlock(&pl->cancel_lock);
     weft__uring_kick(&pl->base);
+}
+
+static void uring_cancel(weft__iop *op) {
+    cancel_on((uring_poller *)op->pl, (struct cancel_req){.ud = op->ud, .fd = -1});
 }
 
 /* Queues one operation for rq on the calling carrier's ring and waits. */
@@ -367,32 +365,10 @@ static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft_
     return intr;
 }
 
-/* Asks ring pl to cancel every operation on fd. */
-static void cancel_fd_on(uring_poller *pl, int fd) {
-    if (weft__poller_self() == &pl->base) {
-        queue_fd_cancel(pl, fd);
-        flush(pl);
-        return;
-    }
-    pthread_mutex_lock(&pl->cancel_lock);
-    int n = atomic_load_explicit(&pl->nfdcancel, memory_order_relaxed);
-    if (n == pl->fdcancel_cap) {
-        int cap = pl->fdcancel_cap ? 2 * pl->fdcancel_cap : 8;
-        int *c = realloc(pl->fdcancels, (size_t)cap * sizeof *c);
-        if (!c) weft__fatal("out of memory queueing an io_uring cancellation");
-        pl->fdcancels = c;
-        pl->fdcancel_cap = cap;
-    }
-    pl->fdcancels[n] = fd;
-    atomic_store_explicit(&pl->nfdcancel, n + 1, memory_order_release);
-    pthread_mutex_unlock(&pl->cancel_lock);
-    weft__uring_kick(&pl->base);
-}
-
 void weft__uring_cancel_fd(int fd) {
     pthread_mutex_lock(&rings_lock);
     for (int i = 0; i < rings_hi; i++)
-        if (rings[i]) cancel_fd_on(rings[i], fd);
+        if (rings[i]) cancel_on(rings[i], (struct cancel_req){.fd = fd});
     pthread_mutex_unlock(&rings_lock);
 }
 
