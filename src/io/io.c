@@ -480,11 +480,19 @@ typedef struct pool_job {
     struct pool_job *next;
 } pool_job;
 
+/* idle counts the waiting threads that no submission has claimed yet;
+ * claimed, those a submission has signalled and counted on (taken off
+ * idle by the submitter itself, under the lock).  A waiter that wakes
+ * consumes a claim if there is one, else leaves idle itself, so idle +
+ * claimed is always the number of waiters.  Two jobs submitted back to
+ * back while one thread waits: the first claims it, the second finds idle
+ * at 0 and starts a thread -- it does not queue behind the first job (which
+ * may be waiting for it). */
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     pool_job *head, *tail;
-    int threads, idle, max, stopping;
+    int threads, idle, claimed, max, stopping;
     pthread_cond_t gone;
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER};
 
@@ -497,7 +505,8 @@ static void *pool_main(void *unused) {
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 10;
             int e = pthread_cond_timedwait(&P.cond, &P.lock, &ts);
-            P.idle--;
+            if (P.claimed > 0) P.claimed--;
+            else P.idle--;
             if (e == ETIMEDOUT && !P.head) goto leave;
         }
         if (!P.head) break; /* stopping */
@@ -533,7 +542,11 @@ static int pool_submit(pool_job *j) {
     if (P.tail) P.tail->next = j;
     else P.head = j;
     P.tail = j;
-    if (P.idle == 0 && P.threads < P.max) {
+    if (P.idle > 0) {
+        P.idle--; /* this job's thread: no later submission counts on it */
+        P.claimed++;
+        pthread_cond_signal(&P.cond);
+    } else if (P.threads < P.max) {
         pthread_t th;
         pthread_attr_t a;
         pthread_attr_init(&a);
@@ -550,8 +563,6 @@ static int pool_submit(pool_job *j) {
             pthread_mutex_unlock(&P.lock);
             return -e;
         }
-    } else {
-        pthread_cond_signal(&P.cond);
     }
     pthread_mutex_unlock(&P.lock);
     return 0;
@@ -595,6 +606,7 @@ static void pool_stop(void) {
     pthread_cond_broadcast(&P.cond);
     while (P.threads > 0) pthread_cond_wait(&P.gone, &P.lock);
     P.stopping = 0;
+    P.idle = P.claimed = 0;
     pthread_mutex_unlock(&P.lock);
 }
 
