@@ -40,8 +40,10 @@
  * kernel) or a new file's.  weft_close sets CLOSING, then, until the count
  * is zero, interrupts the fd's waiters now and then -- io_uring: a cancel
  * keyed on the fd on every ring (they come back -EBADF); epoll: the fd's
- * waiters woken with -EBADF -- and naps, uncancellably; then close(2), then
- * CLOSING cleared.  A weft_close that finds CLOSING set waits its turn
+ * waiters woken with -EBADF -- and naps, uncancellably; then takes back the
+ * io_uring cancels that busy rings have not acted on (the kernel would
+ * resolve them to whatever file has the number when they are submitted:
+ * uring.c), then close(2), then CLOSING cleared.  A weft_close that finds CLOSING set waits its turn
  * (the number may already be a new file's).  Not counted, so not
  * interrupted: platform threads' plain system calls.  On io_uring kernels
  * before 5.19 (no cancel-by-fd), or for fds beyond the table, weft_close
@@ -51,7 +53,10 @@
  *
  * The blocking pool.  Up to WEFT_BLOCKING_MAX (default 64) platform threads,
  * started on demand, leaving after 10 s idle; a FIFO of jobs under one
- * mutex.  weft_blocking and the epoll backend's file operations use it.
+ * mutex.  A job never waits behind another while the pool may grow: a
+ * submission either claims a waiting thread that no earlier submission has
+ * claimed, or starts one, so jobs that wait for each other (a pipe's reader
+ * and its writer) each have a thread.  weft_blocking and the epoll backend's file operations use it.
  * A job is on the caller's stack; the pool thread completes it like any
  * operation and then never touches it again.
  */
@@ -417,10 +422,19 @@ int weft_close(int fd) {
         while (atomic_fetch_or_explicit(u, FDU_CLOSING, memory_order_acq_rel) & FDU_CLOSING) nap(20000);
         /* until no call uses fd: interrupt the waits now and then (a call
          * may begin its wait after an interruption), nap in between */
+        int asked = 0;
         for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & ~FDU_CLOSING; round++) {
-            if (round % 16 == 0) interrupt_fd(fd);
+            if (round % 16 == 0) {
+                interrupt_fd(fd);
+                asked = 1;
+            }
             nap(20000);
         }
+        /* A ring that was asked and has not acted yet (its carrier busy in
+         * a vthread) would act later, keyed on the number, and so on
+         * whatever file has the number then: take the requests back before
+         * the number is free.  Nothing uses fd now, so nothing is lost. */
+        if (asked && weft__io_mode == WEFT_IO_URING) weft__uring_cancel_fd_withdraw(fd);
     }
     if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd); /* its registration and kind go */
     /* close(2) is not retried on EINTR: the fd is gone either way on Linux */

@@ -54,6 +54,9 @@ int weft__uring_probe(void); /* 0 or -errno */
 int weft__uring_can_cancel_fd(void); /* after a successful probe: kernel >= 5.19 */
 /* Asks every ring to cancel the operations on fd (they return -EBADF). */
 void weft__uring_cancel_fd(int fd);
+/* Takes back the requests of weft__uring_cancel_fd(fd) that a ring has not
+ * acted on yet; once it returns, no ring will act on one (see uring.c). */
+void weft__uring_cancel_fd_withdraw(int fd);
 
 struct weft__poller *weft__epoll_new(int index, int *err);
 void weft__epoll_free(struct weft__poller *p);

@@ -42,6 +42,17 @@
  * their cancel lists and a kick.  An operation that ends with -ECANCELED
  * though its own wait was not interrupted was ended so and returns -EBADF.
  * Kernels before 5.19 cannot cancel by fd (probed at start).
+ * The kernel resolves a cancel-by-fd's number to a file when the request is
+ * submitted, not when it was asked for: a request still in the list of a
+ * ring whose carrier is busy in a vthread would, once the number is closed
+ * and reused, cancel the new file's operations.  So a ring's carrier keeps
+ * its list's lock from taking the requests until io_uring_enter has
+ * submitted them (an ASYNC_CANCEL acts during the submission), and the
+ * closer, once no call uses the fd, withdraws what is still in the lists
+ * (weft__uring_cancel_fd_withdraw) before close(2): after that no ring acts
+ * on the number.  A close therefore waits only for the rings that have an
+ * operation on the fd, never for an idle one or a busy one that has none.
+ * A ring's list holds one request per fd however often a close asks.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -236,12 +247,20 @@ static void queue_cancel(uring_poller *pl, struct cancel_req c) {
     io_uring_sqe_set_data64(sqe, TAG_CANCEL);
 }
 
+/* Queues the cancel list's requests and submits them before letting go of
+ * the list's lock: a request no longer in the list has been acted on by the
+ * kernel (an ASYNC_CANCEL runs at submission), which is what
+ * weft__uring_cancel_fd_withdraw relies on. */
 static void take_cancels(uring_poller *pl) {
     if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire)) return;
     pthread_mutex_lock(&pl->cancel_lock);
     int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
     for (int i = 0; i < n; i++) queue_cancel(pl, pl->cancels[i]);
     atomic_store_explicit(&pl->ncancel, 0, memory_order_relaxed);
+    if (n) {
+        io_uring_submit(&pl->ring);
+        pl->pending = 0;
+    }
     pthread_mutex_unlock(&pl->cancel_lock);
 }
 
@@ -314,6 +333,13 @@ static void cancel_on(uring_poller *pl, struct cancel_req c) {
     }
     pthread_mutex_lock(&pl->cancel_lock);
     int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
+    if (c.fd >= 0) /* a close's repeated request for the same fd: once is enough */
+        for (int i = 0; i < n; i++)
+            if (pl->cancels[i].fd == c.fd) {
+                pthread_mutex_unlock(&pl->cancel_lock);
+                weft__uring_kick(&pl->base);
+                return;
+            }
     if (n == pl->cancel_cap) {
         int cap = pl->cancel_cap ? 2 * pl->cancel_cap : 16;
         struct cancel_req *a = realloc(pl->cancels, (size_t)cap * sizeof *a);
@@ -369,6 +395,21 @@ void weft__uring_cancel_fd(int fd) {
     pthread_mutex_lock(&rings_lock);
     for (int i = 0; i < rings_hi; i++)
         if (rings[i]) cancel_on(rings[i], (struct cancel_req){.fd = fd});
+    pthread_mutex_unlock(&rings_lock);
+}
+
+void weft__uring_cancel_fd_withdraw(int fd) {
+    pthread_mutex_lock(&rings_lock);
+    for (int i = 0; i < rings_hi; i++) {
+        uring_poller *pl = rings[i];
+        if (!pl || !atomic_load_explicit(&pl->ncancel, memory_order_acquire)) continue;
+        pthread_mutex_lock(&pl->cancel_lock);
+        int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed), k = 0;
+        for (int j = 0; j < n; j++)
+            if (pl->cancels[j].fd != fd) pl->cancels[k++] = pl->cancels[j];
+        atomic_store_explicit(&pl->ncancel, k, memory_order_release);
+        pthread_mutex_unlock(&pl->cancel_lock);
+    }
     pthread_mutex_unlock(&rings_lock);
 }
 
