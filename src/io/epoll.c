@@ -3,11 +3,35 @@
  * kernel.io_uring_disabled) or WEFT_IO=epoll.
  *
  * Sockets, pipes and other pollable fds: the call is made without blocking
- * (MSG_DONTWAIT for sockets; O_NONBLOCK set on other fds when first waited
- * on -- as Go does with every fd it polls); on EAGAIN the vthread parks on
- * the fd's readiness and tries again.  Regular files and block devices are
- * always "ready" to epoll and would block the carrier, so their operations
- * run on the blocking pool (io.c).
+ * and on EAGAIN the vthread parks on the fd's readiness and tries again.
+ * Regular files and block devices are always "ready" to epoll and would
+ * block the carrier, so their operations run on the blocking pool (io.c).
+ *
+ * What an fd is.  The table remembers what each number was found to be --
+ * a socket, another pollable file (pipe, FIFO, eventfd, tty...), or a file
+ * for the pool -- so that a call need not ask the kernel every time.  But a
+ * program may close(2) a number behind weft's back (any library does) and
+ * the next socket() or pipe() may get it: what the table says is then about
+ * a file that no longer exists.  weft_close resets the entry; for the rest,
+ * no remembered kind may ever make a call block its carrier or outlive its
+ * deadline, so each kind is used in a way that holds whatever file the
+ * number names now:
+ *  - a socket is never made O_NONBLOCK: every attempt carries MSG_DONTWAIT
+ *    (read/write/readv/writev become recv/send/recvmsg/sendmsg, the same
+ *    calls on a socket), which cannot block whatever the file's flags; a
+ *    number that is no longer a socket answers ENOTSOCK and is looked at
+ *    again.  accept has no such flag: the listening socket's O_NONBLOCK is
+ *    checked (F_GETFL) before each attempt and set if missing;
+ *  - another pollable file is made O_NONBLOCK when first met (as Go does
+ *    with every fd it polls), and each call checks the flag first (F_GETFL,
+ *    one system call): a file without it is not the one weft prepared and
+ *    is looked at again.  (A regular file that the program itself opened
+ *    O_NONBLOCK and that took such a number is read on the carrier: the
+ *    page cache's time, never an unbounded wait);
+ *  - a pool file is checked with fstat before each job (the job's hand-off
+ *    costs far more): a number that is no longer a regular file is looked
+ *    at again, so a socket never waits on the pool, where no deadline
+ *    reaches it.
  *
  * Readiness.  One epoll set for the whole runtime holds the fds being
  * waited on, each registered EPOLLONESHOT with the union of its waiters'
@@ -16,6 +40,14 @@
  * re-arms the fd for those left.  A cancelled or timed-out waiter takes
  * itself off its fd under the same lock, so exactly one of event and
  * cancellation completes it.
+ * An event names its registration, not just the number: the data word is
+ * the fd and a generation that the entry takes anew at every EPOLL_CTL_ADD
+ * (a closed file's registration is gone -- weft_close deletes it, close(2)
+ * makes the kernel drop it -- so a file that takes the number is always
+ * ADDed).  A carrier that fetched an event for the old file and handles it
+ * after the number was closed and reused finds another generation under
+ * the entry's lock and drops it: a weft_poll on the new file never reports
+ * the old one's readiness (and a read never retries on it).
  *
  * Carriers.  Each carrier has its own small epoll set holding its eventfd
  * (the kick) and the shared set.  It sleeps on its own set with the next
@@ -47,15 +79,15 @@ typedef struct fd_ent {
     pthread_mutex_t lock;
     weft__iop *waiters;
     int registered;
-    /* what the fd was found to be: KIND_UNKNOWN until first used, then
-     * KIND_POLLABLE (made O_NONBLOCK) or KIND_FILE; reset by weft_close.
-     * A stale kind (fd closed with close(2), number reused) costs only
-     * speed: a file read as "pollable" never says EAGAIN, a socket sent to
-     * the pool still works. */
+    uint32_t gen; /* the registration's generation (lock held): see the top */
+    /* what the number was found to be (see "What an fd is" above): a hint,
+     * checked by every call; reset by weft_close */
     _Atomic int kind;
 } fd_ent;
 
-enum { KIND_UNKNOWN = 0, KIND_POLLABLE, KIND_FILE };
+enum { KIND_UNKNOWN = 0, KIND_SOCKET, KIND_POLLABLE, KIND_FILE };
+
+#define EV_DATA(fd, gen) (((uint64_t)(gen) << 32) | (uint32_t)(fd))
 
 static struct {
     int epfd;
@@ -145,8 +177,11 @@ static void arm(fd_ent *e, int fd) {
     uint32_t want = 0;
     for (weft__iop *w = e->waiters; w; w = w->next) want |= (uint32_t)w->events;
     if (!want) return;
-    struct epoll_event ev = {.events = want | EPOLLONESHOT | EPOLLRDHUP, .data.fd = fd};
+    struct epoll_event ev = {.events = want | EPOLLONESHOT | EPOLLRDHUP, .data.u64 = EV_DATA(fd, e->gen)};
     if (e->registered && epoll_ctl(E.epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return;
+    /* a new registration (the first, or the file was closed behind our
+     * back): a new generation, so that events of the old one are dropped */
+    ev.data.u64 = EV_DATA(fd, ++e->gen);
     if (epoll_ctl(E.epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
         e->registered = 1;
         return;
@@ -171,12 +206,17 @@ static void arm(fd_ent *e, int fd) {
 static int handle(struct epoll_event *evs, int k, weft_thread **out, int max) {
     int n = 0;
     for (int i = 0; i < k; i++) {
-        int fd = evs[i].data.fd;
+        int fd = (int)(uint32_t)evs[i].data.u64;
+        uint32_t gen = (uint32_t)(evs[i].data.u64 >> 32);
         uint32_t rev = evs[i].events;
         if (rev & EPOLLRDHUP) rev |= POLLIN;
         fd_ent *e = ent(fd);
         if (!e) continue;
         pthread_mutex_lock(&e->lock);
+        if (gen != e->gen) { /* a closed file's event (see the top) */
+            pthread_mutex_unlock(&e->lock);
+            continue;
+        }
         weft__iop **pp = &e->waiters;
         while (*pp) {
             weft__iop *w = *pp;
@@ -291,14 +331,44 @@ static int set_nonblock(int fd) {
     return 0;
 }
 
-static int is_file(int fd) {
+/* What fd is now (fstat): KIND_SOCKET, KIND_FILE, KIND_POLLABLE (made
+ * O_NONBLOCK here), or -errno. */
+static int classify(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return -errno;
+    if (S_ISSOCK(st.st_mode)) return KIND_SOCKET;
+    if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) return KIND_FILE;
+    int r = set_nonblock(fd);
+    return r < 0 ? r : KIND_POLLABLE;
+}
+
+static int still_file(int fd) {
     struct stat st;
     return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode));
 }
 
-/* One non-blocking attempt; -EAGAIN when it would block. */
-static ssize_t attempt(weft__ioreq *rq) {
+/* 1 if fd's file is O_NONBLOCK, 0 if not, -errno */
+static int has_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -errno : (fl & O_NONBLOCK) != 0;
+}
+
+/* One attempt that cannot block whatever the file's flags are (kind as
+ * checked by the caller); -EAGAIN when it would block. */
+static ssize_t attempt(weft__ioreq *rq, int kind) {
     ssize_t r;
+    if (kind == KIND_SOCKET) {
+        struct msghdr mh = {.msg_iov = (struct iovec *)rq->iov, .msg_iovlen = (size_t)rq->iovcnt};
+        switch (rq->op) {
+        case IOR_READ: r = recv(rq->fd, rq->buf, rq->n, MSG_DONTWAIT); break;
+        case IOR_WRITE: r = send(rq->fd, rq->buf, rq->n, MSG_DONTWAIT); break;
+        case IOR_READV: r = recvmsg(rq->fd, &mh, MSG_DONTWAIT); break;
+        case IOR_WRITEV: r = sendmsg(rq->fd, &mh, MSG_DONTWAIT); break;
+        default: goto plain;
+        }
+        goto out;
+    }
+plain:
     switch (rq->op) {
     case IOR_RECV: r = recv(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT); break;
     case IOR_SEND: r = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT); break;
@@ -309,8 +379,42 @@ static ssize_t attempt(weft__ioreq *rq) {
     case IOR_ACCEPT: r = accept4(rq->fd, rq->addr, rq->addrlen, rq->flags); break;
     default: errno = EINVAL; r = -1;
     }
+out:
     if (r >= 0) return r;
     return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+}
+
+/* The kind of rq's fd, checked as the top comment says, so that an attempt
+ * with it cannot block: KIND_SOCKET, KIND_POLLABLE, KIND_FILE, or -errno. */
+static int checked_kind(weft__ioreq *rq) {
+    fd_ent *e = ent(rq->fd);
+    int kind = e ? atomic_load_explicit(&e->kind, memory_order_relaxed) : KIND_UNKNOWN;
+    int ok;
+    switch (kind) {
+    case KIND_SOCKET:
+        /* accept has no per-call flag: its socket must be O_NONBLOCK */
+        if (rq->op != IOR_ACCEPT) return kind;
+        ok = has_nonblock(rq->fd);
+        if (ok < 0) return ok;
+        if (ok) return kind;
+        if ((ok = set_nonblock(rq->fd)) < 0) return ok;
+        return kind;
+    case KIND_POLLABLE:
+        ok = has_nonblock(rq->fd);
+        if (ok < 0) return ok;
+        if (ok) return kind;
+        break; /* not the file we prepared */
+    case KIND_FILE:
+        if (still_file(rq->fd)) return kind;
+        break;
+    default:
+        break;
+    }
+    kind = classify(rq->fd);
+    if (kind < 0) return kind;
+    if (kind == KIND_SOCKET && rq->op == IOR_ACCEPT && (ok = set_nonblock(rq->fd)) < 0) return ok;
+    if (e) atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
+    return kind;
 }
 
 ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
@@ -331,31 +435,29 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
         if (getsockopt(rq->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) return -errno;
         return err ? -err : 0;
     }
-    case IOR_READ:
-    case IOR_WRITE:
-    case IOR_READV:
-    case IOR_WRITEV:
-    case IOR_ACCEPT: {
-        fd_ent *e = ent(rq->fd);
-        int kind = e ? atomic_load_explicit(&e->kind, memory_order_relaxed) : KIND_UNKNOWN;
-        if (kind == KIND_UNKNOWN) {
-            if (rq->op != IOR_ACCEPT && is_file(rq->fd)) {
-                kind = KIND_FILE;
-            } else {
-                int r = set_nonblock(rq->fd);
-                if (r < 0) return r;
-                kind = KIND_POLLABLE;
-            }
-            if (e) atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
-        }
-        if (kind == KIND_FILE) return weft__pool_exec(rq);
-        break;
-    }
     default: break;
     }
     int ev = weft__ioreq_events(rq);
+    int check = rq->op == IOR_READ || rq->op == IOR_WRITE || rq->op == IOR_READV || rq->op == IOR_WRITEV ||
+                rq->op == IOR_ACCEPT;
     for (;;) {
-        ssize_t r = attempt(rq);
+        int kind = KIND_UNKNOWN;
+        if (check) {
+            /* every attempt: the number may have changed files while we
+             * waited, too */
+            kind = checked_kind(rq);
+            if (kind < 0) return kind;
+            if (kind == KIND_FILE) {
+                if (rq->op == IOR_ACCEPT) return -ENOTSOCK;
+                return weft__pool_exec(rq);
+            }
+        }
+        ssize_t r = attempt(rq, kind);
+        if (r == -ENOTSOCK && kind == KIND_SOCKET) { /* a socket no longer: look again */
+            fd_ent *e = ent(rq->fd);
+            if (e) atomic_store_explicit(&e->kind, KIND_UNKNOWN, memory_order_relaxed);
+            continue;
+        }
         if (r != -EAGAIN && r != -EINTR) return r;
         if (r == -EINTR) continue;
         int w = weft__epoll_wait_fd(rq->fd, ev, deadline);
