@@ -37,7 +37,11 @@
  * call counts itself in for its whole length (exec); one that finds CLOSING
  * set backs out and waits (cancellably, in short naps) until it clears,
  * then goes on with the number as it is then: closed (-EBADF from the
- * kernel) or a new file's.  weft_close sets CLOSING, then, until the count
+ * kernel) or a new file's -- unless another close of the number began
+ * while it waited (the word also counts closes begun): that close may have
+ * closed the very file the call was made for (the number reused and closed
+ * again), so the call ends with -EBADF, as one in flight would.
+ * weft_close sets CLOSING, then, until the count
  * is zero, interrupts the fd's waiters now and then -- io_uring: a cancel
  * keyed on the fd on every ring (they come back -EBADF); epoll: the fd's
  * waiters woken with -EBADF -- and naps, uncancellably; then takes back the
@@ -224,8 +228,12 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
 /* fd use counts, for weft_close                                             */
 /* ------------------------------------------------------------------------ */
 
+/* A word: bits 0-23 the calls using the fd, 24-30 the number of closes
+ * begun (mod 128), bit 31 CLOSING. */
 #define FDU_CHUNK 4096u
 #define FDU_CLOSING 0x80000000u
+#define FDU_USES 0x00FFFFFFu
+#define FDU_EPOCH(w) (((w) >> 24) & 0x7Fu)
 #define FDU_MAX_FDS (1u << 24)
 
 static _Atomic(_Atomic uint32_t *) *fdu_top;
@@ -287,12 +295,28 @@ static int nap_cancellable(int64_t ns, int64_t deadline) {
     return r;
 }
 
-/* Counts a call in on fd, after any close under way; *err on interruption. */
+/* Counts a call in on fd, after any close under way; *err on interruption.
+ * A call that finds a close under way waits for it and then goes on with
+ * the number as it is then -- unless another close of the number began
+ * meanwhile: the file it was called for may be the one that close closed
+ * (the number was reused by the time it was called, and closed again while
+ * it waited), so it fails with -EBADF, as a call in flight on a closed fd
+ * does, rather than run on whatever file has the number now. */
 static _Atomic uint32_t *fd_enter(int fd, int64_t deadline, int *err) {
     *err = 0;
     _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
-    while (u && (atomic_fetch_add_explicit(u, 1, memory_order_acq_rel) & FDU_CLOSING)) {
+    int waited = 0;
+    uint32_t epoch = 0;
+    while (u) {
+        uint32_t w = atomic_fetch_add_explicit(u, 1, memory_order_acq_rel);
+        if (waited && FDU_EPOCH(w) != epoch) {
+            atomic_fetch_sub_explicit(u, 1, memory_order_release);
+            *err = -EBADF;
+            return NULL;
+        }
+        if (!(w & FDU_CLOSING)) break;
         atomic_fetch_sub_explicit(u, 1, memory_order_release);
+        if (!waited) epoch = FDU_EPOCH(w), waited = 1;
         if ((*err = nap_cancellable(20000, deadline)) != 0) return NULL;
     }
     return u;
@@ -419,11 +443,19 @@ int weft_close(int fd) {
          * moment before CLOSING clears, and an accept() may have given it
          * to a new connection whose owner is closing it already.  (Closing
          * the same file twice gets -EBADF from close(2), as usual.) */
-        while (atomic_fetch_or_explicit(u, FDU_CLOSING, memory_order_acq_rel) & FDU_CLOSING) nap(20000);
+        for (uint32_t w = atomic_load_explicit(u, memory_order_relaxed);;) {
+            if (w & FDU_CLOSING) {
+                nap(20000);
+                w = atomic_load_explicit(u, memory_order_relaxed);
+                continue;
+            }
+            uint32_t to = (w & FDU_USES) | FDU_CLOSING | (((FDU_EPOCH(w) + 1) & 0x7Fu) << 24);
+            if (atomic_compare_exchange_weak_explicit(u, &w, to, memory_order_acq_rel, memory_order_relaxed)) break;
+        }
         /* until no call uses fd: interrupt the waits now and then (a call
          * may begin its wait after an interruption), nap in between */
         int asked = 0;
-        for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & ~FDU_CLOSING; round++) {
+        for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & FDU_USES; round++) {
             if (round % 16 == 0) {
                 interrupt_fd(fd);
                 asked = 1;
