@@ -17,10 +17,13 @@
  * resume point first runs finish_pending(): the park's commit, the exit's
  * cleanup and a yield's push to a shared queue all happen after the old
  * stack has been left, so no other carrier can pick a vthread up while its
- * stack is still in use.  A yield to the private FIFO needs no such care
- * (only this OS thread reads it) and is the cheapest path: no atomic
- * operation at all.  Whenever some carrier idles, the private FIFO spills to
- * the stealable deque.
+ * stack is still in use.  A yield to the yield FIFO needs no such care
+ * (no other carrier takes from it while this one is in its scheduler: see
+ * the monitor) and is the cheapest path: no atomic operation at all.  A
+ * yield goes there while no carrier idles; when one does, the yielding
+ * carrier's next yield spills the FIFO to the stealable deque and wakes a
+ * sleeper.  Until then -- and for a carrier that never yields again -- the
+ * monitor takes the FIFO from a carrier that has stopped switching.
  *
  * Parking (the primitive under every blocking call) is a protocol on one
  * atomic word per thread, described in sched.h: exactly one of wake,
@@ -53,20 +56,46 @@
  * LIFO slot.  weft__ready() called by a vthread puts the woken vthread in its
  * own carrier's slot: it runs next, on a warm cache (message passing between
  * two vthreads stays on one carrier).  Filling an empty slot wakes nobody --
- * this carrier runs it soon; a displaced occupant goes to the deque and may
- * wake a carrier.  The slot is capped (LIFO_CAP runs in a row, then the deque
- * goes first) and thieves take it after two fruitless rounds.  A child that
- * ends queues its joiner FIFO instead: there is no hand-off to keep warm,
- * and a parent joining a batch then finds the rest done.
+ * this carrier runs it soon, and a wake-up per message would cost a system
+ * call and a spinning carrier per hand-off; a displaced occupant goes to the
+ * deque and may wake a carrier.  The slot is capped (LIFO_CAP runs in a
+ * row, then the deque goes first), spinning thieves take it after two
+ * fruitless rounds, and if this carrier goes on computing instead of
+ * switching, the monitor takes it.  A child that ends queues its joiner FIFO
+ * instead: there is no hand-off to keep warm, and a parent joining a batch
+ * then finds the rest done.
+ *
+ * The monitor (as Go's sysmon, for what a carrier leaves behind).  There is
+ * no preemption: a vthread that computes holds its carrier.  What only that
+ * carrier would run -- the vthread in its LIFO slot, its yield FIFO, the due
+ * timers in its heap -- would wait for the whole computation while other
+ * carriers sleep (nothing woke them: those are the cheap paths).  So a
+ * runtime with more than one carrier has a monitor thread.  A carrier that
+ * leaves such work behind (fills its slot, queues a yield privately, inserts
+ * a timer) arms it if it is not armed: one load, and a futex wake only the
+ * first time after the monitor disarmed.  Armed, the monitor looks at every
+ * carrier every `grace` (1 ms after it found something, doubling up to
+ * 10 ms while it finds nothing): a carrier that is not idle and has made no
+ * switch since the last look is running one vthread all along, and the
+ * monitor moves its slot, its FIFO and its due timers' vthreads to the
+ * injection queue and wakes an idle carrier.  It disarms and sleeps without
+ * a deadline once every carrier is idle (the idle bits and mon_armed are
+ * a Dekker pair: see monitor_main).  Cost: ~100 wake-ups a second of one
+ * thread while any carrier is busy, none while all sleep; a stranded
+ * vthread waits at most about one grace instead of the whole computation.
+ * Its I/O completions stay behind (a ring is reaped by its own carrier:
+ * io/uring.c); pinned vthreads can only wait for their carrier.
  *
  * Idle carriers also do the stack allocator's background work
  * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
  * returning memory above the high-water mark afterwards.
  *
- * Threads touching what: c->cur, pending_*, the yield FIFO, stacks and
- * live_delta are owned by c's OS thread; the deque's bottom by c, its top by
- * anyone; lifo, mailbox, timers and wake_seq by anyone (atomics / locks).
- * Counters are written by their carrier and read racily by weft_stats_get.
+ * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
+ * by c's OS thread; the yield FIFO too, but for the monitor, through its
+ * gate (yq_enter); the deque's bottom by c, its top by anyone; lifo,
+ * mailbox, timers and wake_seq by anyone (atomics / locks).  Counters are
+ * written by their carrier and read racily by weft_stats_get and the
+ * monitor; mon_seen is the monitor's.
  */
 #include "sched.h"
 #include "deque.h"
@@ -81,6 +110,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,12 +133,14 @@ struct weft__carrier {
      * yield/switch path touches here */
     weft_thread *cur;
     weft_thread *pending;
-    weft_thread *yq_head, *yq_tail; /* yielded vthreads: owner-only FIFO */
-    _Atomic uint64_t n_switches;    /* (counter: read racily by stats) */
+    weft_thread *yq_head, *yq_tail; /* yielded vthreads: the owner's FIFO (see "The monitor") */
+    _Atomic uint64_t n_switches;    /* (counter: read racily by stats and the monitor) */
     int pending_op;
     uint32_t slow_countdown;
     uint32_t lifo_streak;
     uint32_t slow_turn;
+    _Atomic int yq_busy;            /* 0 while a vthread's own code runs here (yq_enter) */
+    _Atomic int yq_thief;           /* the monitor is taking the yield FIFO */
     void *sched_sp;
     uint64_t rng;
     int index;
@@ -135,6 +167,7 @@ struct weft__carrier {
     weft__poller *_Atomic poller;  /* set by the carrier at start; read by kickers */
     int start_err;                  /* the poller's creation failed: -errno */
     _Alignas(WEFT__CACHELINE) weft__theap timers;
+    uint64_t mon_seen;              /* the monitor's: n_switches at its last look */
     /* owner-only, large, cold: last */
     weft__stack_cache stacks;
 };
@@ -156,6 +189,12 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Atomic int64_t live;
     _Atomic uint64_t peak;
     _Atomic uint64_t plat_started, plat_nd_started; /* spawned on platform threads */
+    /* the monitor (see "The monitor" above) */
+    _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read on every hazard: written rarely */
+    _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
+    pthread_t mon_thread;
+    int mon_started;
+    int yq_private; /* the yield FIFO may hold vthreads others could run (the monitor can take them) */
     struct sigaction old_segv;
     int segv_installed;
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -348,6 +387,20 @@ static void wake_carrier(weft__carrier *c) {
     }
 }
 
+/* The monitor is needed: this carrier leaves something behind that only it
+ * would run (see "The monitor").  One load, and a system call only when the
+ * monitor sleeps without a deadline. */
+static void mon_arm(void) {
+    if (atomic_exchange(&R.mon_armed, 1)) return;
+    atomic_fetch_add(&R.mon_word, 1);
+    futex_wake(&R.mon_word, 1);
+}
+
+static inline void mon_need(void) {
+    /* seq_cst: pairs with the monitor's disarm (a plain load on x86) */
+    if (__builtin_expect(!atomic_load(&R.mon_armed), 0)) mon_arm();
+}
+
 /* ------------------------------------------------------------------------ */
 /* queues                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -445,6 +498,7 @@ void weft__ready(weft_thread *t) {
     }
     if (c->cur) {
         weft_thread *old = atomic_exchange_explicit(&c->lifo, t, memory_order_acq_rel);
+        mon_need(); /* if this carrier never switches again, the monitor takes t */
         if (!old) return; /* this carrier runs it soon: wake nobody */
         dq_push(c, old);
     } else {
@@ -459,8 +513,16 @@ void weft__ready(weft_thread *t) {
 
 static int unpark_claim(weft__parker *p, uint64_t token, int state);
 
+/* Makes t, whose park the caller ended, runnable from a thread that is no
+ * carrier (the monitor): the injection queue, or its home's mailbox. */
+static void enqueue_elsewhere(weft_thread *t) {
+    atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
+    if (!enqueue_pinned(NULL, t)) inject_push(t);
+}
+
 /* Fires the due timers of heap h; the vthreads whose park they end are
- * queued on the caller's carrier c so that the earliest deadline runs first.
+ * queued on the caller's carrier c so that the earliest deadline runs first
+ * (c NULL: the monitor; on the injection queue).
  * block = 0: give up if another carrier holds the lock. */
 static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block) {
     if (atomic_load_explicit(&h->min, memory_order_acquire) > now) return 0;
@@ -478,7 +540,10 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
             continue;
         }
         /* in deadline order: the run queue is FIFO */
-        for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
+        for (int i = 0; i < n; i++) {
+            if (c) enqueue_local(c, batch[i]);
+            else enqueue_elsewhere(batch[i]);
+        }
         total += n;
         if (n < 64) break;
         n = 0;
@@ -705,6 +770,124 @@ static weft_thread *find_work(weft__carrier *c) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* the monitor                                                               */
+/* ------------------------------------------------------------------------ */
+
+#define MON_GRACE_MIN_NS 1000000  /* after a rescue: look again this soon */
+#define MON_GRACE_MAX_NS 10000000 /* the longest a carrier holds what others could run, once armed */
+
+static weft_thread *yq_take(weft__carrier *v);
+
+static int carrier_idle(int k) {
+    return (atomic_load(&R.idle_mask[k / 64]) >> (k % 64)) & 1; /* seq_cst: see monitor_main */
+}
+
+static int any_busy(void) {
+    for (int i = 0; i < R.n; i++)
+        if (!carrier_idle(i)) return 1;
+    return 0;
+}
+
+/* Takes from carrier v, which has run one vthread since the last look,
+ * what only v would run: its LIFO slot, its due timers, its yield FIFO.
+ * They go to the injection queue (pinned ones to v's mailbox). */
+static int rescue(weft__carrier *v, int64_t now) {
+    int n = 0;
+    if (atomic_load_explicit(&v->lifo, memory_order_relaxed)) {
+        weft_thread *t = atomic_exchange_explicit(&v->lifo, NULL, memory_order_acq_rel);
+        if (t) {
+            enqueue_elsewhere(t);
+            n++;
+        }
+    }
+    n += fire_timers(NULL, &v->timers, now, 0);
+    if (R.yq_private) {
+        for (weft_thread *t = yq_take(v), *nx; t; t = nx) {
+            nx = t->next;
+            enqueue_elsewhere(t);
+            n++;
+        }
+    }
+    return n;
+}
+
+static void *monitor_main(void *unused) {
+    (void)unused;
+    int64_t grace = MON_GRACE_MIN_NS;
+    int fresh = 1; /* mon_seen is stale (we slept without a deadline): record only */
+    for (;;) {
+        uint32_t seq = atomic_load(&R.mon_word);
+        if (atomic_load(&R.stop)) break;
+        int64_t now = weft_now();
+        int moved = 0;
+        for (int i = 0; i < R.n; i++) {
+            weft__carrier *v = R.c[i];
+            uint64_t sw = atomic_load_explicit(&v->n_switches, memory_order_relaxed);
+            int stuck = !fresh && sw == v->mon_seen && !carrier_idle(i);
+            v->mon_seen = sw;
+            if (stuck) moved += rescue(v, now);
+        }
+        fresh = 0;
+        if (moved) {
+            wake_if_needed();
+            grace = MON_GRACE_MIN_NS;
+        } else {
+            grace = grace * 2 < MON_GRACE_MAX_NS ? grace * 2 : MON_GRACE_MAX_NS;
+        }
+        int64_t until = now + grace;
+        if (!any_busy()) {
+            /* disarm, then look again: a carrier that leaves idle (seq_cst
+             * RMW on its bit) and then needs us (seq_cst load of mon_armed)
+             * either is seen busy here or sees 0 there and wakes us */
+            atomic_store(&R.mon_armed, 0);
+            if (any_busy()) atomic_store(&R.mon_armed, 1);
+            else until = 0, fresh = 1;
+        }
+        futex_wait_until(&R.mon_word, seq, until);
+    }
+    return NULL;
+}
+
+static int mon_start(void) {
+    atomic_store(&R.mon_word, 0);
+    R.mon_started = 0;
+#ifdef WEFT_TSAN
+    int stealable = 1; /* the gate is a real lock there */
+#else
+    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    int stealable = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+                    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+    if (R.n == 1) {
+        /* nobody else could run what one carrier leaves behind */
+        atomic_store(&R.mon_armed, 1);
+        R.yq_private = 1;
+        return 0;
+    }
+    /* without membarrier the monitor cannot take a yield FIFO: then yields
+     * go where any carrier can take them */
+    R.yq_private = stealable;
+    atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first */
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 * 1024);
+    int e = pthread_create(&R.mon_thread, &a, monitor_main, NULL);
+    pthread_attr_destroy(&a);
+    if (e) return -e;
+    pthread_setname_np(R.mon_thread, "weft-monitor");
+    R.mon_started = 1;
+    return 0;
+}
+
+static void mon_stop(void) {
+    if (!R.mon_started) return;
+    atomic_fetch_add(&R.mon_word, 1);
+    futex_wake(&R.mon_word, 1);
+    pthread_join(R.mon_thread, NULL);
+    R.mon_started = 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* switching                                                                 */
 /* ------------------------------------------------------------------------ */
 
@@ -725,7 +908,7 @@ static inline void yq_append(weft__carrier *c, weft_thread *t) {
 
 static void yield_enqueue(weft__carrier *c, weft_thread *t) {
     yq_append(c, t);
-    if (atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0) {
+    if (!R.yq_private || atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0) {
         weft_thread *keep = NULL, *keep_tail = NULL;
         for (weft_thread *x = c->yq_head, *nx; x; x = nx) {
             nx = x->next;
@@ -741,7 +924,67 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
         c->yq_head = keep;
         c->yq_tail = keep_tail;
         wake_if_needed();
+    } else if (!(t->flags & WEFT__F_PINNED)) {
+        mon_need();
     }
+}
+
+/*
+ * The yield FIFO's gate (see "The monitor").  The owner carrier is "in" --
+ * yq_busy 1 -- from the moment a vthread enters the scheduler (a yield, a
+ * park, an exit) until a vthread's own code runs again (resumed()), and
+ * only then touches its FIFO.  The monitor takes a busy carrier's FIFO only
+ * while the carrier is out.  The owner's side costs two plain stores and a
+ * load per switch, no fence: the monitor, which takes a FIFO a few times a
+ * second at most, pays for both sides with membarrier(2), which runs a full
+ * barrier on every CPU running the process (an asymmetric Dekker): after
+ * it, either the monitor sees the owner in, or the owner, entering later,
+ * sees the monitor's flag and waits for it.  TSan models no such barrier:
+ * its builds use the same word as a real lock.
+ */
+#ifdef WEFT_TSAN
+static inline void yq_enter(weft__carrier *c) {
+    for (int z = 0; !atomic_compare_exchange_weak_explicit(&c->yq_busy, &z, 1, memory_order_acquire,
+                                                         memory_order_relaxed);
+         z = 0)
+        cpu_relax();
+}
+static inline void yq_leave(weft__carrier *c) { atomic_store_explicit(&c->yq_busy, 0, memory_order_release); }
+static int yq_lock_thief(weft__carrier *v) {
+    int z = 0;
+    return atomic_compare_exchange_strong_explicit(&v->yq_busy, &z, 2, memory_order_acquire, memory_order_relaxed);
+}
+static void yq_unlock_thief(weft__carrier *v) { atomic_store_explicit(&v->yq_busy, 0, memory_order_release); }
+#else
+__attribute__((noinline)) static void yq_wait_thief(weft__carrier *c) {
+    while (atomic_load_explicit(&c->yq_thief, memory_order_acquire)) cpu_relax();
+}
+static inline void yq_enter(weft__carrier *c) {
+    atomic_store_explicit(&c->yq_busy, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the CPU's order: the thief's membarrier */
+    if (__builtin_expect(atomic_load_explicit(&c->yq_thief, memory_order_relaxed), 0)) yq_wait_thief(c);
+}
+static inline void yq_leave(weft__carrier *c) { atomic_store_explicit(&c->yq_busy, 0, memory_order_release); }
+static int yq_lock_thief(weft__carrier *v) {
+    atomic_store_explicit(&v->yq_thief, 1, memory_order_relaxed);
+    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    if (!atomic_load_explicit(&v->yq_busy, memory_order_acquire)) return 1;
+    atomic_store_explicit(&v->yq_thief, 0, memory_order_release);
+    return 0;
+}
+static void yq_unlock_thief(weft__carrier *v) { atomic_store_explicit(&v->yq_thief, 0, memory_order_release); }
+#endif
+
+/* The monitor: v's whole yield FIFO, if v is out of its scheduler. */
+static weft_thread *yq_take(weft__carrier *v) {
+#ifndef WEFT_TSAN
+    if (!__atomic_load_n(&v->yq_head, __ATOMIC_RELAXED)) return NULL; /* a hint: nothing to take */
+#endif
+    if (!yq_lock_thief(v)) return NULL;
+    weft_thread *h = v->yq_head;
+    v->yq_head = v->yq_tail = NULL;
+    yq_unlock_thief(v);
+    return h;
 }
 
 static inline weft_thread *yield_pop(weft__carrier *c) {
@@ -805,6 +1048,7 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
 #endif
     (void)self;
     if (c->pending_op != OP_NONE) finish_pending(c); /* a private-queue yield leaves none */
+    yq_leave(c); /* our own code runs from here */
 }
 
 /* Switches from vthread self to next (NULL: the sched context), leaving
@@ -849,6 +1093,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
 /* Leaves the CPU to park or exit: runs the next local vthread, or the
  * sched context when there is none. */
 static void switch_out(weft__carrier *c, weft_thread *self, int op) {
+    yq_enter(c);
     switch_to(c, self, pick_local(c), op);
 }
 
@@ -1005,6 +1250,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
             if (weft__unpark(p, token, WEFT__PS_WOKEN)) return r;
             return outcome(atomic_load(&p->word));
         }
+        mon_need(); /* if this carrier stays busy, the monitor fires it */
     }
     __atomic_store_n(&self->why, (uint8_t)why, __ATOMIC_RELAXED); /* read by weft_dump */
     atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
@@ -1306,12 +1552,19 @@ int weft_yield(void) {
         sched_yield();
         return 0;
     }
+    yq_enter(c);
     weft_thread *next = pick_local(c);
-    if (!next) return 0; /* nothing else to run here */
-    if (atomic_load_explicit(&R.nidle, memory_order_relaxed) == 0 || (self->flags & WEFT__F_PINNED)) {
-        /* the private yield queue: only this OS thread touches it, so self
-         * can be queued before the switch, with no pending work after it */
+    if (!next) { /* nothing else to run here */
+        yq_leave(c);
+        return 0;
+    }
+    if ((self->flags & WEFT__F_PINNED) ||
+        (R.yq_private && atomic_load_explicit(&R.nidle, memory_order_relaxed) == 0)) {
+        /* the yield FIFO: only this carrier (and the monitor, through the
+         * gate) touches it, so self can be queued before the switch, with
+         * no pending work after it */
         yq_append(c, self);
+        if (!(self->flags & WEFT__F_PINNED)) mon_need();
         switch_to(c, self, next, OP_NONE);
     } else {
         switch_to(c, self, next, OP_YIELD); /* to the deque, after the switch */
@@ -1527,6 +1780,7 @@ int weft_init(const weft_config *cfg) {
         memset(c, 0, sizeof *c);
         c->index = i;
         c->slow_countdown = SLOW_EVERY;
+        atomic_init(&c->yq_busy, 1); /* the scheduler's until a vthread runs */
         c->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
         c->altstack = malloc(ALTSTACK_SIZE);
         if (!c->altstack || weft__dq_init(&c->dq, 256) != 0) {
@@ -1582,6 +1836,10 @@ int weft_init(const weft_config *cfg) {
             r = R.c[i]->start_err;
             fprintf(stderr, "weft: carrier %d cannot start its I/O poller: %s\n", i, strerror(-r));
         }
+    }
+    if (started == n && r == 0) {
+        r = mon_start();
+        if (r < 0) fprintf(stderr, "weft: cannot start the monitor thread: %s\n", strerror(-r));
     }
     if (started < n || r < 0) {
         atomic_store(&R.stop, 1);
@@ -1639,6 +1897,7 @@ void weft_shutdown(void) {
     /* the blocking pool's threads wake vthreads: they end before carriers do */
     weft__io_drain();
     atomic_store(&R.stop, 1);
+    mon_stop();
     for (int i = 0; i < R.n; i++) kick(R.c[i]);
     for (int i = 0; i < R.n; i++) pthread_join(R.c[i]->thread, NULL);
     atomic_store(&R.up, 0);
