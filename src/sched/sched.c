@@ -70,20 +70,20 @@
  * carrier would run -- the vthread in its LIFO slot, its yield FIFO, the due
  * timers in its heap -- would wait for the whole computation while other
  * carriers sleep (nothing woke them: those are the cheap paths).  So a
- * runtime with more than one carrier has a monitor thread.  A carrier that
- * leaves such work behind (fills its slot, queues a yield privately, inserts
- * a timer) arms it if it is not armed: one load, and a futex wake only the
- * first time after the monitor disarmed.  Armed, the monitor looks at every
- * carrier every `grace` (1 ms after it found something, doubling up to
- * 10 ms while it finds nothing): a carrier that is not idle and has made no
- * switch since the last look is running one vthread all along, and the
- * monitor moves its slot, its FIFO and its due timers' vthreads to the
+ * runtime with more than one carrier has a monitor thread, armed while any
+ * carrier is busy: a carrier that leaves idle arms it if it is not armed
+ * (one load; a futex wake only when the monitor had disarmed), and nothing
+ * on the switch, wake or timer paths pays for it.  Armed, the monitor looks
+ * at every carrier every `grace` (1 ms after it found something, doubling
+ * up to 10 ms while it finds nothing): a carrier that is not idle and has
+ * made no switch since the last look is running one vthread all along, and
+ * the monitor moves its slot, its FIFO and its due timers' vthreads to the
  * injection queue and wakes an idle carrier.  It disarms and sleeps without
- * a deadline once every carrier is idle (the idle bits and mon_armed are
- * a Dekker pair: see monitor_main).  Cost: ~100 wake-ups a second of one
- * thread while any carrier is busy, none while all sleep; a stranded
- * vthread waits at most about one grace instead of the whole computation.
- * Its I/O completions stay behind (a ring is reaped by its own carrier:
+ * a deadline once every carrier is idle (the idle bits and mon_armed are a
+ * Dekker pair: see monitor_main).  Cost: at most ~100 wake-ups a second of
+ * one thread while any carrier is busy, none while all sleep; a stranded
+ * vthread waits about one grace instead of the whole computation.  Its I/O
+ * completions stay behind (a ring is reaped by its own carrier:
  * io/uring.c); pinned vthreads can only wait for their carrier.
  *
  * Idle carriers also do the stack allocator's background work
@@ -92,7 +92,7 @@
  *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
- * gate (yq_enter); the deque's bottom by c, its top by anyone; lifo,
+ * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
  * mailbox, timers and wake_seq by anyone (atomics / locks).  Counters are
  * written by their carrier and read racily by weft_stats_get and the
  * monitor; mon_seen is the monitor's.
@@ -139,8 +139,11 @@ struct weft__carrier {
     uint32_t slow_countdown;
     uint32_t lifo_streak;
     uint32_t slow_turn;
-    _Atomic int yq_busy;            /* 0 while a vthread's own code runs here (yq_enter) */
     _Atomic int yq_thief;           /* the monitor is taking the yield FIFO */
+    int yq_private;                 /* R.yq_private, where the yield path reads it */
+#ifdef WEFT_TSAN
+    _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
+#endif
     void *sched_sp;
     uint64_t rng;
     int index;
@@ -387,9 +390,9 @@ static void wake_carrier(weft__carrier *c) {
     }
 }
 
-/* The monitor is needed: this carrier leaves something behind that only it
- * would run (see "The monitor").  One load, and a system call only when the
- * monitor sleeps without a deadline. */
+/* The monitor is needed: this carrier leaves idle (see "The monitor").  One
+ * load, and a system call only when the monitor sleeps without a deadline.
+ * The caller has cleared its idle bit (seq_cst) first. */
 static void mon_arm(void) {
     if (atomic_exchange(&R.mon_armed, 1)) return;
     atomic_fetch_add(&R.mon_word, 1);
@@ -498,8 +501,7 @@ void weft__ready(weft_thread *t) {
     }
     if (c->cur) {
         weft_thread *old = atomic_exchange_explicit(&c->lifo, t, memory_order_acq_rel);
-        mon_need(); /* if this carrier never switches again, the monitor takes t */
-        if (!old) return; /* this carrier runs it soon: wake nobody */
+        if (!old) return; /* this carrier runs it soon (or the monitor moves it): wake nobody */
         dq_push(c, old);
     } else {
         dq_push(c, t);
@@ -749,6 +751,7 @@ static weft_thread *find_work(weft__carrier *c) {
         if (work_visible(c) || atomic_load(&R.stop)) {
             if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
             else c->spinning = 1; /* a waker counted us as spinning */
+            mon_need(); /* busy again (the monitor may have seen us idle) */
             continue;
         }
         int64_t min = atomic_load(&c->timers.min);
@@ -759,6 +762,7 @@ static weft_thread *find_work(weft__carrier *c) {
             int n = weft__poller_wait(pl, min == INT64_MAX ? 0 : min, batch, 64);
             if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
             else c->spinning = 1;
+            mon_need();
             for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
             if (n) wake_if_needed();
             continue;
@@ -766,6 +770,7 @@ static weft_thread *find_work(weft__carrier *c) {
         futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
         if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
         else c->spinning = 1;
+        mon_need();
     }
 }
 
@@ -837,7 +842,7 @@ static void *monitor_main(void *unused) {
         int64_t until = now + grace;
         if (!any_busy()) {
             /* disarm, then look again: a carrier that leaves idle (seq_cst
-             * RMW on its bit) and then needs us (seq_cst load of mon_armed)
+             * RMW on its bit) and then reads mon_armed (seq_cst, mon_need)
              * either is seen busy here or sees 0 there and wakes us */
             atomic_store(&R.mon_armed, 0);
             if (any_busy()) atomic_store(&R.mon_armed, 1);
@@ -848,7 +853,8 @@ static void *monitor_main(void *unused) {
     return NULL;
 }
 
-static int mon_start(void) {
+/* Before the carriers start: may yields stay in a carrier's FIFO? */
+static void mon_prepare(void) {
     atomic_store(&R.mon_word, 0);
     R.mon_started = 0;
 #ifdef WEFT_TSAN
@@ -858,16 +864,16 @@ static int mon_start(void) {
     int stealable = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
                     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
-    if (R.n == 1) {
-        /* nobody else could run what one carrier leaves behind */
-        atomic_store(&R.mon_armed, 1);
-        R.yq_private = 1;
-        return 0;
-    }
-    /* without membarrier the monitor cannot take a yield FIFO: then yields
+    /* one carrier: nobody else could run what it leaves behind, and no
+     * monitor; without membarrier the monitor cannot take a FIFO, so yields
      * go where any carrier can take them */
-    R.yq_private = stealable;
-    atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first */
+    R.yq_private = R.n == 1 || stealable;
+    for (int i = 0; i < R.n; i++) R.c[i]->yq_private = R.yq_private;
+    atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first (one carrier: always "armed") */
+}
+
+static int mon_start(void) {
+    if (R.n == 1) return 0;
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, 64 * 1024);
@@ -908,7 +914,7 @@ static inline void yq_append(weft__carrier *c, weft_thread *t) {
 
 static void yield_enqueue(weft__carrier *c, weft_thread *t) {
     yq_append(c, t);
-    if (!R.yq_private || atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0) {
+    if (!c->yq_private || atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0) {
         weft_thread *keep = NULL, *keep_tail = NULL;
         for (weft_thread *x = c->yq_head, *nx; x; x = nx) {
             nx = x->next;
@@ -924,51 +930,59 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
         c->yq_head = keep;
         c->yq_tail = keep_tail;
         wake_if_needed();
-    } else if (!(t->flags & WEFT__F_PINNED)) {
-        mon_need();
     }
 }
 
 /*
- * The yield FIFO's gate (see "The monitor").  The owner carrier is "in" --
- * yq_busy 1 -- from the moment a vthread enters the scheduler (a yield, a
- * park, an exit) until a vthread's own code runs again (resumed()), and
- * only then touches its FIFO.  The monitor takes a busy carrier's FIFO only
- * while the carrier is out.  The owner's side costs two plain stores and a
- * load per switch, no fence: the monitor, which takes a FIFO a few times a
- * second at most, pays for both sides with membarrier(2), which runs a full
- * barrier on every CPU running the process (an asymmetric Dekker): after
- * it, either the monitor sees the owner in, or the owner, entering later,
- * sees the monitor's flag and waits for it.  TSan models no such barrier:
- * its builds use the same word as a real lock.
+ * The yield FIFO's gate (see "The monitor").  The owner carrier is "in"
+ * from the moment a vthread enters the scheduler (a yield, a park, an exit)
+ * until the next vthread is entered (enter()), and touches its FIFO only
+ * while in (finish_pending after a switch steps in again for it).  In is
+ * told by c->cur: NULL while in (as in the sched context), the vthread
+ * while its own code runs.  So stepping in costs one store and a load of
+ * the monitor's flag, and stepping out is enter()'s own store of c->cur: no
+ * fence.  (c->pending names the vthread that stepped in, for the stack
+ * overflow handler.)  The monitor takes a busy carrier's FIFO only while
+ * the carrier is out, and pays for both sides with membarrier(2), which
+ * runs a full barrier on every CPU running the process (an asymmetric
+ * Dekker): after it, either the monitor sees c->cur NULL, or the owner,
+ * stepping in later, sees the monitor's flag and waits for it.  TSan models
+ * no such barrier: its builds also hold a real lock (yq_lock) while in.
  */
-#ifdef WEFT_TSAN
-static inline void yq_enter(weft__carrier *c) {
-    for (int z = 0; !atomic_compare_exchange_weak_explicit(&c->yq_busy, &z, 1, memory_order_acquire,
-                                                         memory_order_relaxed);
-         z = 0)
-        cpu_relax();
-}
-static inline void yq_leave(weft__carrier *c) { atomic_store_explicit(&c->yq_busy, 0, memory_order_release); }
-static int yq_lock_thief(weft__carrier *v) {
-    int z = 0;
-    return atomic_compare_exchange_strong_explicit(&v->yq_busy, &z, 2, memory_order_acquire, memory_order_relaxed);
-}
-static void yq_unlock_thief(weft__carrier *v) { atomic_store_explicit(&v->yq_busy, 0, memory_order_release); }
-#else
 __attribute__((noinline)) static void yq_wait_thief(weft__carrier *c) {
     while (atomic_load_explicit(&c->yq_thief, memory_order_acquire)) cpu_relax();
 }
-static inline void yq_enter(weft__carrier *c) {
-    atomic_store_explicit(&c->yq_busy, 1, memory_order_relaxed);
+static inline __attribute__((always_inline)) void gate_in(weft__carrier *c, weft_thread *self) {
+    c->pending = self;
+    __atomic_store_n(&c->cur, (weft_thread *)NULL, __ATOMIC_RELAXED);
+#ifdef WEFT_TSAN
+    for (int z = 0; !atomic_compare_exchange_weak_explicit(&c->yq_lock, &z, 1, memory_order_acquire,
+                                                         memory_order_relaxed);
+         z = 0)
+        cpu_relax();
+#else
     atomic_signal_fence(memory_order_seq_cst); /* the CPU's order: the thief's membarrier */
     if (__builtin_expect(atomic_load_explicit(&c->yq_thief, memory_order_relaxed), 0)) yq_wait_thief(c);
+#endif
 }
-static inline void yq_leave(weft__carrier *c) { atomic_store_explicit(&c->yq_busy, 0, memory_order_release); }
+/* t's code runs on c from here (release: the FIFO's writes before it) */
+static inline __attribute__((always_inline)) void gate_out(weft__carrier *c, weft_thread *t) {
+#ifdef WEFT_TSAN
+    atomic_store_explicit(&c->yq_lock, 0, memory_order_release);
+#endif
+    __atomic_store_n(&c->cur, t, __ATOMIC_RELEASE);
+}
+#ifdef WEFT_TSAN
+static int yq_lock_thief(weft__carrier *v) {
+    int z = 0;
+    return atomic_compare_exchange_strong_explicit(&v->yq_lock, &z, 2, memory_order_acquire, memory_order_relaxed);
+}
+static void yq_unlock_thief(weft__carrier *v) { atomic_store_explicit(&v->yq_lock, 0, memory_order_release); }
+#else
 static int yq_lock_thief(weft__carrier *v) {
     atomic_store_explicit(&v->yq_thief, 1, memory_order_relaxed);
     syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-    if (!atomic_load_explicit(&v->yq_busy, memory_order_acquire)) return 1;
+    if (__atomic_load_n(&v->cur, __ATOMIC_ACQUIRE)) return 1;
     atomic_store_explicit(&v->yq_thief, 0, memory_order_release);
     return 0;
 }
@@ -996,7 +1010,9 @@ static inline weft_thread *yield_pop(weft__carrier *c) {
     return t;
 }
 
-static void finish_pending(weft__carrier *c) {
+/* self: the vthread that was just resumed (the gate is out), or NULL in
+ * the sched context (in). */
+static void finish_pending(weft__carrier *c, weft_thread *self) {
     int op = c->pending_op;
     if (op == OP_NONE) return;
     weft_thread *t = c->pending;
@@ -1004,7 +1020,9 @@ static void finish_pending(weft__carrier *c) {
     c->pending = NULL;
     switch (op) {
     case OP_YIELD:
+        if (self) gate_in(c, self); /* the FIFO: in again for it */
         yield_enqueue(c, t);
+        if (self) gate_out(c, self);
         break;
     case OP_PARK: {
         uint64_t tok = t->park_token;
@@ -1035,9 +1053,9 @@ static inline void check_canary(weft_thread *t) {
 static inline void enter(weft__carrier *c, weft_thread *next) {
     /* relaxed atomic stores (plain movs): weft_dump reads both from other
      * threads */
-    __atomic_store_n(&c->cur, next, __ATOMIC_RELAXED);
     __atomic_store_n(&next->carrier, c, __ATOMIC_RELAXED);
     bump(&c->n_switches);
+    gate_out(c, next);
 }
 
 /* Called by every vthread right after it is switched back in; c is the
@@ -1047,16 +1065,14 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
     __sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
 #endif
     (void)self;
-    if (c->pending_op != OP_NONE) finish_pending(c); /* a private-queue yield leaves none */
-    yq_leave(c); /* our own code runs from here */
+    if (c->pending_op != OP_NONE) finish_pending(c, self); /* a private-queue yield leaves none */
 }
 
 /* Switches from vthread self to next (NULL: the sched context), leaving
  * `op` for the next context to finish.  Returns when self is resumed. */
 static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
     check_canary(self);
-    c->pending_op = op;
-    c->pending = self;
+    c->pending_op = op; /* (c->pending = self: gate_in) */
     void *to_sp;
 #ifdef WEFT_ASAN
     const void *bottom;
@@ -1072,8 +1088,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
 #ifdef WEFT_TSAN
         __tsan_switch_to_fiber(next->tsan_fiber, 0);
 #endif
-    } else {
-        __atomic_store_n(&c->cur, (weft_thread *)NULL, __ATOMIC_RELAXED);
+    } else { /* (c->cur is NULL: gate_in) */
         to_sp = c->sched_sp;
 #ifdef WEFT_ASAN
         bottom = c->asan_bottom;
@@ -1093,7 +1108,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
 /* Leaves the CPU to park or exit: runs the next local vthread, or the
  * sched context when there is none. */
 static void switch_out(weft__carrier *c, weft_thread *self, int op) {
-    yq_enter(c);
+    gate_in(c, self);
     switch_to(c, self, pick_local(c), op);
 }
 
@@ -1110,7 +1125,7 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_ASAN
     __sanitizer_finish_switch_fiber(c->asan_fake, NULL, NULL);
 #endif
-    finish_pending(c);
+    finish_pending(c, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1250,7 +1265,6 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
             if (weft__unpark(p, token, WEFT__PS_WOKEN)) return r;
             return outcome(atomic_load(&p->word));
         }
-        mon_need(); /* if this carrier stays busy, the monitor fires it */
     }
     __atomic_store_n(&self->why, (uint8_t)why, __ATOMIC_RELAXED); /* read by weft_dump */
     atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
@@ -1552,19 +1566,18 @@ int weft_yield(void) {
         sched_yield();
         return 0;
     }
-    yq_enter(c);
+    gate_in(c, self);
     weft_thread *next = pick_local(c);
     if (!next) { /* nothing else to run here */
-        yq_leave(c);
+        gate_out(c, self);
         return 0;
     }
     if ((self->flags & WEFT__F_PINNED) ||
-        (R.yq_private && atomic_load_explicit(&R.nidle, memory_order_relaxed) == 0)) {
+        (c->yq_private && atomic_load_explicit(&R.nidle, memory_order_relaxed) == 0)) {
         /* the yield FIFO: only this carrier (and the monitor, through the
          * gate) touches it, so self can be queued before the switch, with
          * no pending work after it */
         yq_append(c, self);
-        if (!(self->flags & WEFT__F_PINNED)) mon_need();
         switch_to(c, self, next, OP_NONE);
     } else {
         switch_to(c, self, next, OP_YIELD); /* to the deque, after the switch */
@@ -1780,7 +1793,9 @@ int weft_init(const weft_config *cfg) {
         memset(c, 0, sizeof *c);
         c->index = i;
         c->slow_countdown = SLOW_EVERY;
-        atomic_init(&c->yq_busy, 1); /* the scheduler's until a vthread runs */
+#ifdef WEFT_TSAN
+        atomic_init(&c->yq_lock, 1); /* in the scheduler until a vthread runs */
+#endif
         c->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
         c->altstack = malloc(ALTSTACK_SIZE);
         if (!c->altstack || weft__dq_init(&c->dq, 256) != 0) {
@@ -1809,6 +1824,7 @@ int weft_init(const weft_config *cfg) {
         sigemptyset(&sa.sa_mask);
         if (sigaction(SIGSEGV, &sa, &R.old_segv) == 0) R.segv_installed = 1;
     }
+    mon_prepare();
     int started = 0;
     atomic_store(&R.carriers_ready, 0);
     for (int i = 0; i < n; i++) {
@@ -1953,7 +1969,9 @@ static size_t put_u(char *b, size_t at, size_t cap, unsigned long long v, int ba
 
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     weft__carrier *c = tls_carrier;
-    weft_thread *t = c ? c->cur : NULL;
+    /* c->cur is NULL while the scheduler runs on a vthread's stack: the
+     * vthread is c->pending then */
+    weft_thread *t = c ? (c->cur ? c->cur : c->pending) : NULL;
     if (t && weft__stack_guard_hit(&t->stk, si->si_addr)) {
         char b[256], name[32];
         fmt_name(t, name);
