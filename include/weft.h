@@ -20,6 +20,11 @@
  *  - A vthread may resume on another carrier after any blocking call, so a C
  *    thread-local (errno included) read before such a call may not be the one
  *    read after it.  Code that needs C TLS spawns with weft_attr.pinned.
+ *  - Vthreads are not preempted: one that computes holds its carrier until
+ *    it blocks or yields.  What that carrier alone would have run next -- a
+ *    vthread it woke, one that yielded, a due timer -- is moved to another
+ *    carrier by the runtime's monitor thread within about 10 ms; I/O
+ *    completions on its ring, and vthreads pinned to it, wait for it.
  *
  * Sections, in layer order: runtime, virtual threads, time and
  * cancellation, parking, observe.
@@ -221,7 +226,13 @@ WEFT_API int weft_unpark(weft_thread *t);
  * that thread (honouring its deadline where the operation can wait).
  *
  * fds need no special flags; O_NONBLOCK on a socket is fine and is what
- * weft_sendfile wants on its output (see there).
+ * weft_sendfile wants on its output (see there).  The epoll backend makes
+ * an fd O_NONBLOCK only where no per-call flag exists -- pipes and other
+ * non-socket fds, a socket it connects, a listening socket it accepts on;
+ * reads and writes on sockets carry MSG_DONTWAIT instead.  An fd may
+ * be closed with close(2) behind weft's back and its number reused by any
+ * kind of file: no call on the new file blocks its carrier or loses its
+ * deadline because of the old one.
  */
 WEFT_API ssize_t weft_read(int fd, void *buf, size_t n);
 WEFT_API ssize_t weft_write(int fd, const void *buf, size_t n);   /* may write less than n, like write(2) */
@@ -256,7 +267,10 @@ WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
  * (microseconds when calls were in flight, nothing extra otherwise).  A
  * call started on fd meanwhile waits for the close, then finds fd closed
  * (-EBADF) -- or, as with close(2) itself, the new socket another thread's
- * socket() got the number for.  Not interrupted: a platform thread's call
+ * socket() got the number for (but -EBADF if yet another close of the
+ * number began while it waited: its own file may be the one closed).  No
+ * close leaves anything behind that could act on the number's next file.
+ * Not interrupted: a platform thread's call
  * (a plain system call, as with close(2)), a regular file's read already
  * under way (it ends by itself; the close waits for it), and anything on
  * io_uring kernels before 5.19 (no cancel-by-fd: weft_close is close(2)
