@@ -936,14 +936,17 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
 /*
  * The yield FIFO's gate (see "The monitor").  The owner carrier is "in"
  * from the moment a vthread enters the scheduler (a yield, a park, an exit)
- * until the next vthread is entered (enter()), and touches its FIFO only
- * while in (finish_pending after a switch steps in again for it).  In is
- * told by c->cur: NULL while in (as in the sched context), the vthread
- * while its own code runs.  So stepping in costs one store and a load of
- * the monitor's flag, and stepping out is enter()'s own store of c->cur: no
- * fence.  (c->pending names the vthread that stepped in, for the stack
- * overflow handler.)  The monitor takes a busy carrier's FIFO only while
- * the carrier is out, and pays for both sides with membarrier(2), which
+ * until the next vthread, already on its own stack, is about to run its own
+ * code (resumed(), after finish_pending), and touches its FIFO only while
+ * in.  Out therefore also means that every vthread in the FIFO has left its
+ * stack (a yield queues itself there before its switch).  In is told by
+ * c->cur: NULL while in (as in the sched context), the vthread while its
+ * own code runs.  So stepping in costs one store and a load of the
+ * monitor's flag, and stepping out is the store of c->cur that a switch
+ * makes anyway: no fence.  (c->pending names the vthread that stepped in,
+ * for the stack overflow handler.)  The monitor takes a busy carrier's
+ * FIFO only while the carrier is out, and pays for both sides with
+ * membarrier(2), which
  * runs a full barrier on every CPU running the process (an asymmetric
  * Dekker): after it, either the monitor sees c->cur NULL, or the owner,
  * stepping in later, sees the monitor's flag and waits for it.  TSan models
@@ -1010,9 +1013,8 @@ static inline weft_thread *yield_pop(weft__carrier *c) {
     return t;
 }
 
-/* self: the vthread that was just resumed (the gate is out), or NULL in
- * the sched context (in). */
-static void finish_pending(weft__carrier *c, weft_thread *self) {
+/* Called in the scheduler (the gate in), after the old stack was left. */
+static void finish_pending(weft__carrier *c) {
     int op = c->pending_op;
     if (op == OP_NONE) return;
     weft_thread *t = c->pending;
@@ -1020,9 +1022,7 @@ static void finish_pending(weft__carrier *c, weft_thread *self) {
     c->pending = NULL;
     switch (op) {
     case OP_YIELD:
-        if (self) gate_in(c, self); /* the FIFO: in again for it */
         yield_enqueue(c, t);
-        if (self) gate_out(c, self);
         break;
     case OP_PARK: {
         uint64_t tok = t->park_token;
@@ -1051,11 +1051,10 @@ static inline void check_canary(weft_thread *t) {
 
 /* Sets up `next` to run on c; called just before switching to it. */
 static inline void enter(weft__carrier *c, weft_thread *next) {
-    /* relaxed atomic stores (plain movs): weft_dump reads both from other
-     * threads */
+    /* a relaxed atomic store (a plain mov): weft_dump reads it from other
+     * threads.  c->cur is set by next itself, once on its stack (resumed) */
     __atomic_store_n(&next->carrier, c, __ATOMIC_RELAXED);
     bump(&c->n_switches);
-    gate_out(c, next);
 }
 
 /* Called by every vthread right after it is switched back in; c is the
@@ -1065,7 +1064,8 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
     __sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
 #endif
     (void)self;
-    if (c->pending_op != OP_NONE) finish_pending(c, self); /* a private-queue yield leaves none */
+    if (c->pending_op != OP_NONE) finish_pending(c); /* a private-queue yield leaves none */
+    gate_out(c, self); /* our own code runs from here */
 }
 
 /* Switches from vthread self to next (NULL: the sched context), leaving
@@ -1125,7 +1125,7 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_ASAN
     __sanitizer_finish_switch_fiber(c->asan_fake, NULL, NULL);
 #endif
-    finish_pending(c, NULL);
+    finish_pending(c);
 }
 
 /* ------------------------------------------------------------------------ */
