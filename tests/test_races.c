@@ -49,6 +49,13 @@ static int64_t hog_ms(void) {
     return ms;
 }
 
+/* A test's own repetitions, or WEFT_TEST_TRIALS' (scripts/stress.sh runs
+ * each test many times with few repetitions inside). */
+static int trials(int def) {
+    const char *v = getenv("WEFT_TEST_TRIALS");
+    return v && atoi(v) > 0 ? atoi(v) : def;
+}
+
 /* Computes until t without blocking or yielding: the carrier is held. */
 static void hog_until(int64_t t) {
     while (weft_now() < t) __asm__ volatile("" ::: "memory");
@@ -118,8 +125,8 @@ static void *fc_closer(void *arg) {
  * the busy carrier's next read is on N. */
 TEST(close_cancel_never_reaches_reused_number) {
     int n = ncarriers();
-    int trials = TEST_SANITIZED ? 10 : 40, meaningful = 0;
-    for (int i = 0; i < trials; i++) {
+    int ntrials = trials(TEST_SANITIZED ? 10 : 40), meaningful = 0;
+    for (int i = 0; i < ntrials; i++) {
         atomic_store(&fc_hog_up, 0);
         atomic_store(&fc_release, 0);
         weft_thread *h, *r, *c;
@@ -213,7 +220,7 @@ static void *churn_loop(void *arg) {
 
 TEST(close_reopen_churn_reads_live_sockets) {
     enum { V = 16 };
-    int rounds = TEST_SANITIZED ? 40 : 400; /* 6,400 reads */
+    int rounds = trials(TEST_SANITIZED ? 40 : 400); /* 6,400 reads */
     atomic_store(&churn_bad, 0);
     weft_thread *t[V];
     for (int i = 0; i < V; i++) CHECK_EQ(weft_spawn(&t[i], churn_loop, (void *)(intptr_t)rounds, NULL), 0);
@@ -242,7 +249,7 @@ static int listen_blocking(struct sockaddr_in *sa) {
 
 /* Makes weft learn fd `old` (an operation on it), closes it with close(2),
  * then gives the number to a new, blocking file of another or the same kind
- * and makes a call on it that can only end by its 100 ms deadline. */
+ * and makes a call on it that can only end by its 20 ms deadline. */
 static void *bb_case(void *arg) {
     int kind = (int)(intptr_t)arg;
     char c;
@@ -266,7 +273,7 @@ static void *bb_case(void *arg) {
         }
         CHECK(fd >= 0);
         CHECK_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
-        int64_t old = weft_deadline_set(weft_now() + 100 * MS);
+        int64_t old = weft_deadline_set(weft_now() + 20 * MS);
         res = weft_read(fd, &c, 1);
         weft_deadline_set(old);
     } else if (kind == BB_PIPE) {
@@ -279,7 +286,7 @@ static void *bb_case(void *arg) {
         close(p[1]);
         CHECK_EQ(pipe2(keep, O_CLOEXEC), 0);
         CHECK_EQ(keep[0], num);
-        int64_t old = weft_deadline_set(weft_now() + 100 * MS);
+        int64_t old = weft_deadline_set(weft_now() + 20 * MS);
         res = weft_read(keep[0], &c, 1);
         weft_deadline_set(old);
     } else if (kind == BB_ACCEPT) {
@@ -296,7 +303,7 @@ static void *bb_case(void *arg) {
         keep[0] = listen_blocking(&sa);
         CHECK_EQ(keep[0], num);
         CHECK_EQ(fcntl(keep[0], F_GETFL) & O_NONBLOCK, 0);
-        int64_t old = weft_deadline_set(weft_now() + 100 * MS);
+        int64_t old = weft_deadline_set(weft_now() + 20 * MS);
         res = weft_accept(keep[0], NULL, NULL, SOCK_CLOEXEC);
         weft_deadline_set(old);
         if (res >= 0) close((int)res);
@@ -314,7 +321,7 @@ static void *bb_case(void *arg) {
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, keep), 0);
         int fd = reused_end(keep, num, &peer);
         CHECK(fd >= 0);
-        int64_t old = weft_deadline_set(weft_now() + 100 * MS);
+        int64_t old = weft_deadline_set(weft_now() + 20 * MS);
         res = weft_read(fd, &c, 1);
         weft_deadline_set(old);
     }
@@ -327,7 +334,7 @@ static void *bb_case(void *arg) {
 
 TEST(close_behind_back_then_reuse_never_blocks) {
     static const char *names[] = {"socket", "pipe", "accept", "file then socket", "socket then pipe"};
-    int rounds = TEST_SANITIZED ? 3 : 20;
+    int rounds = trials(TEST_SANITIZED ? 1 : 2);
     for (int i = 0; i < rounds; i++) {
         for (int k = 0; k < BB_CASES; k++) {
             atomic_store(&bb_done, 0);
@@ -375,7 +382,7 @@ TEST(due_timer_of_busy_carrier_fires) {
     int n = ncarriers();
     int64_t hog = (n > 1 ? hog_ms() : 5) * MS;
     int meaningful = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < trials(3); i++) {
         weft_thread *t;
         void *res;
         CHECK_EQ(weft_spawn(&t, tm_sleeper, (void *)(intptr_t)hog, NULL), 0);
@@ -383,6 +390,7 @@ TEST(due_timer_of_busy_carrier_fires) {
         int64_t late = (int64_t)(intptr_t)res;
         if (late < 0 || n == 1) continue;
         meaningful++;
+        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "timer late %.2f ms\n", late / 1e6);
         if (late >= hog / 2) fprintf(stderr, "woke %lld ms late behind a %lld ms hog\n", (long long)(late / MS), (long long)(hog / MS));
         CHECK(late < hog / 2);
     }
@@ -418,7 +426,7 @@ static void *lf_waker(void *arg) {
 
 TEST(woken_vthread_not_stranded_behind_busy_waker) {
     int n = ncarriers();
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < trials(3); i++) {
         atomic_store(&lf_parked, 0);
         atomic_store(&lf_woken, 0);
         weft_thread *b, *a;
@@ -430,6 +438,7 @@ TEST(woken_vthread_not_stranded_behind_busy_waker) {
         int64_t late = atomic_load(&lf_woke_at) - (int64_t)(intptr_t)res;
         if (n == 1) continue;
         int64_t hog = (int64_t)hog_ms() * MS;
+        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "lifo late %.2f ms\n", late / 1e6);
         if (late >= hog / 2) fprintf(stderr, "woken vthread ran %lld ms after its wake-up\n", (long long)(late / MS));
         CHECK(late < hog / 2);
     }
@@ -460,13 +469,14 @@ static void *yq_yielder(void *arg) {
 TEST(yielded_vthread_not_stranded_behind_busy_carrier) {
     int n = ncarriers();
     int64_t hog = (n > 1 ? hog_ms() : 5) * MS;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < trials(3); i++) {
         weft_thread *t;
         void *res;
         CHECK_EQ(weft_spawn(&t, yq_yielder, (void *)(intptr_t)hog, NULL), 0);
         CHECK_EQ(weft_join(t, &res), 0);
         int64_t late = (int64_t)(intptr_t)res;
         if (late < 0 || n == 1) continue;
+        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "yield late %.2f ms\n", late / 1e6);
         if (late >= hog / 2) fprintf(stderr, "yielded vthread back %lld ms later\n", (long long)(late / MS));
         CHECK(late < hog / 2);
     }
@@ -494,8 +504,8 @@ static void *bj_submit(void *fn) {
 }
 
 TEST(blocking_jobs_that_need_each_other) {
-    int trials = TEST_SANITIZED ? 5 : 20;
-    for (int i = 0; i < trials; i++) {
+    int ntrials = trials(TEST_SANITIZED ? 5 : 20);
+    for (int i = 0; i < ntrials; i++) {
         CHECK_EQ(weft_init(NULL), 0);
         CHECK_EQ(pipe2(bj_pipe, O_CLOEXEC), 0);
         weft_thread *w, *a, *b;
@@ -553,7 +563,7 @@ static void *sr_loop(void *arg) {
 
 TEST(poll_reports_no_readiness_of_a_closed_file) {
     enum { V = 8 };
-    int rounds = TEST_SANITIZED ? 20 : 200;
+    int rounds = trials(TEST_SANITIZED ? 10 : 100);
     atomic_store(&stale_bad, 0);
     weft_thread *t[V];
     for (int i = 0; i < V; i++) CHECK_EQ(weft_spawn(&t[i], sr_loop, (void *)(intptr_t)rounds, NULL), 0);
