@@ -11,6 +11,24 @@
 #include <stdatomic.h>
 #include <pthread.h>
 
+/* Which sanitizer builds this: first, since the inline functions below
+ * depend on it (they were once above it, and the spawn path's unpoisoning
+ * of a reused stack was compiled out). */
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_TSAN 1
+#endif
+#endif
+
 /* ---- context switch (switch_x86_64.S) ---------------------------------- */
 
 /*
@@ -112,20 +130,6 @@ size_t weft__stack_resident(const weft__stack *s);
 
 /* ---- sanitizer and valgrind hooks -------------------------------------- */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_TSAN 1
-#endif
-#endif
 
 #ifdef WEFT_ASAN
 void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
