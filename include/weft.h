@@ -23,7 +23,7 @@
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
- *    carrier by the runtime's monitor thread within about 10 ms; I/O
+ *    carrier by the runtime's monitor thread within about 20 ms; I/O
  *    completions on its ring, and vthreads pinned to it, wait for it.
  *
  * Sections, in layer order: runtime, virtual threads, time and

@@ -47,7 +47,12 @@
  * ADDed).  A carrier that fetched an event for the old file and handles it
  * after the number was closed and reused finds another generation under
  * the entry's lock and drops it: a weft_poll on the new file never reports
- * the old one's readiness (and a read never retries on it).
+ * the old one's readiness (and a read never retries on it).  Within one
+ * file an event may still tell of a moment before the waiter came (the
+ * registration stays armed after a waiter that timed out, and fires when
+ * data comes later): reads and writes just try again, and weft_poll checks
+ * with poll(2) before it answers, so that its answer is true at a moment
+ * within the call.
  *
  * Carriers.  Each carrier has its own small epoll set holding its eventfd
  * (the kick) and the shared set.  It sleeps on its own set with the next
@@ -422,7 +427,19 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
     case IOR_PREAD:
     case IOR_PWRITE:
     case IOR_FSYNC: return weft__pool_exec(rq);
-    case IOR_POLL: return weft__epoll_wait_fd(rq->fd, rq->events, deadline);
+    case IOR_POLL:
+        for (;;) {
+            int r = weft__epoll_wait_fd(rq->fd, rq->events, deadline);
+            if (r <= 0) return r;
+            /* An event tells of a moment that may precede this call: a
+             * registration armed for an earlier wait (one that timed out)
+             * fires when data comes, and that data may be gone again.  A
+             * poll answers for a moment within the call: check. */
+            struct pollfd pf = {.fd = rq->fd, .events = (short)rq->events};
+            int k = poll(&pf, 1, 0);
+            if (k > 0) return pf.revents;
+            if (k < 0 && errno != EINTR) return -errno;
+        }
     case IOR_CONNECT: {
         int r = set_nonblock(rq->fd);
         if (r < 0) return r;

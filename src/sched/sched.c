@@ -4,7 +4,7 @@
  * Shape.  Each carrier is an OS thread with a run queue (a Chase-Lev deque,
  * deque.h, used FIFO: the owner pushes at the bottom and takes from the top,
  * thieves take half from the top in one CAS), a LIFO slot for the vthread
- * woken last, a private FIFO for vthreads that yielded, a mailbox for
+ * woken last, a FIFO for vthreads that yielded (the yield FIFO), a mailbox for
  * vthreads pinned to it, and a timer heap (timer.h).  Work from platform
  * threads goes to one injection queue.  A carrier runs the scheduler loop on
  * its own OS stack (the "sched context"); vthreads run on their own stacks.
@@ -82,9 +82,12 @@
  * a deadline once every carrier is idle (the idle bits and mon_armed are a
  * Dekker pair: see monitor_main).  Cost: at most ~100 wake-ups a second of
  * one thread while any carrier is busy, none while all sleep; a stranded
- * vthread waits about one grace instead of the whole computation.  Its I/O
- * completions stay behind (a ring is reaped by its own carrier:
- * io/uring.c); pinned vthreads can only wait for their carrier.
+ * vthread waits one or two graces (at most ~20 ms) instead of the whole
+ * computation.  A sleeping carrier's deadline is its own heap's next timer
+ * only: a spinning carrier fires other heaps' due timers, and the monitor
+ * those of a carrier that computes.  A computing carrier's I/O completions
+ * stay behind (a ring is reaped by its own carrier: io/uring.c), and
+ * vthreads pinned to it can only wait for it.
  *
  * Idle carriers also do the stack allocator's background work
  * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
