@@ -82,8 +82,8 @@
  * a deadline once every carrier is idle (the idle bits and mon_armed are a
  * Dekker pair: see monitor_main).  Cost: at most ~100 wake-ups a second of
  * one thread while any carrier is busy, none while all sleep; a stranded
- * vthread waits one or two graces (at most ~20 ms) instead of the whole
- * computation.  A sleeping carrier's deadline is its own heap's next timer
+ * vthread waits one or two graces (about 20 ms at most, measured up to
+ * 23 ms) instead of the whole computation.  A sleeping carrier's deadline is its own heap's next timer
  * only: a spinning carrier fires other heaps' due timers, and the monitor
  * those of a carrier that computes.  A computing carrier's I/O completions
  * stay behind (a ring is reaped by its own carrier: io/uring.c), and
@@ -196,7 +196,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Atomic uint64_t peak;
     _Atomic uint64_t plat_started, plat_nd_started; /* spawned on platform threads */
     /* the monitor (see "The monitor" above) */
-    _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read on every hazard: written rarely */
+    _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
     pthread_t mon_thread;
     int mon_started;
@@ -949,11 +949,11 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
  * makes anyway: no fence.  (c->pending names the vthread that stepped in,
  * for the stack overflow handler.)  The monitor takes a busy carrier's
  * FIFO only while the carrier is out, and pays for both sides with
- * membarrier(2), which
- * runs a full barrier on every CPU running the process (an asymmetric
- * Dekker): after it, either the monitor sees c->cur NULL, or the owner,
- * stepping in later, sees the monitor's flag and waits for it.  TSan models
- * no such barrier: its builds also hold a real lock (yq_lock) while in.
+ * membarrier(2), which runs a full barrier on every CPU running the
+ * process (an asymmetric Dekker): after it, either the monitor sees c->cur
+ * NULL, or the owner, stepping in later, sees the monitor's flag and waits
+ * for it.  TSan models no such barrier: its builds also hold a real lock
+ * (yq_lock) while in.
  */
 __attribute__((noinline)) static void yq_wait_thief(weft__carrier *c) {
     while (atomic_load_explicit(&c->yq_thief, memory_order_acquire)) cpu_relax();
