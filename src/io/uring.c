@@ -256,11 +256,13 @@ static void take_cancels(uring_poller *pl) {
     pthread_mutex_lock(&pl->cancel_lock);
     int n = atomic_load_explicit(&pl->ncancel, memory_order_relaxed);
     for (int i = 0; i < n; i++) queue_cancel(pl, pl->cancels[i]);
-    atomic_store_explicit(&pl->ncancel, 0, memory_order_relaxed);
     if (n) {
         io_uring_submit(&pl->ring);
         pl->pending = 0;
     }
+    /* emptied only once submitted: a withdrawer that reads 0 without the
+     * lock knows every request it made has been acted on */
+    atomic_store_explicit(&pl->ncancel, 0, memory_order_release);
     pthread_mutex_unlock(&pl->cancel_lock);
 }
 
