@@ -356,45 +356,67 @@ TEST(close_behind_back_then_reuse_never_blocks) {
 
 /* ---- 3. a due timer in a busy carrier's heap ---------------------------- */
 
-static atomic_int tm_hog_car;
+/* The victims of 3 and of 4's yield: a vthread queues a hog on its own
+ * carrier, then sleeps 10 ms (its timer in this carrier's heap) or yields
+ * (itself behind the hog, in the yield FIFO), and measures how late it is
+ * back: -1 when the hog ran elsewhere (nothing to strand). */
+static atomic_int hog_car;
 
-static void *tm_hog(void *arg) {
-    atomic_store(&tm_hog_car, here());
+static void *hog_fn(void *arg) {
+    atomic_store(&hog_car, here());
     hog_until(weft_now() + (int64_t)(intptr_t)arg);
     return NULL;
 }
 
-static void *tm_sleeper(void *arg) {
-    int64_t hog = (int64_t)(intptr_t)arg;
+enum { BY_SLEEP, BY_YIELD };
+typedef struct strand_arg {
+    int64_t hog;
+    int how;
+} strand_arg;
+
+static void *strand_victim(void *arg) {
+    const strand_arg *a = arg;
     weft_thread *h;
-    atomic_store(&tm_hog_car, -1);
-    CHECK_EQ(weft_spawn(&h, tm_hog, (void *)(intptr_t)hog, NULL), 0);
+    atomic_store(&hog_car, -1);
+    CHECK_EQ(weft_spawn(&h, hog_fn, (void *)(intptr_t)a->hog, NULL), 0);
     int car = here();
-    int64_t due = weft_now() + 10 * MS;
-    CHECK_EQ(weft_sleep_until(due), 0); /* the carrier switches to the hog */
+    int64_t due;
+    if (a->how == BY_SLEEP) {
+        due = weft_now() + 10 * MS;
+        CHECK_EQ(weft_sleep_until(due), 0); /* the carrier switches to the hog */
+    } else {
+        due = weft_now();
+        weft_yield(); /* the carrier runs the hog, queued before us */
+    }
     int64_t late = weft_now() - due;
-    int same = atomic_load(&tm_hog_car) == car;
+    int same = atomic_load(&hog_car) == car;
     CHECK_EQ(weft_join(h, NULL), 0);
     return (void *)(intptr_t)(same ? late : -1);
 }
 
-TEST(due_timer_of_busy_carrier_fires) {
-    int n = ncarriers();
-    int64_t hog = (n > 1 ? hog_ms() : 5) * MS;
-    int meaningful = 0;
+/* Runs the victims; returns how many shared the hog's carrier. */
+static int strand_trials(int how, const char *what) {
+    int n = ncarriers(), meaningful = 0;
+    strand_arg a = {.hog = (n > 1 ? hog_ms() : 5) * MS, .how = how};
     for (int i = 0; i < trials(3); i++) {
         weft_thread *t;
         void *res;
-        CHECK_EQ(weft_spawn(&t, tm_sleeper, (void *)(intptr_t)hog, NULL), 0);
+        CHECK_EQ(weft_spawn(&t, strand_victim, &a, NULL), 0);
         CHECK_EQ(weft_join(t, &res), 0);
         int64_t late = (int64_t)(intptr_t)res;
         if (late < 0 || n == 1) continue;
         meaningful++;
-        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "timer late %.2f ms\n", late / 1e6);
-        if (late >= hog / 2) fprintf(stderr, "woke %lld ms late behind a %lld ms hog\n", (long long)(late / MS), (long long)(hog / MS));
-        CHECK(late < hog / 2);
+        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "%s late %.2f ms\n", what, late / 1e6);
+        if (late >= a.hog / 2)
+            fprintf(stderr, "%s: back %lld ms late behind a %lld ms hog\n", what, (long long)(late / MS),
+                    (long long)(a.hog / MS));
+        CHECK(late < a.hog / 2);
     }
-    if (n > 1 && !meaningful) fprintf(stderr, "note: the hog never shared the sleeper's carrier\n");
+    return n > 1 ? meaningful : -1;
+}
+
+TEST(due_timer_of_busy_carrier_fires) {
+    if (strand_trials(BY_SLEEP, "timer") == 0) fprintf(stderr, "note: the hog never shared the sleeper's carrier\n");
 }
 
 /* ---- 4. the LIFO slot and the yield queue of a busy carrier -------------- */
@@ -444,43 +466,7 @@ TEST(woken_vthread_not_stranded_behind_busy_waker) {
     }
 }
 
-static atomic_int yq_hog_car;
-
-static void *yq_hog(void *arg) {
-    atomic_store(&yq_hog_car, here());
-    hog_until(weft_now() + (int64_t)(intptr_t)arg);
-    return NULL;
-}
-
-static void *yq_yielder(void *arg) {
-    int64_t hog = (int64_t)(intptr_t)arg;
-    weft_thread *h;
-    atomic_store(&yq_hog_car, -1);
-    CHECK_EQ(weft_spawn(&h, yq_hog, (void *)(intptr_t)hog, NULL), 0);
-    int car = here();
-    int64_t t0 = weft_now();
-    weft_yield(); /* the carrier runs the hog, queued before us */
-    int64_t late = weft_now() - t0;
-    int same = atomic_load(&yq_hog_car) == car;
-    CHECK_EQ(weft_join(h, NULL), 0);
-    return (void *)(intptr_t)(same ? late : -1);
-}
-
-TEST(yielded_vthread_not_stranded_behind_busy_carrier) {
-    int n = ncarriers();
-    int64_t hog = (n > 1 ? hog_ms() : 5) * MS;
-    for (int i = 0; i < trials(3); i++) {
-        weft_thread *t;
-        void *res;
-        CHECK_EQ(weft_spawn(&t, yq_yielder, (void *)(intptr_t)hog, NULL), 0);
-        CHECK_EQ(weft_join(t, &res), 0);
-        int64_t late = (int64_t)(intptr_t)res;
-        if (late < 0 || n == 1) continue;
-        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "yield late %.2f ms\n", late / 1e6);
-        if (late >= hog / 2) fprintf(stderr, "yielded vthread back %lld ms later\n", (long long)(late / MS));
-        CHECK(late < hog / 2);
-    }
-}
+TEST(yielded_vthread_not_stranded_behind_busy_carrier) { strand_trials(BY_YIELD, "yield"); }
 
 /* ---- 5. blocking jobs that need each other ------------------------------- */
 

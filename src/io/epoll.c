@@ -338,18 +338,20 @@ static int set_nonblock(int fd) {
 
 /* What fd is now (fstat): KIND_SOCKET, KIND_FILE, KIND_POLLABLE (made
  * O_NONBLOCK here), or -errno. */
+static int pool_mode(mode_t m) { return S_ISREG(m) || S_ISBLK(m) || S_ISDIR(m); }
+
 static int classify(int fd) {
     struct stat st;
     if (fstat(fd, &st) < 0) return -errno;
     if (S_ISSOCK(st.st_mode)) return KIND_SOCKET;
-    if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) return KIND_FILE;
+    if (pool_mode(st.st_mode)) return KIND_FILE;
     int r = set_nonblock(fd);
     return r < 0 ? r : KIND_POLLABLE;
 }
 
 static int still_file(int fd) {
     struct stat st;
-    return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode));
+    return fstat(fd, &st) == 0 && pool_mode(st.st_mode);
 }
 
 /* 1 if fd's file is O_NONBLOCK, 0 if not, -errno */

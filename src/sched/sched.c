@@ -143,7 +143,7 @@ struct weft__carrier {
     uint32_t lifo_streak;
     uint32_t slow_turn;
     _Atomic int yq_thief;           /* the monitor is taking the yield FIFO */
-    int yq_private;                 /* R.yq_private, where the yield path reads it */
+    int yq_private;                 /* the FIFO may hold vthreads others could run (set at init) */
 #ifdef WEFT_TSAN
     _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
 #endif
@@ -200,7 +200,6 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
     pthread_t mon_thread;
     int mon_started;
-    int yq_private; /* the yield FIFO may hold vthreads others could run (the monitor can take them) */
     struct sigaction old_segv;
     int segv_installed;
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -809,7 +808,7 @@ static int rescue(weft__carrier *v, int64_t now) {
         }
     }
     n += fire_timers(NULL, &v->timers, now, 0);
-    if (R.yq_private) {
+    if (v->yq_private) {
         for (weft_thread *t = yq_take(v), *nx; t; t = nx) {
             nx = t->next;
             enqueue_elsewhere(t);
@@ -870,8 +869,7 @@ static void mon_prepare(void) {
     /* one carrier: nobody else could run what it leaves behind, and no
      * monitor; without membarrier the monitor cannot take a FIFO, so yields
      * go where any carrier can take them */
-    R.yq_private = R.n == 1 || stealable;
-    for (int i = 0; i < R.n; i++) R.c[i]->yq_private = R.yq_private;
+    for (int i = 0; i < R.n; i++) R.c[i]->yq_private = R.n == 1 || stealable;
     atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first (one carrier: always "armed") */
 }
 
@@ -955,9 +953,11 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
  * for it.  TSan models no such barrier: its builds also hold a real lock
  * (yq_lock) while in.
  */
+#ifndef WEFT_TSAN
 __attribute__((noinline)) static void yq_wait_thief(weft__carrier *c) {
     while (atomic_load_explicit(&c->yq_thief, memory_order_acquire)) cpu_relax();
 }
+#endif
 static inline __attribute__((always_inline)) void gate_in(weft__carrier *c, weft_thread *self) {
     c->pending = self;
     __atomic_store_n(&c->cur, (weft_thread *)NULL, __ATOMIC_RELAXED);
