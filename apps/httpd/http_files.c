@@ -486,7 +486,11 @@ int http_parse_range(const char *v, size_t n, off_t size, off_t *first, off_t *l
         if (i < n && v[i] != ',') return 0;
     }
     if (members == 0) return 0;
-    if (size <= 0) return -416;
+    /* RFC 9110 §14.1.1: of an empty representation only a suffix range
+     * with a non-zero length is satisfiable -- and the whole (empty) file
+     * is its answer, with 200 as nginx does (no Content-Range can name
+     * zero bytes) */
+    if (size <= 0) return suffix && a > 0 ? 0 : -416;
     if (suffix) {
         if (a == 0) return -416;
         *first = a >= size ? 0 : size - a;

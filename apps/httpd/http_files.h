@@ -69,7 +69,9 @@ int http_etag_match_list(const char *v, size_t n, const char *etag);
  *        invalid, a unit other than "bytes", first > last, a number too big
  *        for off_t, or several ranges (RFC 9110 lets a server ignore Range);
  *   -416 a valid single range that cannot be satisfied (first >= size,
- *        suffix length 0, or size == 0).
+ *        suffix length 0, or size == 0 -- except a suffix range of
+ *        non-zero length on an empty file, which is satisfiable (RFC 9110
+ *        §14.1.1) and gets 0: the whole, empty, file).
  * *first and *last are written only when 1 is returned. */
 int http_parse_range(const char *v, size_t n, off_t size, off_t *first, off_t *last);
 
