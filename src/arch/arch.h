@@ -118,6 +118,15 @@ int weft__stacks_refill(void);
  * 1 if it did, 0 if there was nothing to do. */
 int weft__stacks_trim(void);
 
+/* Called by an idle carrier (now: weft_now()) after a lull (see trim_due): moves what its
+ * cache holds beyond a few stacks to the depot and returns the pages below
+ * the top page of one batch of depot stacks; 1 if it did something. */
+int weft__stacks_idle_trim(weft__stack_cache *cache, int64_t now);
+
+/* When the idle trim will have work for this carrier (weft_now's clock
+ * base is CLOCK_MONOTONIC), or INT64_MAX if it has none. */
+int64_t weft__stacks_trim_due(const weft__stack_cache *cache);
+
 /* Walks every slot ever handed out (for the thread dump).  fn gets the
  * slot's top-area head; it must treat the memory as racy. */
 void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx);

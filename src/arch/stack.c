@@ -23,6 +23,16 @@
  *    address space is reused later (their top page is populated again when
  *    handed out).  Zapping is kept off the exit/join path: its syscalls and
  *    TLB shootdowns would slow exactly the bursts that freed the stacks.
+ *  - After an idle period (no stack taken from or given back to the depot
+ *    for TRIM_IDLE_NS) the high-water mark drops: idle carriers move what
+ *    their cache holds beyond CACHE_KEEP to the depot, zap the depot down to
+ *    DEPOT_IDLE stacks (to the cold list, as above), and return everything
+ *    below the top page of those left (MADV_DONTNEED, 64 stacks a call),
+ *    keeping the page with the descriptor.  The depot's bottom `nshallow`
+ *    entries are those already trimmed (takes and puts work at the top, so
+ *    they stay a prefix).  A burst after the lull pays the page faults
+ *    again; a server that once had 10,000 connections no longer keeps
+ *    their stacks' ~8-30 KiB each for good.
  *  - Guards: MADV_GUARD_INSTALL where the kernel has it.  Elsewhere an
  *    mprotect(PROT_NONE) guard costs a VMA of its own, and vm.max_map_count
  *    would cap the process near 32k stacks, so mprotect guards are used while
@@ -72,6 +82,9 @@
 #define CARVE_BATCH 64u
 #define CACHE_BATCH 64u
 #define DEPOT_HOT 4096u
+#define CACHE_KEEP 64u               /* a carrier's cache keeps these whole through a lull */
+#define DEPOT_IDLE 512u              /* ... and the depot these, less their deep pages */
+#define TRIM_IDLE_NS 1000000000LL    /* a lull: the depot untouched this long */
 #define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
 #define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
 #define IOV_MAX_BATCH 1024u
@@ -98,11 +111,14 @@ static struct {
     slab *cur;            /* default-size slab being carved */
     weft__stack **depot;  /* hot free stacks of the default size (an array) */
     uint32_t ndepot, capdepot;
+    uint32_t nshallow;    /* depot[0, nshallow): deep pages already returned */
     weft__stack *odd;     /* free stacks of other sizes */
     struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
     size_t ncold, capcold;
     _Atomic uint64_t seq_counter;
     _Atomic uint32_t ndepot_hint; /* ndepot, readable without the lock */
+    _Atomic uint32_t nshallow_hint;
+    _Atomic int64_t last_active;  /* a spawn or exit last used the depot (coarse clock) */
     _Atomic int64_t last_demand;  /* when a spawn last found no stack made */
     _Atomic int64_t prev_demand;  /* ... and the time before that */
     uint64_t bytes_total;
@@ -326,11 +342,17 @@ static uint32_t revive_cold(uint32_t n, weft__stack **out) {
 
 /* Takes up to `want` default stacks from the depot (newest first) or the
  * cold list into out[] (lock held); returns how many. */
+static void shallow_clamp(void) {
+    if (S.nshallow > S.ndepot) S.nshallow = S.ndepot;
+    atomic_store_explicit(&S.nshallow_hint, S.nshallow, memory_order_relaxed);
+}
+
 static uint32_t depot_take(uint32_t want, weft__stack **out) {
     uint32_t n = want < S.ndepot ? want : S.ndepot;
     if (n) {
         S.ndepot -= n;
         memcpy(out, S.depot + S.ndepot, n * sizeof *out);
+        shallow_clamp();
         return n;
     }
     return S.ncold ? revive_cold(want, out) : 0;
@@ -376,14 +398,14 @@ static int depot_put(weft__stack **in, uint32_t n) {
     return 0;
 }
 
-static void zap_surplus(void);
+static void zap_surplus(uint32_t floor);
 
 int weft__stacks_trim(void) {
     if (!S.inited || atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed) <= DEPOT_HOT) return 0;
     pthread_mutex_lock(&S.lock);
     int did = 0;
     if (S.ndepot > DEPOT_HOT) {
-        zap_surplus();
+        zap_surplus(DEPOT_HOT / 2);
         did = 1;
     }
     atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
@@ -407,9 +429,8 @@ int weft__stacks_refill(void) {
     return r == 0 ? (int)got : 0; /* (on failure the made slots stay carved: walked, unused) */
 }
 
-/* Returns the memory of one batch of depot stacks above DEPOT_HOT / 2
- * (lock held). */
-static void zap_surplus(void) {
+/* Returns the memory of one batch of depot stacks above floor (lock held). */
+static void zap_surplus(uint32_t floor) {
     struct iovec iov[CARVE_BATCH];
     {
         uint32_t n = 0;
@@ -420,7 +441,7 @@ static void zap_surplus(void) {
             S.cold = c;
             S.capcold = cap;
         }
-        while (n < CARVE_BATCH && S.ndepot > DEPOT_HOT / 2) {
+        while (n < CARVE_BATCH && S.ndepot > floor) {
             weft__stack *s = S.depot[--S.ndepot];
             slab *sl = s->slab;
             S.cold[S.ncold++] = (struct cold){s, sl, s->guard};
@@ -429,8 +450,64 @@ static void zap_surplus(void) {
             iov[n].iov_len = (size_t)((char *)s - s->lo) + WEFT__STACK_TOP;
             n++;
         }
+        shallow_clamp();
         (void)madvise_many(iov, n, MADV_DONTNEED);
     }
+}
+
+static int64_t coarse_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t weft__stacks_trim_due(const weft__stack_cache *cache) {
+    if (!S.inited) return INT64_MAX;
+    if (cache->n <= CACHE_KEEP && atomic_load_explicit(&S.nshallow_hint, memory_order_relaxed) >=
+                                      atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed))
+        return INT64_MAX;
+    return atomic_load_explicit(&S.last_active, memory_order_relaxed) + TRIM_IDLE_NS;
+}
+
+int weft__stacks_idle_trim(weft__stack_cache *cache, int64_t now) {
+    /* now: the fine clock, the one the caller's sleep until trim_due used
+     * (the coarse one may still read a little earlier) */
+    int64_t due = weft__stacks_trim_due(cache);
+    if (due == INT64_MAX || now < due) return 0;
+    pthread_mutex_lock(&S.lock);
+    if (cache->n > CACHE_KEEP) {
+        /* the oldest go; the newest (most likely still warm) stay */
+        uint32_t k = cache->n - CACHE_KEEP;
+        if (depot_put(cache->s, k) == 0) {
+            memmove(cache->s, cache->s + k, CACHE_KEEP * sizeof *cache->s);
+            cache->n = CACHE_KEEP;
+        }
+    }
+    if (S.ndepot > DEPOT_IDLE) { /* beyond what a lull keeps: all of it */
+        zap_surplus(DEPOT_IDLE);
+        atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+        pthread_mutex_unlock(&S.lock);
+        return 1;
+    }
+    struct iovec iov[CARVE_BATCH];
+    uint32_t n = 0;
+    while (n < CARVE_BATCH && S.nshallow < S.ndepot) {
+        weft__stack *s = S.depot[S.nshallow++];
+        /* everything below the top page (a canary slot keeps its bottom
+         * page, where the canary is) */
+        char *lo = s->lo + (s->guard == WEFT__GUARD_CANARY ? PAGE : 0);
+        char *top = (char *)((uintptr_t)s & ~(uintptr_t)(PAGE - 1));
+        if (top > lo) {
+            iov[n].iov_base = lo;
+            iov[n].iov_len = (size_t)(top - lo);
+            n++;
+        }
+    }
+    atomic_store_explicit(&S.nshallow_hint, S.nshallow, memory_order_relaxed);
+    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    if (n) (void)madvise_many(iov, n, MADV_DONTNEED);
+    pthread_mutex_unlock(&S.lock);
+    return 1;
 }
 
 /* A stack handed out again may still carry ASan's poison from frames of
@@ -456,6 +533,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
         n = depot_take(cache ? CACHE_BATCH : 1, got);
         atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
         pthread_mutex_unlock(&S.lock);
+        atomic_store_explicit(&S.last_active, coarse_now(), memory_order_relaxed);
         if (!n) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -512,6 +590,7 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
         cache->s[cache->n++] = s; /* no touch of s: it may be cold in this cache */
         return;
     }
+    atomic_store_explicit(&S.last_active, coarse_now(), memory_order_relaxed);
     pthread_mutex_lock(&S.lock);
     if (cache) {
         /* full: the older half goes to the depot in one locked step */
@@ -553,6 +632,9 @@ void weft__stacks_fini(void) {
     S.depot = NULL;
     S.odd = NULL;
     S.ndepot = S.capdepot = 0;
+    S.nshallow = 0;
+    atomic_store(&S.nshallow_hint, 0);
+    atomic_store(&S.ndepot_hint, 0);
     S.cold = NULL;
     S.ncold = S.capcold = 0;
     S.bytes_total = 0;

@@ -739,8 +739,11 @@ static weft_thread *find_work(weft__carrier *c) {
         }
         /* Memory above the stack cache's high-water mark goes back in a lull:
          * only when every other carrier sleeps too, since each batch's TLB
-         * shootdown interrupts the carriers still running. */
-        if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= R.n - 1 && weft__stacks_trim()) continue;
+         * shootdown interrupts the carriers still running.  After an idle
+         * period the deep pages of the stacks kept hot go back as well. */
+        if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= R.n - 1 &&
+            (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks, weft_now())))
+            continue;
         /* go idle: publish, then look once more */
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);
@@ -757,6 +760,11 @@ static weft_thread *find_work(weft__carrier *c) {
             continue;
         }
         int64_t min = atomic_load(&c->timers.min);
+        /* wake for the idle trim when it falls due (not when it is due
+         * already: then the other carriers are busy, and it waits for the
+         * next lull) */
+        int64_t trim = weft__stacks_trim_due(&c->stacks);
+        if (trim < min && trim > weft_now()) min = trim;
         if (pl) {
             /* asleep in the poller: a completion, a kick (its eventfd) or
              * the next timer ends it */
