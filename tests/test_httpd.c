@@ -22,6 +22,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -227,6 +228,8 @@ typedef struct server {
 
 /* When set, the next server starts with this RLIMIT_NOFILE. */
 static rlim_t child_nofile;
+/* When >= 0, the next server starts without --quiet, its stderr here. */
+static int child_stderr = -1;
 
 /* Starts weft-httpd --port 0 --root ROOT --quiet EXTRA... (NULL-ended). */
 static void server_start(server *s, const char *root, ...) {
@@ -237,7 +240,7 @@ static void server_start(server *s, const char *root, ...) {
     argv[n++] = "0";
     argv[n++] = "--root";
     argv[n++] = root;
-    argv[n++] = "--quiet";
+    if (child_stderr < 0) argv[n++] = "--quiet";
     va_list ap;
     va_start(ap, root);
     const char *a;
@@ -260,6 +263,7 @@ static void server_start(server *s, const char *root, ...) {
             setrlimit(RLIMIT_NOFILE, &rl);
         }
         dup2(p[1], 1);
+        if (child_stderr >= 0) dup2(child_stderr, 2);
         execv(argv[0], (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -2046,5 +2050,486 @@ TEST(emfile_sheds_without_spinning) {
         sleep_ms(100);
     }
     if (shed == 0) FAIL("no connection was shed while out of descriptors");
+    server_stop(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* what a hostile client and a first-time user found (issue 9), every model  */
+/* ------------------------------------------------------------------------ */
+
+static const char *const all_models[] = {"virtual", "thread", "pool:4"};
+#define NMODELS 3
+
+/* A redirect is whole however long its Location, and it names the
+ * normalised path that was looked up: never another host. */
+TEST(redirect_long_and_local) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    /* directories whose path alone is over 1 KiB, and one whose name needs
+     * encoding */
+    char rel[1200] = "", name[201];
+    memset(name, 'd', 200);
+    name[200] = 0;
+    for (int i = 0; i < 5; i++) {
+        if (i) strcat(rel, "/");
+        strcat(rel, name);
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", d.root, rel);
+        if (mkdir(p, 0755) < 0) FAIL("mkdir %s: %s", p, strerror(errno));
+    }
+    make_dir(d.root, "a b");
+    static char q[851], req[4096], want[2048], loc[4096];
+    memset(q, 'q', 850);
+    for (int m = 0; m < NMODELS; m++) {
+        server s;
+        server_start(&s, d.root, "--model", all_models[m], (const char *)NULL);
+        client c;
+        resp r;
+        cl_open(&c, s.port);
+        /* a long query, with a second request pipelined behind it */
+        snprintf(req, sizeof req, "GET /sub?%s HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n", q);
+        cl_sends(&c, req);
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 301);
+        snprintf(want, sizeof want, "/sub/?%s", q);
+        if (!hdr(&r, "Location", loc, sizeof loc) || strcmp(loc, want) != 0)
+            FAIL("%s: Location of a long query: '%.60s...' (%zu bytes)", all_models[m], loc, strlen(loc));
+        if (r.body_len == 0 || !strstr(r.body, "301")) FAIL("%s: the 301's body is missing", all_models[m]);
+        resp_free(&r);
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 200);
+        CHECK_BODY_STR(&r, HELLO_BODY);
+        resp_free(&r);
+        /* a long path to a directory named without its slash */
+        snprintf(req, sizeof req, "GET /%s HTTP/1.1\r\nHost: t\r\n\r\n", rel);
+        cl_sends(&c, req);
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 301);
+        snprintf(want, sizeof want, "/%s/", rel);
+        if (!hdr(&r, "Location", loc, sizeof loc) || strcmp(loc, want) != 0)
+            FAIL("%s: Location of a long path: %zu bytes, expected %zu", all_models[m], strlen(loc), strlen(want));
+        resp_free(&r);
+        /* open redirects: the Location is the path that was served */
+        static const char *const sneaky[] = {"//evil.example/../sub", "/\\evil.example/../sub",
+                                             "/%2F%2Fevil.example/../sub", "//evil.example/%2e%2e/sub",
+                                             "/./sub"};
+        for (int i = 0; i < 5; i++) {
+            snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", sneaky[i]);
+            cl_sends(&c, req);
+            GET_RESPONSE(&c, &r, 0);
+            CHECK_STATUS(&r, 301);
+            if (!hdr(&r, "Location", loc, sizeof loc) || strcmp(loc, "/sub/") != 0)
+                FAIL("%s: GET %s: Location '%s', expected /sub/", all_models[m], sneaky[i], loc);
+            resp_free(&r);
+        }
+        cl_sends(&c, "GET /a%20b HTTP/1.1\r\nHost: t\r\n\r\n");
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 301);
+        CHECK_HDR(&r, "Location", "/a%20b/");
+        resp_free(&r);
+        cl_close(&c);
+        server_stop(&s);
+    }
+}
+
+/* RFC 9110 §14.1.1: a suffix range of an empty file is satisfiable: 200. */
+TEST(range_suffix_of_empty_file) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    write_str(d.root, "empty.txt", "");
+    for (int m = 0; m < NMODELS; m++) {
+        server s;
+        server_start(&s, d.root, "--model", all_models[m], (const char *)NULL);
+        client c;
+        resp r;
+        cl_open(&c, s.port);
+        cl_sends(&c, "GET /empty.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=-1\r\n\r\n");
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 200);
+        CHECK_HDR(&r, "Content-Length", "0");
+        CHECK_EQ(r.body_len, 0);
+        resp_free(&r);
+        cl_sends(&c, "GET /empty.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=0-\r\n\r\n");
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 416);
+        CHECK_HDR(&r, "Content-Range", "bytes */0");
+        resp_free(&r);
+        cl_close(&c);
+        server_stop(&s);
+    }
+}
+
+/* Sends one byte every 200 ms until the server ends the connection or ms
+ * pass; returns 1 if it ended it. */
+static int trickle_until_closed(client *c, int ms) {
+    int64_t until = now_ms() + ms;
+    while (now_ms() < until) {
+        if (send(c->fd, "x", 1, MSG_NOSIGNAL) < 0) return 1; /* EPIPE, ECONNRESET */
+        int w = wait_closed(c, 200);
+        if (w == 1) return 1;
+        if (w < 0) FAIL("bytes after the response: %.100s", c->buf);
+    }
+    return 0;
+}
+
+/* A request body must arrive whole within --body-timeout: a trickle of
+ * bytes (each read well within the header timeout) cannot hold the
+ * connection, nor, on pool:N, the worker. */
+TEST(slow_body_total_deadline) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    static const char *const models[] = {"virtual", "thread", "pool:2"};
+    const char *req = "GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n";
+    for (int m = 0; m < NMODELS; m++) {
+        server s;
+        /* a per-read clock (the header timeout) would never fire */
+        server_start(&s, d.root, "--model", models[m], "--header-timeout", "60", "--body-timeout", "1",
+                     (const char *)NULL);
+        client t[2];
+        resp r;
+        for (int i = 0; i < 2; i++) { /* on pool:2 these hold both workers */
+            cl_open(&t[i], s.port);
+            cl_sends(&t[i], req);
+            GET_RESPONSE(&t[i], &r, 0); /* answered before the body is read */
+            CHECK_STATUS(&r, 200);
+            resp_free(&r);
+        }
+        if (!trickle_until_closed(&t[0], 15000 + 2 * SLACK_MS))
+            FAIL("%s: a body trickled for 15 s was never cut off", models[m]);
+        /* the second one stopped sending: cut off as well, and a newcomer
+         * gets its worker */
+        client c;
+        cl_open(&c, s.port);
+        cl_sends(&c, "GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        GET_RESPONSE(&c, &r, 0);
+        CHECK_STATUS(&r, 200);
+        CHECK_BODY_STR(&r, "AAA");
+        resp_free(&r);
+        CHECK_CLOSED(&t[1]);
+        cl_close(&t[0]);
+        cl_close(&t[1]);
+        cl_close(&c);
+        server_stop(&s);
+    }
+}
+
+/* pool:N: a connection's clocks start at accept.  One queued behind busy
+ * workers for its idle time is answered 503 (or closed) without a worker,
+ * and a crowd of idle connections clears in one idle period, not one
+ * period per N of them. */
+TEST(pool_queue_deadline) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    server s;
+    server_start(&s, d.root, "--model", "pool:1", "--idle-timeout", "1", (const char *)NULL);
+    client a, b;
+    resp r;
+    cl_open(&a, s.port); /* holds the only worker: never idle for 1 s */
+    cl_sends(&a, "GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    GET_RESPONSE(&a, &r, 0);
+    resp_free(&r);
+    cl_open(&b, s.port);
+    cl_sends(&b, "GET /b.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    int64_t until = now_ms() + 15000 + 2 * SLACK_MS;
+    int seen = 0;
+    while (!seen && now_ms() < until) {
+        cl_sends(&a, "GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        GET_RESPONSE(&a, &r, 0);
+        CHECK_STATUS(&r, 200);
+        resp_free(&r);
+        int w = wait_closed(&b, 200);
+        if (w == 1) seen = 1;
+        if (w < 0) {
+            GET_RESPONSE(&b, &r, 0);
+            CHECK_STATUS(&r, 503);
+            resp_free(&r);
+            seen = 1;
+        }
+    }
+    if (!seen) FAIL("a connection queued behind a busy worker was kept for 15 s (idle timeout 1 s)");
+    cl_close(&a);
+    cl_close(&b);
+    server_stop(&s);
+
+    /* forty idle connections on two workers */
+    server_start(&s, d.root, "--model", "pool:2", "--idle-timeout", "1", (const char *)NULL);
+    enum { N = 40 };
+    client m[N];
+    for (int i = 0; i < N; i++) cl_open(&m[i], s.port);
+    int closed[N] = {0}, nclosed = 0;
+    until = now_ms() + 15000 + 2 * SLACK_MS;
+    int64_t first = 0;
+    while (nclosed < N) {
+        int64_t t = now_ms();
+        if (!first && t > until) FAIL("no idle connection was closed in 15 s (idle timeout 1 s)");
+        /* from the first close on, all were due: 2 per second would take 20 s */
+        if (first && t > first + 10000 + 2 * SLACK_MS)
+            FAIL("%d of %d idle connections closed 10 s after the first", nclosed, N);
+        for (int i = 0; i < N; i++) {
+            if (closed[i]) continue;
+            int w = wait_closed(&m[i], 0);
+            if (w < 0) { /* a 503 is an answer too */
+                GET_RESPONSE(&m[i], &r, 0);
+                CHECK_STATUS(&r, 503);
+                resp_free(&r);
+                w = 1;
+            }
+            if (w == 1) {
+                closed[i] = 1;
+                nclosed++;
+                if (!first) first = now_ms();
+            }
+        }
+        sleep_ms(50);
+    }
+    for (int i = 0; i < N; i++) cl_close(&m[i]);
+    server_stop(&s);
+}
+
+static int count_fds(pid_t pid) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(p);
+    if (!dir) return -1;
+    int n = 0;
+    while (readdir(dir)) n++;
+    closedir(dir);
+    return n - 2;
+}
+
+/* Opens n connections; waits (up to ms) until at least one is closed by the
+ * server (shed); returns how many were; the fds stay in fds[]. */
+static int shed_episode(int port, int *fds, int n, int ms) {
+    for (int i = 0; i < n; i++) fds[i] = tcp_connect(port);
+    int64_t until = now_ms() + ms;
+    int shed = 0;
+    while (!shed && now_ms() < until) {
+        for (int i = 0; i < n; i++) {
+            struct pollfd pf = {fds[i], POLLIN, 0};
+            char ch;
+            if (poll(&pf, 1, 0) == 1 && recv(fds[i], &ch, 1, MSG_DONTWAIT) <= 0) shed++;
+        }
+        if (!shed) sleep_ms(50);
+    }
+    return shed;
+}
+
+/* A process that keeps k connections busy with HEAD requests for a file
+ * too big for the cache (each one opens it): descriptors come and go in
+ * the server all the time.  Killed by the caller (or with the test). */
+static pid_t busy_clients(int port, int k) {
+    fflush(NULL);
+    pid_t parent = getpid(), pid = fork();
+    CHECK(pid >= 0);
+    if (pid) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    static const char req[] = "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n";
+    int fd[16];
+    for (int i = 0; i < k; i++) fd[i] = -1;
+    for (;;) {
+        for (int i = 0; i < k; i++) {
+            if (fd[i] < 0) {
+                fd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                struct timeval tv = {0, 200000};
+                setsockopt(fd[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                if (connect(fd[i], (struct sockaddr *)&a, sizeof a) < 0) {
+                    close(fd[i]);
+                    fd[i] = -1;
+                    continue;
+                }
+            }
+            char b[4096];
+            if (send(fd[i], req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1 ||
+                recv(fd[i], b, sizeof b, 0) <= 0) {
+                close(fd[i]);
+                fd[i] = -1;
+            }
+        }
+        sleep_ms(1);
+    }
+}
+
+/* Out of descriptors again and again, while other connections open files:
+ * the spare descriptor the server gives up to shed load comes back, so
+ * every episode sheds. */
+TEST(emfile_spare_fd_rearmed) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    char big[160];
+    snprintf(big, sizeof big, "%s/big.bin", d.root);
+    int bf = open(big, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(bf >= 0 && ftruncate(bf, 1 << 20) == 0); /* over the cache's 64 KiB: opened per request */
+    close(bf);
+    enum { N = 600 };
+    static int fds[N];
+    for (int m = 0; m < NMODELS; m++) {
+        child_nofile = 256;
+        server s;
+        server_start(&s, d.root, "--model", all_models[m], "--max-conns", "5000", (const char *)NULL);
+        child_nofile = 0;
+        pid_t busy = busy_clients(s.port, 2); /* fewer than pool:4 has workers */
+        for (int ep = 0; ep < 4; ep++) {
+            int shed = shed_episode(s.port, fds, N, 10000 + 2 * SLACK_MS);
+            if (!shed) FAIL("%s: episode %d: nothing shed while out of descriptors", all_models[m], ep + 1);
+            for (int i = 0; i < N; i++) close(fds[i]);
+            /* the server lets go of them, then serves again */
+            int64_t until = now_ms() + 15000 + 2 * SLACK_MS;
+            while (count_fds(s.pid) > 96) {
+                if (now_ms() > until) FAIL("%s: the server still holds %d fds", all_models[m], count_fds(s.pid));
+                sleep_ms(50);
+            }
+            check_alive(s.port);
+        }
+        kill(busy, SIGKILL);
+        waitpid(busy, NULL, 0);
+        server_stop(&s);
+    }
+}
+
+/* Reads what a pipe has until it holds `want` or ms pass; 1 if seen. */
+static int read_until(int fd, char *buf, size_t cap, size_t *len, const char *want, int ms) {
+    int64_t until = now_ms() + ms;
+    for (;;) {
+        buf[*len] = 0;
+        if (strstr(buf, want)) return 1;
+        int left = (int)(until - now_ms());
+        if (left <= 0 || *len >= cap - 1) return 0;
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, left) <= 0) continue;
+        ssize_t r = read(fd, buf + *len, cap - 1 - *len);
+        if (r <= 0) return 0;
+        *len += (size_t)r;
+    }
+}
+
+/* A download the client does not read: a connection in the middle of a
+ * response, for as long as the test wants (the first bytes have come). */
+static void stuck_download(client *c, int port) {
+    cl_open(c, port);
+    int small = 4096;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    cl_sends(c, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    char b[64];
+    if (recv(c->fd, b, sizeof b, 0) <= 0) FAIL("the download did not start");
+}
+
+/* The drain says how many connections it waits for, a second signal cuts
+ * it short, and cutting connections makes the exit status 3. */
+TEST(drain_count_second_signal_exit_status) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    char big[160];
+    snprintf(big, sizeof big, "%s/big.bin", d.root);
+    int bf = open(big, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(bf >= 0 && ftruncate(bf, 256 << 20) == 0); /* sparse: far more than socket buffers hold */
+    close(bf);
+    static char err[8192];
+    for (int m = 0; m < NMODELS; m++) {
+        const char *model = all_models[m];
+        for (int round = 0; round < 3; round++) {
+            int e[2];
+            CHECK(pipe2(e, O_CLOEXEC) == 0);
+            child_stderr = e[1];
+            server s;
+            server_start(&s, d.root, "--model", model, "--send-timeout", "120", "--drain-timeout",
+                         round == 2 ? "1" : "120", (const char *)NULL);
+            child_stderr = -1;
+            close(e[1]);
+            size_t len = 0;
+            err[0] = 0;
+            client c;
+            if (round > 0) stuck_download(&c, s.port);
+            CHECK(kill(s.pid, SIGTERM) == 0);
+            const char *want = round == 0 ? "draining 0 connection(s)" : "draining 1 connection(s)";
+            if (!read_until(e[0], err, sizeof err, &len, want, 10000 + 2 * SLACK_MS))
+                FAIL("%s: expected '%s' on stderr, got: %s", model, want, err);
+            int st, expect = 0;
+            if (round == 1) { /* a second signal: stop now */
+                CHECK(kill(s.pid, SIGTERM) == 0);
+                expect = 3;
+            } else if (round == 2) { /* the drain timeout (1 s) cuts it */
+                expect = 3;
+            }
+            if (!server_wait(&s, 30000 + 2 * SLACK_MS, &st)) {
+                kill(s.pid, SIGKILL);
+                waitpid(s.pid, &st, 0);
+                FAIL("%s: round %d: the server did not exit", model, round);
+            }
+            read_until(e[0], err, sizeof err, &len, "\1", 1000); /* the rest, to EOF */
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != expect)
+                FAIL("%s: round %d: exit status 0x%x, expected %d; stderr: %s", model, round, st, expect, err);
+            if (expect && !strstr(err, "1 connection(s) cut")) FAIL("%s: round %d: stderr: %s", model, round, err);
+            close(e[0]);
+            close(s.out);
+            if (round > 0) cl_close(&c);
+        }
+    }
+}
+
+static long proc_status_kb(pid_t pid, const char *field) {
+    char p[64], line[256];
+    snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    long v = -1;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
+    fclose(f);
+    return v;
+}
+
+/* After a burst of connections the virtual model gives its stacks' memory
+ * back once idle: the resident size falls most of the way back from the
+ * peak (without it a server keeps the burst's stacks for good).  The
+ * sanitizers keep shadow memory for every page ever touched, so there the
+ * test checks only that the server still serves. */
+TEST(rss_returned_after_burst) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    server s;
+    /* every connection lives through the delay: all their vthreads at once */
+    server_start(&s, d.root, "--delay-ms", "300", (const char *)NULL);
+    int n = TEST_SANITIZED ? 200 : 3000;
+    int *fds = calloc((size_t)n, sizeof *fds);
+    CHECK(fds != NULL);
+    check_alive(s.port);
+    long base = proc_status_kb(s.pid, "VmRSS");
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < n; i++) fds[i] = tcp_connect(s.port);
+        const char *req = "GET /index.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+        for (int i = 0; i < n; i++)
+            if (send(fds[i], req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) FAIL("send: %s", strerror(errno));
+        for (int i = 0; i < n; i++) {
+            client c = {.fd = fds[i], .cap = 4096};
+            c.buf = malloc(c.cap);
+            resp r;
+            GET_RESPONSE(&c, &r, 0);
+            CHECK_STATUS(&r, 200);
+            resp_free(&r);
+            cl_close(&c);
+        }
+        long peak = proc_status_kb(s.pid, "VmHWM");
+        CHECK(base > 0 && peak > 0);
+        if (TEST_SANITIZED) continue;
+        if (peak - base < 20000) FAIL("the burst added only %ld kB (from %ld kB): no burst to give back", peak - base, base);
+        long want = base + (peak - base) / 4, rss = 0;
+        int64_t until = now_ms() + 20000;
+        while ((rss = proc_status_kb(s.pid, "VmRSS")) > want && now_ms() < until) sleep_ms(100);
+        printf("round %d: %ld kB before, %ld kB at the peak, %ld kB once idle\n", round, base, peak, rss);
+        if (rss > want) FAIL("resident %ld kB 20 s after a burst (peak %ld kB, before %ld kB)", rss, peak, base);
+    }
+    check_alive(s.port);
+    free(fds);
     server_stop(&s);
 }

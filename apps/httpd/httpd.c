@@ -10,7 +10,10 @@
  *   thread    a detached pthread per connection (the first article's
  *             server); weft's I/O calls then make the plain system calls;
  *   pool:N    N pthreads taking connections from a bounded queue (Tomcat's
- *             executor): a connection holds its thread while it lives.
+ *             executor): a connection holds its thread while it lives.  A
+ *             connection's clocks start at its accept: one that waits in
+ *             the queue past --idle-timeout is answered 503 and closed by a
+ *             reaper vthread, without taking a worker.
  *
  * A connection.  A 16 KiB buffer on the connection's stack holds what was
  * received; the parser (http_parse.c) finds one request head at a time,
@@ -23,21 +26,26 @@
  * files only: a file's head and body go out in one send when the body is
  * small (SMALL_BODY), else the head with MSG_MORE and the body by
  * weft_sendfile (zero-copy).  A request body (Content-Length) is read and
- * dropped up to MAX_BODY; a chunked one, or anything after an error
- * response, closes the connection after the answer -- the parser has
- * already refused the smuggling cases.
+ * dropped up to MAX_BODY, all of it within --body-timeout; a chunked one,
+ * or anything after an error response, closes the connection after the
+ * answer -- the parser has already refused the smuggling cases.  Every
+ * header is counted into its buffer: a response goes out whole or not at
+ * all.  A directory's redirect names the normalised path that was looked
+ * up, percent-encoded (never the raw target, which could name a host).
  *
  * Limits.  --max-conns bounds live connections: an acceptor at the limit
  * waits (weft_park) until one ends, leaving newcomers in the kernel's
  * backlog.  EMFILE/ENFILE: the acceptor gives up a reserved fd, accepts and
  * closes the newcomer (so it is not left hanging), re-reserves, logs at most
- * once a second and sleeps briefly -- no spinning.
+ * once a second and sleeps briefly -- no spinning.  If another thread took
+ * the freed number first, the reserve comes back when a connection ends.
  *
  * Drain.  SIGTERM/SIGINT: the acceptors are cancelled (their weft_accept
  * returns -ECANCELED) and the listening socket closed; connections waiting
  * for their next request are shut down for reading, which ends their wait;
  * those in the middle of a request finish the response and close.  The
- * server exits when the last one is gone, or after --drain-timeout.
+ * server exits when the last one is gone, or after --drain-timeout, or at
+ * a second SIGTERM/SIGINT; connections cut that way make the exit status 3.
  *
  * Threads touching what: the connection list (for the drain) is under a
  * mutex, taken twice per connection; counters are atomics; everything else
@@ -75,6 +83,7 @@
 #define SMALL_BODY 8192
 #define MAX_BODY (1024 * 1024)
 #define NS 1000000000LL
+#define EXIT_CUT 3 /* the exit status when the drain cut connections */
 
 enum { MODEL_VIRTUAL, MODEL_THREAD, MODEL_POOL };
 
@@ -83,15 +92,18 @@ static struct {
     int model, pool_threads, carriers, max_conns;
     int64_t delay_ns;
     long delay_every;
-    int64_t header_timeout, idle_timeout, send_timeout, drain_timeout;
+    int64_t header_timeout, idle_timeout, send_timeout, drain_timeout, body_timeout;
     int quiet;
     size_t cache_bytes;
 } O = {.cache_bytes = 64 << 20, .host = "127.0.0.1", .port = "8080", .root = "./www", .model = MODEL_VIRTUAL, .pool_threads = 200,
-       .header_timeout = 10 * NS, .idle_timeout = 15 * NS, .send_timeout = 30 * NS, .drain_timeout = 10 * NS};
+       .header_timeout = 10 * NS, .idle_timeout = 15 * NS, .send_timeout = 30 * NS, .drain_timeout = 10 * NS,
+       .body_timeout = 10 * NS};
 
 static int root_fd = -1, listen_fd = -1, log_fd = -1;
 static _Atomic int reserve_fd = -1; /* given up, one acceptor at a time, to shed at EMFILE */
-static atomic_int nconns, draining;
+/* nconns: connection slots taken (an acceptor takes one before it accepts);
+ * nopen: connections accepted and not yet closed (what the drain reports) */
+static atomic_int nconns, nopen, draining, drain_cut;
 static atomic_long nrequests;
 static weft_thread *acceptors[64];
 static int nacceptors;
@@ -130,9 +142,23 @@ static void conn_unregister(conn *c) {
     pthread_mutex_unlock(&conns_lock);
 }
 
-/* A connection ended: one more may be accepted. */
+/* The spare descriptor, given up to shed load at EMFILE, comes back as soon
+ * as a descriptor can be had again: whenever a connection ends while it is
+ * missing (the shedding acceptor's own re-arm can lose the race for the
+ * number it freed to another thread opening a file). */
+static void reserve_rearm(void) {
+    if (atomic_load_explicit(&reserve_fd, memory_order_relaxed) >= 0) return;
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    int expect = -1;
+    if (!atomic_compare_exchange_strong(&reserve_fd, &expect, fd)) close(fd);
+}
+
+/* A connection ended (its descriptor closed): one more may be accepted. */
 static void conn_slot_free(void) {
+    atomic_fetch_sub(&nopen, 1);
     atomic_fetch_sub(&nconns, 1);
+    reserve_rearm();
     for (int i = 0; i < nacceptors; i++) {
         weft_thread *a = atomic_exchange(&acceptor_waiting[i], NULL);
         if (a) weft_unpark(a);
@@ -231,25 +257,78 @@ static void access_log(const conn *c, const http_request *rq, int status, long l
     }
 }
 
-/* An error (or redirect) with a small HTML body. */
+/* An error (or redirect) with a small HTML body.  The head goes into a
+ * stack buffer, or a heap one when a Location is long; every byte of it is
+ * counted, so a response is whole or not sent at all (-EOVERFLOW, the
+ * connection then closes). */
 static int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location) {
-    char body[256], head[1024];
+    char body[256], small[1024];
     int bn = snprintf(body, sizeof body,
                       "<html>\r\n<head><title>%d %s</title></head>\r\n<body>\r\n<center><h1>%d %s</h1></center>\r\n"
                       "<hr><center>weft-httpd</center>\r\n</body>\r\n</html>\r\n",
                       status, http_reason(status), status, http_reason(status));
-    int at = head_common(head, sizeof head, status, keep_alive);
-    at = put(head, at, sizeof head, "Content-Type: text/html\r\nContent-Length: %d\r\n", bn);
-    if (status == 405) at = put(head, at, sizeof head, "Allow: GET, HEAD\r\n");
-    if (location) at = put(head, at, sizeof head, "Location: %s\r\n", location);
-    at = put(head, at, sizeof head, "\r\n");
-    int with_body = !(rq && rq->method == HTTP_M_HEAD) && status != 304;
-    if (with_body && at + bn < (int)sizeof head) {
-        memcpy(head + at, body, (size_t)bn);
-        at += bn;
+    size_t ln = location ? strlen(location) : 0;
+    int cap = (int)sizeof small;
+    char *head = small;
+    if (ln > 256) {
+        cap = 1024 + (int)ln;
+        head = malloc((size_t)cap);
+        if (!head) return -ENOMEM;
     }
-    access_log(c, rq, status, with_body ? bn : 0);
-    return send_all(c->fd, head, (size_t)at, 0);
+    int at = head_common(head, cap, status, keep_alive);
+    at = put(head, at, cap, "Content-Type: text/html\r\nContent-Length: %d\r\n", bn);
+    if (status == 405) at = put(head, at, cap, "Allow: GET, HEAD\r\n");
+    if (status == 503) at = put(head, at, cap, "Retry-After: 1\r\n");
+    if (location) at = put(head, at, cap, "Location: %s\r\n", location);
+    at = put(head, at, cap, "\r\n");
+    int with_body = !(rq && rq->method == HTTP_M_HEAD) && status != 304;
+    int r;
+    if (at >= cap || (with_body && at + bn > cap)) {
+        r = -EOVERFLOW; /* never a cut header: close instead */
+    } else {
+        if (with_body) {
+            memcpy(head + at, body, (size_t)bn);
+            at += bn;
+        }
+        access_log(c, rq, status, with_body ? bn : 0);
+        r = send_all(c->fd, head, (size_t)at, 0);
+    }
+    if (head != small) free(head);
+    return r;
+}
+
+/* The Location of a directory's redirect: the normalised path that was
+ * looked up (never the raw target: "//host/.." or "/\\host/.." would send a
+ * browser elsewhere), percent-encoded, a '/', then the query as received
+ * (the parser allows only visible ASCII in it).  malloc'd; NULL: no memory. */
+static char *redirect_location(const char *path, const http_request *rq) {
+    static const char hex[] = "0123456789ABCDEF";
+    const char *q = memchr(rq->target.p, '?', rq->target.n);
+    size_t qn = q ? (size_t)(rq->target.p + rq->target.n - q) : 0;
+    if (q) {
+        const char *hash = memchr(q, '#', qn);
+        if (hash) qn = (size_t)(hash - q);
+    }
+    size_t pn = strlen(path);
+    char *loc = malloc(3 * pn + qn + 2);
+    if (!loc) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < pn; i++) {
+        unsigned char ch = (unsigned char)path[i];
+        /* RFC 3986 pchar and '/', less what some clients misread ('\\') */
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            (ch && strchr("/-._~!$&'()*+,;=:@", ch))) {
+            loc[n++] = (char)ch;
+        } else {
+            loc[n++] = '%';
+            loc[n++] = hex[ch >> 4];
+            loc[n++] = hex[ch & 15];
+        }
+    }
+    loc[n++] = '/';
+    memcpy(loc + n, q ? q : "", qn);
+    loc[n + qn] = 0;
+    return loc;
 }
 
 /* GET/HEAD of a path: finds the file (cache or open), checks conditions and
@@ -273,22 +352,9 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     int status = fc_get(path, &e);
     if (status == 200 && !e) status = http_open_file(root_fd, path, &fd, &own_st, &mime);
     if (status == HTTP_FILE_REDIRECT) {
-        /* the path as sent, plus the slash, plus the query if any (a
-         * relative reference, as RFC 9110 allows) */
-        char loc[2 * HTTP_MAX_TARGET + 4];
-        size_t n = rq->path.n;
-        memcpy(loc, rq->path.p, n);
-        loc[n++] = '/';
-        const char *q = memchr(rq->target.p, '?', rq->target.n);
-        if (q) {
-            size_t qn = (size_t)(rq->target.p + rq->target.n - q);
-            const char *hash = memchr(q, '#', qn);
-            if (hash) qn = (size_t)(hash - q);
-            memcpy(loc + n, q, qn);
-            n += qn;
-        }
-        loc[n] = 0;
-        r = send_status(c, rq, 301, keep_alive, loc);
+        char *loc = redirect_location(path, rq);
+        r = loc ? send_status(c, rq, 301, keep_alive, loc) : -ENOMEM;
+        free(loc);
         return r < 0 ? r : 0;
     }
     if (status != 200) {
@@ -395,8 +461,8 @@ done_nolog:
 /* ------------------------------------------------------------------------ */
 
 /* Receives more into buf; the deadline depends on whether a head started. */
-static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline) {
-    int64_t d = len ? head_deadline : weft_now() + O.idle_timeout;
+static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline, int64_t idle_from) {
+    int64_t d = len ? head_deadline : idle_from + O.idle_timeout;
     if (!len) {
         /* idle first, then look at draining: the drain looks at them in the
          * other order (seq_cst both), so it cannot miss us */
@@ -413,8 +479,11 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
     return r;
 }
 
-static void serve_conn(int fd, const struct sockaddr_storage *peer) {
+/* Serves a connection accepted at accepted_at (weft_now()): the first
+ * request's idle clock runs from then, whatever the connection waited for. */
+static void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at) {
     conn c = {.fd = fd};
+    int64_t idle_from = accepted_at;
     if (peer) c.peer = *peer;
     conn_register(&c);
     char buf[BUF_SIZE];
@@ -431,7 +500,7 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
         for (;;) {
             hl = len ? http_parse_request(&ps, buf, len, &rq) : 0;
             if (hl != 0) break;
-            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline);
+            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline, idle_from);
             if (r == 0 || r == -ECONNRESET || r == -ECANCELED) goto out;
             if (r == -ETIMEDOUT) {
                 if (len) send_status(&c, NULL, 408, 0, NULL);
@@ -479,9 +548,12 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
             if (refused || len > (size_t)hl || rq.content_length > 0 || rq.chunked) goto linger;
             goto out;
         }
-        /* drop the head, then the body if any, keep what is pipelined */
+        /* drop the head, then the body if any, keep what is pipelined; the
+         * whole body must come within --body-timeout (a trickle of bytes
+         * cannot hold the connection) */
         size_t used = (size_t)hl;
         long long body = rq.content_length > 0 ? rq.content_length : 0;
+        int64_t body_deadline = weft_now() + O.body_timeout;
         while (body > 0) {
             size_t inbuf = len - used;
             if ((long long)inbuf >= body) {
@@ -491,8 +563,7 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
             }
             body -= (long long)inbuf;
             used = len = 0;
-            int64_t d = weft_now() + O.header_timeout;
-            weft_deadline_set(d);
+            weft_deadline_set(body_deadline);
             ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
             weft_deadline_set(0);
             if (r <= 0) goto out;
@@ -500,6 +571,7 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer) {
         }
         memmove(buf, buf + used, len - used);
         len -= used;
+        idle_from = weft_now();
     }
     goto out;
 linger:
@@ -531,6 +603,7 @@ out:
 
 typedef struct accepted {
     int fd;
+    int64_t at; /* weft_now() when accepted */
     struct sockaddr_storage peer;
 } accepted;
 
@@ -538,7 +611,7 @@ typedef struct accepted {
 static void *conn_main(void *arg) {
     accepted a = *(accepted *)arg;
     free(arg);
-    serve_conn(a.fd, &a.peer);
+    serve_conn(a.fd, &a.peer, a.at);
     return NULL;
 }
 
@@ -554,13 +627,47 @@ static int start_detached(void *(*fn)(void *), void *arg) {
     return e;
 }
 
-/* pool:N -- a bounded FIFO of accepted connections */
+/* pool:N -- a bounded FIFO of accepted connections.  A connection's idle
+ * clock runs from its accept: one still queued when it runs out (every
+ * worker busy for --idle-timeout) is answered 503 and closed by the reaper
+ * (a vthread sleeping until the oldest entry's deadline), and a worker
+ * that dequeues one already late does the same instead of serving it. */
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t nonempty;
     accepted *q;
     int cap, head, n, stop;
 } PQ = {.lock = PTHREAD_MUTEX_INITIALIZER, .nonempty = PTHREAD_COND_INITIALIZER};
+
+static int queue_late(const accepted *a, int64_t now) { return now - a->at >= O.idle_timeout; }
+
+/* A connection that waited out its idle time in the queue. */
+static void refuse_late(const accepted *a) {
+    conn c = {.fd = a->fd, .peer = a->peer};
+    if (send_status(&c, NULL, 503, 0, NULL) == 0) shutdown(a->fd, SHUT_WR);
+    weft_close(a->fd);
+    conn_slot_free();
+}
+
+static void *pool_reaper(void *unused) {
+    for (;;) {
+        accepted late[64];
+        int k = 0;
+        int64_t now = weft_now(), next;
+        pthread_mutex_lock(&PQ.lock);
+        while (PQ.n && k < 64 && queue_late(&PQ.q[PQ.head], now)) {
+            late[k++] = PQ.q[PQ.head];
+            PQ.head = (PQ.head + 1) % PQ.cap;
+            PQ.n--;
+        }
+        next = (PQ.n ? PQ.q[PQ.head].at : now) + O.idle_timeout;
+        pthread_mutex_unlock(&PQ.lock);
+        for (int i = 0; i < k; i++) refuse_late(&late[i]);
+        if (k == 64) continue;
+        /* entries queued meanwhile are due later than the head */
+        if (weft_sleep_until(next) == -ECANCELED) return NULL;
+    }
+}
 
 static void *pool_worker(void *unused) {
     for (;;) {
@@ -574,17 +681,18 @@ static void *pool_worker(void *unused) {
         PQ.head = (PQ.head + 1) % PQ.cap;
         PQ.n--;
         pthread_mutex_unlock(&PQ.lock);
-        serve_conn(a.fd, &a.peer);
+        if (queue_late(&a, weft_now())) refuse_late(&a);
+        else serve_conn(a.fd, &a.peer, a.at);
     }
 }
 
 /* Hands a connection to the model; returns 0 or -errno (fd then closed by caller). */
-static int dispatch(int fd, const struct sockaddr_storage *peer) {
+static int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
     if (O.model == MODEL_POOL) {
         for (;;) {
             pthread_mutex_lock(&PQ.lock);
             if (PQ.n < PQ.cap) {
-                PQ.q[(PQ.head + PQ.n) % PQ.cap] = (accepted){fd, *peer};
+                PQ.q[(PQ.head + PQ.n) % PQ.cap] = (accepted){fd, at, *peer};
                 PQ.n++;
                 pthread_cond_signal(&PQ.nonempty);
                 pthread_mutex_unlock(&PQ.lock);
@@ -598,6 +706,7 @@ static int dispatch(int fd, const struct sockaddr_storage *peer) {
     accepted *a = malloc(sizeof *a);
     if (!a) return -ENOMEM;
     a->fd = fd;
+    a->at = at;
     a->peer = *peer;
     if (O.model == MODEL_VIRTUAL) {
         int r = weft_spawn(NULL, conn_main, a, NULL);
@@ -656,7 +765,8 @@ static void *acceptor_main(void *arg) {
             if (fd == -ENOBUFS || fd == -ENOMEM) weft_sleep(10 * 1000000);
             continue;
         }
-        int r = dispatch(fd, &peer);
+        atomic_fetch_add(&nopen, 1);
+        int r = dispatch(fd, &peer, weft_now());
         if (r < 0) {
             log_limited("cannot start a connection", -r);
             close(fd);
@@ -672,12 +782,13 @@ static void *acceptor_main(void *arg) {
 
 static int sig_fd = -1;
 
+/* The first SIGTERM/SIGINT starts the drain; a second one cuts it short. */
 static void *signal_watcher(void *unused) {
     struct signalfd_siginfo si;
     ssize_t r = weft_read(sig_fd, &si, sizeof si);
     if (r == -ECANCELED) return NULL;
     if (!O.quiet) fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal((int)si.ssi_signo),
-                          atomic_load(&nconns));
+                          atomic_load(&nopen));
     atomic_store(&draining, 1);
     for (int i = 0; i < nacceptors; i++) weft_cancel(acceptors[i]);
     /* connections waiting for a request: end their wait */
@@ -685,6 +796,10 @@ static void *signal_watcher(void *unused) {
     for (conn *c = conns_head; c; c = c->next)
         if (atomic_load(&c->idle)) shutdown(c->fd, SHUT_RD);
     pthread_mutex_unlock(&conns_lock);
+    r = weft_read(sig_fd, &si, sizeof si);
+    if (r == -ECANCELED) return NULL;
+    if (!O.quiet) fprintf(stderr, "weft-httpd: %s again: not waiting for the drain\n", strsignal((int)si.ssi_signo));
+    atomic_store(&drain_cut, 1);
     return NULL;
 }
 
@@ -739,21 +854,32 @@ static int server(void *unused) {
     }
     /* after the acceptors: it reads acceptors[] (a signal that came
      * meanwhile waits in the signalfd) */
-    weft_thread *sw;
+    weft_thread *sw, *reaper = NULL;
     weft_attr sa = {.name = "signals", .daemon = 1};
     if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
+    weft_attr ra = {.name = "pool-reaper", .daemon = 1};
+    if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
     for (int i = 0; i < nacceptors; i++) weft_join(acceptors[i], NULL);
     close(listen_fd);
     int64_t until = weft_now() + O.drain_timeout;
-    while (atomic_load(&nconns) > 0 && weft_now() < until) weft_sleep(5 * 1000000);
-    int left = atomic_load(&nconns);
-    if (left && !O.quiet) fprintf(stderr, "weft-httpd: drain timeout: %d connection(s) cut\n", left);
+    while (atomic_load(&nconns) > 0 && weft_now() < until && !atomic_load(&drain_cut)) weft_sleep(5 * 1000000);
+    int left = atomic_load(&nopen);
+    if (left && !O.quiet)
+        fprintf(stderr, "weft-httpd: %s: %d connection(s) cut\n",
+                atomic_load(&drain_cut) ? "stopped by a second signal" : "drain timeout", left);
     if (!O.quiet) fprintf(stderr, "weft-httpd: stopped\n");
     /* with connections cut, their vthreads may still hold carriers' work:
-     * leave without waiting for them */
-    if (left) _exit(0);
+     * leave without waiting for them, and say so in the exit status */
+    if (left) {
+        fflush(NULL);
+        _exit(EXIT_CUT);
+    }
     weft_cancel(sw);
     weft_join(sw, NULL);
+    if (reaper) {
+        weft_cancel(reaper);
+        weft_join(reaper, NULL);
+    }
     if (O.model == MODEL_POOL) {
         pthread_mutex_lock(&PQ.lock);
         PQ.stop = 1;
@@ -780,13 +906,18 @@ static void usage(FILE *f) {
             "  --header-timeout S     a request head must arrive within S s (default 10)\n"
             "  --idle-timeout S       close keep-alive connections idle for S s (default 15)\n"
             "  --send-timeout S       a send that makes no progress for S s fails (default 30)\n"
-            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests (default 10)\n"
+            "  --body-timeout S       a request body must arrive within S s (default 10)\n"
+            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests (default 10);\n"
+            "                         a second SIGTERM/SIGINT stops at once\n"
             "  --access-log FILE|-    log every request (- is stdout)\n"
             "  --cache-mb N           keep small files (<= 64 KiB) in memory, N MiB at most,\n"
             "                         looked at again once a second (default 64; 0: off)\n"
             "  --quiet                no start/stop messages on stderr\n"
             "  --help                 this text\n"
-            "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n");
+            "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n"
+            "Exit status: 0 after a clean stop (every connection finished), 3 when the\n"
+            "drain cut connections (its timeout, or a second signal), 1 when it cannot\n"
+            "start, 2 for a bad option.\n");
 }
 
 static int parse_seconds(const char *v, int64_t *out) {
@@ -807,14 +938,14 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 
 int main(int argc, char **argv) {
     enum { OPT_HOST = 256, OPT_PORT, OPT_ROOT, OPT_MODEL, OPT_CARRIERS, OPT_MAXC, OPT_DELAY, OPT_EVERY, OPT_HT,
-           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE };
+           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT };
     static const struct option opts[] = {
         {"host", 1, 0, OPT_HOST}, {"port", 1, 0, OPT_PORT}, {"root", 1, 0, OPT_ROOT},
         {"model", 1, 0, OPT_MODEL}, {"carriers", 1, 0, OPT_CARRIERS}, {"max-conns", 1, 0, OPT_MAXC},
         {"delay-ms", 1, 0, OPT_DELAY}, {"delay-every", 1, 0, OPT_EVERY}, {"header-timeout", 1, 0, OPT_HT},
         {"idle-timeout", 1, 0, OPT_IT}, {"send-timeout", 1, 0, OPT_ST}, {"drain-timeout", 1, 0, OPT_DT},
         {"access-log", 1, 0, OPT_LOG}, {"quiet", 0, 0, OPT_QUIET}, {"help", 0, 0, OPT_HELP},
-        {"cache-mb", 1, 0, OPT_CACHE}, {0, 0, 0, 0}};
+        {"cache-mb", 1, 0, OPT_CACHE}, {"body-timeout", 1, 0, OPT_BT}, {0, 0, 0, 0}};
     long x;
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -853,6 +984,7 @@ int main(int argc, char **argv) {
         case OPT_IT: if (parse_seconds(optarg, &O.idle_timeout)) goto bad; break;
         case OPT_ST: if (parse_seconds(optarg, &O.send_timeout)) goto bad; break;
         case OPT_DT: if (parse_seconds(optarg, &O.drain_timeout)) goto bad; break;
+        case OPT_BT: if (parse_seconds(optarg, &O.body_timeout)) goto bad; break;
         case OPT_LOG: O.access_log = optarg; break;
         case OPT_QUIET: O.quiet = 1; break;
         case OPT_CACHE:
