@@ -7,7 +7,7 @@
 # side.  Every line (peers' and weft's) goes to stdout, ready to be copied
 # into notes; "# ..." lines say what was run.
 #
-#   EXPERIMENT   peers run (with /work/shared/peers/runtime/run.sh)
+#   EXPERIMENT   peers run (with $WEFT_PEERS/runtime/run.sh)
 #   threads      park-many go N, park-many java25-virtual N, park-many c-pthread N 60 64
 #                (N = weft-bench's -n, default 1000000)
 #   sleep-tasks  sleep-tasks go N, sleep-tasks java25-virtual N (N = -n, default 100000)
@@ -20,7 +20,7 @@
 #                bench/go/select.go (this repository's, built with go build)
 #   cancel-storm (no peer has it: weft-bench cancel-storm alone)
 #
-#   EXPERIMENT   peers run (with /work/shared/peers/http/run.sh EXP PEER, REPS=1 here)
+#   EXPERIMENT   peers run (with $WEFT_PEERS/http/run.sh EXP PEER, REPS=1 here)
 #   http-delay   run.sh delay100 PEER for PEERS (default: go java25-virtual java17-pool200)
 #                with LOADS = weft-bench's --conc points (C alone gets --requests, default
 #                3000; default "50 150 300 500 1000 1000:20000"), then weft-bench http-delay.
@@ -42,8 +42,9 @@
 # Environment:
 #   PEERS="go java25-virtual"  run only these peers (names as in run.sh); for http-*,
 #                              the peers to run
-#   WEFT_PEERS                 the peers directory (default: ../../shared/peers
-#                              from this script, i.e. /work/shared/peers)
+#   WEFT_PEERS                 the peers directory (default: ../shared/peers beside
+#                              the source tree, i.e. ../../shared/peers from this
+#                              script); weft-bench gets it too, for the docroot
 #   WEFT_BENCH                 the weft-bench binary (default: build/apps/bench/weft-bench,
 #                              else build-release/apps/bench/weft-bench)
 #   WEFT_HTTPD                 weft-httpd (default: ../httpd/weft-httpd beside weft-bench)
@@ -65,6 +66,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 peers_dir=${WEFT_PEERS:-$here/../../shared/peers}
 peers_dir=$(cd "$peers_dir" 2>/dev/null && pwd) || { echo "compare.sh: no peers directory ${WEFT_PEERS:-$here/../../shared/peers}" >&2; exit 2; }
+export WEFT_PEERS=$peers_dir # weft-bench's docroot: the peers'
 bench=${WEFT_BENCH:-$repo/build/apps/bench/weft-bench}
 if [[ -z ${WEFT_BENCH:-} && ! -x $bench && -x $repo/build-release/apps/bench/weft-bench ]]; then
   bench=$repo/build-release/apps/bench/weft-bench
@@ -124,7 +126,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$lines" "$tmp"' EXIT
 
 # ---------------------------------------------------------------------------
-# HTTP: /work/shared/peers/http/run.sh
+# HTTP: $WEFT_PEERS/http/run.sh
 # ---------------------------------------------------------------------------
 
 # Why PEER cannot run EXPERIMENT here ("" when it can).
@@ -274,7 +276,7 @@ if [[ $exp == http-* ]]; then
 fi
 
 # ---------------------------------------------------------------------------
-# runtime experiments: /work/shared/peers/runtime/run.sh
+# runtime experiments: $WEFT_PEERS/runtime/run.sh
 # ---------------------------------------------------------------------------
 
 # Each job: "PEER_EXPERIMENT PEER [ARGS...]".

@@ -3,8 +3,11 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 #   scripts/deps.sh          build + test dependencies
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context)
+# A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
+# first minutes, holding dpkg's lock: rather than fail at once, this waits up
+# to 10 minutes for the lock, saying who holds it.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libc6-dev liburing-dev clang libclang-rt-14-dev)
+pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev)
 if [[ ${1:-} == bench ]]; then pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light curl); fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -16,7 +19,50 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
+
+lock_wait_s=600
+# Prints "PID (COMMAND)" of a process holding one of apt's or dpkg's locks
+# (POSIX locks, listed in /proc/locks by device and inode), or nothing.
+apt_lock_holder() {
+  local f ino pid
+  for f in /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock; do
+    ino=$(stat -c %i "$f" 2>/dev/null) || continue
+    # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters' lines have "->"
+    pid=$(awk -v ino="$ino" '$2 != "->" { n = split($6, id, ":"); if (id[n] == ino) { print $5; exit } }' /proc/locks)
+    if [[ -n $pid ]]; then
+      echo "$pid ($(cat "/proc/$pid/comm" 2>/dev/null || echo '?'))"
+      return
+    fi
+  done
+}
+# apt-get ARGS...: waits while another apt or dpkg holds a lock, then runs
+# apt-get, which itself waits for dpkg's lock (DPkg::Lock::Timeout) but not
+# for the package lists' (apt-get update): if it fails while another holds a
+# lock -- taken meanwhile -- it waits and runs again.
+apt_get() {
+  local holder waited=0 said=0 rc
+  while :; do
+    while holder=$(apt_lock_holder); [[ -n $holder ]]; do
+      if [[ $waited -ge $lock_wait_s ]]; then
+        echo "weft: process $holder still holds apt's lock after $((lock_wait_s / 60)) minutes; try again later" >&2
+        return 1
+      fi
+      if [[ $said -eq 0 ]]; then
+        echo "weft: waiting for another apt/dpkg to finish: process $holder holds its lock (up to $((lock_wait_s / 60)) minutes)..." >&2
+        said=1
+      fi
+      sleep 5
+      waited=$((waited + 5))
+    done
+    [[ $said -eq 1 ]] && echo "weft: the lock is free after $waited s" >&2
+    said=0
+    rc=0
+    apt-get -o DPkg::Lock::Timeout=$lock_wait_s "$@" || rc=$?
+    [[ $rc -eq 0 || -z $(apt_lock_holder) ]] && return $rc
+  done
+}
+
 echo "weft: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq "${missing[@]}" >/dev/null
+apt_get update -qq
+apt_get install -y -qq "${missing[@]}" >/dev/null

@@ -1,9 +1,10 @@
 /*
  * A small test harness in the spirit of libuv's: each TEST() registers
- * itself; `prog NAME` runs one test in a forked child with a timeout (so a
- * deadlock fails instead of hanging, and a crash fails only that test);
- * `prog` runs them all; `prog --list` lists them; `prog --inline NAME` runs
- * one in-process (for gdb).  After the body the child shuts the runtime
+ * itself; `prog NAME...` runs those tests, each in a forked child with a
+ * timeout (so a deadlock fails instead of hanging, and a crash fails only
+ * that test); `prog` runs them all; `prog --list` lists them; `prog --inline
+ * NAME` runs one in-process (for gdb); `prog --help` says all this and the
+ * environment variables the tests read.  After the body the child shuts the runtime
  * down, so LeakSanitizer checks that shutdown frees everything.
  */
 #ifndef WEFT_TEST_HARNESS_H
@@ -100,32 +101,80 @@ static int run_one(const test_entry *t) {
     return 1;
 }
 
+static void usage(FILE *f, const char *prog) {
+    fprintf(f,
+            "usage: %s                 run every test, each in a forked child with a timeout\n"
+            "       %s NAME...         run these tests (CTest runs one at a time)\n"
+            "       %s --list          list the tests\n"
+            "       %s --inline NAME   run one test in this process (for gdb; no fork, no timeout)\n"
+            "       %s --help          this text\n"
+            "Exit status: 0 all passed, 1 a test failed, 2 a bad command line or an unknown test.\n"
+            "Environment:\n"
+            "  WEFT_TEST_TIMEOUT=S          seconds before a test is killed (default %d)\n"
+            "  WEFT_IO=uring|epoll|auto     the I/O backend (test_io checks it got the one asked for)\n"
+            "  WEFT_CARRIERS=N              carriers, for tests that do not set their own\n"
+            "  WEFT_TEST_HOG_MS=MS          test_races: how long a hog computes (default 200)\n"
+            "  WEFT_TEST_TRIALS=N           test_races: repetitions inside a test (scripts/stress.sh)\n"
+            "  WEFT_TEST_VERBOSE=1          test_races: print how late each victim ran\n"
+            "  WEFT_CHAN_BENCH_ROUNDS=N     test_chan bench_pingpong_figures: round trips\n"
+            "  WEFT_TEST_DUMP_UNDER_TSAN=1  test_future: check the dump under TSan too\n"
+            "  and the runtime's own (README): WEFT_STACK_SIZE, WEFT_STACK_GUARD, WEFT_BLOCKING_MAX, ...\n",
+            prog, prog, prog, prog, prog, test_timeout_s());
+}
+
+static const test_entry *find_test(const char *name) {
+    for (int i = 0; i < test_count; i++)
+        if (strcmp(test_list[i].name, name) == 0) return &test_list[i];
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *prog = argv[0];
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        usage(stdout, prog);
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        if (argc != 2) {
+            fprintf(stderr, "%s: --list takes no arguments\n", prog);
+            return 2;
+        }
         for (int i = 0; i < test_count; i++) printf("%s\n", test_list[i].name);
         return 0;
     }
-    if (argc > 2 && strcmp(argv[1], "--inline") == 0) {
-        for (int i = 0; i < test_count; i++)
-            if (strcmp(test_list[i].name, argv[2]) == 0) {
-                test_list[i].fn();
-                weft_shutdown();
-                return 0;
-            }
-        return 2;
+    if (argc > 1 && strcmp(argv[1], "--inline") == 0) {
+        if (argc != 3) {
+            fprintf(stderr, "%s: --inline takes one test name\n", prog);
+            return 2;
+        }
+        const test_entry *t = find_test(argv[2]);
+        if (!t) {
+            fprintf(stderr, "%s: no test named %s (--list lists them)\n", prog, argv[2]);
+            return 2;
+        }
+        t->fn();
+        weft_shutdown();
+        return 0;
+    }
+    /* every name must be known before anything runs */
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "%s: unknown option %s (--help lists them)\n", prog, argv[i]);
+            return 2;
+        }
+        if (!find_test(argv[i])) {
+            fprintf(stderr, "%s: no test named %s (--list lists them)\n", prog, argv[i]);
+            return 2;
+        }
     }
     int failed = 0, ran = 0;
-    for (int i = 0; i < test_count; i++) {
-        if (argc > 1 && strcmp(test_list[i].name, argv[1]) != 0) continue;
-        ran++;
-        failed += run_one(&test_list[i]);
+    if (argc == 1) {
+        for (int i = 0; i < test_count; i++, ran++) failed += run_one(&test_list[i]);
+    } else {
+        for (int i = 1; i < argc; i++, ran++) failed += run_one(find_test(argv[i]));
     }
-    if (argc > 1 && ran == 0) {
-        fprintf(stderr, "no test named %s\n", argv[1]);
-        return 2;
-    }
-    if (argc == 1) printf("%d passed, %d failed\n", ran - failed, failed);
+    if (ran > 1) printf("%d passed, %d failed\n", ran - failed, failed);
     return failed ? 1 : 0;
 }
 

@@ -10,6 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The source tree (CMake defines it); the peer programs (Go, Java, C) and
+ * their runners are in ../shared/peers beside it, unless $WEFT_PEERS says
+ * otherwise. */
+#ifndef WEFT_SOURCE_DIR
+#define WEFT_SOURCE_DIR "."
+#endif
+#define WEFT_PEERS_DEFAULT WEFT_SOURCE_DIR "/../shared/peers"
+
 /* ------------------------------------------------------------------------ */
 /* Result records                                                            */
 /* ------------------------------------------------------------------------ */

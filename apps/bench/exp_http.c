@@ -1,6 +1,7 @@
 /*
  * exp_http.c -- the HTTP experiments: weft-httpd under ab (or weft-load),
- * measured the way /work/shared/peers/http/run.sh measures the peers, so
+ * measured the way the peers' http/run.sh (../shared/peers/http/run.sh
+ * beside the source tree) measures the peers, so
  * that weft's lines and theirs stand in one table.
  *
  *   http-delay    every request sleeps 100 ms (--delay-ms 100); ab -r without
@@ -37,9 +38,10 @@
  *
  * Programs: weft-httpd is $WEFT_HTTPD, else ../httpd/weft-httpd next to this
  * executable; weft-load $WEFT_LOAD, else ../load/weft-load; ab from PATH.
- * The docroot is $WEFT_DOCROOT, else the peers' docroot
- * ($WEFT_PEERS/http/docroot, /work/shared/peers/http/docroot), else the
- * source tree's www/ -- the first that holds hello.html.
+ * The docroot is $WEFT_DOCROOT, else the peers' docroot ($WEFT_PEERS/http/
+ * docroot; the peers' directory is ../shared/peers beside the source tree
+ * by default), else the source tree's www/ -- the first that holds
+ * hello.html.
  *
  * Children get PR_SET_PDEATHSIG, so a weft-bench that dies leaves no server
  * behind.
@@ -64,10 +66,6 @@
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#ifndef WEFT_SOURCE_DIR
-#define WEFT_SOURCE_DIR "."
-#endif
 
 #define MAX_POINTS 32
 #define MAX_MODELS 8
@@ -162,7 +160,7 @@ static int find_docroot(char out[PATH_LEN]) {
     if (env && *env) {
         snprintf(cand[nc++], PATH_LEN, "%s", env);
     } else {
-        snprintf(cand[nc++], PATH_LEN, "%s/http/docroot", peers && *peers ? peers : "/work/shared/peers");
+        snprintf(cand[nc++], PATH_LEN, "%s/http/docroot", peers && *peers ? peers : WEFT_PEERS_DEFAULT);
         snprintf(cand[nc++], PATH_LEN, "%s/www", WEFT_SOURCE_DIR);
     }
     for (int i = 0; i < nc; i++) {

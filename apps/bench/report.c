@@ -2,7 +2,7 @@
  * report.c -- result lines and the side-by-side table.
  *
  * A result line is "experiment=E peer=P key=value ...", the form the peer
- * programs print through /work/shared/peers/runtime/run.sh.  bench.sh's
+ * programs print through ../shared/peers/runtime/run.sh.  bench.sh's
  * "SUMMARY experiment=... key=median[min..max]" lines are read too; their
  * median is the figure shown.  Lines starting with "#" are comments, even
  * when they quote a result line (run.sh's "# disturbed ..., repeating: ...").

@@ -1,7 +1,8 @@
 /*
  * weft-bench -- the benchmark program of weft: reproduces the figures of the
  * articles weft is built from (see /work/shared/seeds/README.md) and puts
- * them next to the peer programs' (Go, Java, C; /work/shared/peers/runtime).
+ * them next to the peer programs' (Go, Java, C; ../shared/peers/runtime
+ * beside the source tree).
  *
  *   weft-bench EXPERIMENT [options]      (weft-bench --help)
  *
@@ -39,7 +40,7 @@
  *                delays whatever the server), mean_ms, p95_ms, failed,
  *                cpu_us_per_req (the server's).  Article: req/s virtual
  *                455..5071, platform (200 threads) 467..1755.  Peers:
- *                delay100 (/work/shared/peers/http/run.sh).
+ *                delay100 (../shared/peers/http/run.sh).
  *   http-every10 the same with every 10th request sleeping 2 s, ab -r -c 100
  *                -n 10000, models virtual, thread, pool:200.  Article:
  *                491.98 req/s (limit 500).  Peers: delay2s-every10.
@@ -182,8 +183,9 @@ static void usage(FILE *f) {
           "               table with the first article's 491.98 req/s, the limit (500) and the\n"
           "               peers' delay2s-every10 lines\n"
           "               (http-*: weft-httpd from $WEFT_HTTPD or ../httpd/ beside weft-bench, weft-load\n"
-          "               from $WEFT_LOAD or ../load/; docroot $WEFT_DOCROOT, else\n"
-          "               /work/shared/peers/http/docroot, else the source tree's www/; ab from PATH;\n"
+          "               from $WEFT_LOAD or ../load/; docroot $WEFT_DOCROOT, else the peers'\n"
+          "               http/docroot ($WEFT_PEERS, default " WEFT_PEERS_DEFAULT "),\n"
+          "               else the source tree's www/; ab from PATH;\n"
           "               QUIET_WAIT_S=10: wait at most this long for a quiet host before each load;\n"
           "               --carriers goes to weft-httpd; --cap-s bounds each load, default 300)\n"
           "\n"

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# tests/install_test.sh CMAKE BINARY_DIR CC
+#
+# What a user does with an installed weft, end to end: installs the built tree
+# BINARY_DIR to a fresh temporary prefix, then moves that prefix elsewhere (an
+# installed weft must not depend on the path it was installed to: packagers
+# stage into DESTDIR, users unpack tarballs), and builds one small program
+# against it three ways:
+#   pkg-config --cflags --libs weft             shared library
+#   find_package(weft) + weft::weft             shared library
+#   find_package(weft) + weft::weft_static      static library
+# Each program spawns a vthread, joins it and prints its result.  The test
+# adds no flags of its own: what a sanitizer build of the library needs from
+# its consumers (-fsanitize=... at link time) must come from weft.pc and the
+# CMake targets.  The temporary directory is removed on exit.
+set -euo pipefail
+[[ $# -eq 3 ]] || { echo "usage: $0 CMAKE BINARY_DIR CC" >&2; exit 2; }
+cmake=$1 bin=$2 cc=$3
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/weft-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+log=$tmp/log
+
+fail() {
+    echo "install_test: $*" >&2
+    [[ -s $log ]] && sed 's/^/  | /' "$log" >&2
+    exit 1
+}
+# quiet CMD...: runs CMD with its output in $log, shown only if it fails
+quiet() {
+    "$@" >"$log" 2>&1 || fail "failed: $*"
+    : >"$log"
+}
+
+quiet "$cmake" --install "$bin" --prefix "$tmp/staged"
+mv "$tmp/staged" "$tmp/prefix"
+prefix=$tmp/prefix
+pc=$(find "$prefix" -name weft.pc -path '*/pkgconfig/*' | head -1)
+[[ -n $pc ]] || fail "no weft.pc under the prefix"
+libdir=$(dirname "$(dirname "$pc")")
+
+cat >"$tmp/app.c" <<'EOF'
+#include <weft.h>
+
+#include <stdint.h>
+#include <stdio.h>
+
+static void *twice(void *arg) {
+    weft_sleep(1000000); /* parks: the carrier runs something else */
+    return (void *)(2 * (intptr_t)arg);
+}
+
+int main(void) {
+    weft_thread *t;
+    void *r = NULL;
+    if (weft_spawn(&t, twice, (void *)(intptr_t)21, NULL) != 0) return 1;
+    if (weft_join(t, &r) != 0) return 1;
+    printf("vthread answered %ld\n", (long)(intptr_t)r);
+    weft_shutdown();
+    return 0;
+}
+EOF
+want="vthread answered 42"
+
+# check NAME PROGRAM: runs PROGRAM and checks what it prints
+check() {
+    local out
+    out=$(timeout 60 "$2" 2>"$log") || fail "$1: exit status $?"
+    [[ $out == "$want" ]] || fail "$1: printed '$out', want '$want'"
+    echo "ok     $1"
+}
+
+# --- pkg-config ---------------------------------------------------------
+export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+for var in includedir libdir; do
+    dir=$(pkg-config --variable=$var weft)
+    real=$(realpath -m "$dir")
+    [[ $real == "$(realpath "$prefix")"/* ]] || fail "weft.pc: $var=$dir is outside the prefix $prefix"
+done
+[[ -f $(pkg-config --variable=includedir weft)/weft.h ]] || fail "weft.pc: no weft.h in its includedir"
+flags=$(pkg-config --cflags --libs weft) || fail "pkg-config --cflags --libs weft failed"
+# shellcheck disable=SC2086 # the flags are words
+quiet "$cc" -o "$tmp/app_pc" "$tmp/app.c" $flags -Wl,-rpath,"$libdir"
+check "pkg-config, shared" "$tmp/app_pc"
+
+# --- find_package -------------------------------------------------------
+mkdir "$tmp/proj"
+cp "$tmp/app.c" "$tmp/proj/"
+cat >"$tmp/proj/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.18)
+project(weft_consumer C)
+find_package(weft REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app PRIVATE weft::weft)
+add_executable(app_static app.c)
+target_link_libraries(app_static PRIVATE weft::weft_static)
+EOF
+quiet "$cmake" -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$prefix"
+found=$(sed -n 's/^weft_DIR:PATH=//p' "$tmp/proj/build/CMakeCache.txt")
+[[ $found == "$prefix"/* ]] || fail "find_package found weft in '$found', not under $prefix"
+quiet "$cmake" --build "$tmp/proj/build"
+check "find_package, weft::weft" "$tmp/proj/build/app"
+check "find_package, weft::weft_static" "$tmp/proj/build/app_static"
