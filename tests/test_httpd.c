@@ -2302,8 +2302,10 @@ static int count_fds(pid_t pid) {
 }
 
 /* Opens n connections; waits (up to ms) until at least one is closed by the
- * server (shed); returns how many were; the fds stay in fds[]. */
-static int shed_episode(int port, int *fds, int n, int ms) {
+ * server (shed), then lets the server go on shedding (and racing for the
+ * numbers it frees) for another linger_ms; returns how many were shed; the
+ * fds stay in fds[]. */
+static int shed_episode(int port, int *fds, int n, int ms, int linger_ms) {
     for (int i = 0; i < n; i++) fds[i] = tcp_connect(port);
     int64_t until = now_ms() + ms;
     int shed = 0;
@@ -2315,6 +2317,7 @@ static int shed_episode(int port, int *fds, int n, int ms) {
         }
         if (!shed) sleep_ms(50);
     }
+    if (shed) sleep_ms(linger_ms);
     return shed;
 }
 
@@ -2373,11 +2376,14 @@ TEST(emfile_spare_fd_rearmed) {
     for (int m = 0; m < NMODELS; m++) {
         child_nofile = 256;
         server s;
-        server_start(&s, d.root, "--model", all_models[m], "--max-conns", "5000", (const char *)NULL);
+        /* four acceptors shedding at once: each may take a number another
+         * freed */
+        server_start(&s, d.root, "--model", all_models[m], "--max-conns", "5000", "--carriers", "4",
+                     (const char *)NULL);
         child_nofile = 0;
         pid_t busy = busy_clients(s.port, 2); /* fewer than pool:4 has workers */
         for (int ep = 0; ep < 4; ep++) {
-            int shed = shed_episode(s.port, fds, N, 10000 + 2 * SLACK_MS);
+            int shed = shed_episode(s.port, fds, N, 10000 + 2 * SLACK_MS, 1500);
             if (!shed) FAIL("%s: episode %d: nothing shed while out of descriptors", all_models[m], ep + 1);
             for (int i = 0; i < N; i++) close(fds[i]);
             /* the server lets go of them, then serves again */
