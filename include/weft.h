@@ -96,6 +96,38 @@ WEFT_API void weft_shutdown(void);
  */
 WEFT_API int weft_main(int (*fn)(void *), void *arg);
 
+/*
+ * fork().  The child of a process running weft has none of its carriers,
+ * vthreads or helper threads (fork copies only the calling thread), so weft
+ * abandons the parent's runtime in the child and starts a fresh one -- with
+ * the same configuration sources, the environment -- on the child's next weft
+ * call (weft_spawn, weft_main, weft_init, weft_sleep, weft_read ...).  The
+ * child never touches the parent's io_uring rings or epoll sets: its copies
+ * are closed as it starts.  system(), posix_spawn and fork+exec work as
+ * usual, from vthreads (they block the carrier while they wait) and from
+ * platform threads.
+ *
+ * The parent's vthreads do not exist in the child.  Handles from before the
+ * fork are refused: weft_join, weft_detach, weft_cancel and weft_unpark
+ * return -ECHILD; so does weft_scope_join on a scope opened before the fork
+ * (weft_fork into it returns NULL, weft_scope_close only forgets it).  Like
+ * a pthread mutex after fork, a weft mutex, condition, semaphore, channel or
+ * future that the parent's vthreads held or waited on at the fork is in
+ * whatever state they left it: a child must not rely on one (a lock they
+ * held stays held; a parent's waiter is never woken in the child).  Stacks,
+ * queues and tables of the parent's runtime stay in the child's memory
+ * (copy-on-write, so untouched they cost nothing) and are never reused.
+ *
+ * fork() from a vthread: the child goes on, on that vthread's stack, as an
+ * ordinary platform thread -- weft_self() is NULL there, weft calls block
+ * it and start the child's fresh runtime -- and it must end with _exit,
+ * exit or exec: returning from the vthread's function (or from a
+ * weft_blocking function that forked) in the child stops it with a message
+ * (there is nothing to return to).  Its stack is the vthread's (256 KiB by
+ * default).  fork() while another thread is inside weft_init or
+ * weft_shutdown is not supported.
+ */
+
 /* ------------------------------------------------------------------------ */
 /* Virtual threads                                                           */
 /* ------------------------------------------------------------------------ */

@@ -123,6 +123,20 @@ int weft__stacks_trim(void);
 void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx);
 void weft__stacks_counts(uint64_t *slots, uint64_t *bytes);
 
+/* In a child process after fork (the scheduler's pthread_atfork handler,
+ * single-threaded): forgets every stack of the parent's runtime -- its
+ * slabs stay mapped, so that a vthread that forked goes on on its own
+ * stack in the child, and are never handed out again -- and resets the
+ * allocator for a fresh runtime. */
+void weft__stacks_fork_child(void);
+
+/* Memory a fork child abandons (the parent runtime's queues, tables,
+ * carriers): kept reachable from here for good, so that LeakSanitizer,
+ * which checks a child that ends with exit(), does not report it, and
+ * never freed -- a thread that did not survive the fork may have left it
+ * half-updated.  Cheap: the pages are the parent's, copy-on-write. */
+void weft__fork_keep(void *p);
+
 /* Is addr in the guard page (or just below) of stack s? */
 int weft__stack_guard_hit(const weft__stack *s, const void *addr);
 /* Resident bytes of s, by mincore (dump only). */

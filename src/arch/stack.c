@@ -37,6 +37,12 @@
  * list and the cold list are under `lock`.  weft__stacks_walk reads slabs
  * under the lock and slot contents racily (thread dump).
  *
+ * Fork: a child forgets the parent's stacks (weft__stacks_fork_child) but
+ * leaves them mapped: a vthread that called fork() goes on in the child on
+ * its own stack (as a platform thread), and a pre-fork handle can still be
+ * read and refused.  Copy-on-write: they cost the child nothing it does
+ * not touch.
+ *
  * Invariants: a slot's seq_base is unique over the process's life (taken
  * from a global counter when its top page is (re)populated), so park tokens
  * from a dead vthread never match a new one in the same slot.
@@ -560,6 +566,47 @@ void weft__stacks_fini(void) {
     S.canary_noticed = 0;
     S.inited = 0;
     pthread_mutex_unlock(&S.lock);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+static struct kept {
+    struct kept *next;
+    void *p;
+} *kept_head;
+
+void weft__fork_keep(void *p) {
+    if (!p) return;
+    struct kept *k = malloc(sizeof *k);
+    if (!k) return; /* LSan may then report p: nothing worse */
+    k->p = p;
+    k->next = kept_head;
+    kept_head = k;
+}
+
+void weft__stacks_fork_child(void) {
+    /* the lock may have been held by a thread that is not here */
+    S.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    if (!S.inited) return;
+    /* the parent's pidfd: process_madvise with it would advise the parent */
+    if (S.pidfd >= 0) close(S.pidfd);
+    S.pidfd = -1;
+    /* the slabs stay mapped (a vthread that forked runs on one; a stale
+     * handle's descriptor is still readable), their bookkeeping is kept
+     * reachable, and nothing of theirs is handed out again */
+    weft__fork_keep(S.slabs); /* (a list) */
+    weft__fork_keep(S.depot);
+    weft__fork_keep(S.cold);
+    S.slabs = S.cur = NULL;
+    S.depot = NULL;
+    S.odd = NULL;
+    S.ndepot = S.capdepot = 0;
+    atomic_store(&S.ndepot_hint, 0);
+    S.cold = NULL;
+    S.ncold = S.capcold = 0;
+    S.bytes_total = 0;
+    S.canary_noticed = 0;
+    S.inited = 0;
 }
 
 void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx) {

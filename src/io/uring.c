@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -233,6 +234,26 @@ void weft__uring_free(struct weft__poller *p) {
     pthread_mutex_destroy(&pl->cancel_lock);
     free(pl->cancels);
     free(pl);
+}
+
+void weft__uring_abandon(struct weft__poller *p) {
+    uring_poller *pl = (uring_poller *)p;
+    /* not io_uring_queue_exit: only what it does for a ring whose fd was
+     * never registered, spelt out, so that nothing here can ever make a
+     * system call on the ring -- which is the parent's too */
+    struct io_uring *r = &pl->ring;
+    size_t sqe_size = sizeof(struct io_uring_sqe) * ((r->flags & IORING_SETUP_SQE128) ? 2 : 1);
+    munmap(r->sq.sqes, sqe_size * r->sq.ring_entries);
+    if (r->cq.ring_ptr && r->cq.ring_ptr != r->sq.ring_ptr) munmap(r->cq.ring_ptr, r->cq.ring_sz);
+    munmap(r->sq.ring_ptr, r->sq.ring_sz);
+    close(r->ring_fd);
+    close(pl->efd);
+}
+
+void weft__uring_fork_child(void) {
+    rings_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    memset(rings, 0, sizeof rings);
+    rings_hi = 0;
 }
 
 void weft__uring_kick(struct weft__poller *p) {

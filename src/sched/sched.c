@@ -93,6 +93,36 @@
  * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
  * returning memory above the high-water mark afterwards.
  *
+ * Fork.  A child process has one thread -- the one that called fork() --
+ * and none of the carriers, the monitor or the blocking pool; whatever
+ * those held (locks, half-updated queues) stays as the fork caught it.  So
+ * the runtime is not carried into the child but abandoned there, and a
+ * fresh one starts on the child's next weft call.  pthread_atfork
+ * handlers, registered by the first weft_init: prepare keeps the io
+ * layer's pollers from being freed mid-fork; the child handler closes the
+ * child's copies of the parent's rings, eventfds and epoll sets (the same
+ * kernel objects as the parent's: the child must never submit to them),
+ * reinitialises the locks, and forgets carriers, queues, timers and stacks
+ * without freeing or unmapping them (a thread that is not there may have
+ * been mid-update; weft__fork_keep keeps them reachable for LeakSanitizer,
+ * and copy-on-write makes them cost nothing untouched).  Then R.up is 0 and
+ * weft__ensure_init starts a new runtime when the child next needs one.
+ * The parent's vthreads do not exist in the child: every descriptor
+ * carries the fork generation it was spawned in (R.fork_gen, bumped in the
+ * child), and weft_join, _detach, _cancel and _unpark refuse a stale one
+ * with -ECHILD, while weft__ready drops one (a sync object shared with the
+ * parent may name a parent's vthread as its waiter: it must never run in
+ * the child).  fork() from a vthread: the child's thread is the carrier's,
+ * running on the vthread's stack; tls_carrier is cleared, so that thread
+ * goes on as the child's platform thread (its weft calls block it, and
+ * start the fresh runtime as any platform thread's would), on that stack,
+ * which stays mapped.  It must end with exit/_exit/exec: returning from the
+ * vthread's function has no carrier to return to, and stops with a message
+ * (vthread_start).  A fork while another thread is in weft_init or
+ * weft_shutdown is not supported (the child would see the runtime half
+ * built or half freed); the prepare handler cannot wait for them, since
+ * shutdown may be waiting for the very vthread that forks.
+ *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
@@ -202,6 +232,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     int mon_started;
     struct sigaction old_segv;
     int segv_installed;
+    uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
        .next_id = 1};
 
@@ -308,6 +339,11 @@ int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 const weft_thread *weft__carrier_running(const weft__carrier *c) {
     return c ? (const weft_thread *)__atomic_load_n(&c->cur, __ATOMIC_RELAXED) : NULL;
 }
+
+unsigned weft__fork_gen(void) { return R.fork_gen; }
+
+/* t belongs to the runtime of a process this one was forked from ("Fork") */
+static inline int stale(const weft_thread *t) { return __builtin_expect(t->fork_gen != R.fork_gen, 0); }
 
 /* ------------------------------------------------------------------------ */
 /* idle carriers                                                             */
@@ -493,6 +529,7 @@ static void enqueue_fifo(weft__carrier *c, weft_thread *t) {
 }
 
 void weft__ready(weft_thread *t) {
+    if (stale(t)) return; /* a parent's vthread, woken in a fork child: it does not exist here */
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
     weft__carrier *c = weft__carrier_self();
     if (enqueue_pinned(c, t)) return;
@@ -1300,7 +1337,11 @@ static void vthread_start(void *arg, void *carrier) {
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
-    switch_out(weft__carrier_self(), self, OP_EXIT);
+    weft__carrier *c = weft__carrier_self();
+    if (__builtin_expect(!c, 0)) /* fn forked and this is the child: no carrier to end on ("Fork") */
+        weft__fatal("a vthread's function returned in a child process it forked; the child of a "
+                    "fork() from a vthread must end with _exit, exit or exec");
+    switch_out(c, self, OP_EXIT);
     __builtin_unreachable();
 }
 
@@ -1416,6 +1457,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     t->timer_heap = -1;
     atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+    t->fork_gen = R.fork_gen;
     t->deadline = 0;
     atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
     t->scopes = NULL;
@@ -1475,6 +1517,7 @@ static int join_wait(weft_thread *t, void **result, const char *file, int line) 
 }
 
 int weft__join_nocancel(weft_thread *t, void **result) {
+    if (stale(t)) return -ECHILD;
     weft__carrier *c = carrier_here();
     if (c && t == c->cur) return -EDEADLK;
     if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
@@ -1487,6 +1530,7 @@ int weft__join_nocancel(weft_thread *t, void **result) {
 
 int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     weft__carrier *c = carrier_here();
     if (c && t == c->cur) return -EDEADLK;
     if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
@@ -1540,6 +1584,7 @@ int (weft_join)(weft_thread *t, void **result) { return weft__join_at(t, result,
 
 int weft_detach(weft_thread *t) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     join_lock(t);
     int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
     if (st == 0) {
@@ -1633,6 +1678,7 @@ void weft__cancel_one(weft_thread *t) {
 
 int weft_cancel(weft_thread *t) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     weft__cancel_one(t);
     void (*hook)(weft_thread *) = atomic_load_explicit(&weft__cancel_hook, memory_order_acquire);
     if (hook) hook(t);
@@ -1665,6 +1711,7 @@ int (weft_park)(int64_t deadline) { return weft__park_at(deadline, NULL, 0); }
 
 int weft_unpark(weft_thread *t) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     atomic_store(&t->permit, 1);
     uint64_t w = atomic_load(&t->parker.word);
     unsigned st = WEFT__PW_STATE(w);
@@ -1759,7 +1806,37 @@ static void free_carriers(int n) {
     R.n = 0;
 }
 
+/* ---- fork (see "Fork" at the top) ---- */
+
+static void fork_prepare(void) { weft__io_fork_prepare(); }
+static void fork_parent(void) { weft__io_fork_parent(); }
+
+static void fork_child(void) {
+    R.fork_gen++;
+    /* a vthread that forked goes on as the child's platform thread */
+    tls_carrier = NULL;
+    R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    R.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__io_fork_child();
+    weft__stacks_fork_child();
+    weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
+    R.c = NULL;
+    R.n = 0;
+    R.inj_head = R.inj_tail = NULL;
+    atomic_store(&R.inj_n, 0);
+    R.mon_started = 0;
+    atomic_store(&R.stop, 0);
+    atomic_store(&R.up, 0);
+}
+
+static void register_atfork(void) {
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+        fprintf(stderr, "weft: pthread_atfork failed: a child process forked while weft runs cannot use it\n");
+}
+
 int weft_init(const weft_config *cfg) {
+    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&R.init_lock);
     if (atomic_load(&R.up)) {
         pthread_mutex_unlock(&R.init_lock);
