@@ -78,6 +78,15 @@ typedef struct weft_config {
  * Starts the runtime.  Optional: the first weft call initialises it with the
  * defaults.  Returns 0, -EALREADY if it is already running, -EINVAL for a bad
  * configuration, or -ENOMEM / -EAGAIN when carriers cannot be created.
+ *
+ * The I/O backend: auto uses io_uring where it can be set up, else epoll,
+ * and says why in one line on stderr (once per process): container
+ * runtimes forbid io_uring by default (Docker's seccomp profile, since 25),
+ * and kernel.io_uring_disabled may.  io_uring asked for by name
+ * (WEFT_IO=uring, or io = WEFT_IO_URING) has no fallback: where it cannot
+ * be used, weft_init -- and so every call that would start the runtime --
+ * fails with the kernel's answer (-EPERM under seccomp or the sysctl,
+ * -ENOSYS without io_uring), after one line on stderr that says so.
  */
 WEFT_API int weft_init(const weft_config *cfg);
 

@@ -64,6 +64,16 @@
  * A job is on the caller's stack; the pool thread completes it like any
  * operation and then never touches it again.
  *
+ * Choosing the backend (weft__io_start, once per runtime start).  io_uring
+ * unless told otherwise, if a probe ring can be made and entered on this
+ * kernel with the operations weft needs; else epoll.  Where it cannot --
+ * a seccomp filter (container runtimes' default profiles forbid
+ * io_uring_setup: EPERM), kernel.io_uring_disabled (EPERM), no io_uring
+ * (ENOSYS) -- auto says so in one line naming the likely cause (the
+ * sysctl is read to tell it from seccomp), once per process, and uses
+ * epoll; io_uring asked for by name fails the start with the kernel's
+ * errno after one line of its own.
+ *
  * Fork.  A child process must never reach the parent's runtime through
  * what it inherited: the rings and epoll sets are the parent's own kernel
  * objects (an SQE or an epoll_ctl from the child would act on them).  The
@@ -685,8 +695,33 @@ static int env_mode(void) {
     return WEFT_IO_AUTO;
 }
 
+/* Why io_uring cannot be used here (err: the probe's -errno), in words
+ * for the one line that says so. */
+static const char *uring_why(int err, char *buf, size_t n) {
+    int disabled = -1;
+    FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
+    if (f) {
+        if (fscanf(f, "%d", &disabled) != 1) disabled = -1;
+        fclose(f);
+    }
+    if ((err == -EPERM || err == -EACCES) && disabled == 2)
+        snprintf(buf, n, "%s: kernel.io_uring_disabled is 2", strerror(-err));
+    else if ((err == -EPERM || err == -EACCES) && disabled == 1)
+        snprintf(buf, n, "%s: kernel.io_uring_disabled is 1 and this process is not in kernel.io_uring_group",
+                 strerror(-err));
+    else if (err == -EPERM || err == -EACCES)
+        snprintf(buf, n, "%s: a seccomp filter forbids it, as container runtimes' default profiles do",
+                 strerror(-err));
+    else if (err == -ENOSYS)
+        snprintf(buf, n, "this kernel has no io_uring, or not the operations weft needs (Linux 5.6)");
+    else
+        snprintf(buf, n, "%s", strerror(-err));
+    return buf;
+}
+
 int weft__io_start(int mode) {
     if (mode < 0 || mode > WEFT_IO_EPOLL) return -EINVAL;
+    int by_env = mode == WEFT_IO_AUTO;
     if (mode == WEFT_IO_AUTO) mode = env_mode();
     if (mode == WEFT_IO_AUTO && RUNNING_ON_VALGRIND) {
         /* Under valgrind (3.19 here) a carrier asleep in io_uring_enter
@@ -705,10 +740,18 @@ int weft__io_start(int mode) {
             weft__io_mode = WEFT_IO_URING;
             return 0;
         }
-        if (mode == WEFT_IO_URING) return r; /* asked for by name: no fallback */
+        char why[200];
+        if (mode == WEFT_IO_URING) { /* asked for by name: no fallback, and say why, once */
+            static _Atomic int told;
+            if (!atomic_exchange(&told, 1))
+                fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
+                                "use WEFT_IO=epoll or auto\n",
+                        by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING", uring_why(r, why, sizeof why));
+            return r;
+        }
         static _Atomic int logged;
         if (!atomic_exchange(&logged, 1))
-            fprintf(stderr, "weft: io_uring unavailable (%s): using epoll\n", strerror(-r));
+            fprintf(stderr, "weft: io_uring is not available here (%s): using epoll\n", uring_why(r, why, sizeof why));
     }
     int r = weft__epoll_start();
     if (r < 0) return r;

@@ -125,21 +125,27 @@ static void *probe_main(void *arg) {
         io_uring_free_probe(pr);
     }
     /* cancel-by-fd (5.19): a key that matches nothing answers -ENOENT, a
-     * kernel that does not know the flag -EINVAL */
+     * kernel that does not know the flag -EINVAL.  It is also the probe's
+     * io_uring_enter: a filter that lets a ring be made but not entered
+     * (seccomp can forbid each call on its own) means no io_uring. */
     cancel_fd_ok = 0;
+    int err = ok ? 0 : -ENOSYS;
     if (ok) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&r);
         struct io_uring_cqe *cqe;
         if (sqe) {
             io_uring_prep_cancel_fd(sqe, r.ring_fd, IORING_ASYNC_CANCEL_ALL);
-            if (io_uring_submit(&r) == 1 && io_uring_wait_cqe(&r, &cqe) == 0) {
+            int k = io_uring_submit(&r);
+            if (k == 1 && io_uring_wait_cqe(&r, &cqe) == 0) {
                 cancel_fd_ok = cqe->res == -ENOENT || cqe->res == 0;
                 io_uring_cqe_seen(&r, cqe);
+            } else if (k < 0) {
+                err = k;
             }
         }
     }
     io_uring_queue_exit(&r);
-    *res = ok ? 0 : -ENOSYS;
+    *res = err;
     return NULL;
 }
 
