@@ -11,11 +11,11 @@
 #include <stdatomic.h>
 #include <sys/wait.h>
 
-#if defined(__SANITIZE_THREAD__)
-/* TSan refuses threads in the child of a multi-threaded process unless told
- * (the child here is single-threaded at the fork: weft's threads are gone). */
-const char *__tsan_default_options(void) { return "die_after_fork=0"; }
-#endif
+/* TSan (libtsan 12) cannot start threads in the child of a multi-threaded
+ * fork: its registry still holds the parent's threads, and glibc gives a
+ * new thread a vanished one's id ("dup thread with used id", exit 66).
+ * Under TSan the children here check only what needs no thread. */
+#define CHILD_THREADS (!TEST_TSAN)
 
 #define MS 1000000LL
 
@@ -138,6 +138,7 @@ TEST(child_gets_a_fresh_runtime) {
         CHECK_EQ(count_anon("[io_uring]"), 0);
         CHECK_EQ(count_anon("[eventpoll]"), 0);
         CHECK_EQ(count_anon("[eventfd]"), 0);
+        if (!CHILD_THREADS) exit(0);
         exercise_runtime();
         /* the parent's pipe is inherited like any fd: weft reads it here too */
         int p2[2];
@@ -166,6 +167,10 @@ TEST(child_gets_a_fresh_runtime) {
 
 /* Twice over: the child of a child (each starts its own runtime). */
 TEST(grandchild_gets_a_fresh_runtime) {
+    if (!CHILD_THREADS) {
+        printf("(not under TSan: see CHILD_THREADS)\n");
+        return;
+    }
     exercise_runtime();
     fflush(NULL);
     pid_t pid = fork();
@@ -226,6 +231,7 @@ TEST(parent_handles_refused_in_child) {
         CHECK_EQ(weft_scope_join(s), -ECHILD);
         CHECK(weft_fork(s, scope_task, NULL) == NULL);
         weft_scope_close(s); /* forgets it: does not wait for its task */
+        if (!CHILD_THREADS) exit(0);
         /* and the child's own runtime works, scopes included */
         exercise_runtime();
         weft_scope *s2 = weft_scope_open(WEFT_SCOPE_ALL, 0);
@@ -266,6 +272,7 @@ static void *fork_in_vthread(void *arg) {
         close(errp[0]);
         if (return_in_child) return NULL; /* not allowed: stops with a message */
         CHECK(weft_self() == NULL); /* a platform thread now */
+        if (!CHILD_THREADS) exit(0);
         exercise_runtime();
         weft_shutdown();
         exit(0);
