@@ -5,6 +5,7 @@
  * status is the verdict.  The backend is whatever WEFT_IO says
  * (scripts/test.sh runs the suite on both). */
 #include "harness.h"
+#include "sched/sched.h" /* (a vthread's run state: wait until the parent's are parked) */
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -110,6 +111,17 @@ static void exercise_runtime(void) {
     CHECK_EQ(weft_close(p[1]), 0);
 }
 
+/* The parent's vthread t has parked (in its sleep, its read...): whatever
+ * it did to get there, it is done. */
+static void wait_parked(weft_thread *t) {
+    while (atomic_load_explicit(&t->rstate, memory_order_relaxed) != WEFT__RS_PARKED) usleep(1000);
+}
+
+static void *long_sleeper(void *a) {
+    CHECK_EQ(weft_sleep(3600 * 1000 * MS), -ECANCELED); /* until cancelled */
+    return a;
+}
+
 /* parked in the parent across the fork: a read nobody answers until after */
 static int parent_pipe[2];
 static void *parent_reader(void *a) {
@@ -126,7 +138,12 @@ TEST(child_gets_a_fresh_runtime) {
     CHECK_EQ(pipe(parent_pipe), 0);
     weft_thread *pr, *sl[8];
     CHECK_EQ(weft_spawn(&pr, parent_reader, NULL, NULL), 0);
-    for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(&sl[i], sleeper, NULL, NULL), 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(&sl[i], long_sleeper, NULL, NULL), 0);
+    /* mid-operation, but not mid-malloc: ASan's allocator (libasan 12) is
+     * not locked across fork, and a child forked while another thread was
+     * inside it can hang in its own first malloc (README, "Sanitizers") */
+    wait_parked(pr);
+    for (int i = 0; i < 8; i++) wait_parked(sl[i]);
     int rings = count_anon("[io_uring]"), epolls = count_anon("[eventpoll]");
     CHECK(rings + epolls > 0); /* the runtime is up, with its pollers */
     fflush(NULL);
@@ -159,6 +176,7 @@ TEST(child_gets_a_fresh_runtime) {
     /* the parent's runtime is untouched: its parked reader still gets its byte */
     CHECK_EQ(write(parent_pipe[1], "p", 1), 1);
     CHECK_EQ(weft_join(pr, NULL), 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ(weft_cancel(sl[i]), 0);
     for (int i = 0; i < 8; i++) CHECK_EQ(weft_join(sl[i], NULL), 0);
     exercise_runtime();
     close(parent_pipe[0]);
@@ -216,7 +234,8 @@ TEST(parent_handles_refused_in_child) {
     CHECK(s != NULL);
     weft_task *task = weft_fork(s, scope_task, NULL);
     CHECK(task != NULL);
-    usleep(20000); /* (not needed for the verdict: any state at the fork will do) */
+    wait_parked(parked);
+    wait_parked(parked2);
     fflush(NULL);
     pid_t pid = fork();
     CHECK(pid >= 0);

@@ -129,6 +129,12 @@ void weft__stacks_counts(uint64_t *slots, uint64_t *bytes);
  * stack in the child, and are never handed out again -- and resets the
  * allocator for a fresh runtime. */
 void weft__stacks_fork_child(void);
+/* Around a fork (the parent's side): the allocator's lock is held, so no
+ * carrier is carving stacks -- and calling malloc, whose lock a sanitizer's
+ * allocator may not take across fork itself -- while the process is
+ * copied. */
+void weft__stacks_fork_prepare(void);
+void weft__stacks_fork_parent(void);
 
 /* Memory a fork child abandons (the parent runtime's queues, tables,
  * carriers): kept reachable from here for good, so that LeakSanitizer,

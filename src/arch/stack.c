@@ -584,8 +584,11 @@ void weft__fork_keep(void *p) {
     kept_head = k;
 }
 
+void weft__stacks_fork_prepare(void) { pthread_mutex_lock(&S.lock); }
+void weft__stacks_fork_parent(void) { pthread_mutex_unlock(&S.lock); }
+
 void weft__stacks_fork_child(void) {
-    /* the lock may have been held by a thread that is not here */
+    /* held by prepare for the forking thread, which is this one: a fresh one */
     S.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     if (!S.inited) return;
     /* the parent's pidfd: process_madvise with it would advise the parent */

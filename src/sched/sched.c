@@ -99,7 +99,10 @@
  * the runtime is not carried into the child but abandoned there, and a
  * fresh one starts on the child's next weft call.  pthread_atfork
  * handlers, registered by the first weft_init: prepare keeps the io
- * layer's pollers from being freed mid-fork; the child handler closes the
+ * layer's pollers from being freed mid-fork, and idle carriers from carving
+ * stacks (their malloc: ASan's allocator, unlike glibc's, is not locked
+ * across fork by libasan 12, and a child forked amid a malloc on another
+ * thread can hang in its own); the child handler closes the
  * child's copies of the parent's rings, eventfds and epoll sets (the same
  * kernel objects as the parent's: the child must never submit to them),
  * reinitialises the locks, and forgets carriers, queues, timers and stacks
@@ -228,6 +231,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     /* the monitor (see "The monitor" above) */
     _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
+    _Atomic uint32_t mon_up;                          /* it runs (weft_init waits for it) */
     pthread_t mon_thread;
     int mon_started;
     struct sigaction old_segv;
@@ -857,6 +861,8 @@ static int rescue(weft__carrier *v, int64_t now) {
 
 static void *monitor_main(void *unused) {
     (void)unused;
+    atomic_store(&R.mon_up, 1);
+    futex_wake(&R.mon_up, 1);
     int64_t grace = MON_GRACE_MIN_NS;
     int fresh = 1; /* mon_seen is stale (we slept without a deadline): record only */
     for (;;) {
@@ -895,6 +901,7 @@ static void *monitor_main(void *unused) {
 /* Before the carriers start: may yields stay in a carrier's FIFO? */
 static void mon_prepare(void) {
     atomic_store(&R.mon_word, 0);
+    atomic_store(&R.mon_up, 0);
     R.mon_started = 0;
 #ifdef WEFT_TSAN
     int stealable = 1; /* the gate is a real lock there */
@@ -920,6 +927,11 @@ static int mon_start(void) {
     if (e) return -e;
     pthread_setname_np(R.mon_thread, "weft-monitor");
     R.mon_started = 1;
+    /* weft_init returns once every thread of the runtime runs: whatever a
+     * thread's start does in the C library (and a sanitizer's allocator)
+     * is over by then -- a fork() right after weft_init catches none of
+     * them mid-way (see "Fork") */
+    while (!atomic_load(&R.mon_up)) futex(&R.mon_up, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
     return 0;
 }
 
@@ -1808,8 +1820,14 @@ static void free_carriers(int n) {
 
 /* ---- fork (see "Fork" at the top) ---- */
 
-static void fork_prepare(void) { weft__io_fork_prepare(); }
-static void fork_parent(void) { weft__io_fork_parent(); }
+static void fork_prepare(void) {
+    weft__io_fork_prepare();
+    weft__stacks_fork_prepare();
+}
+static void fork_parent(void) {
+    weft__stacks_fork_parent();
+    weft__io_fork_parent();
+}
 
 static void fork_child(void) {
     R.fork_gen++;
