@@ -162,7 +162,9 @@ typedef struct weft_attr {
  * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
  * passed to exactly one of weft_join or weft_detach.  If t is NULL the vthread
  * starts detached.  Works from vthreads and platform threads.  Returns 0,
- * -ENOMEM (no memory or address space for a stack) or -EINVAL.
+ * -ENOMEM (no memory or address space for a stack) or -EINVAL; in a
+ * ThreadSanitizer build, -EAGAIN while 7,500 vthreads live (TSan counts
+ * each as a thread and ends the process past 8,128: README, "Sanitizers").
  */
 WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
 

@@ -94,13 +94,23 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s);
  * or NULL / 0 when the out-of-line functions above must do it. */
 static inline weft__stack *weft__stack_get_cached(weft__stack_cache *cache) {
     if (!cache->n) return NULL;
-    weft__stack *s = cache->s[--cache->n];
-#ifdef WEFT_ASAN
-    void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
-    __asan_unpoison_memory_region(s->lo, (size_t)((char *)s - s->lo));
-#endif
-    return s;
+    return cache->s[--cache->n]; /* (clean under ASan: weft__stack_done) */
 }
+
+/*
+ * The owner of stack s has run its last frame: sp is the stack pointer it
+ * left with (its last switch saved it).  Called once, off s, before s can
+ * be handed out again.  Under ASan it unpoisons what the frames still on s
+ * had poisoned -- [sp, top): frames that returned unpoisoned themselves, and
+ * nothing is ever poisoned below the lowest live frame -- so that a stack
+ * is always clean in the caches and a new owner starts on it as on fresh
+ * memory.  Else nothing.
+ */
+#ifdef WEFT_ASAN
+void weft__stack_done(weft__stack *s, const void *sp);
+#else
+static inline void weft__stack_done(weft__stack *s, const void *sp) { (void)s, (void)sp; }
+#endif
 
 static inline int weft__stack_put_cached(weft__stack_cache *cache, weft__stack *s) {
     if (s->odd || cache->n == WEFT__STACK_CACHE_CAP) return 0;

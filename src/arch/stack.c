@@ -37,6 +37,21 @@
  * list and the cold list are under `lock`.  weft__stacks_walk reads slabs
  * under the lock and slot contents racily (thread dump).
  *
+ * ASan: a stack is clean (unpoisoned) whenever it is free, and so is the
+ * shadow of a slab when fini unmaps it.  A vthread's frames poison their
+ * redzones on entry and unpoison them on return, so what a vthread leaves
+ * poisoned is exactly its frames still live at its last switch: [its
+ * saved sp, top), a few hundred bytes.  The scheduler unpoisons that as a
+ * vthread ends (weft__stack_done) and, at shutdown, for the daemons it
+ * abandons, before fini.  That matters: ASan neither clears the shadow of
+ * a new mapping nor of an unmapped one (libasan 12: a remap at the same
+ * address reads poisoned), so a slab mapped where an earlier one was
+ * would inherit its poison.  Unpoisoning instead the whole stack at every
+ * spawn -- 1 MiB under sanitizers, a 128 KiB memset of shadow that also
+ * makes it resident -- cost 20-30 us a spawn on a reused stack, and 1.3 GB
+ * of shadow for 10k fresh ones; whole slabs at map and unmap time, 32 MiB
+ * of memset each.
+ *
  * Fork: a child forgets the parent's stacks (weft__stacks_fork_child) but
  * leaves them mapped: a vthread that called fork() goes on in the child on
  * its own stack (as a platform thread), and a pre-fork handle can still be
@@ -439,14 +454,14 @@ static void zap_surplus(void) {
     }
 }
 
-/* A stack handed out again may still carry ASan's poison from frames of
- * its last vthread that never returned (it ended by switching away). */
-static inline weft__stack *fresh(weft__stack *s) {
+/* ASan: see weft__stack_done in arch.h and "ASan" at the top. */
 #ifdef WEFT_ASAN
-    if (s) __asan_unpoison_memory_region(s->lo, (size_t)((char *)s - s->lo));
-#endif
-    return s;
+void weft__stack_done(weft__stack *s, const void *sp) {
+    const char *lo = sp, *top = (const char *)s;
+    if (lo < s->lo || lo > top) lo = s->lo; /* not a stack pointer of s: all of it */
+    __asan_unpoison_memory_region(lo, (size_t)(top - lo));
 }
+#endif
 
 weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
     size_t want = size ? round_page(size) : S.default_size;
@@ -478,10 +493,10 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
                 n = 1;
             }
         }
-        if (!cache) return fresh(got[0]);
+        if (!cache) return got[0];
         memcpy(cache->s + cache->n, got, n * sizeof *got);
         cache->n += n;
-        return fresh(cache->s[--cache->n]);
+        return cache->s[--cache->n];
     }
     /* another size: reuse one of that size, or map one for itself */
     pthread_mutex_lock(&S.lock);
@@ -492,7 +507,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             *pp = s->next;
             pthread_mutex_unlock(&S.lock);
             s->next = NULL;
-            return fresh(s);
+            return s;
         }
     slab *sl = new_slab(want + PAGE, 1);
     weft__stack *s = NULL;
@@ -503,7 +518,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
         else s = NULL;
     }
     pthread_mutex_unlock(&S.lock);
-    return fresh(s);
+    return s;
 }
 
 void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {

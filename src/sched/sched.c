@@ -237,6 +237,9 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     struct sigaction old_segv;
     int segv_installed;
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
+#ifdef WEFT_TSAN
+    _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
+#endif
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
        .next_id = 1};
 
@@ -1380,22 +1383,47 @@ static inline void live_add(weft__carrier *c, int64_t d) {
     if (v >= LIVE_FLUSH || v <= -LIVE_FLUSH) flush_live(c);
 }
 
+/*
+ * TSan gives every vthread a fiber, and a fiber is a thread to it: past
+ * 8128 threads in all it prints "Thread limit exceeded. Dying." and ends
+ * the process.  So a TSan build refuses a spawn with -EAGAIN (and says so
+ * once) while TSAN_FIBER_CAP fibers live, leaving the rest for OS threads:
+ * carriers, the monitor, the blocking pool, the program's own.
+ */
+#ifdef WEFT_TSAN
+#define TSAN_FIBER_CAP 7500
+static int tsan_fiber_reserve(void) {
+    if (atomic_fetch_add(&R.tsan_fibers, 1) < TSAN_FIBER_CAP) return 0;
+    atomic_fetch_sub(&R.tsan_fibers, 1);
+    static _Atomic int told;
+    if (!atomic_exchange(&told, 1))
+        fprintf(stderr, "weft: ThreadSanitizer counts each vthread as a thread and allows about 8k: "
+                        "weft_spawn returns -EAGAIN while %d vthreads live (TSan builds only)\n", TSAN_FIBER_CAP);
+    return -EAGAIN;
+}
+static void tsan_fiber_drop(weft_thread *t) {
+    if (!t->tsan_fiber) return;
+    __tsan_destroy_fiber(t->tsan_fiber);
+    t->tsan_fiber = NULL;
+    atomic_fetch_sub(&R.tsan_fibers, 1);
+}
+#endif
+
 static void free_thread(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_TSAN
-    if (t->tsan_fiber) __tsan_destroy_fiber(t->tsan_fiber);
-    t->tsan_fiber = NULL;
+    tsan_fiber_drop(t);
 #endif
     atomic_store_explicit(&t->rstate, WEFT__RS_FREE, memory_order_release);
     if (!c || !weft__stack_put_cached(&c->stacks, &t->stk)) weft__stack_put(c ? &c->stacks : NULL, &t->stk);
 }
 
 static void exit_finish(weft__carrier *c, weft_thread *t) {
+    weft__stack_done(&t->stk, t->sp); /* (ASan: its last frames' poison; before t can be reused) */
     bump(&c->n_finished);
     if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_finished);
     live_add(c, -1);
 #ifdef WEFT_TSAN
-    __tsan_destroy_fiber(t->tsan_fiber);
-    t->tsan_fiber = NULL;
+    tsan_fiber_drop(t);
 #endif
     atomic_store_explicit(&t->rstate, WEFT__RS_DONE, memory_order_relaxed);
     int st = atomic_load_explicit(&t->join_state, memory_order_relaxed);
@@ -1445,10 +1473,18 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
+#ifdef WEFT_TSAN
+    if ((r = tsan_fiber_reserve()) < 0) return r;
+#endif
     weft__carrier *c = carrier_here(); /* no switch in here */
     size_t size = attr ? attr->stack_size : 0;
     weft__stack *s = c && !size ? weft__stack_get_cached(&c->stacks) : NULL;
-    if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) return -ENOMEM;
+    if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) {
+#ifdef WEFT_TSAN
+        atomic_fetch_sub(&R.tsan_fibers, 1);
+#endif
+        return -ENOMEM;
+    }
     weft_thread *t = (weft_thread *)s;
     /* a freshly populated slot starts its park sequence from seq_base */
     uint64_t w = s->seq_base ? s->seq_base << 8 : atomic_load_explicit(&t->parker.word, memory_order_relaxed) & ~(uint64_t)0xFF;
@@ -1994,6 +2030,20 @@ static int64_t nondaemon_live(void) {
     return (int64_t)(st - fin);
 }
 
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+/* A daemon abandoned at shutdown leaves its frames' poison on its stack,
+ * and ASan keeps a shadow across munmap: clean it (arch/stack.c, "ASan");
+ * under TSan it holds a fiber, one of the ~8k threads TSan allows. */
+static void clean_abandoned(weft__stack *s, void *unused) {
+    weft_thread *t = (weft_thread *)s;
+    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) == WEFT__RS_FREE) return;
+    weft__stack_done(s, t->sp);
+#ifdef WEFT_TSAN
+    tsan_fiber_drop(t);
+#endif
+}
+#endif
+
 void weft_shutdown(void) {
     if (weft__carrier_self()) { /* it would wait for itself: refuse, loudly */
         fprintf(stderr, "weft: weft_shutdown called from a vthread: ignored (call it from a platform thread)\n");
@@ -2018,6 +2068,9 @@ void weft_shutdown(void) {
     R.inj_head = R.inj_tail = NULL;
     atomic_store(&R.inj_n, 0);
     free_carriers(R.n);
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+    weft__stacks_walk(clean_abandoned, NULL);
+#endif
     weft__stacks_fini();
     weft__io_stop();
     pthread_mutex_unlock(&R.init_lock);
