@@ -108,9 +108,10 @@ WEFT_API int weft_main(int (*fn)(void *), void *arg);
 /*
  * fork().  The child of a process running weft has none of its carriers,
  * vthreads or helper threads (fork copies only the calling thread), so weft
- * abandons the parent's runtime in the child and starts a fresh one -- with
- * the same configuration sources, the environment -- on the child's next weft
- * call (weft_spawn, weft_main, weft_init, weft_sleep, weft_read ...).  The
+ * abandons the parent's runtime in the child and starts a fresh one,
+ * configured as the parent's was, on the child's next weft call that needs a
+ * runtime (weft_spawn, weft_main, weft_read on a vthread ...; weft_init with
+ * a configuration of the child's own).  The
  * child never touches the parent's io_uring rings or epoll sets: its copies
  * are closed as it starts.  system(), posix_spawn and fork+exec work as
  * usual, from vthreads (they block the carrier while they wait) and from

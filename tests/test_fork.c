@@ -355,3 +355,31 @@ TEST(system_with_running_runtime) {
     CHECK_EQ(weft_unpark(parked), 0);
     CHECK_EQ(weft_join(parked, NULL), 0);
 }
+
+/* The child's runtime is configured as the parent's was, not with the
+ * defaults; or as the child itself asks. */
+TEST(child_runtime_configured_as_parents) {
+    weft_config cfg = {.carriers = 3, .io = WEFT_IO_EPOLL};
+    CHECK_EQ(weft_init(&cfg), 0);
+    exercise_runtime();
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        if (!CHILD_THREADS) exit(0);
+        exercise_runtime();
+        weft_stats s;
+        weft_stats_get(&s);
+        CHECK_EQ(s.carriers, 3);
+        CHECK_EQ(weft_io_backend(), WEFT_IO_EPOLL);
+        weft_shutdown();
+        weft_config mine = {.carriers = 1}; /* after a shutdown: as asked */
+        CHECK_EQ(weft_init(&mine), 0);
+        weft_stats_get(&s);
+        CHECK_EQ(s.carriers, 1);
+        weft_shutdown();
+        exit(0);
+    }
+    check_exited_0(wait_child(pid, 120));
+}

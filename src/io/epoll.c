@@ -60,6 +60,12 @@
  * that carrier, while readiness on the shared set wakes the sleepers, the
  * first of which takes the events.  Busy carriers look at the shared set
  * from the scheduler's periodic check, at most every POLL_EVERY_NS.
+ *
+ * Fork.  The shared set and the carriers' sets are kernel objects the
+ * child shares with the parent: an epoll_ctl from the child would change
+ * what the parent waits for.  A fork child closes its copies
+ * (weft__epoll_abandon, weft__epoll_fork_child) and starts a table of its
+ * own on its next runtime.
  */
 #define _GNU_SOURCE
 #include "io.h"

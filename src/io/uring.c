@@ -5,7 +5,9 @@
  * thread touches its submission queue (IORING_SETUP_SINGLE_ISSUER): a
  * vthread running on the carrier queues its SQE there, then parks.  Other
  * threads reach a ring only through its eventfd (the kick) and the cancel
- * list (below).
+ * list (below).  A fork child never does: it unmaps and closes its copy of
+ * every ring without a system call on it (weft__uring_abandon; io.c,
+ * "Fork"), since the ring is the parent's as much as its own.
  *
  * Batching.  SQEs are not submitted one by one: the carrier submits what
  * is queued when it runs out of vthreads (before spinning and before

@@ -109,7 +109,9 @@
  * without freeing or unmapping them (a thread that is not there may have
  * been mid-update; weft__fork_keep keeps them reachable for LeakSanitizer,
  * and copy-on-write makes them cost nothing untouched).  Then R.up is 0 and
- * weft__ensure_init starts a new runtime when the child next needs one.
+ * weft__ensure_init starts a new runtime when the child next needs one,
+ * configured as the parent's was (its carriers and stack size as resolved,
+ * its backend as asked for), unless the child calls weft_init itself.
  * The parent's vthreads do not exist in the child: every descriptor
  * carries the fork generation it was spawned in (R.fork_gen, bumped in the
  * child), and weft_join, _detach, _cancel and _unpark refuse a stale one
@@ -237,6 +239,8 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     struct sigaction old_segv;
     int segv_installed;
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
+    weft_config started_with;  /* the running runtime's configuration (io: as asked) */
+    int inherit_cfg;           /* a fork child: its lazy start uses started_with */
 #ifdef WEFT_TSAN
     _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
 #endif
@@ -1880,6 +1884,7 @@ static void fork_child(void) {
     atomic_store(&R.inj_n, 0);
     R.mon_started = 0;
     atomic_store(&R.stop, 0);
+    if (atomic_load(&R.up)) R.inherit_cfg = 1;
     atomic_store(&R.up, 0);
 }
 
@@ -1997,6 +2002,8 @@ int weft_init(const weft_config *cfg) {
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
         goto fail2;
     }
+    R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0};
+    R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
     pthread_mutex_unlock(&R.init_lock);
     weft__dump_env();
@@ -2016,7 +2023,8 @@ int weft__running(void) { return atomic_load_explicit(&R.up, memory_order_acquir
 
 int weft__ensure_init(void) {
     if (__builtin_expect(atomic_load_explicit(&R.up, memory_order_acquire), 1)) return 0;
-    int r = weft_init(NULL);
+    /* a fork child starts what its parent ran, backend included ("Fork") */
+    int r = weft_init(R.inherit_cfg ? &R.started_with : NULL);
     return r == -EALREADY ? 0 : r;
 }
 
