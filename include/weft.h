@@ -78,6 +78,15 @@ typedef struct weft_config {
  * Starts the runtime.  Optional: the first weft call initialises it with the
  * defaults.  Returns 0, -EALREADY if it is already running, -EINVAL for a bad
  * configuration, or -ENOMEM / -EAGAIN when carriers cannot be created.
+ *
+ * The I/O backend: auto uses io_uring where it can be set up, else epoll,
+ * and says why in one line on stderr (once per process): container
+ * runtimes forbid io_uring by default (Docker's seccomp profile, since 25),
+ * and kernel.io_uring_disabled may.  io_uring asked for by name
+ * (WEFT_IO=uring, or io = WEFT_IO_URING) has no fallback: where it cannot
+ * be used, weft_init -- and so every call that would start the runtime --
+ * fails with the kernel's answer (-EPERM under seccomp or the sysctl,
+ * -ENOSYS without io_uring), after one line on stderr that says so.
  */
 WEFT_API int weft_init(const weft_config *cfg);
 
@@ -95,6 +104,39 @@ WEFT_API void weft_shutdown(void);
  * and returns fn's result (or a negative errno if it could not start).
  */
 WEFT_API int weft_main(int (*fn)(void *), void *arg);
+
+/*
+ * fork().  The child of a process running weft has none of its carriers,
+ * vthreads or helper threads (fork copies only the calling thread), so weft
+ * abandons the parent's runtime in the child and starts a fresh one,
+ * configured as the parent's was, on the child's next weft call that needs a
+ * runtime (weft_spawn, weft_main, weft_read on a vthread ...; weft_init with
+ * a configuration of the child's own).  The
+ * child never touches the parent's io_uring rings or epoll sets: its copies
+ * are closed as it starts.  system(), posix_spawn and fork+exec work as
+ * usual, from vthreads (they block the carrier while they wait) and from
+ * platform threads.
+ *
+ * The parent's vthreads do not exist in the child.  Handles from before the
+ * fork are refused: weft_join, weft_detach, weft_cancel and weft_unpark
+ * return -ECHILD; so does weft_scope_join on a scope opened before the fork
+ * (weft_fork into it returns NULL, weft_scope_close only forgets it).  Like
+ * a pthread mutex after fork, a weft mutex, condition, semaphore, channel or
+ * future that the parent's vthreads held or waited on at the fork is in
+ * whatever state they left it: a child must not rely on one (a lock they
+ * held stays held; a parent's waiter is never woken in the child).  Stacks,
+ * queues and tables of the parent's runtime stay in the child's memory
+ * (copy-on-write, so untouched they cost nothing) and are never reused.
+ *
+ * fork() from a vthread: the child goes on, on that vthread's stack, as an
+ * ordinary platform thread -- weft_self() is NULL there, weft calls block
+ * it and start the child's fresh runtime -- and it must end with _exit,
+ * exit or exec: returning from the vthread's function (or from a
+ * weft_blocking function that forked) in the child stops it with a message
+ * (there is nothing to return to).  Its stack is the vthread's (256 KiB by
+ * default).  fork() while another thread is inside weft_init or
+ * weft_shutdown is not supported.
+ */
 
 /* ------------------------------------------------------------------------ */
 /* Virtual threads                                                           */
@@ -121,7 +163,9 @@ typedef struct weft_attr {
  * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
  * passed to exactly one of weft_join or weft_detach.  If t is NULL the vthread
  * starts detached.  Works from vthreads and platform threads.  Returns 0,
- * -ENOMEM (no memory or address space for a stack) or -EINVAL.
+ * -ENOMEM (no memory or address space for a stack) or -EINVAL; in a
+ * ThreadSanitizer build, -EAGAIN while 7,500 vthreads live (TSan counts
+ * each as a thread and ends the process past 8,128: README, "Sanitizers").
  */
 WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
 

@@ -791,3 +791,127 @@ TEST(close_on_reused_numbers_always_closes) {
     for (int fd = 0; fd < 1024; fd++) after += fcntl(fd, F_GETFD) >= 0;
     CHECK_EQ(after, before);
 }
+
+/* ---- io_uring forbidden (seccomp, as in a container) -------------------- */
+
+#include "no_uring.h"
+
+/* Runs fn in a child where io_uring is forbidden, with WEFT_IO=mode;
+ * returns the child's stderr and exit status. */
+static char *run_without_uring(int (*fn)(void), const char *mode, int *status) {
+    int ep[2];
+    CHECK_EQ(pipe(ep), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        dup2(ep[1], 2);
+        close(ep[0]);
+        close(ep[1]);
+        if (forbid_io_uring() < 0) _exit(90);
+        setenv("WEFT_IO", mode, 1);
+        int r = fn();
+        fflush(NULL);
+        exit(r);
+    }
+    close(ep[1]);
+    static char buf[8192];
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof buf - 1 && (k = read(ep[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)k;
+    buf[n] = 0;
+    close(ep[0]);
+    CHECK_EQ(waitpid(pid, status, 0), pid);
+    return buf;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static int use_io_auto(void) {
+    CHECK_EQ(weft_init(NULL), 0);
+    CHECK_EQ(weft_io_backend(), WEFT_IO_EPOLL);
+    /* and I/O works: a reader parked on a pipe, a writer */
+    CHECK_EQ(pipe(pfd), 0);
+    weft_thread *r, *w;
+    CHECK_EQ(weft_spawn(&r, pipe_reader, NULL, NULL), 0);
+    CHECK_EQ(weft_spawn(&w, pipe_writer, NULL, NULL), 0);
+    void *got = NULL;
+    CHECK_EQ(weft_join(r, &got), 0);
+    CHECK_EQ((intptr_t)got, 5);
+    CHECK_EQ(weft_join(w, NULL), 0);
+    weft_shutdown();
+    CHECK_EQ(weft_init(NULL), 0); /* started again: no second line */
+    weft_shutdown();
+    return 0;
+}
+
+TEST(auto_picks_epoll_where_io_uring_is_forbidden) {
+    int st;
+    char *err = run_without_uring(use_io_auto, "auto", &st);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || count_lines(err) != 1) fprintf(stderr, "child stderr:\n%s", err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(count_lines(err), 1); /* one line, saying why */
+    CHECK(strncmp(err, "weft: io_uring is not available here (", 38) == 0);
+    CHECK(strstr(err, "Operation not permitted") != NULL);
+    CHECK(strstr(err, "seccomp") != NULL);
+    CHECK(strstr(err, ": using epoll\n") != NULL);
+}
+
+static int use_io_uring_by_env(void) {
+    CHECK_EQ(weft_init(NULL), -EPERM);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, noop, NULL, NULL), -EPERM); /* a clear error, not a hang */
+    CHECK_EQ(weft_init(NULL), -EPERM);
+    weft_shutdown(); /* nothing to stop */
+    return 0;
+}
+
+TEST(weft_io_uring_fails_clearly_where_io_uring_is_forbidden) {
+    int st;
+    char *err = run_without_uring(use_io_uring_by_env, "uring", &st);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || count_lines(err) != 1) fprintf(stderr, "child stderr:\n%s", err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(count_lines(err), 1); /* said once, however often it is asked */
+    CHECK(strstr(err, "weft: WEFT_IO=uring asks for io_uring, which cannot be used here (") == err);
+    CHECK(strstr(err, "seccomp") != NULL);
+    CHECK(strstr(err, "use WEFT_IO=epoll or auto") != NULL);
+}
+
+static int use_io_uring_by_config(void) {
+    weft_config cfg = {.io = WEFT_IO_URING};
+    CHECK_EQ(weft_init(&cfg), -EPERM);
+    weft_config cfg2 = {.io = WEFT_IO_EPOLL}; /* the caller can fall back itself */
+    CHECK_EQ(weft_init(&cfg2), 0);
+    CHECK_EQ(weft_io_backend(), WEFT_IO_EPOLL);
+    weft_shutdown();
+    return 0;
+}
+
+TEST(config_io_uring_fails_clearly_where_io_uring_is_forbidden) {
+    int st;
+    char *err = run_without_uring(use_io_uring_by_config, "auto", &st);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || count_lines(err) != 1) fprintf(stderr, "child stderr:\n%s", err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(count_lines(err), 1);
+    CHECK(strstr(err, "weft: weft_config.io = WEFT_IO_URING asks for io_uring, which cannot be used here (") == err);
+}
+
+/* The helpers scripts/test.sh relies on: io_probe says no under no_uring,
+ * with weft's reason on stderr. */
+static int run_probe_without_uring(void) {
+    execl(WEFT_NO_URING_PATH, "no_uring", WEFT_IO_PROBE_PATH, (char *)NULL);
+    return 127;
+}
+
+TEST(probe_says_no_under_no_uring) {
+    int st;
+    char *err = run_without_uring(run_probe_without_uring, "auto", &st);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 1)) fprintf(stderr, "probe stderr:\n%s", err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CHECK(strstr(err, "cannot be used here (Operation not permitted") != NULL);
+}

@@ -397,3 +397,60 @@ TEST(json_dump_shows_scope_tree) {
     free(buf);
     weft_scope_close(s);
 }
+
+/* scope.h: after a FAIL_FAST or FIRST_SUCCESS join, a cancelled task that
+ * computes (no cancellation point) still reads RUNNING; close waits for it.
+ * Nothing here is timed: each step waits for an event. */
+static atomic_int spin_release, spin_saw_cancel, spin_finished;
+
+static int computing(void *arg, void **result) {
+    /* a compute loop: weft_yield lets the other tasks run on one carrier,
+     * but is no cancellation point */
+    while (!atomic_load(&spin_release)) {
+        if (weft_cancelled()) atomic_store(&spin_saw_cancel, 1);
+        weft_yield();
+    }
+    atomic_store(&spin_finished, 1);
+    return weft_cancelled() ? -ECANCELED : 0;
+}
+
+static int fails_at_once(void *arg, void **result) { return -EIO; }
+static int succeeds_at_once(void *arg, void **result) {
+    *result = (void *)7;
+    return 0;
+}
+
+static void cancelled_still_running_after_join(weft_scope_policy policy) {
+    atomic_store(&spin_release, 0);
+    atomic_store(&spin_saw_cancel, 0);
+    atomic_store(&spin_finished, 0);
+    weft_scope *s = weft_scope_open(policy, 0);
+    CHECK(s);
+    weft_task *busy = weft_fork(s, computing, NULL); /* forked first: it runs whatever happens next */
+    weft_task *quick = weft_fork(s, policy == WEFT_SCOPE_FAIL_FAST ? fails_at_once : succeeds_at_once, NULL);
+    CHECK(busy && quick);
+    if (policy == WEFT_SCOPE_FAIL_FAST) {
+        CHECK_EQ(weft_scope_join(s), -EIO);
+        CHECK_EQ(weft_task_state(quick), WEFT_TASK_FAILED);
+    } else {
+        CHECK_EQ(weft_scope_join(s), 0);
+        CHECK_EQ((intptr_t)weft_scope_result(s), 7);
+        CHECK_EQ(weft_task_state(quick), WEFT_TASK_SUCCEEDED);
+    }
+    /* join returned: the other task is cancelled... */
+    while (!atomic_load(&spin_saw_cancel)) weft_sleep(1 * MS);
+    /* ...and still running, and says so */
+    CHECK_EQ(weft_task_state(busy), WEFT_TASK_RUNNING);
+    CHECK_EQ(atomic_load(&spin_finished), 0);
+    atomic_store(&spin_release, 1);
+    weft_scope_close(s); /* waits for it */
+    CHECK_EQ(atomic_load(&spin_finished), 1);
+}
+
+TEST(fail_fast_join_leaves_cancelled_running_until_close) {
+    cancelled_still_running_after_join(WEFT_SCOPE_FAIL_FAST);
+}
+
+TEST(first_success_join_leaves_cancelled_running_until_close) {
+    cancelled_still_running_after_join(WEFT_SCOPE_FIRST_SUCCESS);
+}

@@ -325,3 +325,33 @@ TEST(shutdown_from_vthread_is_refused) {
     CHECK_EQ(weft_spawn(&t, ret_arg, (void *)1, NULL), 0); /* still running */
     CHECK_EQ(weft_join(t, NULL), 0);
 }
+
+/* Under TSan every vthread is a fiber, which TSan counts as a thread; past
+ * ~8k it ends the process ("Thread limit exceeded. Dying.").  weft_spawn
+ * answers -EAGAIN there instead, and works again once vthreads end. */
+static void *park_until_unparked(void *a) {
+    while (weft_park(0) != 0) {
+    }
+    return a;
+}
+
+TEST(tsan_thread_limit_is_eagain) {
+#if !TEST_TSAN
+    printf("(TSan builds only)\n");
+#else
+    enum { MAX = 9000 };
+    static weft_thread *t[MAX];
+    int n = 0, r = 0;
+    while (n < MAX && (r = weft_spawn(&t[n], park_until_unparked, NULL, NULL)) == 0) n++;
+    printf("%d vthreads live when weft_spawn said %d\n", n, r);
+    CHECK_EQ(r, -EAGAIN);
+    CHECK(n >= 7000);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_unpark(t[i]), 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    weft_thread *one;
+    CHECK_EQ(weft_spawn(&one, ret_arg, (void *)3, NULL), 0);
+    void *v;
+    CHECK_EQ(weft_join(one, &v), 0);
+    CHECK_EQ((intptr_t)v, 3);
+#endif
+}

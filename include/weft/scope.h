@@ -36,6 +36,20 @@
  * tasks, their tasks' scopes ... transitively.  A cancelled owner's
  * weft_scope_join returns -ECANCELED after shutting the scope down.
  *
+ * Join does not wait for the cancelled.  Once FAIL_FAST has its failure or
+ * FIRST_SUCCESS its success, weft_scope_join returns at once: the other
+ * tasks have been cancelled, not finished.  Cancellation is cooperative
+ * (their next blocking call returns -ECANCELED), so a task that is
+ * computing, or that ignores the -ECANCELED, still runs, and
+ * weft_task_state reads WEFT_TASK_RUNNING for it, until it returns -- or
+ * until weft_scope_close, which waits for it (and then frees every task).
+ * So after such a join, use what the policy answered (the failure, the
+ * winner's result) and treat a task that reads RUNNING as having no
+ * answer.  A scope shut down by its deadline or from outside is the same.
+ * This is Java's StructuredTaskScope: join() returns once the scope is
+ * shut down, subtasks possibly still running, their Subtask.state()
+ * UNAVAILABLE; close() waits for them all.
+ *
  * Ownership.  The thread that opens a scope (a vthread or a platform
  * thread) owns it: it forks, joins and closes it; scopes opened by one
  * thread nest, and closing a scope first closes the scopes opened inside it

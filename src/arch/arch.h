@@ -94,13 +94,23 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s);
  * or NULL / 0 when the out-of-line functions above must do it. */
 static inline weft__stack *weft__stack_get_cached(weft__stack_cache *cache) {
     if (!cache->n) return NULL;
-    weft__stack *s = cache->s[--cache->n];
-#ifdef WEFT_ASAN
-    void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
-    __asan_unpoison_memory_region(s->lo, (size_t)((char *)s - s->lo));
-#endif
-    return s;
+    return cache->s[--cache->n]; /* (clean under ASan: weft__stack_done) */
 }
+
+/*
+ * The owner of stack s has run its last frame: sp is the stack pointer it
+ * left with (its last switch saved it).  Called once, off s, before s can
+ * be handed out again.  Under ASan it unpoisons what the frames still on s
+ * had poisoned -- [sp, top): frames that returned unpoisoned themselves, and
+ * nothing is ever poisoned below the lowest live frame -- so that a stack
+ * is always clean in the caches and a new owner starts on it as on fresh
+ * memory.  Else nothing.
+ */
+#ifdef WEFT_ASAN
+void weft__stack_done(weft__stack *s, const void *sp);
+#else
+static inline void weft__stack_done(weft__stack *s, const void *sp) { (void)s, (void)sp; }
+#endif
 
 static inline int weft__stack_put_cached(weft__stack_cache *cache, weft__stack *s) {
     if (s->odd || cache->n == WEFT__STACK_CACHE_CAP) return 0;
@@ -131,6 +141,26 @@ int64_t weft__stacks_trim_due(const weft__stack_cache *cache);
  * slot's top-area head; it must treat the memory as racy. */
 void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx);
 void weft__stacks_counts(uint64_t *slots, uint64_t *bytes);
+
+/* In a child process after fork (the scheduler's pthread_atfork handler,
+ * single-threaded): forgets every stack of the parent's runtime -- its
+ * slabs stay mapped, so that a vthread that forked goes on on its own
+ * stack in the child, and are never handed out again -- and resets the
+ * allocator for a fresh runtime. */
+void weft__stacks_fork_child(void);
+/* Around a fork (the parent's side): the allocator's lock is held, so no
+ * carrier is carving stacks -- and calling malloc, whose lock a sanitizer's
+ * allocator may not take across fork itself -- while the process is
+ * copied. */
+void weft__stacks_fork_prepare(void);
+void weft__stacks_fork_parent(void);
+
+/* Memory a fork child abandons (the parent runtime's queues, tables,
+ * carriers): kept reachable from here for good, so that LeakSanitizer,
+ * which checks a child that ends with exit(), does not report it, and
+ * never freed -- a thread that did not survive the fork may have left it
+ * half-updated.  Cheap: the pages are the parent's, copy-on-write. */
+void weft__fork_keep(void *p);
 
 /* Is addr in the guard page (or just below) of stack s? */
 int weft__stack_guard_hit(const weft__stack *s, const void *addr);

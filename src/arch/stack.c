@@ -47,6 +47,27 @@
  * list and the cold list are under `lock`.  weft__stacks_walk reads slabs
  * under the lock and slot contents racily (thread dump).
  *
+ * ASan: a stack is clean (unpoisoned) whenever it is free, and so is the
+ * shadow of a slab when fini unmaps it.  A vthread's frames poison their
+ * redzones on entry and unpoison them on return, so what a vthread leaves
+ * poisoned is exactly its frames still live at its last switch: [its
+ * saved sp, top), a few hundred bytes.  The scheduler unpoisons that as a
+ * vthread ends (weft__stack_done) and, at shutdown, for the daemons it
+ * abandons, before fini.  That matters: ASan neither clears the shadow of
+ * a new mapping nor of an unmapped one (libasan 12: a remap at the same
+ * address reads poisoned), so a slab mapped where an earlier one was
+ * would inherit its poison.  Unpoisoning instead the whole stack at every
+ * spawn -- 1 MiB under sanitizers, a 128 KiB memset of shadow that also
+ * makes it resident -- cost 20-30 us a spawn on a reused stack, and 1.3 GB
+ * of shadow for 10k fresh ones; whole slabs at map and unmap time, 32 MiB
+ * of memset each.
+ *
+ * Fork: a child forgets the parent's stacks (weft__stacks_fork_child) but
+ * leaves them mapped: a vthread that called fork() goes on in the child on
+ * its own stack (as a platform thread), and a pre-fork handle can still be
+ * read and refused.  Copy-on-write: they cost the child nothing it does
+ * not touch.
+ *
  * Invariants: a slot's seq_base is unique over the process's life (taken
  * from a global counter when its top page is (re)populated), so park tokens
  * from a dead vthread never match a new one in the same slot.
@@ -510,14 +531,14 @@ int weft__stacks_idle_trim(weft__stack_cache *cache, int64_t now) {
     return 1;
 }
 
-/* A stack handed out again may still carry ASan's poison from frames of
- * its last vthread that never returned (it ended by switching away). */
-static inline weft__stack *fresh(weft__stack *s) {
+/* ASan: see weft__stack_done in arch.h and "ASan" at the top. */
 #ifdef WEFT_ASAN
-    if (s) __asan_unpoison_memory_region(s->lo, (size_t)((char *)s - s->lo));
-#endif
-    return s;
+void weft__stack_done(weft__stack *s, const void *sp) {
+    const char *lo = sp, *top = (const char *)s;
+    if (lo < s->lo || lo > top) lo = s->lo; /* not a stack pointer of s: all of it */
+    __asan_unpoison_memory_region(lo, (size_t)(top - lo));
 }
+#endif
 
 weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
     size_t want = size ? round_page(size) : S.default_size;
@@ -550,10 +571,10 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
                 n = 1;
             }
         }
-        if (!cache) return fresh(got[0]);
+        if (!cache) return got[0];
         memcpy(cache->s + cache->n, got, n * sizeof *got);
         cache->n += n;
-        return fresh(cache->s[--cache->n]);
+        return cache->s[--cache->n];
     }
     /* another size: reuse one of that size, or map one for itself */
     pthread_mutex_lock(&S.lock);
@@ -564,7 +585,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
             *pp = s->next;
             pthread_mutex_unlock(&S.lock);
             s->next = NULL;
-            return fresh(s);
+            return s;
         }
     slab *sl = new_slab(want + PAGE, 1);
     weft__stack *s = NULL;
@@ -575,7 +596,7 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
         else s = NULL;
     }
     pthread_mutex_unlock(&S.lock);
-    return fresh(s);
+    return s;
 }
 
 void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
@@ -642,6 +663,52 @@ void weft__stacks_fini(void) {
     S.canary_noticed = 0;
     S.inited = 0;
     pthread_mutex_unlock(&S.lock);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+static struct kept {
+    struct kept *next;
+    void *p;
+} *kept_head;
+
+void weft__fork_keep(void *p) {
+    if (!p) return;
+    struct kept *k = malloc(sizeof *k);
+    if (!k) return; /* LSan may then report p: nothing worse */
+    k->p = p;
+    k->next = kept_head;
+    kept_head = k;
+}
+
+void weft__stacks_fork_prepare(void) { pthread_mutex_lock(&S.lock); }
+void weft__stacks_fork_parent(void) { pthread_mutex_unlock(&S.lock); }
+
+void weft__stacks_fork_child(void) {
+    /* held by prepare for the forking thread, which is this one: a fresh one */
+    S.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    if (!S.inited) return;
+    /* the parent's pidfd: process_madvise with it would advise the parent */
+    if (S.pidfd >= 0) close(S.pidfd);
+    S.pidfd = -1;
+    /* the slabs stay mapped (a vthread that forked runs on one; a stale
+     * handle's descriptor is still readable), their bookkeeping is kept
+     * reachable, and nothing of theirs is handed out again */
+    weft__fork_keep(S.slabs); /* (a list) */
+    weft__fork_keep(S.depot);
+    weft__fork_keep(S.cold);
+    S.slabs = S.cur = NULL;
+    S.depot = NULL;
+    S.odd = NULL;
+    S.ndepot = S.capdepot = 0;
+    atomic_store(&S.ndepot_hint, 0);
+    S.nshallow = 0;
+    atomic_store(&S.nshallow_hint, 0);
+    S.cold = NULL;
+    S.ncold = S.capcold = 0;
+    S.bytes_total = 0;
+    S.canary_noticed = 0;
+    S.inited = 0;
 }
 
 void weft__stacks_walk(void (*fn)(weft__stack *s, void *ctx), void *ctx) {

@@ -60,6 +60,12 @@
  * that carrier, while readiness on the shared set wakes the sleepers, the
  * first of which takes the events.  Busy carriers look at the shared set
  * from the scheduler's periodic check, at most every POLL_EVERY_NS.
+ *
+ * Fork.  The shared set and the carriers' sets are kernel objects the
+ * child shares with the parent: an epoll_ctl from the child would change
+ * what the parent waits for.  A fork child closes its copies
+ * (weft__epoll_abandon, weft__epoll_fork_child) and starts a table of its
+ * own on its next runtime.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -171,6 +177,29 @@ void weft__epoll_free(struct weft__poller *p) {
     close(pl->pfd);
     close(pl->efd);
     free(pl);
+}
+
+void weft__epoll_abandon(struct weft__poller *p) {
+    epoll_poller *pl = (epoll_poller *)p;
+    close(pl->pfd);
+    close(pl->efd);
+}
+
+/* The shared set is the parent's too: an epoll_ctl on it from the child
+ * would change what the parent's carriers wait for.  Close it; the fd
+ * table's chunks (their locks possibly held by threads not here) are kept
+ * and a fresh table starts. */
+void weft__epoll_fork_child(void) {
+    if (E.epfd >= 0) close(E.epfd);
+    E.epfd = -1;
+    E.grow = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (int i = 0; i < MAX_CHUNKS; i++) {
+        fd_ent *c = atomic_load_explicit(&E.chunks[i], memory_order_relaxed);
+        if (!c) continue;
+        weft__fork_keep(c);
+        atomic_store_explicit(&E.chunks[i], NULL, memory_order_relaxed);
+    }
+    atomic_store(&E.last_poll, 0);
 }
 
 void weft__epoll_kick(struct weft__poller *p) {

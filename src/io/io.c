@@ -63,6 +63,28 @@
  * and its writer) each have a thread.  weft_blocking and the epoll backend's file operations use it.
  * A job is on the caller's stack; the pool thread completes it like any
  * operation and then never touches it again.
+ *
+ * Choosing the backend (weft__io_start, once per runtime start).  io_uring
+ * unless told otherwise, if a probe ring can be made and entered on this
+ * kernel with the operations weft needs; else epoll.  Where it cannot --
+ * a seccomp filter (container runtimes' default profiles forbid
+ * io_uring_setup: EPERM), kernel.io_uring_disabled (EPERM), no io_uring
+ * (ENOSYS) -- auto says so in one line naming the likely cause (the
+ * sysctl is read to tell it from seccomp), once per process, and uses
+ * epoll; io_uring asked for by name fails the start with the kernel's
+ * errno after one line of its own.
+ *
+ * Fork.  A child process must never reach the parent's runtime through
+ * what it inherited: the rings and epoll sets are the parent's own kernel
+ * objects (an SQE or an epoll_ctl from the child would act on them).  The
+ * scheduler's pthread_atfork child handler has weft__io_fork_child close
+ * the child's copies of every ring, eventfd and epoll fd (a ring's memory
+ * unmapped, nothing submitted; pollers are registered in PL, whose lock
+ * prepare takes so that none is freed mid-fork), forget the blocking pool
+ * (its threads are not in the child, its jobs are the parent's vthreads')
+ * and reset the backend choice: the child's next weft call probes and
+ * starts afresh.  A pool thread whose job forked, and that is the child
+ * when the job returns, has nobody to return to: it stops with a message.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -561,8 +583,12 @@ static void *pool_main(void *unused) {
         if (!P.head) P.tail = NULL;
         pthread_mutex_unlock(&P.lock);
         int res = 0;
+        unsigned gen = weft__fork_gen();
         if (j->rq) res = (int)weft__sys_exec(j->rq); /* counts fit: ops ask for < 2 GiB */
         else j->result = j->fn(j->arg);
+        if (weft__fork_gen() != gen) /* fn forked, and this is the child: nobody to return to */
+            weft__fatal("a weft_blocking function that called fork() returned in the child; "
+                        "the child of a fork inside weft_blocking must end with _exit, exit or exec");
         weft_thread *t = weft__iop_complete(&j->op, res); /* j is gone now */
         if (t) weft__ready(t);
         pthread_mutex_lock(&P.lock);
@@ -669,8 +695,33 @@ static int env_mode(void) {
     return WEFT_IO_AUTO;
 }
 
+/* Why io_uring cannot be used here (err: the probe's -errno), in words
+ * for the one line that says so. */
+static const char *uring_why(int err, char *buf, size_t n) {
+    int disabled = -1;
+    FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
+    if (f) {
+        if (fscanf(f, "%d", &disabled) != 1) disabled = -1;
+        fclose(f);
+    }
+    if ((err == -EPERM || err == -EACCES) && disabled == 2)
+        snprintf(buf, n, "%s: kernel.io_uring_disabled is 2", strerror(-err));
+    else if ((err == -EPERM || err == -EACCES) && disabled == 1)
+        snprintf(buf, n, "%s: kernel.io_uring_disabled is 1 and this process is not in kernel.io_uring_group",
+                 strerror(-err));
+    else if (err == -EPERM || err == -EACCES)
+        snprintf(buf, n, "%s: a seccomp filter forbids it, as container runtimes' default profiles do",
+                 strerror(-err));
+    else if (err == -ENOSYS)
+        snprintf(buf, n, "this kernel has no io_uring, or not the operations weft needs (Linux 5.6)");
+    else
+        snprintf(buf, n, "%s", strerror(-err));
+    return buf;
+}
+
 int weft__io_start(int mode) {
     if (mode < 0 || mode > WEFT_IO_EPOLL) return -EINVAL;
+    int by_env = mode == WEFT_IO_AUTO;
     if (mode == WEFT_IO_AUTO) mode = env_mode();
     if (mode == WEFT_IO_AUTO && RUNNING_ON_VALGRIND) {
         /* Under valgrind (3.19 here) a carrier asleep in io_uring_enter
@@ -689,10 +740,18 @@ int weft__io_start(int mode) {
             weft__io_mode = WEFT_IO_URING;
             return 0;
         }
-        if (mode == WEFT_IO_URING) return r; /* asked for by name: no fallback */
+        char why[200];
+        if (mode == WEFT_IO_URING) { /* asked for by name: no fallback, and say why, once */
+            static _Atomic int told;
+            if (!atomic_exchange(&told, 1))
+                fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
+                                "use WEFT_IO=epoll or auto\n",
+                        by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING", uring_why(r, why, sizeof why));
+            return r;
+        }
         static _Atomic int logged;
         if (!atomic_exchange(&logged, 1))
-            fprintf(stderr, "weft: io_uring unavailable (%s): using epoll\n", strerror(-r));
+            fprintf(stderr, "weft: io_uring is not available here (%s): using epoll\n", uring_why(r, why, sizeof why));
     }
     int r = weft__epoll_start();
     if (r < 0) return r;
@@ -710,15 +769,62 @@ void weft__io_stop(void) {
     weft__io_mode = 0;
 }
 
+/* Every live poller, for a fork child to forget (see "Fork" above). */
+static struct {
+    pthread_mutex_t lock;
+    weft__poller *p[WEFT__MAX_CARRIERS];
+} PL = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 weft__poller *weft__poller_new(int index, int *err) {
     *err = 0;
-    if (weft__io_mode == WEFT_IO_URING) return weft__uring_new(index, err);
-    if (weft__io_mode == WEFT_IO_EPOLL) return weft__epoll_new(index, err);
-    return NULL;
+    weft__poller *p = NULL;
+    if (weft__io_mode == WEFT_IO_URING) p = weft__uring_new(index, err);
+    else if (weft__io_mode == WEFT_IO_EPOLL) p = weft__epoll_new(index, err);
+    if (p && index >= 0 && index < WEFT__MAX_CARRIERS) {
+        pthread_mutex_lock(&PL.lock);
+        PL.p[index] = p;
+        pthread_mutex_unlock(&PL.lock);
+    }
+    return p;
 }
 void weft__poller_free(weft__poller *p) {
+    pthread_mutex_lock(&PL.lock);
+    if (p->index >= 0 && p->index < WEFT__MAX_CARRIERS && PL.p[p->index] == p) PL.p[p->index] = NULL;
+    pthread_mutex_unlock(&PL.lock);
     if (p->backend == WEFT_IO_URING) weft__uring_free(p);
     else weft__epoll_free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* No poller is freed while a fork copies the process (PL's lock). */
+void weft__io_fork_prepare(void) { pthread_mutex_lock(&PL.lock); }
+void weft__io_fork_parent(void) { pthread_mutex_unlock(&PL.lock); }
+
+void weft__io_fork_child(void) {
+    for (int i = 0; i < WEFT__MAX_CARRIERS; i++) {
+        weft__poller *p = PL.p[i];
+        if (!p) continue;
+        if (p->backend == WEFT_IO_URING) weft__uring_abandon(p);
+        else weft__epoll_abandon(p);
+        weft__fork_keep(p);
+        PL.p[i] = NULL;
+    }
+    PL.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__uring_fork_child();
+    weft__epoll_fork_child();
+    weft__fork_keep((void *)fdu_top);
+    fdu_top = NULL;
+    fdu_nchunks = 0;
+    /* the pool's threads are not here; its queued jobs are the parent's */
+    P.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    P.cond = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    P.gone = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    P.head = P.tail = NULL;
+    P.threads = P.idle = P.claimed = P.stopping = 0;
+    weft__io_mode = 0;
 }
 int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap) {
     return p->backend == WEFT_IO_URING ? weft__uring_poll(p, out, max, cheap) : weft__epoll_poll(p, out, max, cheap);

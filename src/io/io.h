@@ -58,6 +58,13 @@ void weft__uring_cancel_fd(int fd);
  * acted on yet; once it returns, no ring will act on one (see uring.c). */
 void weft__uring_cancel_fd_withdraw(int fd);
 
+/* fork child: close the poller's descriptors and unmap its ring, touching
+ * nothing the parent shares (io.c, "Fork"); then reset the backend's state */
+void weft__uring_abandon(struct weft__poller *p);
+void weft__uring_fork_child(void);
+void weft__epoll_abandon(struct weft__poller *p);
+void weft__epoll_fork_child(void);
+
 struct weft__poller *weft__epoll_new(int index, int *err);
 void weft__epoll_free(struct weft__poller *p);
 int weft__epoll_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);

@@ -5,7 +5,9 @@
  * thread touches its submission queue (IORING_SETUP_SINGLE_ISSUER): a
  * vthread running on the carrier queues its SQE there, then parks.  Other
  * threads reach a ring only through its eventfd (the kick) and the cancel
- * list (below).
+ * list (below).  A fork child never does: it unmaps and closes its copy of
+ * every ring without a system call on it (weft__uring_abandon; io.c,
+ * "Fork"), since the ring is the parent's as much as its own.
  *
  * Batching.  SQEs are not submitted one by one: the carrier submits what
  * is queued when it runs out of vthreads (before spinning and before
@@ -63,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -124,21 +127,27 @@ static void *probe_main(void *arg) {
         io_uring_free_probe(pr);
     }
     /* cancel-by-fd (5.19): a key that matches nothing answers -ENOENT, a
-     * kernel that does not know the flag -EINVAL */
+     * kernel that does not know the flag -EINVAL.  It is also the probe's
+     * io_uring_enter: a filter that lets a ring be made but not entered
+     * (seccomp can forbid each call on its own) means no io_uring. */
     cancel_fd_ok = 0;
+    int err = ok ? 0 : -ENOSYS;
     if (ok) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&r);
         struct io_uring_cqe *cqe;
         if (sqe) {
             io_uring_prep_cancel_fd(sqe, r.ring_fd, IORING_ASYNC_CANCEL_ALL);
-            if (io_uring_submit(&r) == 1 && io_uring_wait_cqe(&r, &cqe) == 0) {
+            int k = io_uring_submit(&r);
+            if (k == 1 && io_uring_wait_cqe(&r, &cqe) == 0) {
                 cancel_fd_ok = cqe->res == -ENOENT || cqe->res == 0;
                 io_uring_cqe_seen(&r, cqe);
+            } else if (k < 0) {
+                err = k;
             }
         }
     }
     io_uring_queue_exit(&r);
-    *res = ok ? 0 : -ENOSYS;
+    *res = err;
     return NULL;
 }
 
@@ -233,6 +242,26 @@ void weft__uring_free(struct weft__poller *p) {
     pthread_mutex_destroy(&pl->cancel_lock);
     free(pl->cancels);
     free(pl);
+}
+
+void weft__uring_abandon(struct weft__poller *p) {
+    uring_poller *pl = (uring_poller *)p;
+    /* not io_uring_queue_exit: only what it does for a ring whose fd was
+     * never registered, spelt out, so that nothing here can ever make a
+     * system call on the ring -- which is the parent's too */
+    struct io_uring *r = &pl->ring;
+    size_t sqe_size = sizeof(struct io_uring_sqe) * ((r->flags & IORING_SETUP_SQE128) ? 2 : 1);
+    munmap(r->sq.sqes, sqe_size * r->sq.ring_entries);
+    if (r->cq.ring_ptr && r->cq.ring_ptr != r->sq.ring_ptr) munmap(r->cq.ring_ptr, r->cq.ring_sz);
+    munmap(r->sq.ring_ptr, r->sq.ring_sz);
+    close(r->ring_fd);
+    close(pl->efd);
+}
+
+void weft__uring_fork_child(void) {
+    rings_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    memset(rings, 0, sizeof rings);
+    rings_hi = 0;
 }
 
 void weft__uring_kick(struct weft__poller *p) {

@@ -265,7 +265,10 @@ int weft_dump(int fd, int format) {
 /*
  * The handler writes one byte to a pipe (async-signal-safe); a platform
  * thread blocked on the pipe's other end writes the dump.  The thread and
- * the pipe live as long as the process (started once).
+ * the pipe live as long as the process (started once).  A fork child has
+ * neither the thread nor a pipe of its own (it shares the parent's: its
+ * signal would make the parent dump the parent): its atfork handler closes
+ * its copies, and its next weft_init starts them again (weft__dump_env).
  */
 static struct {
     pthread_mutex_t lock;
@@ -298,6 +301,19 @@ static void *sq_main(void *unused) {
     }
 }
 
+static void sq_fork_child(void) {
+    SQ.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    if (!SQ.started) return;
+    int r = SQ.pipe[0], w = SQ.pipe[1];
+    SQ.pipe[1] = -1; /* the handler, still installed, writes nowhere until re-armed */
+    SQ.pipe[0] = -1;
+    close(r);
+    close(w);
+    SQ.started = 0;
+}
+
+static void sq_register_atfork(void) { pthread_atfork(NULL, NULL, sq_fork_child); }
+
 int weft_dump_on_signal(int signo, int fd, int format) {
     if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
     if (signo < 0 || signo >= 65 || signo == SIGKILL || signo == SIGSTOP || signo == SIGSEGV) return -EINVAL;
@@ -308,6 +324,8 @@ int weft_dump_on_signal(int signo, int fd, int format) {
     atomic_store(&SQ.signo, 0);
     if (signo) {
         if (!SQ.started) {
+            static pthread_once_t once = PTHREAD_ONCE_INIT;
+            pthread_once(&once, sq_register_atfork);
             if (pipe2(SQ.pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
                 r = -errno;
                 goto out;
@@ -355,9 +373,13 @@ out:
     return r;
 }
 
-/* From weft_init: WEFT_DUMP_ON_SIGQUIT=text|json. */
+/* From weft_init: WEFT_DUMP_ON_SIGQUIT=text|json; in a fork child, what
+ * the parent had armed. */
 void weft__dump_env(void) {
     const char *v = getenv("WEFT_DUMP_ON_SIGQUIT");
+    int armed = atomic_load(&SQ.signo);
+    if (armed && !SQ.started && weft_dump_on_signal(armed, atomic_load(&SQ.fd), atomic_load(&SQ.format)) < 0)
+        fprintf(stderr, "weft: cannot re-arm the dump on signal %d after fork\n", armed);
     if (!v || !*v || !strcmp(v, "0")) return;
     int fmt = !strcmp(v, "json") ? WEFT_DUMP_JSON : WEFT_DUMP_TEXT;
     if (weft_dump_on_signal(SIGQUIT, 2, fmt) < 0) fprintf(stderr, "weft: WEFT_DUMP_ON_SIGQUIT: cannot install the handler\n");

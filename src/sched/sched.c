@@ -93,6 +93,41 @@
  * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
  * returning memory above the high-water mark afterwards.
  *
+ * Fork.  A child process has one thread -- the one that called fork() --
+ * and none of the carriers, the monitor or the blocking pool; whatever
+ * those held (locks, half-updated queues) stays as the fork caught it.  So
+ * the runtime is not carried into the child but abandoned there, and a
+ * fresh one starts on the child's next weft call.  pthread_atfork
+ * handlers, registered by the first weft_init: prepare keeps the io
+ * layer's pollers from being freed mid-fork, and idle carriers from carving
+ * stacks (their malloc: ASan's allocator, unlike glibc's, is not locked
+ * across fork by libasan 12, and a child forked amid a malloc on another
+ * thread can hang in its own); the child handler closes the
+ * child's copies of the parent's rings, eventfds and epoll sets (the same
+ * kernel objects as the parent's: the child must never submit to them),
+ * reinitialises the locks, and forgets carriers, queues, timers and stacks
+ * without freeing or unmapping them (a thread that is not there may have
+ * been mid-update; weft__fork_keep keeps them reachable for LeakSanitizer,
+ * and copy-on-write makes them cost nothing untouched).  Then R.up is 0 and
+ * weft__ensure_init starts a new runtime when the child next needs one,
+ * configured as the parent's was (its carriers and stack size as resolved,
+ * its backend as asked for), unless the child calls weft_init itself.
+ * The parent's vthreads do not exist in the child: every descriptor
+ * carries the fork generation it was spawned in (R.fork_gen, bumped in the
+ * child), and weft_join, _detach, _cancel and _unpark refuse a stale one
+ * with -ECHILD, while weft__ready drops one (a sync object shared with the
+ * parent may name a parent's vthread as its waiter: it must never run in
+ * the child).  fork() from a vthread: the child's thread is the carrier's,
+ * running on the vthread's stack; tls_carrier is cleared, so that thread
+ * goes on as the child's platform thread (its weft calls block it, and
+ * start the fresh runtime as any platform thread's would), on that stack,
+ * which stays mapped.  It must end with exit/_exit/exec: returning from the
+ * vthread's function has no carrier to return to, and stops with a message
+ * (vthread_start).  A fork while another thread is in weft_init or
+ * weft_shutdown is not supported (the child would see the runtime half
+ * built or half freed); the prepare handler cannot wait for them, since
+ * shutdown may be waiting for the very vthread that forks.
+ *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
@@ -198,10 +233,17 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     /* the monitor (see "The monitor" above) */
     _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
+    _Atomic uint32_t mon_up;                          /* it runs (weft_init waits for it) */
     pthread_t mon_thread;
     int mon_started;
     struct sigaction old_segv;
     int segv_installed;
+    uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
+    weft_config started_with;  /* the running runtime's configuration (io: as asked) */
+    int inherit_cfg;           /* a fork child: its lazy start uses started_with */
+#ifdef WEFT_TSAN
+    _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
+#endif
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
        .next_id = 1};
 
@@ -308,6 +350,11 @@ int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 const weft_thread *weft__carrier_running(const weft__carrier *c) {
     return c ? (const weft_thread *)__atomic_load_n(&c->cur, __ATOMIC_RELAXED) : NULL;
 }
+
+unsigned weft__fork_gen(void) { return R.fork_gen; }
+
+/* t belongs to the runtime of a process this one was forked from ("Fork") */
+static inline int stale(const weft_thread *t) { return __builtin_expect(t->fork_gen != R.fork_gen, 0); }
 
 /* ------------------------------------------------------------------------ */
 /* idle carriers                                                             */
@@ -493,6 +540,7 @@ static void enqueue_fifo(weft__carrier *c, weft_thread *t) {
 }
 
 void weft__ready(weft_thread *t) {
+    if (stale(t)) return; /* a parent's vthread, woken in a fork child: it does not exist here */
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
     weft__carrier *c = weft__carrier_self();
     if (enqueue_pinned(c, t)) return;
@@ -828,6 +876,8 @@ static int rescue(weft__carrier *v, int64_t now) {
 
 static void *monitor_main(void *unused) {
     (void)unused;
+    atomic_store(&R.mon_up, 1);
+    futex_wake(&R.mon_up, 1);
     int64_t grace = MON_GRACE_MIN_NS;
     int fresh = 1; /* mon_seen is stale (we slept without a deadline): record only */
     for (;;) {
@@ -866,6 +916,7 @@ static void *monitor_main(void *unused) {
 /* Before the carriers start: may yields stay in a carrier's FIFO? */
 static void mon_prepare(void) {
     atomic_store(&R.mon_word, 0);
+    atomic_store(&R.mon_up, 0);
     R.mon_started = 0;
 #ifdef WEFT_TSAN
     int stealable = 1; /* the gate is a real lock there */
@@ -891,6 +942,11 @@ static int mon_start(void) {
     if (e) return -e;
     pthread_setname_np(R.mon_thread, "weft-monitor");
     R.mon_started = 1;
+    /* weft_init returns once every thread of the runtime runs: whatever a
+     * thread's start does in the C library (and a sanitizer's allocator)
+     * is over by then -- a fork() right after weft_init catches none of
+     * them mid-way (see "Fork") */
+    while (!atomic_load(&R.mon_up)) futex(&R.mon_up, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
     return 0;
 }
 
@@ -1308,7 +1364,11 @@ static void vthread_start(void *arg, void *carrier) {
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
-    switch_out(weft__carrier_self(), self, OP_EXIT);
+    weft__carrier *c = weft__carrier_self();
+    if (__builtin_expect(!c, 0)) /* fn forked and this is the child: no carrier to end on ("Fork") */
+        weft__fatal("a vthread's function returned in a child process it forked; the child of a "
+                    "fork() from a vthread must end with _exit, exit or exec");
+    switch_out(c, self, OP_EXIT);
     __builtin_unreachable();
 }
 
@@ -1335,22 +1395,47 @@ static inline void live_add(weft__carrier *c, int64_t d) {
     if (v >= LIVE_FLUSH || v <= -LIVE_FLUSH) flush_live(c);
 }
 
+/*
+ * TSan gives every vthread a fiber, and a fiber is a thread to it: past
+ * 8128 threads in all it prints "Thread limit exceeded. Dying." and ends
+ * the process.  So a TSan build refuses a spawn with -EAGAIN (and says so
+ * once) while TSAN_FIBER_CAP fibers live, leaving the rest for OS threads:
+ * carriers, the monitor, the blocking pool, the program's own.
+ */
+#ifdef WEFT_TSAN
+#define TSAN_FIBER_CAP 7500
+static int tsan_fiber_reserve(void) {
+    if (atomic_fetch_add(&R.tsan_fibers, 1) < TSAN_FIBER_CAP) return 0;
+    atomic_fetch_sub(&R.tsan_fibers, 1);
+    static _Atomic int told;
+    if (!atomic_exchange(&told, 1))
+        fprintf(stderr, "weft: ThreadSanitizer counts each vthread as a thread and allows about 8k: "
+                        "weft_spawn returns -EAGAIN while %d vthreads live (TSan builds only)\n", TSAN_FIBER_CAP);
+    return -EAGAIN;
+}
+static void tsan_fiber_drop(weft_thread *t) {
+    if (!t->tsan_fiber) return;
+    __tsan_destroy_fiber(t->tsan_fiber);
+    t->tsan_fiber = NULL;
+    atomic_fetch_sub(&R.tsan_fibers, 1);
+}
+#endif
+
 static void free_thread(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_TSAN
-    if (t->tsan_fiber) __tsan_destroy_fiber(t->tsan_fiber);
-    t->tsan_fiber = NULL;
+    tsan_fiber_drop(t);
 #endif
     atomic_store_explicit(&t->rstate, WEFT__RS_FREE, memory_order_release);
     if (!c || !weft__stack_put_cached(&c->stacks, &t->stk)) weft__stack_put(c ? &c->stacks : NULL, &t->stk);
 }
 
 static void exit_finish(weft__carrier *c, weft_thread *t) {
+    weft__stack_done(&t->stk, t->sp); /* (ASan: its last frames' poison; before t can be reused) */
     bump(&c->n_finished);
     if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_finished);
     live_add(c, -1);
 #ifdef WEFT_TSAN
-    __tsan_destroy_fiber(t->tsan_fiber);
-    t->tsan_fiber = NULL;
+    tsan_fiber_drop(t);
 #endif
     atomic_store_explicit(&t->rstate, WEFT__RS_DONE, memory_order_relaxed);
     int st = atomic_load_explicit(&t->join_state, memory_order_relaxed);
@@ -1400,10 +1485,18 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
+#ifdef WEFT_TSAN
+    if ((r = tsan_fiber_reserve()) < 0) return r;
+#endif
     weft__carrier *c = carrier_here(); /* no switch in here */
     size_t size = attr ? attr->stack_size : 0;
     weft__stack *s = c && !size ? weft__stack_get_cached(&c->stacks) : NULL;
-    if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) return -ENOMEM;
+    if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) {
+#ifdef WEFT_TSAN
+        atomic_fetch_sub(&R.tsan_fibers, 1);
+#endif
+        return -ENOMEM;
+    }
     weft_thread *t = (weft_thread *)s;
     /* a freshly populated slot starts its park sequence from seq_base */
     uint64_t w = s->seq_base ? s->seq_base << 8 : atomic_load_explicit(&t->parker.word, memory_order_relaxed) & ~(uint64_t)0xFF;
@@ -1424,6 +1517,7 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     t->timer_heap = -1;
     atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+    t->fork_gen = R.fork_gen;
     t->deadline = 0;
     atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
     t->scopes = NULL;
@@ -1483,6 +1577,7 @@ static int join_wait(weft_thread *t, void **result, const char *file, int line) 
 }
 
 int weft__join_nocancel(weft_thread *t, void **result) {
+    if (stale(t)) return -ECHILD;
     weft__carrier *c = carrier_here();
     if (c && t == c->cur) return -EDEADLK;
     if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
@@ -1495,6 +1590,7 @@ int weft__join_nocancel(weft_thread *t, void **result) {
 
 int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     weft__carrier *c = carrier_here();
     if (c && t == c->cur) return -EDEADLK;
     if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
@@ -1548,6 +1644,7 @@ int (weft_join)(weft_thread *t, void **result) { return weft__join_at(t, result,
 
 int weft_detach(weft_thread *t) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     join_lock(t);
     int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
     if (st == 0) {
@@ -1641,6 +1738,7 @@ void weft__cancel_one(weft_thread *t) {
 
 int weft_cancel(weft_thread *t) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     weft__cancel_one(t);
     void (*hook)(weft_thread *) = atomic_load_explicit(&weft__cancel_hook, memory_order_acquire);
     if (hook) hook(t);
@@ -1673,6 +1771,7 @@ int (weft_park)(int64_t deadline) { return weft__park_at(deadline, NULL, 0); }
 
 int weft_unpark(weft_thread *t) {
     if (!t) return -EINVAL;
+    if (stale(t)) return -ECHILD;
     atomic_store(&t->permit, 1);
     uint64_t w = atomic_load(&t->parker.word);
     unsigned st = WEFT__PW_STATE(w);
@@ -1767,7 +1866,44 @@ static void free_carriers(int n) {
     R.n = 0;
 }
 
+/* ---- fork (see "Fork" at the top) ---- */
+
+static void fork_prepare(void) {
+    weft__io_fork_prepare();
+    weft__stacks_fork_prepare();
+}
+static void fork_parent(void) {
+    weft__stacks_fork_parent();
+    weft__io_fork_parent();
+}
+
+static void fork_child(void) {
+    R.fork_gen++;
+    /* a vthread that forked goes on as the child's platform thread */
+    tls_carrier = NULL;
+    R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    R.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__io_fork_child();
+    weft__stacks_fork_child();
+    weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
+    R.c = NULL;
+    R.n = 0;
+    R.inj_head = R.inj_tail = NULL;
+    atomic_store(&R.inj_n, 0);
+    R.mon_started = 0;
+    atomic_store(&R.stop, 0);
+    if (atomic_load(&R.up)) R.inherit_cfg = 1;
+    atomic_store(&R.up, 0);
+}
+
+static void register_atfork(void) {
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+        fprintf(stderr, "weft: pthread_atfork failed: a child process forked while weft runs cannot use it\n");
+}
+
 int weft_init(const weft_config *cfg) {
+    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&R.init_lock);
     if (atomic_load(&R.up)) {
         pthread_mutex_unlock(&R.init_lock);
@@ -1874,6 +2010,8 @@ int weft_init(const weft_config *cfg) {
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
         goto fail2;
     }
+    R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0};
+    R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
     pthread_mutex_unlock(&R.init_lock);
     weft__dump_env();
@@ -1893,7 +2031,8 @@ int weft__running(void) { return atomic_load_explicit(&R.up, memory_order_acquir
 
 int weft__ensure_init(void) {
     if (__builtin_expect(atomic_load_explicit(&R.up, memory_order_acquire), 1)) return 0;
-    int r = weft_init(NULL);
+    /* a fork child starts what its parent ran, backend included ("Fork") */
+    int r = weft_init(R.inherit_cfg ? &R.started_with : NULL);
     return r == -EALREADY ? 0 : r;
 }
 
@@ -1906,6 +2045,20 @@ static int64_t nondaemon_live(void) {
     st += atomic_load(&R.plat_nd_started);
     return (int64_t)(st - fin);
 }
+
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+/* A daemon abandoned at shutdown leaves its frames' poison on its stack,
+ * and ASan keeps a shadow across munmap: clean it (arch/stack.c, "ASan");
+ * under TSan it holds a fiber, one of the ~8k threads TSan allows. */
+static void clean_abandoned(weft__stack *s, void *unused) {
+    weft_thread *t = (weft_thread *)s;
+    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) == WEFT__RS_FREE) return;
+    weft__stack_done(s, t->sp);
+#ifdef WEFT_TSAN
+    tsan_fiber_drop(t);
+#endif
+}
+#endif
 
 void weft_shutdown(void) {
     if (weft__carrier_self()) { /* it would wait for itself: refuse, loudly */
@@ -1931,6 +2084,9 @@ void weft_shutdown(void) {
     R.inj_head = R.inj_tail = NULL;
     atomic_store(&R.inj_n, 0);
     free_carriers(R.n);
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+    weft__stacks_walk(clean_abandoned, NULL);
+#endif
     weft__stacks_fini();
     weft__io_stop();
     pthread_mutex_unlock(&R.init_lock);

@@ -120,7 +120,7 @@ struct weft_thread {
     uint32_t flags;
     _Atomic uint8_t rstate;          /* WEFT__RS_*, for the dump */
     uint8_t why;                     /* WEFT__WHY_* of the current block */
-    uint16_t pad0;
+    uint16_t fork_gen;               /* the process's fork generation at spawn (sched.c, "Fork") */
     /* park */
     weft__parker parker;
     uint64_t park_token;             /* the current park's token */
@@ -242,12 +242,23 @@ int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap);
 /* Sleeps until a completion, a kick or deadline (0: none); then as _poll. */
 int weft__poller_wait(weft__poller *p, int64_t deadline, weft_thread **out, int max);
 void weft__poller_kick(weft__poller *p);      /* any thread */
+/* pthread_atfork, run by the scheduler's handlers: prepare keeps every
+ * poller alive across the fork (parent lets go); in the child, every poller
+ * of the parent's runtime is forgotten -- its descriptors closed, its ring
+ * unmapped, nothing freed or submitted -- and the io layer's state reset. */
+void weft__io_fork_prepare(void);
+void weft__io_fork_parent(void);
+void weft__io_fork_child(void);
 /* The calling carrier's poller (NULL on a platform thread or without io). */
 weft__poller *weft__poller_self(void);
 
 /* ---- runtime ------------------------------------------------------------ */
 
 int weft__ensure_init(void);
+/* How many forks separate this process from the one the runtime was first
+ * started in, modulo 2^16 (sched.c, "Fork"): an object stamped with another
+ * value belongs to an ancestor's runtime, which does not exist here. */
+unsigned weft__fork_gen(void);
 void weft__dump_env(void); /* observe: WEFT_DUMP_ON_SIGQUIT */
 int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);

@@ -34,6 +34,16 @@
  * Close.  Shuts the scope down, waits (uncancellable park) until no task
  * runs, joins every vthread (uncancellable), unlinks it from the registry
  * and its owner's chain, and frees it.
+ *
+ * Fork.  In a child process the scopes open at the fork belong to the
+ * parent's runtime: their tasks' vthreads are not in the child, and their
+ * locks may have been held by threads that are not either.  A pthread_atfork
+ * child handler reinitialises R and moves the registry's scopes to a list
+ * of their own (kept, never freed: reachable for LeakSanitizer); each scope
+ * carries the fork generation it was opened in, and on a stale one join
+ * returns -ECHILD, fork returns NULL, shutdown does nothing and close only
+ * unlinks it from its owner's chain -- none of them waits, none touches its
+ * lock.  Its tasks read as they were at the fork.
  */
 #define _GNU_SOURCE
 #include "scope.h"
@@ -45,7 +55,23 @@
 
 static pthread_mutex_t R = PTHREAD_MUTEX_INITIALIZER;
 static weft_scope *live_head;
+static weft_scope *forked_head; /* a parent process's scopes, in a child (see "Fork") */
 static _Atomic uint64_t next_id = 1;
+
+static int stale(const weft_scope *s) { return s->fork_gen != weft__fork_gen(); }
+
+static void fork_child(void) {
+    R = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    if (!live_head) return;
+    weft_scope *tail = live_head;
+    while (tail->live_next) tail = tail->live_next;
+    tail->live_next = forked_head;
+    if (forked_head) forked_head->live_prev = tail;
+    forked_head = live_head;
+    live_head = NULL;
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, fork_child); }
 
 /* The calling thread's innermost owned scope, as an lvalue. */
 static weft_scope **owned_head(void) {
@@ -92,7 +118,7 @@ static void cancel_hook(weft_thread *t) {
 }
 
 void weft_scope_shutdown(weft_scope *s) {
-    if (!s) return;
+    if (!s || stale(s)) return;
     pthread_mutex_lock(&R);
     cancel_tree_locked(s, 1);
     pthread_mutex_unlock(&R);
@@ -101,10 +127,13 @@ void weft_scope_shutdown(weft_scope *s) {
 weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
     if ((unsigned)policy > WEFT_SCOPE_FIRST_SUCCESS || deadline_ns < 0) return NULL;
     if (weft__ensure_init() < 0) return NULL;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_atfork);
     weft_scope *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     s->id = atomic_fetch_add(&next_id, 1);
+    s->fork_gen = weft__fork_gen();
     s->policy = policy;
     int64_t eff = weft__effective_deadline(0);
     s->deadline = deadline_ns && (!eff || deadline_ns < eff) ? deadline_ns : eff;
@@ -180,7 +209,7 @@ static void *task_main(void *arg) {
 }
 
 weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *arg) {
-    if (!s || !fn || s->closing) return NULL;
+    if (!s || !fn || s->closing || stale(s)) return NULL;
     weft_task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->scope = s;
@@ -235,6 +264,7 @@ static int outcome_locked(weft_scope *s) {
 
 int weft__scope_join_at(weft_scope *s, const char *file, int line) {
     if (!s) return -EINVAL;
+    if (stale(s)) return -ECHILD;
     for (;;) {
         pthread_mutex_lock(&s->lock);
         if (s->running == 0 || s->shutdown) {
@@ -281,14 +311,34 @@ int(weft_scope_join)(weft_scope *s) { return weft__scope_join_at(s, NULL, 0); }
 
 void *weft_scope_result(weft_scope *s) {
     if (!s) return NULL;
+    if (stale(s)) return s->winner ? s->winner->result : NULL; /* as at the fork; no lock */
     pthread_mutex_lock(&s->lock);
     void *r = s->winner ? s->winner->result : NULL;
     pthread_mutex_unlock(&s->lock);
     return r;
 }
 
+/* Close of a parent process's scope in a fork child: out of the caller's
+ * chain (with the scopes opened inside it first, as close does), if it is
+ * there; nothing waited for, nothing freed (see "Fork"). */
+static void close_stale(weft_scope *s) {
+    s->closing = 1;
+    weft_scope **head = owned_head();
+    weft_scope *x = *head;
+    while (x && x != s) x = x->owner_prev;
+    if (!x) return;
+    while (*head && *head != s) weft_scope_close(*head);
+    pthread_mutex_lock(&R);
+    *head = s->owner_prev;
+    pthread_mutex_unlock(&R);
+}
+
 void weft_scope_close(weft_scope *s) {
     if (!s || s->closing) return;
+    if (stale(s)) {
+        close_stale(s);
+        return;
+    }
     weft_scope **head = owned_head();
     /* scopes opened inside s and still open close first */
     while (*head && *head != s) {

@@ -22,6 +22,7 @@ struct weft_task {
 
 struct weft_scope {
     uint64_t id;
+    unsigned fork_gen;        /* weft__fork_gen() at open: another value, a parent process's scope */
     int policy;
     int64_t deadline;         /* absolute; 0 = none (capped by the opener's) */
     weft_thread *owner;       /* NULL: a platform thread */
