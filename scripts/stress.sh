@@ -8,10 +8,10 @@
 #   PROG      a test program of build-VARIANT/tests (races, io, park, ...)
 #   TEST      its tests (default: all of them, from PROG --list)
 #   -n RUNS   runs of each test in each configuration (default 100)
-#   -j JOBS   runs at once (default 1).  Tests that time a victim behind a
-#             computing vthread ("hog") need the other CPU: keep them at 1.
+#   -j JOBS   runs at once (default 1)
 #   -v        release (default), asan or tsan
-# Environment passed on: WEFT_TEST_HOG_MS, WEFT_TEST_TRIALS (a test's own
+# Environment passed on: WEFT_TEST_HOG_MS (the longest a races test's
+# computing vthread waits for its victim), WEFT_TEST_TRIALS (a test's own
 # repetitions), WEFT_TEST_TIMEOUT.  A failed run's output is kept under
 # /tmp/weft-stress.*; one line per test and configuration:
 #   stress prog=races test=T variant=V carriers=C io=B runs=N failed=F seconds=S

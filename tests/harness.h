@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,38 @@ static int test_count;
             _exit(1);                                                                 \
         }                                                                             \
     } while (0)
+
+/* The thread dump (weft_dump, in format) once it shows every one of the
+ * strings after format (a NULL ends them); the caller frees it.  A vthread
+ * that has started is not yet parked where the test wants it, however long
+ * the test sleeps first, on a loaded machine: the dump is taken again until
+ * it shows the wait.  One that never shows is the harness's timeout, with
+ * the missing string on stderr every few seconds. */
+__attribute__((unused, sentinel)) static char *dump_showing(int format, ...) {
+    for (long tries = 1;; tries++) {
+        char path[] = "/tmp/weft-test-dump-XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        unlink(path);
+        CHECK_EQ(weft_dump(fd, format), 0);
+        off_t len = lseek(fd, 0, SEEK_END);
+        char *d = malloc((size_t)len + 1);
+        CHECK(d != NULL);
+        CHECK(pread(fd, d, (size_t)len, 0) == len);
+        d[len] = 0;
+        close(fd);
+        const char *missing = NULL;
+        va_list ap;
+        va_start(ap, format);
+        for (const char *n; !missing && (n = va_arg(ap, const char *));)
+            if (!strstr(d, n)) missing = n;
+        va_end(ap);
+        if (!missing) return d;
+        if (tries % 2000 == 0) fprintf(stderr, "the dump does not show '%s' yet:\n%s", missing, d);
+        free(d);
+        usleep(1000);
+    }
+}
 
 static int test_timeout_s(void) {
     const char *t = getenv("WEFT_TEST_TIMEOUT");

@@ -2,6 +2,7 @@
  * the fill-versus-timeout/cancel races, then/all/any, and the freeing
  * rules (run under ASan/LSan for the last). */
 #include "harness.h"
+#include "sched/sched.h" /* weft_thread's rstate: parked yet? */
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -975,8 +976,9 @@ TEST(free_under_getter_is_fatal) {
         g.started = &started;
         weft_thread *t;
         CHECK_EQ(weft_spawn(&t, get_fn, &g, NULL), 0);
-        while (atomic_load(&started) < 1) usleep(100);
-        usleep(20000);
+        /* parked, so on f's list of waiters (started is not enough: a getter
+         * not yet waiting would make this a plain free) */
+        while (atomic_load(&t->rstate) != WEFT__RS_PARKED) usleep(100);
         weft_future_unref(f);
         _exit(0); /* not reached */
     }
@@ -1007,20 +1009,6 @@ TEST(pending_at_shutdown_freed_by_owner) {
 
 /* ---- observe ------------------------------------------------------------------- */
 
-static char *dump_text(void) {
-    char path[] = "/tmp/weft-dump-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    CHECK_EQ(weft_dump(fd, WEFT_DUMP_TEXT), 0);
-    off_t len = lseek(fd, 0, SEEK_END);
-    char *d = malloc((size_t)len + 1);
-    CHECK(pread(fd, d, (size_t)len, 0) == len);
-    d[len] = 0;
-    close(fd);
-    return d;
-}
-
 TEST(dump_shows_future_wait) {
     weft_future *f = weft_future_new();
     getter g = {.f = f};
@@ -1029,16 +1017,14 @@ TEST(dump_shows_future_wait) {
     weft_attr a = {.name = "awaiting"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, get_fn, &g, &a), 0);
-    while (atomic_load(&started) < 1) usleep(100);
-    usleep(20000);
+    while (atomic_load(&t->rstate) != WEFT__RS_PARKED) usleep(100);
     /* Under TSan the dump's atomic read of weft_thread.why races with
      * weft__park_wait's plain write of it (sched.c, not this layer): set
      * WEFT_TEST_DUMP_UNDER_TSAN=1 to see the report. */
     if (!TEST_TSAN || getenv("WEFT_TEST_DUMP_UNDER_TSAN")) {
-        char *d = dump_text();
+        /* get's call site; taken again until the dump shows the park */
+        char *d = dump_showing(WEFT_DUMP_TEXT, "\"awaiting\" parked on future", "test_future.c:", NULL);
         printf("%s", d);
-        CHECK(strstr(d, "\"awaiting\" parked on future") != NULL);
-        CHECK(strstr(d, "test_future.c:") != NULL); /* get's call site */
         free(d);
     }
     CHECK_EQ(weft_future_complete(f, V(1)), 0);

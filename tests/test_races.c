@@ -14,11 +14,15 @@
  *  - readiness fetched for an fd before it was closed and reused must not
  *    reach a waiter on the new file.
  *
- * The carriers are WEFT_CARRIERS' (run with 1, 2 and 4).  A latency check
- * never asserts a bound on a loaded machine's timing: a "hog" computes for
- * hog_ms() (default 200 ms, WEFT_TEST_HOG_MS) and the check is only that
- * the victim did not wait for the hog's whole run (half of it, or more).
- * With one carrier nobody else can run the victim: only completion counts.
+ * The carriers are WEFT_CARRIERS' (run with 1, 2 and 4).  The stranding
+ * checks assert no latency: a "hog" computes until its victim is back, or
+ * for hog_ms() at most (default 10 s, WEFT_TEST_HOG_MS), and the check is
+ * that the victim came back while the hog still held the carrier.  Without
+ * a rescue the victim can run only after the hog gives up; with one, it is
+ * back whenever the rescuers get a CPU, however loaded the machine (how
+ * late it was is printed with WEFT_TEST_VERBOSE; the monitor's latency is
+ * the benchmark's to measure).  With one carrier nobody else can run the
+ * victim: the hog computes 5 ms and only completion counts.
  */
 #include "harness.h"
 
@@ -45,7 +49,7 @@ static int ncarriers(void) {
 
 static int64_t hog_ms(void) {
     const char *v = getenv("WEFT_TEST_HOG_MS");
-    int64_t ms = v && atoi(v) > 0 ? atoi(v) : 200;
+    int64_t ms = v && atoi(v) > 0 ? atoi(v) : 10000;
     return ms;
 }
 
@@ -77,10 +81,9 @@ static void wait_parked_io(weft_thread *t) {
     }
 }
 
-/* Waits (platform thread) until *flag, at most 20 s. */
+/* Waits (platform thread) until *flag (never: the harness's timeout). */
 static void wait_flag(atomic_int *flag) {
-    for (int i = 0; i < 200000 && !atomic_load(flag); i++) usleep(100);
-    CHECK(atomic_load(flag));
+    while (!atomic_load(flag)) usleep(100);
 }
 
 /* Of a fresh pair, the end that took number `want` (-1 if neither did);
@@ -358,15 +361,27 @@ TEST(close_behind_back_then_reuse_never_blocks) {
 
 /* The victims of 3 and of 4's yield: a vthread queues a hog on its own
  * carrier, then sleeps 10 ms (its timer in this carrier's heap) or yields
- * (itself behind the hog, in the yield FIFO), and measures how late it is
- * back: -1 when the hog ran elsewhere (nothing to strand). */
-static atomic_int hog_car;
+ * (itself behind the hog, in the yield FIFO), and returns how late it was
+ * back while the hog computed, STRANDED if it was back only after the hog
+ * gave up, or -1 when the hog ran elsewhere (nothing to strand). */
+static atomic_int hog_car, victim_back;
+
+/* Computes until the victim is back or `limit` ns have passed, without
+ * blocking or yielding; returns 1 if the victim came first.  A victim
+ * stuck behind the hog cannot set victim_back before the hog returns. */
+static int hog_until_back(int64_t limit) {
+    int64_t end = weft_now() + limit;
+    while (!atomic_load(&victim_back))
+        if (weft_now() >= end) return 0;
+    return 1;
+}
 
 static void *hog_fn(void *arg) {
     atomic_store(&hog_car, here());
-    hog_until(weft_now() + (int64_t)(intptr_t)arg);
-    return NULL;
+    return (void *)(intptr_t)hog_until_back((int64_t)(intptr_t)arg);
 }
+
+enum { STRANDED = -2 };
 
 enum { BY_SLEEP, BY_YIELD };
 typedef struct strand_arg {
@@ -378,6 +393,7 @@ static void *strand_victim(void *arg) {
     const strand_arg *a = arg;
     weft_thread *h;
     atomic_store(&hog_car, -1);
+    atomic_store(&victim_back, 0);
     CHECK_EQ(weft_spawn(&h, hog_fn, (void *)(intptr_t)a->hog, NULL), 0);
     int car = here();
     int64_t due;
@@ -389,9 +405,12 @@ static void *strand_victim(void *arg) {
         weft_yield(); /* the carrier runs the hog, queued before us */
     }
     int64_t late = weft_now() - due;
+    atomic_store(&victim_back, 1);
     int same = atomic_load(&hog_car) == car;
-    CHECK_EQ(weft_join(h, NULL), 0);
-    return (void *)(intptr_t)(same ? late : -1);
+    void *released;
+    CHECK_EQ(weft_join(h, &released), 0);
+    if (!same) return (void *)(intptr_t)-1;
+    return (void *)(intptr_t)(released ? late : STRANDED);
 }
 
 /* Runs the victims; returns how many shared the hog's carrier. */
@@ -404,13 +423,14 @@ static int strand_trials(int how, const char *what) {
         CHECK_EQ(weft_spawn(&t, strand_victim, &a, NULL), 0);
         CHECK_EQ(weft_join(t, &res), 0);
         int64_t late = (int64_t)(intptr_t)res;
-        if (late < 0 || n == 1) continue;
+        if (late == -1 || n == 1) continue;
         meaningful++;
-        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "%s late %.2f ms\n", what, late / 1e6);
-        if (late >= a.hog / 2)
-            fprintf(stderr, "%s: back %lld ms late behind a %lld ms hog\n", what, (long long)(late / MS),
+        if (late == STRANDED)
+            fprintf(stderr, "%s: the victim was back only after the hog's %lld ms: nobody else ran it\n", what,
                     (long long)(a.hog / MS));
-        CHECK(late < a.hog / 2);
+        else if (getenv("WEFT_TEST_VERBOSE"))
+            fprintf(stderr, "%s late %.2f ms\n", what, late / 1e6);
+        CHECK(late != STRANDED);
     }
     return n > 1 ? meaningful : -1;
 }
@@ -428,22 +448,24 @@ static void *lf_sleeper(void *arg) {
     atomic_store(&lf_parked, 1);
     while (!atomic_load(&lf_woken)) weft_park(0);
     atomic_store(&lf_woke_at, weft_now());
+    atomic_store(&victim_back, 1);
     return NULL;
 }
+
+static _Atomic int64_t lf_t0;
 
 static void *lf_waker(void *arg) {
     weft_thread *b = arg;
     while (!atomic_load(&lf_parked)) weft_sleep(100 * 1000);
-    weft_sleep(2 * MS); /* b is parked by now */
-    int64_t hog = (int64_t)hog_ms() * MS;
+    weft_sleep(2 * MS); /* b is parked by now (if not, it is back by itself) */
+    int64_t hog = (ncarriers() > 1 ? hog_ms() : 5) * MS;
     /* long enough that a carrier woken with our timer has stopped spinning
      * (a spinner would take the slot: that case passes by itself) */
     hog_until(weft_now() + 2 * MS);
-    int64_t t0 = weft_now();
+    atomic_store(&lf_t0, weft_now());
     atomic_store(&lf_woken, 1);
     weft_unpark(b); /* b goes to this carrier's LIFO slot */
-    hog_until(t0 + hog);
-    return (void *)(intptr_t)t0;
+    return (void *)(intptr_t)hog_until_back(hog);
 }
 
 TEST(woken_vthread_not_stranded_behind_busy_waker) {
@@ -451,18 +473,21 @@ TEST(woken_vthread_not_stranded_behind_busy_waker) {
     for (int i = 0; i < trials(3); i++) {
         atomic_store(&lf_parked, 0);
         atomic_store(&lf_woken, 0);
+        atomic_store(&victim_back, 0);
         weft_thread *b, *a;
-        void *res;
+        void *released;
         CHECK_EQ(weft_spawn(&b, lf_sleeper, NULL, NULL), 0);
         CHECK_EQ(weft_spawn(&a, lf_waker, b, NULL), 0);
-        CHECK_EQ(weft_join(a, &res), 0);
+        CHECK_EQ(weft_join(a, &released), 0);
         CHECK_EQ(weft_join(b, NULL), 0);
-        int64_t late = atomic_load(&lf_woke_at) - (int64_t)(intptr_t)res;
         if (n == 1) continue;
-        int64_t hog = (int64_t)hog_ms() * MS;
-        if (getenv("WEFT_TEST_VERBOSE")) fprintf(stderr, "lifo late %.2f ms\n", late / 1e6);
-        if (late >= hog / 2) fprintf(stderr, "woken vthread ran %lld ms after its wake-up\n", (long long)(late / MS));
-        CHECK(late < hog / 2);
+        int64_t late = atomic_load(&lf_woke_at) - atomic_load(&lf_t0);
+        if (!released)
+            fprintf(stderr, "the woken vthread ran only after its waker's %lld ms: nobody took the slot\n",
+                    (long long)hog_ms());
+        else if (getenv("WEFT_TEST_VERBOSE"))
+            fprintf(stderr, "lifo late %.2f ms\n", late / 1e6);
+        CHECK(released);
     }
 }
 
