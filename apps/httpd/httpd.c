@@ -38,7 +38,8 @@
  * backlog.  EMFILE/ENFILE: the acceptor gives up a reserved fd, accepts and
  * closes the newcomer (so it is not left hanging), re-reserves, logs at most
  * once a second and sleeps briefly -- no spinning.  If another thread took
- * the freed number first, the reserve comes back when a connection ends.
+ * the freed number first, an acceptor takes a new reserve before a later
+ * accept, once a descriptor is free.
  *
  * Drain.  SIGTERM/SIGINT: the acceptors are cancelled (their weft_accept
  * returns -ECANCELED) and the listening socket closed; connections waiting
@@ -143,9 +144,11 @@ static void conn_unregister(conn *c) {
 }
 
 /* The spare descriptor, given up to shed load at EMFILE, comes back as soon
- * as a descriptor can be had again: whenever a connection ends while it is
- * missing (the shedding acceptor's own re-arm can lose the race for the
- * number it freed to another thread opening a file). */
+ * as a descriptor can be had again: an acceptor that finds it missing tries
+ * before each accept (the shedding acceptor's own re-arm can lose the race
+ * for the number it freed to another thread opening a file or accepting).
+ * While it is there this is one load; while it is missing, one failing
+ * open() per accept, and accepts at EMFILE are 10 ms apart. */
 static void reserve_rearm(void) {
     if (atomic_load_explicit(&reserve_fd, memory_order_relaxed) >= 0) return;
     int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -158,7 +161,6 @@ static void reserve_rearm(void) {
 static void conn_slot_free(void) {
     atomic_fetch_sub(&nopen, 1);
     atomic_fetch_sub(&nconns, 1);
-    reserve_rearm();
     for (int i = 0; i < nacceptors; i++) {
         weft_thread *a = atomic_exchange(&acceptor_waiting[i], NULL);
         if (a) weft_unpark(a);
@@ -742,6 +744,7 @@ static void *acceptor_main(void *arg) {
             continue;
         }
         if (!atomic_compare_exchange_weak(&nconns, &n, n + 1)) continue;
+        reserve_rearm();
         struct sockaddr_storage peer;
         socklen_t pl = sizeof peer;
         int fd = weft_accept(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
