@@ -1901,13 +1901,21 @@ static void register_atfork(void) {
         fprintf(stderr, "weft: pthread_atfork failed: a child process forked while weft runs cannot use it\n");
 }
 
-int weft_init(const weft_config *cfg) {
+/* weft_init, or (lazy) the start a weft call makes when none runs: in a
+ * fork child that one is configured as the parent's was ("Fork"), decided
+ * under the lock (several threads may start it at once). */
+static int init_runtime(const weft_config *cfg, int lazy) {
     static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
     pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&R.init_lock);
     if (atomic_load(&R.up)) {
         pthread_mutex_unlock(&R.init_lock);
         return -EALREADY;
+    }
+    weft_config inherited;
+    if (lazy && R.inherit_cfg) {
+        inherited = R.started_with;
+        cfg = &inherited;
     }
     int n = cfg && cfg->carriers ? cfg->carriers : env_int("WEFT_CARRIERS", (int)sysconf(_SC_NPROCESSORS_ONLN));
     size_t stack = cfg && cfg->stack_size ? cfg->stack_size : env_size("WEFT_STACK_SIZE", 256 * 1024);
@@ -2027,12 +2035,14 @@ fail0:
     return r;
 }
 
+int weft_init(const weft_config *cfg) { return init_runtime(cfg, 0); }
+
 int weft__running(void) { return atomic_load_explicit(&R.up, memory_order_acquire); }
 
 int weft__ensure_init(void) {
     if (__builtin_expect(atomic_load_explicit(&R.up, memory_order_acquire), 1)) return 0;
     /* a fork child starts what its parent ran, backend included ("Fork") */
-    int r = weft_init(R.inherit_cfg ? &R.started_with : NULL);
+    int r = init_runtime(NULL, 1);
     return r == -EALREADY ? 0 : r;
 }
 
