@@ -128,10 +128,10 @@ int weft__stacks_refill(void);
  * 1 if it did, 0 if there was nothing to do. */
 int weft__stacks_trim(void);
 
-/* Called by an idle carrier (now: weft_now()) after a lull (see trim_due): moves what its
+/* Called by an idle carrier after a lull (see trim_due): moves what its
  * cache holds beyond a few stacks to the depot and returns the pages below
  * the top page of one batch of depot stacks; 1 if it did something. */
-int weft__stacks_idle_trim(weft__stack_cache *cache, int64_t now);
+int weft__stacks_idle_trim(weft__stack_cache *cache);
 
 /* When the idle trim will have work for this carrier (weft_now's clock
  * base is CLOCK_MONOTONIC), or INT64_MAX if it has none. */

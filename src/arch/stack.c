@@ -148,6 +148,14 @@ static struct {
 
 static size_t round_page(size_t n) { return (n + PAGE - 1) & ~(size_t)(PAGE - 1); }
 
+/* Nanoseconds on a monotonic clock (CLOCK_MONOTONIC, weft_now's, or its
+ * coarse twin: cheaper, up to a tick behind). */
+static int64_t clock_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* madvise over many ranges: process_madvise where the kernel allows it for
  * the calling process (Linux >= 6.13 for any advice), else one call each. */
 static int madvise_many(struct iovec *iov, size_t n, int advice) {
@@ -436,9 +444,7 @@ int weft__stacks_trim(void) {
 
 int weft__stacks_refill(void) {
     if (!S.inited || atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed) >= REFILL_TARGET) return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    int64_t now = clock_ns(CLOCK_MONOTONIC_COARSE);
     /* a burst: spawns ran dry twice within the window, the last time recently */
     if (now - atomic_load_explicit(&S.prev_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
     weft__stack *made[CARVE_BATCH];
@@ -476,11 +482,6 @@ static void zap_surplus(uint32_t floor) {
     }
 }
 
-static int64_t coarse_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 int64_t weft__stacks_trim_due(const weft__stack_cache *cache) {
     if (!S.inited) return INT64_MAX;
@@ -490,11 +491,11 @@ int64_t weft__stacks_trim_due(const weft__stack_cache *cache) {
     return atomic_load_explicit(&S.last_active, memory_order_relaxed) + TRIM_IDLE_NS;
 }
 
-int weft__stacks_idle_trim(weft__stack_cache *cache, int64_t now) {
-    /* now: the fine clock, the one the caller's sleep until trim_due used
-     * (the coarse one may still read a little earlier) */
+int weft__stacks_idle_trim(weft__stack_cache *cache) {
     int64_t due = weft__stacks_trim_due(cache);
-    if (due == INT64_MAX || now < due) return 0;
+    /* the fine clock, the one the carrier slept until `due` by (the coarse
+     * one may still read a little earlier) */
+    if (due == INT64_MAX || clock_ns(CLOCK_MONOTONIC) < due) return 0;
     pthread_mutex_lock(&S.lock);
     if (cache->n > CACHE_KEEP) {
         /* the oldest go; the newest (most likely still warm) stay */
@@ -554,14 +555,12 @@ weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
         n = depot_take(cache ? CACHE_BATCH : 1, got);
         atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
         pthread_mutex_unlock(&S.lock);
-        atomic_store_explicit(&S.last_active, coarse_now(), memory_order_relaxed);
+        int64_t now = clock_ns(CLOCK_MONOTONIC_COARSE);
+        atomic_store_explicit(&S.last_active, now, memory_order_relaxed);
         if (!n) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
             atomic_store_explicit(&S.prev_demand, atomic_load_explicit(&S.last_demand, memory_order_relaxed),
                                   memory_order_relaxed);
-            atomic_store_explicit(&S.last_demand, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
-                                  memory_order_relaxed);
+            atomic_store_explicit(&S.last_demand, now, memory_order_relaxed);
             n = carve_batch(got);
             if (!n) return NULL;
             if (!cache && n > 1) { /* a platform thread keeps one */
@@ -611,7 +610,7 @@ void weft__stack_put(weft__stack_cache *cache, weft__stack *s) {
         cache->s[cache->n++] = s; /* no touch of s: it may be cold in this cache */
         return;
     }
-    atomic_store_explicit(&S.last_active, coarse_now(), memory_order_relaxed);
+    atomic_store_explicit(&S.last_active, clock_ns(CLOCK_MONOTONIC_COARSE), memory_order_relaxed);
     pthread_mutex_lock(&S.lock);
     if (cache) {
         /* full: the older half goes to the depot in one locked step */

@@ -790,7 +790,7 @@ static weft_thread *find_work(weft__carrier *c) {
          * shootdown interrupts the carriers still running.  After an idle
          * period the deep pages of the stacks kept hot go back as well. */
         if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= R.n - 1 &&
-            (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks, weft_now())))
+            (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks)))
             continue;
         /* go idle: publish, then look once more */
         flush_live(c);
