@@ -35,9 +35,11 @@
  *
  * Limits.  --max-conns bounds live connections: an acceptor at the limit
  * waits (weft_park) until one ends, leaving newcomers in the kernel's
- * backlog.  EMFILE/ENFILE: the acceptor gives up a reserved fd, accepts and
- * closes the newcomer (so it is not left hanging), re-reserves, logs at most
- * once a second and sleeps briefly -- no spinning.  If another thread took
+ * backlog.  EMFILE/ENFILE: the acceptor gives up a reserved fd, accepts the
+ * newcomer and tries to re-reserve: if it can, descriptors were freed since
+ * the EMFILE (stale on a loaded machine) and the newcomer is served; if not,
+ * it is closed (so it is not left hanging) and the reserve taken back; the
+ * acceptor logs at most once a second and sleeps briefly -- no spinning.  If another thread took
  * the freed number first, an acceptor takes a new reserve before a later
  * accept, once a descriptor is free.
  *
@@ -143,6 +145,12 @@ static void conn_unregister(conn *c) {
     pthread_mutex_unlock(&conns_lock);
 }
 
+/* Puts fd back as the reserve, unless another acceptor re-armed it first. */
+static void reserve_put(int fd) {
+    int expect = -1;
+    if (!atomic_compare_exchange_strong(&reserve_fd, &expect, fd)) close(fd);
+}
+
 /* The spare descriptor, given up to shed load at EMFILE, comes back as soon
  * as a descriptor can be had again: an acceptor that finds it missing tries
  * before each accept (the shedding acceptor's own re-arm can lose the race
@@ -152,9 +160,7 @@ static void conn_unregister(conn *c) {
 static void reserve_rearm(void) {
     if (atomic_load_explicit(&reserve_fd, memory_order_relaxed) >= 0) return;
     int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    int expect = -1;
-    if (!atomic_compare_exchange_strong(&reserve_fd, &expect, fd)) close(fd);
+    if (fd >= 0) reserve_put(fd);
 }
 
 /* A connection ended (its descriptor closed): one more may be accepted. */
@@ -756,9 +762,27 @@ static void *acceptor_main(void *arg) {
             int rfd = atomic_exchange(&reserve_fd, -1);
             if (rfd >= 0) {
                 close(rfd);
-                int x = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (x >= 0) close(x);
-                atomic_store(&reserve_fd, open("/dev/null", O_RDONLY | O_CLOEXEC));
+                pl = sizeof peer;
+                int x = accept4(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                /* Out of descriptors still?  The EMFILE may be stale: on a
+                 * loaded machine the accept's completion can be handled
+                 * after the connections that filled the table have gone.
+                 * If the reserve can be had back while x is open, there
+                 * is room: serve x rather than shed it. */
+                int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (x >= 0 && spare >= 0 && atomic_fetch_add(&nconns, 1) < O.max_conns) {
+                    reserve_put(spare);
+                    atomic_fetch_add(&nopen, 1);
+                    if (dispatch(x, &peer, weft_now()) < 0) {
+                        close(x);
+                        conn_slot_free();
+                    }
+                    continue;
+                }
+                if (x >= 0 && spare >= 0) atomic_fetch_sub(&nconns, 1); /* at the limit after all */
+                if (x >= 0) close(x); /* shed */
+                if (spare < 0) spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (spare >= 0) reserve_put(spare);
             }
             weft_sleep(10 * 1000000);
             continue;
