@@ -343,6 +343,7 @@ WEFT_API int weft_io_backend(void);
 #include "weft/scope.h"
 #include "weft/future.h"
 #include "weft/chan.h"
+#include "weft/exec.h"
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */
@@ -375,7 +376,8 @@ enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
  * (running on carrier k, runnable, parked on <what> since <t>, sleeping until
  * <t>), the source location of its blocking call, its stack use and, for a
  * parked one, a backtrace (frame pointers; symbol names where the program
- * exports them, e.g. linked with -rdynamic).  WEFT_DUMP_JSON writes the same
+ * exports them, e.g. linked with -rdynamic); then every live executor with
+ * its counters (weft/exec.h).  WEFT_DUMP_JSON writes the same
  * as one JSON object.  Returns 0, -EINVAL for an unknown format, or a
  * negative errno from write(2).  Safe to call while vthreads run: it reads a
  * racy snapshot and never stops them.

@@ -220,12 +220,16 @@ static int can_wait(int op) {
  * turns into a wait too, so the call blocks as documented whatever the fd's
  * flags (not for connect and files). */
 static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
+    /* an executor's pool thread can be cancelled: it waits in ppoll on its
+     * cancel eventfd too (sched.h, weft__pcancel_*) */
+    int cfd = weft__pcancel_fd();
+    if (cfd >= 0 && weft_cancelled()) return -ECANCELED;
     if (!can_wait(rq->op)) return weft__sys_exec(rq);
     int ev = weft__ioreq_events(rq);
-    int must_wait = deadline != 0;
+    int must_wait = deadline != 0 || cfd >= 0;
     for (;;) {
         if (must_wait) {
-            struct pollfd pf = {.fd = rq->fd, .events = (short)ev};
+            struct pollfd pf[2] = {{.fd = rq->fd, .events = (short)ev}, {.fd = cfd, .events = POLLIN}};
             struct timespec ts, *tsp = NULL;
             if (deadline) {
                 int64_t left = deadline - weft_now();
@@ -234,11 +238,12 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
                 ts.tv_nsec = left % 1000000000;
                 tsp = &ts;
             }
-            int r = ppoll(&pf, 1, tsp, NULL);
+            int r = ppoll(pf, cfd >= 0 ? 2 : 1, tsp, NULL);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return -errno;
             if (r == 0) return -ETIMEDOUT;
-            if (rq->op == IOR_POLL) return pf.revents;
+            if (cfd >= 0 && pf[1].revents) return -ECANCELED;
+            if (rq->op == IOR_POLL) return pf[0].revents;
         }
         ssize_t r = weft__sys_exec(rq);
         if (r != -EAGAIN) return r;
