@@ -83,7 +83,9 @@ void report_print(const bench_report *rep);
 /* Options                                                                   */
 /* ------------------------------------------------------------------------ */
 
-enum sleep_executor { EXEC_VIRTUAL, EXEC_THREAD_PER_TASK, EXEC_POOL };
+/* sleep-tasks --executor: the hand-made ones (virtual: weft_spawn per task,
+ * thread-per-task, pool:K) and weft's executors (weft/exec.h) */
+enum sleep_executor { EXEC_VIRTUAL, EXEC_THREAD_PER_TASK, EXEC_POOL, EXEC_W_FIXED, EXEC_W_CACHED, EXEC_W_VIRTUAL };
 enum spawner { SPAWN_FROM_VTHREAD, SPAWN_FROM_PLATFORM };
 
 /* Which micro benchmarks to run (bit set). */

@@ -22,7 +22,12 @@
  *   sleep-tasks  -n (100,000) tasks that each sleep --sleep-ms (1000), all
  *                waited for, on --executor virtual (one vthread per task),
  *                thread-per-task (one pthread each) or pool:K (K pthreads
- *                and a queue).  wall_s, user_s, sys_s, peak_rss_mib.
+ *                and a queue), or on weft's executors as the article has
+ *                them: fixed:K (weft_executor_fixed), cached
+ *                (weft_executor_cached), virtual-executor
+ *                (weft_executor_virtual).  wall_s, user_s, sys_s,
+ *                peak_rss_mib; for weft's executors also threads_started,
+ *                threads_peak and queued_peak.
  *                Article: thread-per-task 18.77 s, cached pool 11.52 s,
  *                virtual threads 2.62 s.  Peers: sleep-tasks.
  *   micro        switch (weft_yield between two vthreads on one carrier),
@@ -147,7 +152,8 @@ static void usage(FILE *f) {
           "  threads      [--platform] [-n N=1000000] [--stack-kib K] [--spawner vthread|platform]\n"
           "               vthreads (or pthreads) that block forever, until N or creation fails:\n"
           "               create_s, ns_per_task, rss_per_task_b, stopped_by=, limit= (pthreads)\n"
-          "  sleep-tasks  [-n N=100000] [--sleep-ms 1000] [--executor virtual|thread-per-task|pool:K]\n"
+          "  sleep-tasks  [-n N=100000] [--sleep-ms 1000] [--executor virtual|thread-per-task|pool:K|\n"
+          "               fixed:K|cached|virtual-executor]  (the last three: weft's executors)\n"
           "               [--stack-kib K] [--spawner vthread|platform]\n"
           "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
           "  micro        [--only switch|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
@@ -237,6 +243,9 @@ static int parse_executor(const char *arg, bench_opts *o) {
     if (strcmp(arg, "virtual") == 0) o->executor = EXEC_VIRTUAL;
     else if (strcmp(arg, "thread-per-task") == 0) o->executor = EXEC_THREAD_PER_TASK;
     else if (strncmp(arg, "pool:", 5) == 0 && parse_long(arg + 5, 1, &o->pool_threads) == 0) o->executor = EXEC_POOL;
+    else if (strncmp(arg, "fixed:", 6) == 0 && parse_long(arg + 6, 1, &o->pool_threads) == 0) o->executor = EXEC_W_FIXED;
+    else if (strcmp(arg, "cached") == 0) o->executor = EXEC_W_CACHED;
+    else if (strcmp(arg, "virtual-executor") == 0) o->executor = EXEC_W_VIRTUAL;
     else return -1;
     return 0;
 }
