@@ -67,50 +67,7 @@
 enum { EX_VIRTUAL, EX_POOL, EX_SCHED };
 enum { T_QUEUED, T_RUNNING, T_DONE, T_CANCELLED };
 
-/* ---- wait lists ----------------------------------------------------------- */
-
-typedef struct xwait {
-    struct xwait *next, *prev;
-    weft__parker *p;
-    uint64_t tok;
-    int linked;
-} xwait;
-
-typedef struct xlist {
-    xwait *head, *tail;
-} xlist;
-
-static void xl_push(xlist *l, xwait *w) {
-    w->next = NULL;
-    w->prev = l->tail;
-    if (l->tail) l->tail->next = w;
-    else l->head = w;
-    l->tail = w;
-    w->linked = 1;
-}
-
-static void xl_remove(xlist *l, xwait *w) {
-    if (w->prev) w->prev->next = w->next;
-    else l->head = w->next;
-    if (w->next) w->next->prev = w->prev;
-    else l->tail = w->prev;
-    w->linked = 0;
-}
-
-/* Wakes the first waiter whose park is still waiting; 1 if one woke. */
-static int xl_wake_one(xlist *l) {
-    while (l->head) {
-        xwait *w = l->head;
-        xl_remove(l, w);
-        if (weft__unpark(w->p, w->tok, WEFT__PS_WOKEN)) return 1; /* w may be gone now */
-    }
-    return 0;
-}
-
-static void xl_wake_all(xlist *l) {
-    while (xl_wake_one(l)) {
-    }
-}
+#include "xwait.h"
 
 /* ---- objects ---------------------------------------------------------------- */
 
@@ -177,19 +134,8 @@ static weft_executor *reg_head;
 static void lock(weft_executor *e) { pthread_mutex_lock(&e->lock); }
 static void unlock(weft_executor *e) { pthread_mutex_unlock(&e->lock); }
 
-/* Waits on l until woken, deadline or (unless nocancel) cancellation;
- * entered and left with the lock held. */
 static int wait_on(weft_executor *e, xlist *l, int64_t deadline, int nocancel) {
-    weft__parker *p;
-    uint64_t tok = nocancel ? weft__park_begin_nocancel(&p, WEFT__PK_GENERIC) : weft__park_begin(&p, WEFT__PK_GENERIC);
-    if (!tok) return -ECANCELED;
-    xwait w = {.p = p, .tok = tok};
-    xl_push(l, &w);
-    unlock(e);
-    int r = weft__park_wait(p, tok, deadline, WEFT__WHY_EXECUTOR, e, NULL, 0);
-    lock(e);
-    if (w.linked) xl_remove(l, &w);
-    return r;
+    return xl_wait(&e->lock, l, deadline, nocancel, e);
 }
 
 static void list_link(task **head, task *t) {

@@ -171,6 +171,9 @@ ssize_t weft__sys_exec(weft__ioreq *rq) {
         case IOR_PWRITE: r = pwrite(rq->fd, rq->buf, rq->n, rq->off); break;
         case IOR_READV: r = readv(rq->fd, rq->iov, rq->iovcnt); break;
         case IOR_WRITEV: r = writev(rq->fd, rq->iov, rq->iovcnt); break;
+        case IOR_PREADV: r = preadv(rq->fd, rq->iov, rq->iovcnt, rq->off); break;
+        case IOR_PWRITEV: r = pwritev(rq->fd, rq->iov, rq->iovcnt, rq->off); break;
+        case IOR_FDATASYNC: r = fdatasync(rq->fd); break;
         case IOR_RECV: r = recv(rq->fd, rq->buf, rq->n, rq->flags); break;
         case IOR_SEND: r = send(rq->fd, rq->buf, rq->n, rq->flags); break;
         case IOR_ACCEPT: r = accept4(rq->fd, rq->addr, rq->addrlen, rq->flags); break;
@@ -427,6 +430,16 @@ ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt) {
     weft__ioreq rq = {.op = IOR_WRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
     return exec(&rq);
 }
+ssize_t weft_preadv(int fd, const struct iovec *iov, int iovcnt, off_t off) {
+    if (off < 0 || iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_PREADV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
+    return exec(&rq);
+}
+ssize_t weft_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t off) {
+    if (off < 0 || iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_PWRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
+    return exec(&rq);
+}
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags) {
     weft__ioreq rq = {.op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
     return exec(&rq);
@@ -451,6 +464,11 @@ int weft_poll(int fd, int events, int64_t deadline_ns) {
 }
 int weft_fsync(int fd) {
     weft__ioreq rq = {.op = IOR_FSYNC, .fd = fd};
+    return (int)exec(&rq);
+}
+
+int weft_fdatasync(int fd) {
+    weft__ioreq rq = {.op = IOR_FDATASYNC, .fd = fd};
     return (int)exec(&rq);
 }
 
