@@ -65,7 +65,8 @@ enum {
 typedef struct weft_file weft_file;
 
 typedef struct weft_file_opts {
-    /* where completion handlers run; NULL: weft_file_default_executor() */
+    /* where completion handlers run (it must outlive the file); NULL:
+     * weft_file_default_executor() */
     weft_executor *executor;
     /* asynchronous operations accepted and not yet complete; a submitter
      * beyond it waits (parks; its deadline and cancellation apply).  0:
