@@ -431,3 +431,51 @@ TEST(byte_range_locks) {
     CHECK_EQ(weft_file_close(b), 0);
     rm_all();
 }
+
+/* ---- blocking-style: small calls direct, big ones through the ring ------------------------- */
+
+static void *big_rw(void *arg) {
+    weft_file *f = arg;
+    size_t n = 3 << 20; /* over the direct limit: the ring (or the pool on epoll) */
+    char *a = malloc(n), *b = malloc(n);
+    for (size_t i = 0; i < n; i++) a[i] = (char)(i * 7 + i / 4099);
+    CHECK_EQ(weft_file_write(f, a, n, 4096), (ssize_t)n);
+    ssize_t got = 0;
+    while ((size_t)got < n) {
+        ssize_t r = weft_file_read(f, b + got, n - (size_t)got, 4096 + got);
+        CHECK(r > 0);
+        got += r;
+    }
+    CHECK(memcmp(a, b, n) == 0);
+    /* small ones (direct on a vthread) */
+    for (int i = 0; i < 1000; i++) {
+        char rec[REC], back[REC];
+        rec_of(i, rec);
+        CHECK_EQ(weft_file_write(f, rec, REC, (off_t)i * REC), REC);
+        CHECK_EQ(weft_file_read(f, back, REC, (off_t)i * REC), REC);
+        CHECK(memcmp(rec, back, REC) == 0);
+    }
+    /* a cancelled caller gets -ECANCELED and writes nothing */
+    weft_cancel(weft_self());
+    CHECK_EQ(weft_file_write(f, "zzzz", 4, 0), -ECANCELED);
+    free(a);
+    free(b);
+    return NULL;
+}
+
+TEST(blocking_style_small_and_large) {
+    tmpdir();
+    char p[128];
+    path_of(p, sizeof p, "rw");
+    weft_file *f = weft_file_open(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE, 0644, NULL);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, big_rw, f, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    char first[REC], want[REC];
+    CHECK_EQ(weft_file_read(f, first, REC, 0), REC); /* from this platform thread */
+    rec_of(0, want);
+    CHECK(memcmp(first, want, REC) == 0); /* not overwritten by the cancelled write */
+
+    CHECK_EQ(weft_file_close(f), 0);
+    rm_all();
+}

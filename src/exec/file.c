@@ -52,6 +52,9 @@
 #include <unistd.h>
 
 #define DEFAULT_MAX_INFLIGHT 65536
+#define DIRECT_MAX (64 * 1024)        /* blocking-style calls up to this size may go direct */
+#define DIRECT_SLOW_NS 200000         /* a direct call this slow ... */
+#define RING_FOR_NS 100000000         /* ... sends the file's calls through the ring this long */
 #define RUN_MAX_BYTES (4u << 20) /* one coalesced write at most */
 
 enum { R_WRITE, R_READ, R_FSYNC, R_FDATASYNC };
@@ -83,6 +86,7 @@ struct weft_file {
     int flusher;         /* a flusher runs */
     int closing;
     xlist room, idle;
+    _Atomic int64_t ring_until; /* blocking-style calls take the ring until then */
 };
 
 /* ---- the default executor for handlers ----------------------------------------- */
@@ -148,14 +152,51 @@ weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_f
     return f;
 }
 
-/* ---- blocking-style ------------------------------------------------------------------ */
+/* ---- blocking-style ------------------------------------------------------------------ *
+ *
+ * A small buffered read or write of a regular file is a copy to or from the
+ * page cache: about 1-2 us as a system call, while a ring operation for it
+ * costs a round trip through io_uring's worker threads (ext4 cannot do
+ * buffered writes without blocking, so io_uring hands them to io-wq) --
+ * ten times more.  So, as Go and Loom do for files, a blocking-style call
+ * of at most DIRECT_MAX bytes on a file without DSYNC/SYNC is made directly
+ * on the carrier.  A direct call can still block (dirty-page throttling, a
+ * cold read): one that took over DIRECT_SLOW_NS sends the file's
+ * blocking-style calls through the ring for the next RING_FOR_NS, so a
+ * slow disk holds a carrier once, not continually.  Cancellation and
+ * deadlines are checked before a direct call (it is not interrupted). */
+
+static int go_direct(weft_file *f, size_t n) {
+    if (n > DIRECT_MAX || (f->flags & (WEFT_DSYNC | WEFT_SYNC)) || !weft_self()) return 0;
+    int64_t until = atomic_load_explicit(&f->ring_until, memory_order_relaxed);
+    return !until || weft_now() >= until;
+}
+
+static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos) {
+    if (weft_cancelled()) return -ECANCELED;
+    int64_t d = weft__effective_deadline(0);
+    int64_t t0 = weft_now();
+    if (d && t0 >= d) return -ETIMEDOUT;
+    ssize_t r;
+    do {
+        r = !wr ? pread(f->fd, b, n, pos) : (f->flags & WEFT_APPEND) ? write(f->fd, b, n) : pwrite(f->fd, b, n, pos);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) r = -errno;
+    int64_t t1 = weft_now();
+    if (t1 - t0 > DIRECT_SLOW_NS) atomic_store_explicit(&f->ring_until, t1 + RING_FOR_NS, memory_order_relaxed);
+    return r;
+}
 
 ssize_t weft_file_write(weft_file *f, const void *b, size_t n, off_t pos) {
     if (!f || (n && !b) || pos < 0) return -EINVAL;
     size_t done = 0;
     while (done < n) {
-        ssize_t r = (f->flags & WEFT_APPEND) ? weft_write(f->fd, (const char *)b + done, n - done)
-                                             : weft_pwrite(f->fd, (const char *)b + done, n - done, pos + (off_t)done);
+        const char *at = (const char *)b + done;
+        size_t left = n - done;
+        off_t p = pos + (off_t)done;
+        ssize_t r = go_direct(f, left)           ? direct_io(f, 1, (void *)at, left, p)
+                    : (f->flags & WEFT_APPEND) ? weft_write(f->fd, at, left)
+                                               : weft_pwrite(f->fd, at, left, p);
         if (r < 0) return r;
         if (r == 0) return -EIO;
         done += (size_t)r;
@@ -165,7 +206,7 @@ ssize_t weft_file_write(weft_file *f, const void *b, size_t n, off_t pos) {
 
 ssize_t weft_file_read(weft_file *f, void *b, size_t n, off_t pos) {
     if (!f || (n && !b) || pos < 0) return -EINVAL;
-    return weft_pread(f->fd, b, n, pos);
+    return go_direct(f, n) ? direct_io(f, 0, b, n, pos) : weft_pread(f->fd, b, n, pos);
 }
 
 /* ---- the flusher ------------------------------------------------------------------- */
