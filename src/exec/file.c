@@ -19,9 +19,11 @@
  * out in order: a run of writes each starting where the previous ended
  * (every write, for an APPEND file) becomes one pwritev (writev) of up to
  * IOV_MAX pieces, continued after a short write; reads, forces and
- * non-adjacent writes go one by one.  The I/O is weft's own: on io_uring a
- * ring operation from the flusher's carrier (no thread hand-off); on epoll
- * the bounded blocking pool.  While the flusher writes, new operations
+ * non-adjacent writes go one by one.  A coalesced write of at most
+ * DIRECT_MAX bytes is one system call on the flusher's carrier (see
+ * "blocking-style" below: on ext4 io_uring would hand it to an io-wq
+ * thread); a bigger one, or any while the file is "slow", is weft's own
+ * I/O: a ring operation on io_uring, the bounded blocking pool on epoll.  While the flusher writes, new operations
  * queue up behind it, so the busier the file, the bigger the batches --
  * group commit, with no timer and no added latency when idle.
  *
@@ -187,6 +189,20 @@ static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos) {
     return r;
 }
 
+/* The flusher's coalesced write, direct (as above; no check for
+ * cancellation: the flusher is never cancelled). */
+static ssize_t direct_writev(weft_file *f, const struct iovec *iov, int cnt, off_t pos) {
+    int64_t t0 = weft_now();
+    ssize_t r;
+    do {
+        r = (f->flags & WEFT_APPEND) ? writev(f->fd, iov, cnt) : pwritev(f->fd, iov, cnt, pos);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) r = -errno;
+    int64_t t1 = weft_now();
+    if (t1 - t0 > DIRECT_SLOW_NS) atomic_store_explicit(&f->ring_until, t1 + RING_FOR_NS, memory_order_relaxed);
+    return r;
+}
+
 ssize_t weft_file_write(weft_file *f, const void *b, size_t n, off_t pos) {
     if (!f || (n && !b) || pos < 0) return -EINVAL;
     size_t done = 0;
@@ -252,7 +268,9 @@ static void write_run(weft_file *f, freq *w, int k) {
     int at = 0;
     int append = (f->flags & WEFT_APPEND) != 0;
     while (done < total) {
-        ssize_t n = append ? weft_writev(f->fd, iov + at, k - at) : weft_pwritev(f->fd, iov + at, k - at, w->pos + (off_t)done);
+        ssize_t n = go_direct(f, total - done) ? direct_writev(f, iov + at, k - at, w->pos + (off_t)done)
+                    : append                   ? weft_writev(f->fd, iov + at, k - at)
+                                               : weft_pwritev(f->fd, iov + at, k - at, w->pos + (off_t)done);
         if (n <= 0) {
             err = n < 0 ? n : -EIO;
             break;
