@@ -307,46 +307,28 @@ static void overload_run(weft_reject_policy p, int gate_on, int *busy, int *canc
     OV = NULL;
 }
 
-TEST(reject_abort_under_overload) {
+/* The overload against p, and the outcome it must have: how many ran,
+ * were refused with -EBUSY, and dropped with -ECANCELED. */
+static void overload_expect(weft_reject_policy p, int gate_on, int want_ok, int want_busy, int want_cancelled) {
     int busy, cancelled, ok;
-    overload_run(WEFT_REJECT_ABORT, 1, &busy, &cancelled, &ok);
-    /* the gate holds the pool's two threads and the queue's four slots */
-    CHECK_EQ(ok, POOL + CAP);
-    CHECK_EQ(busy, LIVE_CAP(10000) - POOL - CAP);
-    CHECK_EQ(cancelled, 0);
+    overload_run(p, gate_on, &busy, &cancelled, &ok);
+    CHECK_EQ(ok, want_ok);
+    CHECK_EQ(busy, want_busy);
+    CHECK_EQ(cancelled, want_cancelled);
 }
 
-TEST(reject_discard_under_overload) {
-    int busy, cancelled, ok;
-    overload_run(WEFT_REJECT_DISCARD, 1, &busy, &cancelled, &ok);
-    CHECK_EQ(ok, POOL + CAP);
-    CHECK_EQ(cancelled, LIVE_CAP(10000) - POOL - CAP);
-    CHECK_EQ(busy, 0);
-}
+#define OVER (LIVE_CAP(10000) - POOL - CAP) /* what the gate leaves no room for */
 
-TEST(reject_discard_oldest_under_overload) {
-    int busy, cancelled, ok;
-    overload_run(WEFT_REJECT_DISCARD_OLDEST, 1, &busy, &cancelled, &ok);
-    /* the two running ones and the last four queued run; every other
-     * was pushed out of the queue by a newer one */
-    CHECK_EQ(ok, POOL + CAP);
-    CHECK_EQ(cancelled, LIVE_CAP(10000) - POOL - CAP);
-    CHECK_EQ(busy, 0);
-}
-
-TEST(reject_caller_runs_under_overload) {
-    int busy, cancelled, ok;
-    overload_run(WEFT_REJECT_CALLER_RUNS, 1, &busy, &cancelled, &ok);
-    CHECK_EQ(ok, LIVE_CAP(10000)); /* every one ran: six on the pool, the rest on their submitters */
-    CHECK_EQ(busy + cancelled, 0);
-}
-
-TEST(reject_block_under_overload) {
-    int busy, cancelled, ok;
-    overload_run(WEFT_REJECT_BLOCK, 0, &busy, &cancelled, &ok); /* no gate: the submitters wait for room */
-    CHECK_EQ(ok, LIVE_CAP(10000));
-    CHECK_EQ(busy + cancelled, 0);
-}
+/* the gate holds the pool's two threads and the queue's four slots */
+TEST(reject_abort_under_overload) { overload_expect(WEFT_REJECT_ABORT, 1, POOL + CAP, OVER, 0); }
+TEST(reject_discard_under_overload) { overload_expect(WEFT_REJECT_DISCARD, 1, POOL + CAP, 0, OVER); }
+/* the two running ones and the last four queued run; every other was
+ * pushed out of the queue by a newer one */
+TEST(reject_discard_oldest_under_overload) { overload_expect(WEFT_REJECT_DISCARD_OLDEST, 1, POOL + CAP, 0, OVER); }
+/* every one runs: six on the pool, the rest on their submitters */
+TEST(reject_caller_runs_under_overload) { overload_expect(WEFT_REJECT_CALLER_RUNS, 1, LIVE_CAP(10000), 0, 0); }
+/* no gate: the submitters wait for room, and all run */
+TEST(reject_block_under_overload) { overload_expect(WEFT_REJECT_BLOCK, 0, LIVE_CAP(10000), 0, 0); }
 
 typedef struct blocker {
     weft_executor *e;
