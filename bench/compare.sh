@@ -19,6 +19,9 @@
 #                chan-buffered: switch go-chan; mutex: mutex go 1000 1000; select:
 #                bench/go/select.go (this repository's, built with go build)
 #   cancel-storm (no peer has it: weft-bench cancel-storm alone)
+#   file-write   file-write c-write, c-uring, java17-fos, java17-async, java17-async-default
+#                (5-byte writes, 2 warm-up + 5 one-second intervals), then every
+#                weft-bench file-write mode
 #
 #   EXPERIMENT   peers run (with $WEFT_PEERS/http/run.sh EXP PEER, REPS=1 here)
 #   http-delay   run.sh delay100 PEER for PEERS (default: go java25-virtual java17-pool200)
@@ -302,8 +305,11 @@ case $exp in
     if wants mutex; then jobs+=("mutex go 1000 1000"); fi
     if wants select; then jobs+=("local:select go"); fi ;;
   cancel-storm) ;; # no peer has the experiment: weft alone
+  file-write)
+    jobs=("file-write c-write" "file-write c-uring" "file-write java17-fos" "file-write java17-async"
+          "file-write java17-async-default") ;;
   *)
-    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, http-delay, http-every10, http-static)" >&2
+    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, file-write, http-delay, http-every10, http-static)" >&2
     exit 2 ;;
 esac
 

@@ -283,6 +283,8 @@ WEFT_API ssize_t weft_write(int fd, const void *buf, size_t n);   /* may write l
 WEFT_API ssize_t weft_write_all(int fd, const void *buf, size_t n); /* loops until n are written or an error */
 WEFT_API ssize_t weft_pread(int fd, void *buf, size_t n, off_t off);
 WEFT_API ssize_t weft_pwrite(int fd, const void *buf, size_t n, off_t off);
+WEFT_API ssize_t weft_preadv(int fd, const struct iovec *iov, int iovcnt, off_t off);
+WEFT_API ssize_t weft_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t off);
 WEFT_API ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt);
 WEFT_API ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt);
 WEFT_API ssize_t weft_recv(int fd, void *buf, size_t n, int flags);
@@ -323,6 +325,7 @@ WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
  */
 WEFT_API int weft_close(int fd);
 WEFT_API int weft_fsync(int fd);
+WEFT_API int weft_fdatasync(int fd);
 /*
  * Runs fn(arg) -- foreign code that may block in the kernel -- on a pool of
  * platform threads while the calling vthread parks; *result gets its return
@@ -343,6 +346,8 @@ WEFT_API int weft_io_backend(void);
 #include "weft/scope.h"
 #include "weft/future.h"
 #include "weft/chan.h"
+#include "weft/exec.h"
+#include "weft/file.h"
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */
@@ -375,7 +380,8 @@ enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
  * (running on carrier k, runnable, parked on <what> since <t>, sleeping until
  * <t>), the source location of its blocking call, its stack use and, for a
  * parked one, a backtrace (frame pointers; symbol names where the program
- * exports them, e.g. linked with -rdynamic).  WEFT_DUMP_JSON writes the same
+ * exports them, e.g. linked with -rdynamic); then every live executor with
+ * its counters (weft/exec.h).  WEFT_DUMP_JSON writes the same
  * as one JSON object.  Returns 0, -EINVAL for an unknown format, or a
  * negative errno from write(2).  Safe to call while vthreads run: it reads a
  * racy snapshot and never stops them.

@@ -83,7 +83,9 @@ void report_print(const bench_report *rep);
 /* Options                                                                   */
 /* ------------------------------------------------------------------------ */
 
-enum sleep_executor { EXEC_VIRTUAL, EXEC_THREAD_PER_TASK, EXEC_POOL };
+/* sleep-tasks --executor: the hand-made ones (virtual: weft_spawn per task,
+ * thread-per-task, pool:K) and weft's executors (weft/exec.h) */
+enum sleep_executor { EXEC_VIRTUAL, EXEC_THREAD_PER_TASK, EXEC_POOL, EXEC_W_FIXED, EXEC_W_CACHED, EXEC_W_VIRTUAL };
 enum spawner { SPAWN_FROM_VTHREAD, SPAWN_FROM_PLATFORM };
 
 /* Which micro benchmarks to run (bit set). */
@@ -116,6 +118,8 @@ typedef struct bench_opts {
     int big;             /* http-delay --big */
     long scopes;         /* cancel-storm --scopes (0 = 10,000) */
     long sockets;        /* cancel-storm --sockets (-1 = 1,000) */
+    const char *file_mode; /* file-write --mode (NULL = every mode) */
+    long size;           /* file-write --size (0 = 5 bytes) */
 } bench_opts;
 
 /*
@@ -141,6 +145,9 @@ int exp_http_every10(const bench_opts *o, bench_report *rep);
 int exp_cancel_storm(const bench_opts *o, bench_report *rep);
 /* exp_floor.c: the kernel's cost of N guarded, one-page stacks, nothing else */
 int exp_page_floor(const bench_opts *o, bench_report *rep);
+/* exp_file.c: file-write */
+int exp_file_write(const bench_opts *o, bench_report *rep);
+int exp_file_mode_known(const char *mode);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */

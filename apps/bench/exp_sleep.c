@@ -13,6 +13,18 @@
  *   pool:K           K pthreads take tasks from a mutex + condvar queue and
  *                    nanosleep; all N tasks are submitted up front.
  *
+ * and on weft's executors (weft/exec.h), as the Loom article's harness
+ * has them -- every task submitted from the main thread, then shutdown and
+ * await (Java's close):
+ *
+ *   fixed:K           weft_executor_fixed(K, unbounded queue)
+ *                     (newFixedThreadPool: 100,000 one-second tasks on K=200
+ *                     take 500 s; give -n smaller);
+ *   cached            weft_executor_cached(no limit, 60 s)
+ *                     (newCachedThreadPool: a thread per waiting task);
+ *   virtual-executor  weft_executor_virtual()
+ *                     (newVirtualThreadPerTaskExecutor).
+ *
  * wall_s runs from the first spawn (for a pool: from starting its threads)
  * until the last task is done; spawn_s until the last task was handed over.
  * user_s, sys_s and peak_rss_mib come from getrusage.  The run is capped at
@@ -377,6 +389,100 @@ static int sleep_pool(const bench_opts *o, sleep_run *s, bench_result *res) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* weft's executors                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void *ex_sleeper(void *arg) {
+    sleep_run *s = arg;
+    int r = weft_sleep(s->sleep_ns); /* parks a vthread, blocks a pool thread */
+    if (r < 0) atomic_fetch_add(&s->sleep_errors, 1);
+    else atomic_fetch_add_explicit(&s->completed, 1, memory_order_relaxed);
+    return NULL;
+}
+
+typedef struct ex_job {
+    sleep_run *s;
+    weft_executor *e;
+    int r; /* weft_executor_await's */
+} ex_job;
+
+/* Submits every task, then shuts the executor down and awaits it. */
+static void *ex_submit_all(void *arg) {
+    ex_job *j = arg;
+    sleep_run *s = j->s;
+    s->t0 = now_s();
+    while (s->spawned < s->n) {
+        weft_future *f = weft_submit(j->e, ex_sleeper, s);
+        if (!f) {
+            s->stop_err = -ENOMEM;
+            break;
+        }
+        if (weft_future_done(f)) { /* refused (a task that ran already cannot be: it sleeps) */
+            int fr = weft_future_get(f, NULL, 0);
+            if (fr < 0) {
+                s->stop_err = fr;
+                weft_future_free(f);
+                break;
+            }
+        }
+        weft_future_free(f); /* the task runs on without it */
+        s->spawned++;
+        if ((s->spawned & 1023) == 0 && over_cap(s)) break;
+    }
+    s->t_spawned = now_s();
+    weft_executor_shutdown(j->e);
+    double left = s->cap_s - (s->t_spawned - s->t0);
+    j->r = weft_executor_await(j->e, weft_now() + (int64_t)((left > 0 ? left : 0) * 1e9));
+    return NULL;
+}
+
+static int sleep_executor(const bench_opts *o, sleep_run *s, bench_result *res) {
+    weft_config cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
+    int r = weft_init(&cfg);
+    if (r < 0) {
+        fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
+        return r;
+    }
+    weft_executor *e = o->executor == EXEC_W_FIXED    ? weft_executor_fixed((int)o->pool_threads, 0, WEFT_REJECT_ABORT)
+                       : o->executor == EXEC_W_CACHED ? weft_executor_cached(0, 0)
+                                                      : weft_executor_virtual();
+    if (!e) {
+        fprintf(stderr, "weft-bench: cannot make the executor\n");
+        return -ENOMEM;
+    }
+    ex_job j = {.s = s, .e = e};
+    if (o->spawner == SPAWN_FROM_VTHREAD) { /* as the virtual executor's peers: submit from a vthread */
+        weft_thread *d;
+        weft_attr a = {.name = "driver"};
+        r = weft_spawn(&d, ex_submit_all, &j, &a);
+        if (r == 0) r = weft_join(d, NULL);
+        if (r < 0) {
+            fprintf(stderr, "weft-bench: driver vthread: %s\n", strerror(-r));
+            return r;
+        }
+    } else {
+        ex_submit_all(&j);
+    }
+    s->t1 = now_s();
+    if (j.r == -ETIMEDOUT || (s->spawned < s->n && !s->stop_err)) s->timed_out = 1;
+    weft_executor_stats st;
+    weft_executor_stats_get(e, &st);
+    br_set(res, "spawner", "%s", o->spawner == SPAWN_FROM_VTHREAD ? "vthread" : "platform");
+    br_setl(res, "threads_started", (long long)st.threads_started);
+    br_setl(res, "threads_peak", (long long)st.threads_peak);
+    br_setl(res, "queued_peak", (long long)st.queued_peak);
+    if (atomic_load(&s->sleep_errors)) {
+        br_setl(res, "sleep_errors", atomic_load(&s->sleep_errors));
+        fprintf(stderr, "weft-bench: BUG? weft_sleep failed in %ld tasks\n", atomic_load(&s->sleep_errors));
+    }
+    if (!s->timed_out) {
+        weft_executor_close(e);
+        weft_shutdown();
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 
 int exp_sleep_tasks(const bench_opts *o, bench_report *rep) {
     static sleep_run s; /* static: tasks still running at a timeout use it */
@@ -393,6 +499,9 @@ int exp_sleep_tasks(const bench_opts *o, bench_report *rep) {
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) br_set(&res, order[i], "-");
     char executor[32];
     if (o->executor == EXEC_POOL) snprintf(executor, sizeof executor, "pool:%ld", o->pool_threads);
+    else if (o->executor == EXEC_W_FIXED) snprintf(executor, sizeof executor, "fixed:%ld", o->pool_threads);
+    else if (o->executor == EXEC_W_CACHED) snprintf(executor, sizeof executor, "cached");
+    else if (o->executor == EXEC_W_VIRTUAL) snprintf(executor, sizeof executor, "virtual-executor");
     else snprintf(executor, sizeof executor, "%s", o->executor == EXEC_VIRTUAL ? "virtual" : "thread-per-task");
     br_set(&res, "executor", "%s", executor);
     br_setl(&res, "n", s.n);
@@ -403,6 +512,9 @@ int exp_sleep_tasks(const bench_opts *o, bench_report *rep) {
     switch (o->executor) {
     case EXEC_VIRTUAL: r = sleep_virtual(o, &s, &res); break;
     case EXEC_THREAD_PER_TASK: r = sleep_thread_per_task(&s, &res); break;
+    case EXEC_W_FIXED:
+    case EXEC_W_CACHED:
+    case EXEC_W_VIRTUAL: r = sleep_executor(o, &s, &res); break;
     default: r = sleep_pool(o, &s, &res); break;
     }
     if (r < 0) return r;

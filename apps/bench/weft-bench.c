@@ -22,7 +22,12 @@
  *   sleep-tasks  -n (100,000) tasks that each sleep --sleep-ms (1000), all
  *                waited for, on --executor virtual (one vthread per task),
  *                thread-per-task (one pthread each) or pool:K (K pthreads
- *                and a queue).  wall_s, user_s, sys_s, peak_rss_mib.
+ *                and a queue), or on weft's executors as the article has
+ *                them: fixed:K (weft_executor_fixed), cached
+ *                (weft_executor_cached), virtual-executor
+ *                (weft_executor_virtual).  wall_s, user_s, sys_s,
+ *                peak_rss_mib; for weft's executors also threads_started,
+ *                threads_peak and queued_peak.
  *                Article: thread-per-task 18.77 s, cached pool 11.52 s,
  *                virtual threads 2.62 s.  Peers: sleep-tasks.
  *   micro        switch (weft_yield between two vthreads on one carrier),
@@ -72,7 +77,7 @@
 
 enum {
     X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64,
-    X_ALL = 127
+    X_FILE = 128, X_ALL = 255
 };
 enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 };
 
@@ -88,12 +93,13 @@ static const struct experiment {
     {"http-every10", X_HTTP_EVERY10, exp_http_every10},
     {"cancel-storm", X_CANCEL, exp_cancel_storm},
     {"page-floor", X_FLOOR, exp_page_floor},
+    {"file-write", X_FILE, exp_file_write},
 };
 
 enum {
     OPT_PLATFORM = 256, OPT_SLEEP_MS, OPT_EXECUTOR, OPT_SPAWNER, OPT_ONLY, OPT_ROUNDS,
     OPT_CARRIERS, OPT_STACK_KIB, OPT_CAP_S, OPT_PEER_LINE, OPT_PEER_FILE,
-    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG, OPT_SCOPES, OPT_SOCKETS,
+    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG, OPT_SCOPES, OPT_SOCKETS, OPT_MODE, OPT_SIZE,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -114,6 +120,8 @@ static const struct option LONG_OPTS[] = {
     {"big", no_argument, NULL, OPT_BIG},
     {"scopes", required_argument, NULL, OPT_SCOPES},
     {"sockets", required_argument, NULL, OPT_SOCKETS},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"size", required_argument, NULL, OPT_SIZE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -129,6 +137,7 @@ static int option_scope(int opt) {
     case OPT_REQUESTS: case OPT_CONC: case OPT_MODELS: return X_HTTP;
     case OPT_BIG: return X_HTTP_DELAY;
     case OPT_SCOPES: case OPT_SOCKETS: return X_CANCEL;
+    case OPT_MODE: case OPT_SIZE: return X_FILE;
     default: return X_ALL;
     }
 }
@@ -147,7 +156,11 @@ static void usage(FILE *f) {
           "  threads      [--platform] [-n N=1000000] [--stack-kib K] [--spawner vthread|platform]\n"
           "               vthreads (or pthreads) that block forever, until N or creation fails:\n"
           "               create_s, ns_per_task, rss_per_task_b, stopped_by=, limit= (pthreads)\n"
-          "  sleep-tasks  [-n N=100000] [--sleep-ms 1000] [--executor virtual|thread-per-task|pool:K]\n"
+          "  file-write   [--mode write|blocking-1|blocking-100|async-futures|async-handlers] [--size 5]\n"
+          "               writes of --size bytes as fast as they go, 2 warm-up + 5 measured 1-s\n"
+          "               intervals: ops_s_mean, ops_s_stddev, threads_peak (each mode, or --mode)\n"
+          "  sleep-tasks  [-n N=100000] [--sleep-ms 1000] [--executor virtual|thread-per-task|pool:K|\n"
+          "               fixed:K|cached|virtual-executor]  (the last three: weft's executors)\n"
           "               [--stack-kib K] [--spawner vthread|platform]\n"
           "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
           "  micro        [--only switch|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
@@ -237,6 +250,9 @@ static int parse_executor(const char *arg, bench_opts *o) {
     if (strcmp(arg, "virtual") == 0) o->executor = EXEC_VIRTUAL;
     else if (strcmp(arg, "thread-per-task") == 0) o->executor = EXEC_THREAD_PER_TASK;
     else if (strncmp(arg, "pool:", 5) == 0 && parse_long(arg + 5, 1, &o->pool_threads) == 0) o->executor = EXEC_POOL;
+    else if (strncmp(arg, "fixed:", 6) == 0 && parse_long(arg + 6, 1, &o->pool_threads) == 0) o->executor = EXEC_W_FIXED;
+    else if (strcmp(arg, "cached") == 0) o->executor = EXEC_W_CACHED;
+    else if (strcmp(arg, "virtual-executor") == 0) o->executor = EXEC_W_VIRTUAL;
     else return -1;
     return 0;
 }
@@ -268,7 +284,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, cancel-storm, page-floor, file-write; see --help)\n", argv[1]);
         return 2;
     }
 
@@ -293,6 +309,8 @@ int main(int argc, char **argv) {
         case OPT_BIG: o.big = 1; break;
         case OPT_SCOPES: bad = parse_long(optarg, 1, &v); o.scopes = v; break;
         case OPT_SOCKETS: bad = parse_long(optarg, 0, &v); o.sockets = v; break;
+        case OPT_MODE: o.file_mode = optarg; bad = !exp_file_mode_known(optarg); break;
+        case OPT_SIZE: bad = parse_long(optarg, 1, &o.size); break;
         case OPT_PLATFORM: o.platform = 1; break;
         case OPT_SLEEP_MS: bad = parse_long(optarg, 0, &o.sleep_ms); break;
         case OPT_EXECUTOR: bad = parse_executor(optarg, &o); break;

@@ -457,6 +457,9 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
     switch (rq->op) {
     case IOR_PREAD:
     case IOR_PWRITE:
+    case IOR_PREADV:
+    case IOR_PWRITEV:
+    case IOR_FDATASYNC:
     case IOR_FSYNC: return weft__pool_exec(rq);
     case IOR_POLL:
         for (;;) {

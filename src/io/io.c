@@ -171,6 +171,9 @@ ssize_t weft__sys_exec(weft__ioreq *rq) {
         case IOR_PWRITE: r = pwrite(rq->fd, rq->buf, rq->n, rq->off); break;
         case IOR_READV: r = readv(rq->fd, rq->iov, rq->iovcnt); break;
         case IOR_WRITEV: r = writev(rq->fd, rq->iov, rq->iovcnt); break;
+        case IOR_PREADV: r = preadv(rq->fd, rq->iov, rq->iovcnt, rq->off); break;
+        case IOR_PWRITEV: r = pwritev(rq->fd, rq->iov, rq->iovcnt, rq->off); break;
+        case IOR_FDATASYNC: r = fdatasync(rq->fd); break;
         case IOR_RECV: r = recv(rq->fd, rq->buf, rq->n, rq->flags); break;
         case IOR_SEND: r = send(rq->fd, rq->buf, rq->n, rq->flags); break;
         case IOR_ACCEPT: r = accept4(rq->fd, rq->addr, rq->addrlen, rq->flags); break;
@@ -220,12 +223,16 @@ static int can_wait(int op) {
  * turns into a wait too, so the call blocks as documented whatever the fd's
  * flags (not for connect and files). */
 static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
+    /* an executor's pool thread can be cancelled: it waits in ppoll on its
+     * cancel eventfd too (sched.h, weft__pcancel_*) */
+    int cfd = weft__pcancel_fd();
+    if (cfd >= 0 && weft_cancelled()) return -ECANCELED;
     if (!can_wait(rq->op)) return weft__sys_exec(rq);
     int ev = weft__ioreq_events(rq);
-    int must_wait = deadline != 0;
+    int must_wait = deadline != 0 || cfd >= 0;
     for (;;) {
         if (must_wait) {
-            struct pollfd pf = {.fd = rq->fd, .events = (short)ev};
+            struct pollfd pf[2] = {{.fd = rq->fd, .events = (short)ev}, {.fd = cfd, .events = POLLIN}};
             struct timespec ts, *tsp = NULL;
             if (deadline) {
                 int64_t left = deadline - weft_now();
@@ -234,11 +241,12 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
                 ts.tv_nsec = left % 1000000000;
                 tsp = &ts;
             }
-            int r = ppoll(&pf, 1, tsp, NULL);
+            int r = ppoll(pf, cfd >= 0 ? 2 : 1, tsp, NULL);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return -errno;
             if (r == 0) return -ETIMEDOUT;
-            if (rq->op == IOR_POLL) return pf.revents;
+            if (cfd >= 0 && pf[1].revents) return -ECANCELED;
+            if (rq->op == IOR_POLL) return pf[0].revents;
         }
         ssize_t r = weft__sys_exec(rq);
         if (r != -EAGAIN) return r;
@@ -422,6 +430,16 @@ ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt) {
     weft__ioreq rq = {.op = IOR_WRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
     return exec(&rq);
 }
+ssize_t weft_preadv(int fd, const struct iovec *iov, int iovcnt, off_t off) {
+    if (off < 0 || iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_PREADV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
+    return exec(&rq);
+}
+ssize_t weft_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t off) {
+    if (off < 0 || iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+    weft__ioreq rq = {.op = IOR_PWRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
+    return exec(&rq);
+}
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags) {
     weft__ioreq rq = {.op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
     return exec(&rq);
@@ -446,6 +464,11 @@ int weft_poll(int fd, int events, int64_t deadline_ns) {
 }
 int weft_fsync(int fd) {
     weft__ioreq rq = {.op = IOR_FSYNC, .fd = fd};
+    return (int)exec(&rq);
+}
+
+int weft_fdatasync(int fd) {
+    weft__ioreq rq = {.op = IOR_FDATASYNC, .fd = fd};
     return (int)exec(&rq);
 }
 

@@ -81,6 +81,7 @@ void weft__epoll_forget(int fd); /* wakes fd's waiters with -EBADF, drops its re
 enum {
     IOR_READ, IOR_WRITE, IOR_PREAD, IOR_PWRITE, IOR_READV, IOR_WRITEV, IOR_RECV, IOR_SEND,
     IOR_ACCEPT, IOR_CONNECT, IOR_POLL, IOR_FSYNC,
+    IOR_PREADV, IOR_PWRITEV, IOR_FDATASYNC, /* positioned vectors; fdatasync */
 };
 typedef struct weft__ioreq {
     int op;

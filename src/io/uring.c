@@ -407,6 +407,9 @@ static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft_
         case IOR_ACCEPT: io_uring_prep_accept(sqe, rq->fd, rq->addr, rq->addrlen, rq->flags); break;
         case IOR_CONNECT: io_uring_prep_connect(sqe, rq->fd, rq->addr, rq->caddrlen); break;
         case IOR_FSYNC: io_uring_prep_fsync(sqe, rq->fd, 0); break;
+        case IOR_FDATASYNC: io_uring_prep_fsync(sqe, rq->fd, IORING_FSYNC_DATASYNC); break;
+        case IOR_PREADV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
+        case IOR_PWRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
         case IOR_POLL: io_uring_prep_poll_add(sqe, rq->fd, (unsigned)rq->events); break;
         }
     }

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "../scope/scope.h"
+#include "../exec/exec.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -66,7 +67,7 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
 
 static const char *why_name(int why) {
     static const char *names[WEFT__WHY_COUNT] = {"",      "sleep",  "join", "park",      "io",        "mutex",  "cond", "semaphore", "rwlock",
-                                                      "latch", "once",   "channel send", "channel receive", "select", "future", "scope", "blocking"};
+                                                      "latch", "once",   "channel send", "channel receive", "select", "future", "scope", "blocking", "executor"};
     return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
 }
 
@@ -231,6 +232,32 @@ static void containers(out *o) {
     if (o->json) put(o, "\n  ],\n  ");
 }
 
+/* Executors: one line (an object in JSON) each, with the counters the
+ * articles' harnesses print. */
+static void one_executor(const char *label, const weft_executor_stats *s, int shut, void *ctx) {
+    out *o = ctx;
+    if (o->json) {
+        put(o, "%s\n    {\"kind\":", o->first ? "" : ",");
+        put_str_json(o, label);
+        put(o, ",\"shutdown\":%s,\"threads_started\":%" PRIu64 ",\"threads_live\":%" PRIu64
+               ",\"threads_peak\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"queued_peak\":%" PRIu64
+               ",\"submitted\":%" PRIu64 ",\"completed\":%" PRIu64 ",\"rejected\":%" PRIu64
+               ",\"cancelled\":%" PRIu64 "}",
+            shut ? "true" : "false", s->threads_started, s->threads_live, s->threads_peak, s->queued,
+            s->queued_peak, s->submitted, s->completed, s->rejected, s->cancelled);
+        o->first = 0;
+    } else {
+        if (o->first) put(o, "executors:\n");
+        o->first = 0;
+        put(o,
+            "  %s%s: threads started %" PRIu64 ", live %" PRIu64 ", peak %" PRIu64 "; queued %" PRIu64
+            ", peak %" PRIu64 "; submitted %" PRIu64 ", completed %" PRIu64 ", rejected %" PRIu64
+            ", cancelled %" PRIu64 "\n",
+            label, shut ? " (shut down)" : "", s->threads_started, s->threads_live, s->threads_peak, s->queued,
+            s->queued_peak, s->submitted, s->completed, s->rejected, s->cancelled);
+    }
+}
+
 int weft_dump(int fd, int format) {
     if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
     int r;
@@ -247,6 +274,10 @@ int weft_dump(int fd, int format) {
             o->now, st.carriers, st.live);
     else
         put(o, "weft thread dump: %" PRIu64 " live vthreads on %" PRIu64 " carriers\n", st.live, st.carriers);
+    if (o->json) put(o, "\"executors\":[");
+    weft__executors_each(one_executor, o);
+    if (o->json) put(o, "%s],\n  ", o->first ? "" : "\n  ");
+    o->first = 1;
     weft__scopes_lock(); /* scopes and their tasks stay while we look */
     containers(o);
     if (o->json) put(o, "\"vthreads\":[");

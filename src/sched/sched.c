@@ -152,6 +152,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/eventfd.h>
 
 #define LIFO_CAP 3
 #define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping ($WEFT_SPIN_US) */
@@ -252,6 +253,15 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
 #define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
 static WEFT_TLS weft__carrier *tls_carrier;
 static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
+/* a platform thread's cancellation (weft__pcancel_*: the executors' pool
+ * threads; no other platform thread is ever cancelled) */
+struct weft__pcancel {
+    _Atomic int cancelled;
+    _Atomic int efd;     /* eventfd written by a cancel, made on demand; -1 none */
+    int enabled;
+    weft__parker *parker;
+};
+static WEFT_TLS weft__pcancel tls_pc = {0, -1, 0, NULL};
 static WEFT_TLS int64_t tls_deadline;      /* a platform thread's deadline */
 
 /* ------------------------------------------------------------------------ */
@@ -1223,15 +1233,14 @@ uint64_t weft__park_begin(weft__parker **pp, int kind) {
         if (atomic_load_explicit(&self->cancelled, memory_order_relaxed)) return 0;
     } else {
         p = &tls_parker;
+        if (atomic_load_explicit(&tls_pc.cancelled, memory_order_relaxed)) return 0;
     }
     *pp = p;
     uint64_t tok = publish_park(self, p, kind);
-    if (self) {
-        if (atomic_load(&self->cancelled)) {
-            uint64_t e = tok;
-            atomic_compare_exchange_strong(&p->word, &e, (tok & ~(uint64_t)0xF) | WEFT__PS_CANCELLED);
-            return 0;
-        }
+    if (self ? atomic_load(&self->cancelled) : atomic_load(&tls_pc.cancelled)) {
+        uint64_t e = tok;
+        atomic_compare_exchange_strong(&p->word, &e, (tok & ~(uint64_t)0xF) | WEFT__PS_CANCELLED);
+        return 0;
     }
     return tok;
 }
@@ -1750,7 +1759,62 @@ void **weft__platform_scopes(void) { return &tls_scopes; }
 
 int weft_cancelled(void) {
     weft_thread *self = weft__self();
-    return self ? atomic_load(&self->cancelled) : 0;
+    return self ? atomic_load(&self->cancelled) : atomic_load(&tls_pc.cancelled);
+}
+
+/* ---- cancelling a platform thread ------------------------------------------
+ * As weft__cancel_one for a vthread: the flag (seq_cst, pairing with
+ * weft__park_begin's second look), then the current park, if cancellable,
+ * ends with CANCELLED.  A blocking system call that waits in ppoll (the io
+ * layer's platform path) also watches the eventfd, which the cancel writes.
+ * The eventfd is published before its owner looks at the flag again, so one
+ * of the two always sees the other. */
+weft__pcancel *weft__pcancel_enable(void) {
+    tls_pc.enabled = 1;
+    tls_pc.parker = &tls_parker;
+    return &tls_pc;
+}
+
+void weft__pcancel_fire(weft__pcancel *h) {
+    atomic_store(&h->cancelled, 1);
+    uint64_t w = atomic_load(&h->parker->word);
+    unsigned st = WEFT__PW_STATE(w);
+    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w))
+        weft__unpark(h->parker, w, WEFT__PS_CANCELLED);
+    int fd = atomic_load(&h->efd);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t r = write(fd, &one, sizeof one); /* EAGAIN: already readable */
+        (void)r;
+    }
+}
+
+void weft__pcancel_clear(void) {
+    atomic_store(&tls_pc.cancelled, 0);
+    int fd = atomic_load_explicit(&tls_pc.efd, memory_order_relaxed);
+    if (fd >= 0) {
+        uint64_t v;
+        ssize_t r = read(fd, &v, sizeof v); /* EAGAIN: was not written */
+        (void)r;
+    }
+}
+
+int weft__pcancel_fd(void) {
+    if (!tls_pc.enabled) return -1;
+    int fd = atomic_load_explicit(&tls_pc.efd, memory_order_relaxed);
+    if (fd < 0) {
+        fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd < 0) return -1; /* out of descriptors: calls are not interruptible, no worse */
+        atomic_store(&tls_pc.efd, fd);
+    }
+    return fd;
+}
+
+void weft__pcancel_disable(void) {
+    int fd = atomic_exchange(&tls_pc.efd, -1);
+    if (fd >= 0) close(fd);
+    atomic_store(&tls_pc.cancelled, 0);
+    tls_pc.enabled = 0;
 }
 
 int weft__park_at(int64_t deadline, const char *file, int line) {

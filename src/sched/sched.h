@@ -76,6 +76,7 @@ enum {
     WEFT__WHY_FUTURE,
     WEFT__WHY_SCOPE,
     WEFT__WHY_BLOCKING,
+    WEFT__WHY_EXECUTOR,
     WEFT__WHY_COUNT
 };
 
@@ -206,6 +207,20 @@ void weft__cancel_one(weft_thread *t);
 /* Set by the scope layer: weft_cancel(t) calls it after cancelling t, so
  * that the scopes t owns are cancelled too. */
 extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
+/* Cancelling a platform thread (the executors' pool threads).  _enable
+ * makes the calling platform thread cancellable and returns its handle,
+ * valid until the thread calls _disable; _fire (any thread, while the
+ * handle is valid) cancels it as weft_cancel does a vthread: its blocking
+ * weft calls return -ECANCELED and weft_cancelled() says 1, until it calls
+ * _clear.  _fd is an eventfd that a cancel makes readable, made on first
+ * use, for the io layer's blocking system calls (-1: not enabled, or no fd
+ * could be made). */
+typedef struct weft__pcancel weft__pcancel;
+weft__pcancel *weft__pcancel_enable(void);
+void weft__pcancel_fire(weft__pcancel *h);
+void weft__pcancel_clear(void);
+int weft__pcancel_fd(void);
+void weft__pcancel_disable(void);
 /* weft_join that neither cancellation nor deadlines interrupt (a scope's
  * close must outwait its tasks). */
 int weft__join_nocancel(weft_thread *t, void **result);

@@ -78,6 +78,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
+#include "future_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -94,14 +95,10 @@ typedef struct fwaiter {
     uint64_t tok;
 } fwaiter;
 
-/* A callback: embedded in the dependent it feeds (`target`).  v/err are
- * the input's outcome, stamped when the node is detached for running. */
-typedef struct fnode {
-    struct fnode *next;
-    weft_future *target;
-    void *v;
-    int err;
-} fnode;
+/* A callback: embedded in the dependent it feeds (`target`), or a watch
+ * (future_int.h).  v/err are the input's outcome, stamped when the node is
+ * detached for running. */
+typedef weft__fnode fnode;
 
 struct weft_future {
     _Atomic uint32_t state;  /* S_*: OK/FAILED, and the lock bit */
@@ -187,6 +184,10 @@ static void release(weft_future *f, fnode **wl);
 /* Runs one callback node: feeds its target.  The node lives in the target,
  * which the nodes' reference keeps alive until release() below. */
 static void run_node(fnode *n, fnode **wl) {
+    if (!n->target) { /* a watch: it owns the node from here */
+        n->watch(n);
+        return;
+    }
     weft_future *g = n->target;
     void *v = n->v;
     int err = n->err;
@@ -276,6 +277,7 @@ static weft_future *fut_alloc(int kind, size_t n) {
     for (size_t i = 0; i < n; i++) {
         f->nodes[i].next = NULL;
         f->nodes[i].target = f;
+        f->nodes[i].watch = NULL;
     }
     return f;
 }
@@ -406,6 +408,13 @@ static weft_future *combine(int kind, weft_future **fs, size_t n) {
         drive(wl);
     }
     return g;
+}
+
+void weft__future_watch(weft_future *f, fnode *n) {
+    n->target = NULL;
+    fnode *wl = NULL;
+    attach(f, n, &wl);
+    drive(wl);
 }
 
 weft_future *weft_future_all(weft_future **fs, size_t n) { return combine(K_ALL, fs, n); }
