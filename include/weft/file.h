@@ -32,7 +32,10 @@
  * what has, and says how many it cancelled.
  *
  * Thread safety: any number of threads, of either world, may use one file
- * at once, until one of them closes it.
+ * at once, until one of them closes it.  A completion handler may run on the
+ * file's own flusher (an executor that refuses it, or CALLER_RUNS): it may
+ * submit more operations, but must not close or force that file, which
+ * waits for the flusher -- close it from another thread.
  */
 #ifndef WEFT_FILE_H
 #define WEFT_FILE_H
