@@ -479,3 +479,37 @@ TEST(blocking_style_small_and_large) {
     CHECK_EQ(weft_file_close(f), 0);
     rm_all();
 }
+
+/* A handler on the flusher (caller-runs) that forces or closes its own
+ * file gets -EDEADLK instead of waiting for itself. */
+static weft_file *self_file;
+static atomic_int self_force, self_close, self_calls;
+static void self_closing_handler(ssize_t res, void *ctx) {
+    (void)res;
+    (void)ctx;
+    atomic_store(&self_force, weft_file_force(self_file, 0));
+    atomic_store(&self_close, weft_file_close(self_file));
+    atomic_fetch_add(&self_calls, 1);
+}
+
+TEST(handler_on_flusher_cannot_close_its_file) {
+    tmpdir();
+    char p[128];
+    path_of(p, sizeof p, "self");
+    weft_latch_init(&hold, 1);
+    weft_executor *ex = weft_executor_fixed(1, 1, WEFT_REJECT_CALLER_RUNS);
+    weft_future *busy[2] = {weft_submit(ex, hold_task, NULL), weft_submit(ex, hold_task, NULL)};
+    weft_file_opts o = {.executor = ex};
+    self_file = weft_file_open(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
+    weft_future *u = weft_file_write_async(self_file, "a", 1, 0, self_closing_handler, NULL);
+    while (!atomic_load(&self_calls)) usleep(500);
+    CHECK_EQ(atomic_load(&self_force), -EDEADLK);
+    CHECK_EQ(atomic_load(&self_close), -EDEADLK);
+    CHECK_EQ(weft_future_get(u, NULL, 0), 0);
+    weft_future_free(u);
+    CHECK_EQ(weft_file_close(self_file), 0); /* from here it works */
+    weft_latch_count_down(&hold);
+    for (int i = 0; i < 2; i++) weft_future_free(busy[i]);
+    CHECK_EQ(weft_executor_close(ex), 0);
+    rm_all();
+}

@@ -34,8 +34,9 @@
  * Thread safety: any number of threads, of either world, may use one file
  * at once, until one of them closes it.  A completion handler may run on the
  * file's own flusher (an executor that refuses it, or CALLER_RUNS): it may
- * submit more operations, but must not close or force that file, which
- * waits for the flusher -- close it from another thread.
+ * submit more operations, but closing or forcing that file there would wait
+ * for itself: those calls return -EDEADLK on the flusher (the file stays
+ * open) -- close it from another thread.
  */
 #ifndef WEFT_FILE_H
 #define WEFT_FILE_H

@@ -89,6 +89,7 @@ struct weft_file {
     int closing;
     xlist room, idle;
     _Atomic int64_t ring_until; /* blocking-style calls take the ring until then */
+    _Atomic(weft_thread *) flusher_vt; /* the flusher vthread, while it runs */
 };
 
 /* ---- the default executor for handlers ----------------------------------------- */
@@ -328,6 +329,7 @@ static void run_list(weft_file *f, freq *l) {
 
 static void *flusher_main(void *arg) {
     weft_file *f = arg;
+    atomic_store(&f->flusher_vt, weft_self());
     pthread_mutex_lock(&f->lock);
     for (;;) {
         freq *l = f->qh;
@@ -339,6 +341,7 @@ static void *flusher_main(void *arg) {
         pthread_mutex_lock(&f->lock);
     }
     f->flusher = 0;
+    atomic_store(&f->flusher_vt, NULL);
     if (f->inflight == 0) xl_wake_all(&f->idle);
     pthread_mutex_unlock(&f->lock); /* a closer may free f from here on */
     return NULL;
@@ -439,8 +442,15 @@ weft_future *weft_file_read_async(weft_file *f, void *b, size_t n, off_t pos,
     return submit(f, r);
 }
 
+/* A handler running on the flusher (caller-runs) that would wait for it. */
+static int on_own_flusher(weft_file *f) {
+    weft_thread *self = weft_self();
+    return self && atomic_load(&f->flusher_vt) == self;
+}
+
 int weft_file_force(weft_file *f, int metadata) {
     if (!f) return -EINVAL;
+    if (on_own_flusher(f)) return -EDEADLK;
     freq *r = freq_new(metadata ? R_FSYNC : R_FDATASYNC, NULL, NULL);
     if (!r) return -ENOMEM;
     weft_future *u = submit(f, r); /* behind every operation accepted before */
@@ -513,6 +523,7 @@ static int finish_close(weft_file *f) {
 
 int weft_file_close(weft_file *f) {
     if (!f) return -EINVAL;
+    if (on_own_flusher(f)) return -EDEADLK;
     pthread_mutex_lock(&f->lock);
     f->closing = 1;
     xl_wake_all(&f->room); /* waiting submitters fail with -EBADF */
@@ -522,6 +533,7 @@ int weft_file_close(weft_file *f) {
 
 int weft_file_close_now(weft_file *f) {
     if (!f) return -EINVAL;
+    if (on_own_flusher(f)) return -EDEADLK;
     pthread_mutex_lock(&f->lock);
     f->closing = 1;
     xl_wake_all(&f->room);
