@@ -338,6 +338,17 @@ static void *hold_task(void *arg) {
     return NULL;
 }
 
+/* A caller-runs executor whose one thread and one queue slot are taken
+ * until `hold` opens (busy: their futures): a handler submitted to it runs
+ * on the submitter -- the file's flusher. */
+static weft_executor *held_executor(weft_future *busy[2]) {
+    weft_latch_init(&hold, 1);
+    weft_executor *ex = weft_executor_fixed(1, 1, WEFT_REJECT_CALLER_RUNS);
+    busy[0] = weft_submit(ex, hold_task, NULL);
+    busy[1] = weft_submit(ex, hold_task, NULL);
+    return ex;
+}
+
 static void *submit_one(void *arg) {
     weft_file *f = arg;
     weft_future *u = weft_file_write_async(f, "z", 1, 0, NULL, NULL);
@@ -352,9 +363,8 @@ TEST(close_now_cancels_what_has_not_started) {
     tmpdir();
     char p[128];
     path_of(p, sizeof p, "cn");
-    weft_latch_init(&hold, 1);
-    weft_executor *ex = weft_executor_fixed(1, 1, WEFT_REJECT_CALLER_RUNS);
-    weft_future *busy[2] = {weft_submit(ex, hold_task, NULL), weft_submit(ex, hold_task, NULL)};
+    weft_future *busy[2];
+    weft_executor *ex = held_executor(busy);
     weft_file_opts o = {.executor = ex, .max_inflight = 64};
     weft_file *f = weft_file_open(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
     atomic_int first = 0;
@@ -496,9 +506,8 @@ TEST(handler_on_flusher_cannot_close_its_file) {
     tmpdir();
     char p[128];
     path_of(p, sizeof p, "self");
-    weft_latch_init(&hold, 1);
-    weft_executor *ex = weft_executor_fixed(1, 1, WEFT_REJECT_CALLER_RUNS);
-    weft_future *busy[2] = {weft_submit(ex, hold_task, NULL), weft_submit(ex, hold_task, NULL)};
+    weft_future *busy[2];
+    weft_executor *ex = held_executor(busy);
     weft_file_opts o = {.executor = ex};
     self_file = weft_file_open(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
     weft_future *u = weft_file_write_async(self_file, "a", 1, 0, self_closing_handler, NULL);

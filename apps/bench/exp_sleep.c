@@ -153,13 +153,17 @@ static void *vt_driver(void *arg) {
     return NULL;
 }
 
-static int sleep_virtual(const bench_opts *o, sleep_run *s, bench_result *res) {
+/* weft_init with the run's carriers and stack size; says why on failure. */
+static int init_runtime(const bench_opts *o) {
     weft_config cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
     int r = weft_init(&cfg);
-    if (r < 0) {
-        fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
-        return r;
-    }
+    if (r < 0) fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
+    return r;
+}
+
+static int sleep_virtual(const bench_opts *o, sleep_run *s, bench_result *res) {
+    int r = init_runtime(o);
+    if (r < 0) return r;
     int join_mode = getenv("WEFT_BENCH_JOIN") != NULL;
     vt_job j = {.s = s, .h = join_mode ? malloc((size_t)s->n * sizeof(weft_thread *)) : NULL};
     if (join_mode && !j.h) {
@@ -437,12 +441,8 @@ static void *ex_submit_all(void *arg) {
 }
 
 static int sleep_executor(const bench_opts *o, sleep_run *s, bench_result *res) {
-    weft_config cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
-    int r = weft_init(&cfg);
-    if (r < 0) {
-        fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
-        return r;
-    }
+    int r = init_runtime(o);
+    if (r < 0) return r;
     weft_executor *e = o->executor == EXEC_W_FIXED    ? weft_executor_fixed((int)o->pool_threads, 0, WEFT_REJECT_ABORT)
                        : o->executor == EXEC_W_CACHED ? weft_executor_cached(0, 0)
                                                       : weft_executor_virtual();

@@ -175,6 +175,13 @@ static int go_direct(weft_file *f, size_t n) {
     return !until || weft_now() >= until;
 }
 
+/* After a direct call that started at t0: a slow one sends the file's calls
+ * through the ring for a while. */
+static void note_direct(weft_file *f, int64_t t0) {
+    int64_t t1 = weft_now();
+    if (t1 - t0 > DIRECT_SLOW_NS) atomic_store_explicit(&f->ring_until, t1 + RING_FOR_NS, memory_order_relaxed);
+}
+
 static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos) {
     if (weft_cancelled()) return -ECANCELED;
     int64_t d = weft__effective_deadline(0);
@@ -185,8 +192,7 @@ static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos) {
         r = !wr ? pread(f->fd, b, n, pos) : (f->flags & WEFT_APPEND) ? write(f->fd, b, n) : pwrite(f->fd, b, n, pos);
     } while (r < 0 && errno == EINTR);
     if (r < 0) r = -errno;
-    int64_t t1 = weft_now();
-    if (t1 - t0 > DIRECT_SLOW_NS) atomic_store_explicit(&f->ring_until, t1 + RING_FOR_NS, memory_order_relaxed);
+    note_direct(f, t0);
     return r;
 }
 
@@ -199,8 +205,7 @@ static ssize_t direct_writev(weft_file *f, const struct iovec *iov, int cnt, off
         r = (f->flags & WEFT_APPEND) ? writev(f->fd, iov, cnt) : pwritev(f->fd, iov, cnt, pos);
     } while (r < 0 && errno == EINTR);
     if (r < 0) r = -errno;
-    int64_t t1 = weft_now();
-    if (t1 - t0 > DIRECT_SLOW_NS) atomic_store_explicit(&f->ring_until, t1 + RING_FOR_NS, memory_order_relaxed);
+    note_direct(f, t0);
     return r;
 }
 
@@ -349,9 +354,25 @@ static void *flusher_main(void *arg) {
 
 /* ---- asynchronous submission ------------------------------------------------------------ */
 
+/* An operation refused before it was queued: its future fails with err
+ * now; its handler is not called (the caller has the error at once).
+ * The caller holds its own reference on the future. */
+static void refuse(weft_file *f, freq *r, int err) {
+    r->res = err;
+    r->done = NULL;
+    complete(f, r);
+}
+
+/* refuse(), for an operation whose caller's reference is not taken yet. */
+static weft_future *refuse_now(weft_file *f, freq *r, int err) {
+    weft_future *user = weft_future_ref(r->fut);
+    refuse(f, r, err);
+    return user;
+}
+
 /* Queues r (its future made) and returns the caller's future. */
 static weft_future *submit(weft_file *f, freq *r) {
-    weft_future *user = weft_future_ref(r->fut);
+    weft_future *user = weft_future_ref(r->fut); /* before a running flusher can fill and drop r */
     int err = 0, spawn = 0;
     pthread_mutex_lock(&f->lock);
     while (!f->closing && f->inflight >= f->max_inflight) {
@@ -370,9 +391,7 @@ static weft_future *submit(weft_file *f, freq *r) {
     }
     pthread_mutex_unlock(&f->lock);
     if (err) {
-        r->res = err;
-        r->done = NULL; /* a refused operation's handler is not called: the error is returned now */
-        complete(f, r);
+        refuse(f, r, err);
         return user;
     }
     if (spawn) {
@@ -383,7 +402,7 @@ static weft_future *submit(weft_file *f, freq *r) {
 }
 
 static freq *freq_new(int kind, void (*done)(ssize_t, void *), void *ctx) {
-    freq *r = malloc(sizeof *r);
+    freq *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->fut = weft_future_new();
     if (!r->fut) {
@@ -393,11 +412,6 @@ static freq *freq_new(int kind, void (*done)(ssize_t, void *), void *ctx) {
     r->kind = kind;
     r->done = done;
     r->ctx = ctx;
-    r->res = 0;
-    r->buf = NULL;
-    r->rbuf = NULL;
-    r->n = 0;
-    r->pos = 0;
     return r;
 }
 
@@ -406,13 +420,7 @@ weft_future *weft_file_write_async(weft_file *f, const void *b, size_t n, off_t 
     if (!f) return NULL;
     freq *r = freq_new(R_WRITE, done, ctx);
     if (!r) return NULL;
-    if ((n && !b) || pos < 0 || n > SSIZE_MAX) {
-        r->res = -EINVAL;
-        r->done = NULL;
-        weft_future *u = weft_future_ref(r->fut);
-        complete(f, r);
-        return u;
-    }
+    if ((n && !b) || pos < 0 || n > SSIZE_MAX) return refuse_now(f, r, -EINVAL);
     if (n <= WEFT_FILE_INLINE) {
         memcpy(r->inl, b, n);
         r->buf = r->inl;
@@ -429,13 +437,7 @@ weft_future *weft_file_read_async(weft_file *f, void *b, size_t n, off_t pos,
     if (!f) return NULL;
     freq *r = freq_new(R_READ, done, ctx);
     if (!r) return NULL;
-    if ((n && !b) || pos < 0) {
-        r->res = -EINVAL;
-        r->done = NULL;
-        weft_future *u = weft_future_ref(r->fut);
-        complete(f, r);
-        return u;
-    }
+    if ((n && !b) || pos < 0) return refuse_now(f, r, -EINVAL);
     r->rbuf = b;
     r->n = n;
     r->pos = pos;
