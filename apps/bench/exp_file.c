@@ -4,8 +4,10 @@
  * can; the main thread reads the count of completed writes once a second:
  * 2 warm-up intervals, then 5 measured ones: ops_s_mean and ops_s_stddev
  * (sample, n-1) over the 5, as the peers in ../shared/peers/runtime/
- * file-write count.  threads_peak: the process's threads (/proc/self/status),
- * sampled each interval -- io_uring's io-wq workers included.
+ * file-write count.  threads_peak: the process's threads (/proc/self/task),
+ * sampled each interval -- io_uring's io-wq workers included; threads_peak_by:
+ * each kind's peak (carriers, monitor, executor pool, io-wq, other = the
+ * harness's main thread and its write(2) pthread).
  *
  * Modes (--mode, default all of them, one line each):
  *   write             write(2) to an O_APPEND file from one pthread (the
@@ -25,6 +27,7 @@
 
 #include <weft.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -133,14 +136,36 @@ static void *handlers_worker(void *arg) {
     return NULL;
 }
 
-static long threads_now(void) {
-    FILE *s = fopen("/proc/self/status", "re");
-    if (!s) return -1;
-    char line[256];
-    long n = -1;
-    while (fgets(line, sizeof line, s))
-        if (sscanf(line, "Threads: %ld", &n) == 1) break;
-    fclose(s);
+/* The process's threads by kind, from /proc/self/task/N/comm: the
+ * runtime's (weft-c* carriers, weft-monitor), the executors' pools
+ * (weft-pool-*), io_uring's io-wq workers (iou-wrk-*: kernel threads that
+ * count in the process) and the rest (the harness's own). */
+enum { TK_CARRIER, TK_MONITOR, TK_POOL, TK_IOWQ, TK_OTHER, TK_COUNT };
+static const char *const TK_NAMES[TK_COUNT] = {"carriers", "monitor", "pool", "iowq", "other"};
+
+static long threads_now(long by_kind[TK_COUNT]) {
+    for (int k = 0; k < TK_COUNT; k++) by_kind[k] = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[64], comm[32] = "";
+        snprintf(p, sizeof p, "/proc/self/task/%.20s/comm", e->d_name);
+        FILE *f = fopen(p, "re");
+        if (!f) continue; /* gone meanwhile */
+        if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+        fclose(f);
+        int k = !strncmp(comm, "weft-c", 6)         ? TK_CARRIER
+                : !strncmp(comm, "weft-monitor", 12) ? TK_MONITOR
+                : !strncmp(comm, "weft-pool", 9)     ? TK_POOL
+                : !strncmp(comm, "iou-wrk", 7)       ? TK_IOWQ
+                                                     : TK_OTHER;
+        by_kind[k]++;
+        n++;
+    }
+    closedir(d);
     return n;
 }
 
@@ -179,7 +204,9 @@ static int run_mode(int mode, size_t size, bench_report *rep) {
     }
     enum { WARMUP = 2, MEASURED = 5 };
     double rate[WARMUP + MEASURED], t0 = mono_s(), tp = t0;
-    long cp = 0, tpeak = threads_now();
+    /* sampled at the end of each interval only: a thread just created
+     * carries its creator's name until it names itself */
+    long cp = 0, kind_now[TK_COUNT], kind_peak[TK_COUNT] = {0}, tpeak = 0;
     for (int k = 0; k < WARMUP + MEASURED; k++) {
         double due = t0 + k + 1;
         struct timespec ts = {(time_t)due, (long)((due - (double)(time_t)due) * 1e9)};
@@ -190,8 +217,10 @@ static int run_mode(int mode, size_t size, bench_report *rep) {
         rate[k] = (double)(c - cp) / (tn - tp);
         tp = tn;
         cp = c;
-        long th = threads_now();
+        long th = threads_now(kind_now);
         if (th > tpeak) tpeak = th;
+        for (int t = 0; t < TK_COUNT; t++)
+            if (kind_now[t] > kind_peak[t]) kind_peak[t] = kind_now[t];
     }
     atomic_store(&w.stop, 1);
     if (mode == M_WRITE) {
@@ -220,6 +249,10 @@ static int run_mode(int mode, size_t size, bench_report *rep) {
     br_set(&res, "warmup", "%.0f,%.0f", rate[0], rate[1]);
     br_setl(&res, "total_ops", cp);
     br_setl(&res, "threads_peak", tpeak);
+    char by[128];
+    at = 0;
+    for (int t = 0; t < TK_COUNT; t++) at += snprintf(by + at, sizeof by - (size_t)at, "%s%s:%ld", t ? "," : "", TK_NAMES[t], kind_peak[t]);
+    br_set(&res, "threads_peak_by", "%s", by);
     if (w.err) {
         char e[32];
         br_set(&res, "error", "%s", errno_name(w.err, e, sizeof e));

@@ -50,13 +50,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define DEFAULT_MAX_INFLIGHT 65536
 #define DIRECT_MAX (64 * 1024)        /* blocking-style calls up to this size may go direct */
 #define DIRECT_SLOW_NS 200000         /* a direct call this slow ... */
-#define RING_FOR_NS 100000000         /* ... sends the file's calls through the ring this long */
+#define RING_FACTOR 10                /* ... sends the file's calls through the ring 10x as long, */
+#define RING_FOR_NS 100000000         /* ... at most this long */
 #define RUN_MAX_BYTES (4u << 20) /* one coalesced write at most */
 
 enum { R_WRITE, R_READ, R_FSYNC, R_FDATASYNC };
@@ -165,31 +167,69 @@ weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_f
  * of at most DIRECT_MAX bytes on a file without DSYNC/SYNC is made directly
  * on the carrier.  A direct call can still block (dirty-page throttling, a
  * cold read): one that took over DIRECT_SLOW_NS sends the file's
- * blocking-style calls through the ring for the next RING_FOR_NS, so a
- * slow disk holds a carrier once, not continually.  Cancellation and
- * deadlines are checked before a direct call (it is not interrupted). */
+ * blocking-style calls through the ring for RING_FACTOR times as long as it
+ * took (at most RING_FOR_NS), so a slow disk holds a carrier at most about
+ * 1/(RING_FACTOR+1) of the time, not continually.  The time is wall time,
+ * so a carrier preempted in the call (a busy machine, a VM's steal) looks
+ * slow too: the window in proportion keeps such a false alarm cheap (a
+ * fixed 100 ms window cost a busy 2-vCPU VM two thirds of its direct
+ * writes).  Cancellation and deadlines are checked before a direct call
+ * (it is not interrupted). */
 
-static int go_direct(weft_file *f, size_t n) {
+/* Which direct calls are timed: one in DIRECT_SAMPLE (a carrier's count;
+ * the count is only touched between two parks, so a carrier-local is
+ * right), and the first after a ring window.  Two clock reads are a tenth
+ * of a 5-byte write; a file whose calls block does so again and again
+ * (dirty-page throttling acts on every write past the limit, a cold file
+ * is read piece by piece), so a sample finds it within a few stalls, and
+ * a stall missed meanwhile is what the monitor already covers: it moves a
+ * stuck carrier's queue to the others (sched.c, "The monitor"). */
+#define DIRECT_SAMPLE 4
+static __thread unsigned direct_tick;
+
+/* 0: take the ring.  Otherwise the call may go direct, and *t0 is now when
+ * the call is to be timed (note_direct), else 0. */
+static int go_direct(weft_file *f, size_t n, int64_t *t0) {
     if (n > DIRECT_MAX || (f->flags & (WEFT_DSYNC | WEFT_SYNC)) || !weft_self()) return 0;
+    *t0 = 0;
     int64_t until = atomic_load_explicit(&f->ring_until, memory_order_relaxed);
-    return !until || weft_now() >= until;
+    if (until) {
+        int64_t now = weft_now();
+        if (now < until) return 0;
+        /* the window is over: clear it (unless a slow call just set another) */
+        atomic_compare_exchange_strong_explicit(&f->ring_until, &until, 0, memory_order_relaxed,
+                                                memory_order_relaxed);
+        *t0 = now;
+    } else if (++direct_tick % DIRECT_SAMPLE == 0) {
+        *t0 = weft_now();
+    }
+    return 1;
 }
 
-/* After a direct call that started at t0: a slow one sends the file's calls
- * through the ring for a while. */
+/* After a direct call that started at t0 (0: not timed): a slow one sends
+ * the file's calls through the ring for a while. */
 static void note_direct(weft_file *f, int64_t t0) {
+    if (!t0) return;
     int64_t t1 = weft_now();
-    if (t1 - t0 > DIRECT_SLOW_NS) atomic_store_explicit(&f->ring_until, t1 + RING_FOR_NS, memory_order_relaxed);
+    int64_t took = t1 - t0;
+    if (took > DIRECT_SLOW_NS) {
+        int64_t span = took < RING_FOR_NS / RING_FACTOR ? took * RING_FACTOR : RING_FOR_NS;
+        atomic_store_explicit(&f->ring_until, t1 + span, memory_order_relaxed);
+    }
 }
 
-static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos) {
+/* The system calls are made with syscall(2), not glibc's wrappers: those are
+ * pthread cancellation points, whose bookkeeping costs a tenth of a 5-byte
+ * write, and weft's carriers are never pthread-cancelled. */
+static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos, int64_t t0) {
     if (weft_cancelled()) return -ECANCELED;
     int64_t d = weft__effective_deadline(0);
-    int64_t t0 = weft_now();
-    if (d && t0 >= d) return -ETIMEDOUT;
-    ssize_t r;
+    if (d && (t0 ? t0 : weft_now()) >= d) return -ETIMEDOUT;
+    long r;
     do {
-        r = !wr ? pread(f->fd, b, n, pos) : (f->flags & WEFT_APPEND) ? write(f->fd, b, n) : pwrite(f->fd, b, n, pos);
+        r = !wr                        ? syscall(SYS_pread64, f->fd, b, n, pos)
+            : (f->flags & WEFT_APPEND) ? syscall(SYS_write, f->fd, b, n)
+                                       : syscall(SYS_pwrite64, f->fd, b, n, pos);
     } while (r < 0 && errno == EINTR);
     if (r < 0) r = -errno;
     note_direct(f, t0);
@@ -198,11 +238,11 @@ static ssize_t direct_io(weft_file *f, int wr, void *b, size_t n, off_t pos) {
 
 /* The flusher's coalesced write, direct (as above; no check for
  * cancellation: the flusher is never cancelled). */
-static ssize_t direct_writev(weft_file *f, const struct iovec *iov, int cnt, off_t pos) {
-    int64_t t0 = weft_now();
-    ssize_t r;
+static ssize_t direct_writev(weft_file *f, const struct iovec *iov, int cnt, off_t pos, int64_t t0) {
+    long r;
     do {
-        r = (f->flags & WEFT_APPEND) ? writev(f->fd, iov, cnt) : pwritev(f->fd, iov, cnt, pos);
+        r = (f->flags & WEFT_APPEND) ? syscall(SYS_writev, f->fd, iov, cnt)
+                                     : syscall(SYS_pwritev, f->fd, iov, cnt, (long)pos, (long)((uint64_t)pos >> 32));
     } while (r < 0 && errno == EINTR);
     if (r < 0) r = -errno;
     note_direct(f, t0);
@@ -216,7 +256,8 @@ ssize_t weft_file_write(weft_file *f, const void *b, size_t n, off_t pos) {
         const char *at = (const char *)b + done;
         size_t left = n - done;
         off_t p = pos + (off_t)done;
-        ssize_t r = go_direct(f, left)           ? direct_io(f, 1, (void *)at, left, p)
+        int64_t t0;
+        ssize_t r = go_direct(f, left, &t0)      ? direct_io(f, 1, (void *)at, left, p, t0)
                     : (f->flags & WEFT_APPEND) ? weft_write(f->fd, at, left)
                                                : weft_pwrite(f->fd, at, left, p);
         if (r < 0) return r;
@@ -228,7 +269,8 @@ ssize_t weft_file_write(weft_file *f, const void *b, size_t n, off_t pos) {
 
 ssize_t weft_file_read(weft_file *f, void *b, size_t n, off_t pos) {
     if (!f || (n && !b) || pos < 0) return -EINVAL;
-    return go_direct(f, n) ? direct_io(f, 0, b, n, pos) : weft_pread(f->fd, b, n, pos);
+    int64_t t0;
+    return go_direct(f, n, &t0) ? direct_io(f, 0, b, n, pos, t0) : weft_pread(f->fd, b, n, pos);
 }
 
 /* ---- the flusher ------------------------------------------------------------------- */
@@ -274,9 +316,10 @@ static void write_run(weft_file *f, freq *w, int k) {
     int at = 0;
     int append = (f->flags & WEFT_APPEND) != 0;
     while (done < total) {
-        ssize_t n = go_direct(f, total - done) ? direct_writev(f, iov + at, k - at, w->pos + (off_t)done)
-                    : append                   ? weft_writev(f->fd, iov + at, k - at)
-                                               : weft_pwritev(f->fd, iov + at, k - at, w->pos + (off_t)done);
+        int64_t t0;
+        ssize_t n = go_direct(f, total - done, &t0) ? direct_writev(f, iov + at, k - at, w->pos + (off_t)done, t0)
+                    : append                        ? weft_writev(f->fd, iov + at, k - at)
+                                                    : weft_pwritev(f->fd, iov + at, k - at, w->pos + (off_t)done);
         if (n <= 0) {
             err = n < 0 ? n : -EIO;
             break;
