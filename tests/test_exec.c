@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 
 #define V(x) ((void *)(intptr_t)(x))
 #define I(p) ((intptr_t)(p))
@@ -199,6 +200,40 @@ TEST(cached_grows_reuses_and_retires) {
     CHECK_EQ(s.threads_peak, 3);
     CHECK_EQ(s.rejected, 0);
     CHECK_EQ(weft_executor_close(e), 0);
+}
+
+/* A pool of many sleeping threads makes the kernel's futex hash fit them
+ * (Linux >= 6.16 sizes a process's private hash for its CPUs: 16 buckets on
+ * 2 CPUs, and every wake walked a bucket of hundreds of sleepers). */
+TEST(cached_pool_grows_the_futex_hash) {
+    enum { N = 300 };
+    weft_executor *e = weft_executor_cached(0, 0);
+    weft_latch gate;
+    weft_latch_init(&gate, 1);
+    weft_future *fs[N];
+    CHECK((fs[0] = weft_submit(e, gate_task, &gate)) != NULL);
+    /* the process has threads now (carriers, one pool thread): the kernel
+     * gave it its private hash, if it has them */
+    int before = prctl(78 /* PR_FUTEX_HASH */, 2 /* GET_SLOTS */, 0, 0, 0);
+    if (before <= 0) {
+        printf("skipped: no private futex hash here (%s)\n", before < 0 ? strerror(errno) : "the global hash");
+        weft_latch_count_down(&gate);
+        CHECK_EQ(weft_future_get(fs[0], NULL, 0), 0);
+        weft_future_free(fs[0]);
+        CHECK_EQ(weft_executor_close(e), 0);
+        return;
+    }
+    for (int i = 1; i < N; i++) CHECK((fs[i] = weft_submit(e, gate_task, &gate)) != NULL);
+    CHECK_EQ(stats_of(e).threads_live, N);
+    int slots = prctl(78, 2, 0, 0, 0);
+    CHECK(slots >= 2 * N);
+    weft_latch_count_down(&gate);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(weft_future_get(fs[i], NULL, 0), 0);
+        weft_future_free(fs[i]);
+    }
+    CHECK_EQ(weft_executor_close(e), 0);
+    CHECK_EQ(prctl(78, 2, 0, 0, 0), slots); /* only grows */
 }
 
 TEST(bad_arguments) {

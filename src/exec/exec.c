@@ -338,6 +338,10 @@ static weft_future *accepted(task *t) {
 
 static void *worker_main(void *arg);
 
+/* Pool threads alive in every executor: the futex hash is fitted to them
+ * (weft__futex_hash_fit: a sleeping pool thread is a futex waiter). */
+static _Atomic long pool_threads;
+
 /* Starts a pool thread, lock held; first (may be NULL) becomes its RUNNING
  * task.  0 or -errno. */
 static int worker_start(weft_executor *e, task *first) {
@@ -361,6 +365,7 @@ static int worker_start(weft_executor *e, task *first) {
     if (e->workers) e->workers->prev = w;
     e->workers = w;
     e->nthreads++;
+    weft__futex_hash_fit(atomic_fetch_add_explicit(&pool_threads, 1, memory_order_relaxed) + 1);
     e->st.threads_started++;
     e->st.threads_live++;
     if (e->st.threads_live > e->st.threads_peak) e->st.threads_peak = e->st.threads_live;
@@ -465,6 +470,7 @@ static void *worker_main(void *arg) {
     else e->workers = w->next;
     if (w->next) w->next->prev = w->prev;
     e->nthreads--;
+    atomic_fetch_sub_explicit(&pool_threads, 1, memory_order_relaxed);
     e->st.threads_live--;
     if (e->nthreads == 0 && e->shut) xl_wake_all(&e->closers);
     free(w);

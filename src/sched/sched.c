@@ -153,6 +153,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 
 #define LIFO_CAP 3
 #define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping ($WEFT_SPIN_US) */
@@ -327,6 +328,38 @@ static void futex_wait_until(_Atomic uint32_t *addr, uint32_t val, int64_t deadl
 }
 
 static void futex_wake(_Atomic uint32_t *addr, int n) { futex(addr, FUTEX_WAKE_PRIVATE, (uint32_t)n, NULL, 0); }
+
+/* The futex hash.  Since Linux 6.16 a process gets a private futex hash
+ * sized for its CPUs, not its threads: 16 buckets on a 2-CPU machine.
+ * Every FUTEX_WAKE walks its bucket under the bucket's lock, so with 15,000
+ * pool threads asleep (a cached executor running sleeping tasks) each wake
+ * walks ~900 waiters and wakes took half the machine.  Pools that grow call
+ * this with the platform threads they keep: the hash grows (only grows) to
+ * twice that, a power of two, at most FH_MAX buckets (64 bytes each).  A
+ * kernel without the private hash (PR_FUTEX_HASH unknown), or a process on
+ * the global hash, is left alone. */
+#define FH_PRCTL 78 /* PR_FUTEX_HASH */
+#define FH_SET 1    /* PR_FUTEX_HASH_SET_SLOTS */
+#define FH_GET 2    /* PR_FUTEX_HASH_GET_SLOTS */
+#define FH_MAX (1L << 16)
+static _Atomic long fh_slots;   /* buckets set (0: not yet looked; -1: leave alone) */
+static pthread_mutex_t fh_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void weft__futex_hash_fit(long threads) {
+    long cur = atomic_load_explicit(&fh_slots, memory_order_relaxed);
+    if (cur < 0 || (cur && threads <= cur / 2) || (!cur && threads <= 8)) return;
+    pthread_mutex_lock(&fh_lock);
+    cur = atomic_load_explicit(&fh_slots, memory_order_relaxed);
+    if (!cur) {
+        int n = prctl(FH_PRCTL, FH_GET, 0, 0, 0);
+        cur = n > 0 ? n : -1; /* 0: the global hash; -1: no private hash */
+    }
+    long want = 32;
+    while (want < 2 * threads && want < FH_MAX) want <<= 1;
+    if (cur > 0 && want > cur) cur = prctl(FH_PRCTL, FH_SET, want, 0, 0) == 0 ? want : -1;
+    atomic_store_explicit(&fh_slots, cur, memory_order_relaxed);
+    pthread_mutex_unlock(&fh_lock);
+}
 
 /* The low 32 bits of a park word, for futex (little-endian). */
 static inline _Atomic uint32_t *word_lo(_Atomic uint64_t *w) { return (_Atomic uint32_t *)(void *)w; }
@@ -1317,7 +1350,11 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
             uint64_t w = atomic_load(&p->word);
             if (!WEFT__PW_SAME_PARK(w, token) || WEFT__PW_STATE(w) != WEFT__PS_WAIT_RUN) break;
             if (deadline && weft_now() >= deadline) {
-                weft__unpark(p, token, WEFT__PS_TIMEDOUT);
+                /* end it ourselves, without weft__unpark's futex wake: only
+                 * this thread sleeps on its word (a wake walks the futex
+                 * hash bucket, which 10,000 sleeping pool threads make
+                 * long) */
+                atomic_compare_exchange_strong(&p->word, &w, (w & ~(uint64_t)0xF) | WEFT__PS_TIMEDOUT);
                 continue;
             }
             futex_wait_until(word_lo(&p->word), (uint32_t)w, deadline);

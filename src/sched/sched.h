@@ -216,6 +216,10 @@ extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
  * use, for the io layer's blocking system calls (-1: not enabled, or no fd
  * could be made). */
 typedef struct weft__pcancel weft__pcancel;
+/* A pool that keeps `threads` platform threads: grows the process's futex
+ * hash to suit (see sched.c). */
+void weft__futex_hash_fit(long threads);
+
 weft__pcancel *weft__pcancel_enable(void);
 void weft__pcancel_fire(weft__pcancel *h);
 void weft__pcancel_clear(void);
