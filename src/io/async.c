@@ -39,8 +39,11 @@
  * the dispatcher gets to it: a handler that closes a socket with another
  * of its operations in flight would otherwise wait for its own dispatcher.
  * Each restart takes the count again without waiting, and fails with
- * -EBADF if a close is under way or has happened since the aop first took
- * it (the number may be another file's by then).
+ * -EBADF if a close began since the aop first took it (the number may be
+ * another file's by then).  A close that began before the aop came -- an
+ * accept got the number while the old file's weft_close was finishing --
+ * is waited out on the dispatcher's retry list, in 20 us steps, as a
+ * blocking call waits in fd_enter.
  *
  * Deadlines.  An aop with a deadline is on its dispatcher's heap; when it
  * is due the aop is marked timed out and interrupted (an ASYNC_CANCEL on
@@ -100,7 +103,11 @@ typedef struct disp {
     _Atomic(aop *) inbox;
     aop **heap; /* by deadline: the dispatcher's */
     int nheap, capheap;
+    aop *retry; /* waiting for a close of their number to end: the dispatcher's */
+    int64_t retry_at;
 } disp;
+
+#define RETRY_NS 20000 /* as weft_close's own naps */
 
 static struct {
     pthread_mutex_t lock;
@@ -241,6 +248,12 @@ static void issue(disp *d, aop *a) {
     }
     int err;
     a->use = weft__fd_enter_nowait(a->rq.fd, &a->epoch, &err);
+    if (err == -EAGAIN) { /* a close of the number is ending: again in a moment */
+        if (!d->retry) d->retry_at = weft_now() + RETRY_NS;
+        a->next = d->retry;
+        d->retry = a;
+        return;
+    }
     if (err) {
         finish(d, a, err);
         return;
@@ -321,9 +334,18 @@ static void back(disp *d, aop *a) {
     }
 }
 
-/* Due deadlines and timers. */
+/* Due deadlines and timers, and the retries. */
 static void fire(disp *d) {
     int64_t now = weft_now();
+    if (d->retry && now >= d->retry_at) {
+        aop *a = d->retry;
+        d->retry = NULL;
+        while (a) {
+            aop *nx = a->next;
+            issue(d, a); /* may put it back on the list */
+            a = nx;
+        }
+    }
     while (d->nheap && d->heap[0]->deadline <= now) {
         aop *a = d->heap[0];
         heap_del(d, a);
@@ -371,7 +393,9 @@ static void *disp_main(void *arg) {
             if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
             continue;
         }
-        weft__park_wait(p, tok, d->nheap ? d->heap[0]->deadline : 0, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
+        int64_t until = d->nheap ? d->heap[0]->deadline : 0;
+        if (d->retry && (!until || d->retry_at < until)) until = d->retry_at;
+        weft__park_wait(p, tok, until, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
     }
     return NULL;
 }
@@ -498,6 +522,11 @@ void weft__async_stop(void) {
         for (aop *a = atomic_exchange(&d->inbox, NULL), *nx; a; a = nx) {
             nx = a->next;
             if (a->hidx >= 0) d->heap[a->hidx] = NULL; /* on the heap too */
+            free(a);
+        }
+        for (aop *a = d->retry, *nx; a; a = nx) {
+            nx = a->next;
+            if (a->hidx >= 0) d->heap[a->hidx] = NULL;
             free(a);
         }
         for (int i = 0; i < d->nheap; i++) free(d->heap[i]);

@@ -362,12 +362,22 @@ _Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err) {
     _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
     if (!u) return NULL;
     uint32_t w = atomic_fetch_add_explicit(u, 1, memory_order_acq_rel);
-    if ((w & FDU_CLOSING) || (*epoch >= 0 && FDU_EPOCH(w) != (uint32_t)*epoch)) {
+    int e = (int)FDU_EPOCH(w);
+    if ((w & FDU_CLOSING) || (*epoch >= 0 && e != *epoch)) {
         atomic_fetch_sub_explicit(u, 1, memory_order_release);
-        *err = -EBADF;
+        /* A close under way that began before this operation first came
+         * (or the one it has been waiting for): try again once it is over,
+         * with the number as it is then -- as fd_enter waits.  Any other
+         * close may have closed this operation's own file. */
+        if ((w & FDU_CLOSING) && (*epoch < 0 || e == *epoch)) {
+            *epoch = e;
+            *err = -EAGAIN;
+        } else {
+            *err = -EBADF;
+        }
         return NULL;
     }
-    *epoch = (int)FDU_EPOCH(w);
+    *epoch = e;
     return u;
 }
 

@@ -35,9 +35,11 @@ weft_thread *weft__iop_complete(weft__iop *op, int res);
 weft_thread *weft__async_kernel_done(weft__iop *op, int res);
 void weft__async_stop(void);
 /* An asynchronous operation's count on fd (io.c, "Closing"), taken without
- * waiting: NULL with *err = -EBADF while a close of fd is under way, or if
- * one began since *epoch (-1 the first time: then set).  NULL with *err 0:
- * fd is not counted. */
+ * waiting.  *epoch: -1 the first time, then kept.  NULL with *err:
+ * -EAGAIN while a close that began before the operation first came is
+ * under way (try again shortly); -EBADF if another close began since (the
+ * operation's own file may be the one closed).  NULL with *err 0: fd is
+ * not counted. */
 _Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err);
 void weft__fd_leave(_Atomic uint32_t *u);       /* weft__io_stop: drops what is left */
 void weft__async_fork_child(void); /* a fork child: forgets the parent's dispatchers */
