@@ -348,6 +348,7 @@ WEFT_API int weft_io_backend(void);
 #include "weft/chan.h"
 #include "weft/exec.h"
 #include "weft/file.h"
+#include "weft/async.h"
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */

@@ -231,7 +231,9 @@ static rlim_t child_nofile;
 /* When >= 0, the next server starts without --quiet, its stderr here. */
 static int child_stderr = -1;
 
-/* Starts weft-httpd --port 0 --root ROOT --quiet EXTRA... (NULL-ended). */
+/* Starts weft-httpd --port 0 --root ROOT --quiet EXTRA... (NULL-ended);
+ * with $WEFT_TEST_HTTPD_MODEL, --model that first (a --model in EXTRA
+ * overrides it). */
 static void server_start(server *s, const char *root, ...) {
     const char *argv[48];
     int n = 0;
@@ -240,6 +242,11 @@ static void server_start(server *s, const char *root, ...) {
     argv[n++] = "0";
     argv[n++] = "--root";
     argv[n++] = root;
+    const char *model = getenv("WEFT_TEST_HTTPD_MODEL");
+    if (model && *model) {
+        argv[n++] = "--model";
+        argv[n++] = model;
+    }
     if (child_stderr < 0) argv[n++] = "--quiet";
     va_list ap;
     va_start(ap, root);
@@ -1874,6 +1881,7 @@ static void model_smoke(const char *model) {
 }
 
 TEST(model_thread) { model_smoke("thread"); }
+TEST(model_async) { model_smoke("async"); }
 
 TEST(model_pool) { model_smoke("pool:4"); }
 
@@ -2069,8 +2077,24 @@ TEST(emfile_sheds_without_spinning) {
 /* what a hostile client and a first-time user found (issue 9), every model  */
 /* ------------------------------------------------------------------------ */
 
-static const char *const all_models[] = {"virtual", "thread", "pool:4"};
-#define NMODELS 3
+/* The models a test runs on: all four, or only $WEFT_TEST_HTTPD_MODEL when
+ * the suite runs for one model (ctest's httpd_async pass). */
+static int test_models(const char **m, const char *pool) {
+    const char *only = getenv("WEFT_TEST_HTTPD_MODEL");
+    if (only && *only) {
+        m[0] = only;
+        return 1;
+    }
+    m[0] = "virtual";
+    m[1] = "thread";
+    m[2] = pool;
+    m[3] = "async";
+    return 4;
+}
+#define FOR_MODELS(pool)                                                                       \
+    const char *all_models[4];                                                                 \
+    int nmodels = test_models(all_models, pool);                                               \
+    for (int m = 0; m < nmodels; m++)
 
 /* A redirect is whole however long its Location, and it names the
  * normalised path that was looked up: never another host. */
@@ -2093,7 +2117,7 @@ TEST(redirect_long_and_local) {
     make_dir(d.root, "a b");
     static char q[851], req[4096], want[2048], loc[4096];
     memset(q, 'q', 850);
-    for (int m = 0; m < NMODELS; m++) {
+    FOR_MODELS("pool:4") {
         server s;
         server_start(&s, d.root, "--model", all_models[m], (const char *)NULL);
         client c;
@@ -2151,7 +2175,7 @@ TEST(range_suffix_of_empty_file) {
     docroot d;
     make_root(&d);
     write_str(d.root, "empty.txt", "");
-    for (int m = 0; m < NMODELS; m++) {
+    FOR_MODELS("pool:4") {
         server s;
         server_start(&s, d.root, "--model", all_models[m], (const char *)NULL);
         client c;
@@ -2193,9 +2217,9 @@ TEST(slow_body_total_deadline) {
     NEED_SERVER();
     docroot d;
     make_root(&d);
-    static const char *const models[] = {"virtual", "thread", "pool:2"};
     const char *req = "GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n";
-    for (int m = 0; m < NMODELS; m++) {
+    FOR_MODELS("pool:2") {
+        const char *const *models = all_models;
         server s;
         /* a per-read clock (the header timeout) would never fire */
         server_start(&s, d.root, "--model", models[m], "--header-timeout", "60", "--body-timeout", "1",
@@ -2385,7 +2409,7 @@ TEST(emfile_spare_fd_rearmed) {
     close(bf);
     enum { N = 600 };
     static int fds[N];
-    for (int m = 0; m < NMODELS; m++) {
+    FOR_MODELS("pool:4") {
         child_nofile = 256;
         server s;
         /* four acceptors shedding at once: each may take a number another
@@ -2459,7 +2483,7 @@ TEST(drain_count_second_signal_exit_status) {
     CHECK(bf >= 0 && ftruncate(bf, 256 << 20) == 0); /* sparse: far more than socket buffers hold */
     close(bf);
     static char err[8192];
-    for (int m = 0; m < NMODELS; m++) {
+    FOR_MODELS("pool:4") {
         const char *model = all_models[m];
         for (int round = 0; round < 3; round++) {
             int e[2];
@@ -2515,7 +2539,7 @@ static long proc_status_kb(pid_t pid, const char *field) {
 }
 
 /* After a burst of connections the virtual model gives its stacks' memory
- * back once idle: the resident size falls most of the way back from the
+ * back once idle (the async model its receive buffers): the resident size falls most of the way back from the
  * peak (without it a server keeps the burst's stacks for good).  The
  * sanitizers keep shadow memory for every page ever touched, so there the
  * test checks only that the server still serves. */
@@ -2525,7 +2549,7 @@ TEST(rss_returned_after_burst) {
     make_root(&d);
     server s;
     /* every connection lives through the delay: all their vthreads at once */
-    server_start(&s, d.root, "--delay-ms", "300", (const char *)NULL);
+    server_start(&s, d.root, "--delay-ms", "1000", (const char *)NULL);
     int n = TEST_SANITIZED ? 200 : 3000;
     int *fds = calloc((size_t)n, sizeof *fds);
     CHECK(fds != NULL);
@@ -2548,7 +2572,7 @@ TEST(rss_returned_after_burst) {
         long peak = proc_status_kb(s.pid, "VmHWM");
         CHECK(base > 0 && peak > 0);
         if (TEST_SANITIZED) continue;
-        if (peak - base < 20000) FAIL("the burst added only %ld kB (from %ld kB): no burst to give back", peak - base, base);
+        if (peak - base < 10000) FAIL("the burst added only %ld kB (from %ld kB): no burst to give back", peak - base, base);
         long want = base + (peak - base) / 4, rss = 0;
         int64_t until = now_ms() + 20000;
         while ((rss = proc_status_kb(s.pid, "VmRSS")) > want && now_ms() < until) sleep_ms(100);

@@ -1,5 +1,6 @@
 /*
- * weft-httpd: a static-file HTTP/1.1 server, one vthread per connection.
+ * weft-httpd: a static-file HTTP/1.1 server, one vthread per connection
+ * (or one of three other models).
  *
  * Shape.  weft_main runs the server: it opens the docroot (O_PATH) and the
  * listening socket, prints "listening on HOST:PORT", starts a signal
@@ -13,7 +14,10 @@
  *             executor): a connection holds its thread while it lives.  A
  *             connection's clocks start at its accept: one that waits in
  *             the queue past --idle-timeout is answered 503 and closed by a
- *             reaper vthread, without taking a worker.
+ *             reaper vthread, without taking a worker;
+ *   async     no thread per connection: the same HTTP as a chain of
+ *             completion handlers (weft/async.h; "--model async" below),
+ *             an idle connection holding no stack and no buffer.
  *
  * A connection.  A 16 KiB buffer on the connection's stack holds what was
  * received; the parser (http_parse.c) finds one request head at a time,
@@ -41,7 +45,8 @@
  * it is closed (so it is not left hanging) and the reserve taken back; the
  * acceptor logs at most once a second and sleeps briefly -- no spinning.  If another thread took
  * the freed number first, an acceptor takes a new reserve before a later
- * accept, once a descriptor is free.
+ * accept, once a descriptor is free; a newcomer accepted while it still
+ * cannot is shed, and its number becomes the reserve.
  *
  * Drain.  SIGTERM/SIGINT: the acceptors are cancelled (their weft_accept
  * returns -ECANCELED) and the listening socket closed; connections waiting
@@ -65,17 +70,21 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -88,7 +97,7 @@
 #define NS 1000000000LL
 #define EXIT_CUT 3 /* the exit status when the drain cut connections */
 
-enum { MODEL_VIRTUAL, MODEL_THREAD, MODEL_POOL };
+enum { MODEL_VIRTUAL, MODEL_THREAD, MODEL_POOL, MODEL_ASYNC };
 
 static struct {
     const char *host, *port, *root, *access_log;
@@ -177,10 +186,17 @@ static void conn_slot_free(void) {
 /* responses                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static void sleep_delay(void) {
-    if (!O.delay_ns) return;
+/* The simulated I/O this request waits for (--delay-ms, --delay-every):
+ * ns, or 0. */
+static int64_t request_delay(void) {
+    if (!O.delay_ns) return 0;
     long k = atomic_fetch_add(&nrequests, 1) + 1;
-    if (O.delay_every > 1 && k % O.delay_every != 0) return;
+    if (O.delay_every > 1 && k % O.delay_every != 0) return 0;
+    return O.delay_ns;
+}
+
+static void sleep_delay(void) {
+    if (!request_delay()) return;
     if (O.model == MODEL_VIRTUAL) {
         weft_sleep(O.delay_ns);
     } else {
@@ -265,19 +281,55 @@ static void access_log(const conn *c, const http_request *rq, int status, long l
     }
 }
 
-/* An error (or redirect) with a small HTML body.  The head goes into a
- * stack buffer, or a heap one when a Location is long; every byte of it is
- * counted, so a response is whole or not sent at all (-EOVERFLOW, the
- * connection then closes). */
-static int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location) {
-    char body[256], small[1024];
+/* ------------------------------------------------------------------------ */
+/* a response, planned, then sent (blocking, or by handlers: --model async)  */
+/* ------------------------------------------------------------------------ */
+
+/* What goes out: the head (a small body appended to it), then a body from
+ * memory (a cache entry's) or from a file (sendfile).  Every byte of a head
+ * is counted into its buffer: a response is whole or not sent at all. */
+typedef struct response {
+    char *head; /* buf, or malloc'd for a long Location */
+    size_t head_len;
+    const char *mem; /* body from memory, after the head */
+    size_t mem_len;
+    int fd; /* body from this file by sendfile: file_len bytes at off */
+    off_t off;
+    long long file_len;
+    fc_entry *e; /* the cache entry mem points into */
+    /* the access log's line, written once the response went out */
+    const http_request *rq;
+    int code;
+    long long log_bytes;
+    char buf[1024 + SMALL_BODY];
+} response;
+
+static void response_init(response *p) {
+    memset(p, 0, offsetof(response, buf));
+    p->head = p->buf;
+    p->fd = -1;
+}
+
+static void response_free(response *p) {
+    if (p->e) fc_release(p->e);
+    if (p->fd >= 0) close(p->fd);
+    if (p->head != p->buf) free(p->head);
+    p->e = NULL;
+    p->fd = -1;
+    p->head = p->buf;
+}
+
+/* An error (or redirect) with a small HTML body: 0, or -EOVERFLOW /
+ * -ENOMEM (then nothing is to be sent: the connection closes). */
+static int plan_status(response *p, const http_request *rq, int status, int keep_alive, const char *location) {
+    char body[256];
     int bn = snprintf(body, sizeof body,
                       "<html>\r\n<head><title>%d %s</title></head>\r\n<body>\r\n<center><h1>%d %s</h1></center>\r\n"
                       "<hr><center>weft-httpd</center>\r\n</body>\r\n</html>\r\n",
                       status, http_reason(status), status, http_reason(status));
     size_t ln = location ? strlen(location) : 0;
-    int cap = (int)sizeof small;
-    char *head = small;
+    int cap = 1024;
+    char *head = p->buf;
     if (ln > 256) {
         cap = 1024 + (int)ln;
         head = malloc((size_t)cap);
@@ -290,18 +342,45 @@ static int send_status(conn *c, const http_request *rq, int status, int keep_ali
     if (location) at = put(head, at, cap, "Location: %s\r\n", location);
     at = put(head, at, cap, "\r\n");
     int with_body = !(rq && rq->method == HTTP_M_HEAD) && status != 304;
-    int r;
-    if (at >= cap || (with_body && at + bn > cap)) {
-        r = -EOVERFLOW; /* never a cut header: close instead */
-    } else {
-        if (with_body) {
-            memcpy(head + at, body, (size_t)bn);
-            at += bn;
-        }
-        access_log(c, rq, status, with_body ? bn : 0);
-        r = send_all(c->fd, head, (size_t)at, 0);
+    if (at >= cap || (with_body && at + bn > cap)) { /* never a cut header: close instead */
+        if (head != p->buf) free(head);
+        return -EOVERFLOW;
     }
-    if (head != small) free(head);
+    if (with_body) {
+        memcpy(head + at, body, (size_t)bn);
+        at += bn;
+    }
+    p->head = head;
+    p->head_len = (size_t)at;
+    p->rq = rq;
+    p->code = status;
+    p->log_bytes = with_body ? bn : 0;
+    return 0;
+}
+
+/* Sends p as a blocking call: 0 or -errno. */
+static int send_response(conn *c, response *p) {
+    int more = p->mem_len || p->file_len;
+    int err = send_all(c->fd, p->head, p->head_len, more);
+    if (!err && p->mem_len) err = send_all(c->fd, p->mem, p->mem_len, 0);
+    while (!err && p->file_len > 0) {
+        weft_deadline_set(weft_now() + O.send_timeout);
+        ssize_t sn = weft_sendfile(c->fd, p->fd, &p->off, (size_t)p->file_len);
+        weft_deadline_set(0);
+        if (sn < 0) err = (int)sn;
+        else if (sn == 0) err = -EIO; /* the file shrank: the response cannot be completed */
+        else p->file_len -= sn;
+    }
+    if (!err) access_log(c, p->rq, p->code, p->log_bytes);
+    return err;
+}
+
+static int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location) {
+    response p;
+    response_init(&p);
+    int r = plan_status(&p, rq, status, keep_alive, location);
+    if (!r) r = send_response(c, &p);
+    response_free(&p);
     return r;
 }
 
@@ -340,15 +419,15 @@ static char *redirect_location(const char *path, const http_request *rq) {
 }
 
 /* GET/HEAD of a path: finds the file (cache or open), checks conditions and
- * ranges, sends.  Returns 0 (answered as keep_alive said), CLOSE (refused,
- * answered with "Connection: close" whatever keep_alive said: close it) or
- * -errno (it failed). */
+ * ranges, plans the answer into p.  Returns 0 (answered as keep_alive
+ * said), CLOSE (refused, answered with "Connection: close" whatever
+ * keep_alive said: close it after) or -errno (nothing to send). */
 #define CLOSE 1
-static int serve_file(conn *c, const http_request *rq, int keep_alive) {
+static int plan_file(response *p, const http_request *rq, int keep_alive) {
     char path[HTTP_MAX_TARGET + 2];
     int r = http_path_decode(rq->path.p, rq->path.n, path, sizeof path);
     if (r < 0) {
-        r = send_status(c, rq, -r, 0, NULL);
+        r = plan_status(p, rq, -r, 0, NULL);
         return r < 0 ? r : CLOSE;
     }
     fc_entry *e = NULL;
@@ -361,15 +440,17 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
     if (status == 200 && !e) status = http_open_file(root_fd, path, &fd, &own_st, &mime);
     if (status == HTTP_FILE_REDIRECT) {
         char *loc = redirect_location(path, rq);
-        r = loc ? send_status(c, rq, 301, keep_alive, loc) : -ENOMEM;
+        r = loc ? plan_status(p, rq, 301, keep_alive, loc) : -ENOMEM;
         free(loc);
-        return r < 0 ? r : 0;
+        return r;
     }
     if (status != 200) {
         int keep = keep_alive && status < 500;
-        r = send_status(c, rq, status, keep, NULL);
+        r = plan_status(p, rq, status, keep, NULL);
         return r < 0 ? r : keep == keep_alive ? 0 : CLOSE;
     }
+    p->e = e;   /* released by response_free */
+    p->fd = fd; /* closed by response_free, or read from below */
     if (e) {
         st = &e->st;
         mime = e->mime;
@@ -381,25 +462,20 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
         etag = own_etag;
         lm = own_lm;
     }
-    int err = 0, code = 200;
-    long long len = 0;
-    char head[1024 + SMALL_BODY];
+    char *head = p->buf;
     const int cap = 1024;
+    p->rq = rq;
     int cond = http_conditional(st, etag, rq->if_match.p, rq->if_match.n, rq->if_unmodified_since.p,
                                 rq->if_unmodified_since.n, rq->if_none_match.p, rq->if_none_match.n,
                                 rq->if_modified_since.p, rq->if_modified_since.n);
     if (cond == 304) {
         int at = head_common(head, cap, 304, keep_alive);
         at = put(head, at, cap, "Last-Modified: %s\r\nETag: %s\r\n\r\n", lm, etag);
-        code = 304;
-        err = send_all(c->fd, head, (size_t)at, 0);
-        goto done;
+        p->head_len = (size_t)at;
+        p->code = 304;
+        return 0;
     }
-    if (cond == 412) {
-        code = 412;
-        err = send_status(c, rq, 412, keep_alive, NULL);
-        goto done_nolog;
-    }
+    if (cond == 412) return plan_status(p, rq, 412, keep_alive, NULL);
     off_t first = 0, last = st->st_size - 1;
     int partial = 0;
     if (rq->range.n && http_if_range_ok(st, etag, rq->if_range.p, rq->if_range.n)) {
@@ -407,16 +483,16 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
         if (rr == -416) {
             int at = head_common(head, cap, 416, keep_alive);
             at = put(head, at, cap, "Content-Range: bytes */%lld\r\nContent-Length: 0\r\n\r\n", (long long)st->st_size);
-            code = 416;
-            err = send_all(c->fd, head, (size_t)at, 0);
-            goto done;
+            p->head_len = (size_t)at;
+            p->code = 416;
+            return 0;
         }
         if (rr == 1) partial = 1;
         else first = 0, last = st->st_size - 1;
     }
-    len = st->st_size ? (long long)(last - first + 1) : 0;
-    code = partial ? 206 : 200;
-    int at = head_common(head, cap, code, keep_alive);
+    long long len = st->st_size ? (long long)(last - first + 1) : 0;
+    p->code = partial ? 206 : 200;
+    int at = head_common(head, cap, p->code, keep_alive);
     /* mime (< 64), the date (29) and the ETag (< 48) keep this far below cap */
     at = APP_LIT(head, at, "Content-Type: ");
     at = app_str(head, at, mime);
@@ -431,37 +507,53 @@ static int serve_file(conn *c, const http_request *rq, int keep_alive) {
         at = put(head, at, cap, "Content-Range: bytes %lld-%lld/%lld\r\n", (long long)first, (long long)last,
                  (long long)st->st_size);
     at = APP_LIT(head, at, "\r\n");
-    if (rq->method == HTTP_M_HEAD || len == 0) {
-        err = send_all(c->fd, head, (size_t)at, 0);
-    } else if (e && len <= SMALL_BODY) { /* head and body in one send */
+    p->head_len = (size_t)at;
+    if (rq->method == HTTP_M_HEAD || len == 0) return 0;
+    p->log_bytes = len;
+    if (e && len <= SMALL_BODY) { /* head and body in one send */
         memcpy(head + at, e->body + first, (size_t)len);
-        err = send_all(c->fd, head, (size_t)at + (size_t)len, 0);
+        p->head_len += (size_t)len;
     } else if (e) {
-        err = send_all(c->fd, head, (size_t)at, 1);
-        if (!err) err = send_all(c->fd, e->body + first, (size_t)len, 0);
+        p->mem = e->body + first;
+        p->mem_len = (size_t)len;
     } else if (len <= SMALL_BODY) {
         ssize_t got = weft_pread(fd, head + at, (size_t)len, first);
-        if (got != len) err = got < 0 ? (int)got : -EIO;
-        else err = send_all(c->fd, head, (size_t)at + (size_t)len, 0);
+        if (got != len) return got < 0 ? (int)got : -EIO;
+        p->head_len += (size_t)len;
     } else {
-        err = send_all(c->fd, head, (size_t)at, 1);
-        off_t off = first;
-        long long left = len;
-        while (!err && left > 0) {
-            weft_deadline_set(weft_now() + O.send_timeout);
-            ssize_t sn = weft_sendfile(c->fd, fd, &off, (size_t)left);
-            weft_deadline_set(0);
-            if (sn < 0) err = (int)sn;
-            else if (sn == 0) err = -EIO; /* the file shrank: the response cannot be completed */
-            else left -= sn;
-        }
+        p->off = first;
+        p->file_len = len;
     }
-done:
-    access_log(c, rq, code, rq->method == HTTP_M_HEAD || code == 304 ? 0 : len);
-done_nolog:
-    if (e) fc_release(e);
-    if (fd >= 0) close(fd);
-    return err;
+    return 0;
+}
+
+/* Whether the connection may stay open after rq's answer, as far as rq
+ * says: a body we do not want is read and dropped (Content-Length), but a
+ * chunked or too large one closes the connection after the answer. */
+static int request_keep(const http_request *rq) {
+    int keep = rq->keep_alive && !atomic_load_explicit(&draining, memory_order_relaxed);
+    if (rq->chunked || rq->content_length > MAX_BODY) keep = 0;
+    return keep;
+}
+
+/* The answer to a parsed request, into p: 0 or -errno (nothing to send).
+ * *refused (and *keep = 0) when the answer refuses it. */
+static int plan_request(response *p, const http_request *rq, int *keep, int *refused) {
+    int status = 0;
+    if (rq->method != HTTP_M_GET && rq->method != HTTP_M_HEAD) status = rq->content_length > MAX_BODY ? 413 : 405;
+    else if (rq->content_length > MAX_BODY) status = 413;
+    else if (rq->path.n == 0 || rq->path.p[0] != '/') status = 400;
+    int r;
+    if (status) {
+        r = plan_status(p, rq, status, 0, NULL);
+    } else {
+        r = plan_file(p, rq, *keep);
+        if (r != CLOSE) return r;
+        r = 0;
+    }
+    *keep = 0;
+    *refused = 1;
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -522,32 +614,14 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t acce
             if (send_status(&c, NULL, -hl, 0, NULL) < 0) goto out;
             goto linger;
         }
-        keep = rq.keep_alive && !atomic_load_explicit(&draining, memory_order_relaxed);
-        /* a body we do not want: Content-Length is read and dropped below;
-         * chunked (or too large) closes the connection after the answer */
-        if (rq.chunked || rq.content_length > MAX_BODY) keep = 0;
+        keep = request_keep(&rq);
         sleep_delay();
-        int err, refused = 0;
-        if (rq.method != HTTP_M_GET && rq.method != HTTP_M_HEAD) {
-            err = send_status(&c, &rq, rq.content_length > MAX_BODY ? 413 : 405, 0, NULL);
-            keep = 0;
-            refused = 1;
-        } else if (rq.content_length > MAX_BODY) {
-            err = send_status(&c, &rq, 413, 0, NULL);
-            keep = 0;
-            refused = 1;
-        } else if (rq.path.n == 0 || rq.path.p[0] != '/') {
-            err = send_status(&c, &rq, 400, 0, NULL);
-            keep = 0;
-            refused = 1;
-        } else {
-            err = serve_file(&c, &rq, keep);
-            if (err == CLOSE) {
-                err = 0;
-                keep = 0;
-                refused = 1;
-            }
-        }
+        int refused = 0;
+        response resp;
+        response_init(&resp);
+        int err = plan_request(&resp, &rq, &keep, &refused);
+        if (err >= 0) err = send_response(&c, &resp);
+        response_free(&resp);
         if (err < 0) goto out;
         if (!keep) {
             /* a plain end (HTTP/1.0, Connection: close) closes at once; an
@@ -603,6 +677,383 @@ out:
     conn_unregister(&c);
     weft_close(fd);
     conn_slot_free();
+}
+
+/* ------------------------------------------------------------------------ */
+/* --model async: a connection as a chain of completion handlers             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The same HTTP as serve_conn (request_keep, plan_request, the same
+ * deadlines, the same lingering close), written as a state machine whose
+ * steps are completion handlers (weft/async.h) on the carrier's dispatcher:
+ * no thread and no stack per connection.  An idle keep-alive connection
+ * holds only its `aconn` (its fd, clocks and parser state): it waits with
+ * weft_poll_async, without a buffer; a receive buffer comes from the pool
+ * when bytes arrive and goes back when the connection is idle again with
+ * nothing pipelined; a response is malloc'd while it is being sent.  Each
+ * connection has at most one operation in flight, so its handlers never
+ * run at the same time and its state needs no lock.  The acceptors are the
+ * other models' (a vthread per carrier); dispatch() starts a connection
+ * here instead of spawning.
+ */
+typedef struct aconn {
+    conn c; /* registered for the drain, like the others */
+    char *buf; /* BUF_SIZE from the pool, or NULL */
+    size_t len, used;
+    int64_t idle_from, head_deadline, body_deadline;
+    http_parser ps;
+    http_request rq;
+    int hl, keep, refused;
+    long long body_left;
+    response *resp; /* while one is being sent */
+    size_t dropped; /* the lingering close's */
+    int64_t linger_until;
+} aconn;
+
+/* The pool of receive buffers: a free list under a mutex.  Once a second
+ * (bp_sweep, a timer handler) the buffers that stayed in the list all that
+ * second -- its low-water mark -- are freed and the heap trimmed, so a
+ * burst's buffers go back to the system once it is over, as the virtual
+ * model's stacks do. */
+static struct {
+    pthread_mutex_t lock;
+    void *free;
+    int n, low;
+} BP = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static char *buf_get(void) {
+    pthread_mutex_lock(&BP.lock);
+    void *b = BP.free;
+    if (b) {
+        BP.free = *(void **)b;
+        if (--BP.n < BP.low) BP.low = BP.n;
+    }
+    pthread_mutex_unlock(&BP.lock);
+    return b ? b : malloc(BUF_SIZE);
+}
+
+static void buf_put(char *b) {
+    if (!b) return;
+    pthread_mutex_lock(&BP.lock);
+    *(void **)b = BP.free;
+    BP.free = b;
+    BP.n++;
+    pthread_mutex_unlock(&BP.lock);
+}
+
+static void bp_sweep(ssize_t r, void *ctx) {
+    void *drop = NULL;
+    pthread_mutex_lock(&BP.lock);
+    for (int k = BP.low; k > 0; k--) { /* unused all second: not needed */
+        void *b = BP.free;
+        BP.free = *(void **)b;
+        *(void **)b = drop;
+        drop = b;
+        BP.n--;
+    }
+    BP.low = BP.n;
+    pthread_mutex_unlock(&BP.lock);
+    int freed = drop != NULL;
+    while (drop) {
+        void *nx = *(void **)drop;
+        free(drop);
+        drop = nx;
+    }
+    if (freed) malloc_trim(0); /* the heap's free pages, not only its top */
+    if (weft_timer_async(weft_now() + NS, bp_sweep, NULL, NULL) < 0) { /* no memory: no more sweeps */
+    }
+}
+
+static void a_next_request(aconn *a);
+static void a_parse(aconn *a);
+
+static void a_end(aconn *a) {
+    conn_unregister(&a->c);
+    weft_close(a->c.fd);
+    buf_put(a->buf);
+    if (a->resp) {
+        response_free(a->resp);
+        free(a->resp);
+    }
+    free(a);
+    conn_slot_free();
+}
+
+/* A step that could not be started (no memory): the connection ends. */
+static void a_check(aconn *a, int r) {
+    if (r < 0) a_end(a);
+}
+
+/* -- the lingering close: stop sending, drop what still comes for a moment */
+static void a_lingered(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    if (r <= 0 || (a->dropped += (size_t)r) >= (1u << 20)) {
+        a_end(a);
+        return;
+    }
+    weft_async_opts o = {.deadline = a->linger_until};
+    a_check(a, weft_recv_async(a->c.fd, a->buf, BUF_SIZE, 0, a_lingered, a, &o));
+}
+
+static void a_linger(aconn *a) {
+    shutdown(a->c.fd, SHUT_WR);
+    if (!a->buf && !(a->buf = buf_get())) {
+        a_end(a);
+        return;
+    }
+    a->dropped = 0;
+    a->linger_until = weft_now() + NS;
+    weft_async_opts o = {.deadline = a->linger_until};
+    a_check(a, weft_recv_async(a->c.fd, a->buf, BUF_SIZE, 0, a_lingered, a, &o));
+}
+
+/* -- after a response: drop the request's body, keep what is pipelined */
+static void a_body_bytes(ssize_t r, void *ctx);
+
+static void a_drop_body(aconn *a) {
+    while (a->body_left > 0) {
+        size_t inbuf = a->len - a->used;
+        if ((long long)inbuf >= a->body_left) {
+            a->used += (size_t)a->body_left;
+            a->body_left = 0;
+            break;
+        }
+        a->body_left -= (long long)inbuf;
+        a->used = a->len = 0;
+        weft_async_opts o = {.deadline = a->body_deadline};
+        a_check(a, weft_recv_async(a->c.fd, a->buf, BUF_SIZE, 0, a_body_bytes, a, &o));
+        return;
+    }
+    memmove(a->buf, a->buf + a->used, a->len - a->used);
+    a->len -= a->used;
+    a->idle_from = weft_now();
+    a_next_request(a);
+}
+
+static void a_body_bytes(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    if (r <= 0) {
+        a_end(a);
+        return;
+    }
+    a->len = (size_t)r;
+    a_drop_body(a);
+}
+
+static void a_answered(aconn *a) {
+    response_free(a->resp);
+    free(a->resp);
+    a->resp = NULL;
+    if (!a->keep) {
+        /* as serve_conn: a plain end closes at once; a refusal, or input
+         * still unread, gets the lingering close */
+        if (a->refused || a->len > (size_t)a->hl || a->rq.content_length > 0 || a->rq.chunked) a_linger(a);
+        else a_end(a);
+        return;
+    }
+    a->used = (size_t)a->hl;
+    a->body_left = a->rq.content_length > 0 ? a->rq.content_length : 0;
+    a->body_deadline = weft_now() + O.body_timeout;
+    a_drop_body(a);
+}
+
+/* -- sending a response: head, then body from memory or by sendfile */
+static void a_sent_body(ssize_t r, void *ctx);
+
+static void a_file_ready(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    if (r < 0) {
+        a_end(a);
+        return;
+    }
+    response *p = a->resp;
+    while (p->file_len > 0) { /* the socket is O_NONBLOCK (accepted so) */
+        ssize_t sn = sendfile(a->c.fd, p->fd, &p->off, (size_t)p->file_len);
+        if (sn > 0) {
+            p->file_len -= sn;
+            continue;
+        }
+        if (sn < 0 && errno == EINTR) continue;
+        if (sn < 0 && errno == EAGAIN) { /* the socket's buffer is full: wait for room */
+            weft_async_opts o = {.deadline = weft_now() + O.send_timeout};
+            a_check(a, weft_poll_async(a->c.fd, POLLOUT, a_file_ready, a, &o));
+            return;
+        }
+        a_end(a); /* an error, or the file shrank (0) */
+        return;
+    }
+    a_sent_body(0, a);
+}
+
+static void a_sent_body(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    if (r < 0) {
+        a_end(a);
+        return;
+    }
+    access_log(&a->c, a->resp->rq, a->resp->code, a->resp->log_bytes);
+    a_answered(a);
+}
+
+static void a_sent_head(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    if (r < 0) {
+        a_end(a);
+        return;
+    }
+    response *p = a->resp;
+    if (p->mem_len) {
+        weft_async_opts o = {.deadline = weft_now() + O.send_timeout};
+        a_check(a, weft_send_async(a->c.fd, p->mem, p->mem_len, MSG_NOSIGNAL, a_sent_body, a, &o));
+    } else if (p->file_len) {
+        a_file_ready(POLLOUT, a);
+    } else {
+        a_sent_body(0, a);
+    }
+}
+
+static void a_send(aconn *a) {
+    response *p = a->resp;
+    int more = p->mem_len || p->file_len;
+    weft_async_opts o = {.deadline = weft_now() + O.send_timeout};
+    a_check(a, weft_send_async(a->c.fd, p->head, p->head_len, MSG_NOSIGNAL | (more ? MSG_MORE : 0), a_sent_head, a, &o));
+}
+
+/* A status answer outside a request's normal course (400..., 408), then
+ * the connection ends: lingering (malformed input) or not (a timeout). */
+static void a_status_then(aconn *a, int status, int linger) {
+    if (!(a->resp = malloc(sizeof *a->resp))) {
+        a_end(a);
+        return;
+    }
+    response_init(a->resp);
+    if (plan_status(a->resp, NULL, status, 0, NULL) < 0) {
+        a_end(a);
+        return;
+    }
+    a->keep = 0;
+    a->refused = linger;
+    memset(&a->rq, 0, sizeof a->rq); /* no request: a_answered goes by `refused` alone */
+    a->hl = (int)a->len;
+    a_send(a);
+}
+
+/* -- a request */
+static void a_respond(aconn *a) {
+    if (!(a->resp = malloc(sizeof *a->resp))) {
+        a_end(a);
+        return;
+    }
+    response_init(a->resp);
+    a->refused = 0;
+    if (plan_request(a->resp, &a->rq, &a->keep, &a->refused) < 0) {
+        a_end(a);
+        return;
+    }
+    a_send(a);
+}
+
+static void a_delayed(ssize_t r, void *ctx) { a_respond(ctx); }
+
+static void a_request(aconn *a) {
+    a->keep = request_keep(&a->rq);
+    int64_t d = request_delay();
+    if (d) a_check(a, weft_timer_async(weft_now() + d, a_delayed, a, NULL));
+    else a_respond(a);
+}
+
+/* -- reading a request head */
+static void a_head_bytes(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    if (r == -ETIMEDOUT) {
+        if (a->len) a_status_then(a, 408, 0);
+        else a_end(a);
+        return;
+    }
+    if (r <= 0) {
+        a_end(a);
+        return;
+    }
+    a->len += (size_t)r;
+    a_parse(a);
+}
+
+static void a_parse(aconn *a) {
+    a->hl = http_parse_request(&a->ps, a->buf, a->len, &a->rq);
+    if (a->hl < 0) { /* malformed: answer and close */
+        a_status_then(a, -a->hl, 1);
+        return;
+    }
+    if (a->hl > 0) {
+        a_request(a);
+        return;
+    }
+    weft_async_opts o = {.deadline = a->head_deadline};
+    a_check(a, weft_recv_async(a->c.fd, a->buf + a->len, BUF_SIZE - a->len, 0, a_head_bytes, a, &o));
+}
+
+/* -- idle: waiting for a request's first byte, holding no buffer */
+static void a_readable(ssize_t r, void *ctx) {
+    aconn *a = ctx;
+    atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
+    if (r < 0) { /* the idle timeout, or closed */
+        a_end(a);
+        return;
+    }
+    if (!(a->buf = buf_get())) {
+        a_end(a);
+        return;
+    }
+    ssize_t n;
+    do n = recv(a->c.fd, a->buf, BUF_SIZE, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { /* a stale readiness: idle again */
+        buf_put(a->buf);
+        a->buf = NULL;
+        a_next_request(a);
+        return;
+    }
+    if (n <= 0) { /* the client closed, or reset */
+        a_end(a);
+        return;
+    }
+    a->len = (size_t)n;
+    a->head_deadline = weft_now() + O.header_timeout;
+    a_parse(a);
+}
+
+static void a_next_request(aconn *a) {
+    http_parser_init(&a->ps);
+    if (a->len) { /* pipelined: its first byte is here, its clock runs from now */
+        a->head_deadline = weft_now() + O.header_timeout;
+        a_parse(a);
+        return;
+    }
+    buf_put(a->buf);
+    a->buf = NULL;
+    /* idle first, then look at draining: the drain looks at them in the
+     * other order (seq_cst both), so it cannot miss us */
+    atomic_store(&a->c.idle, 1);
+    if (atomic_load(&draining)) {
+        a_end(a);
+        return;
+    }
+    weft_async_opts o = {.deadline = a->idle_from + O.idle_timeout};
+    a_check(a, weft_poll_async(a->c.fd, POLLIN, a_readable, a, &o));
+}
+
+/* Serves a connection accepted at accepted_at with handlers: 0 or -ENOMEM
+ * (fd then the caller's). */
+static int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted_at) {
+    aconn *a = calloc(1, sizeof *a);
+    if (!a) return -ENOMEM;
+    a->c.fd = fd;
+    if (peer) a->c.peer = *peer;
+    a->idle_from = accepted_at;
+    conn_register(&a->c);
+    a_next_request(a);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -711,6 +1162,7 @@ static int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
             if (atomic_load(&draining)) return -ECANCELED;
         }
     }
+    if (O.model == MODEL_ASYNC) return a_start(fd, peer, at);
     accepted *a = malloc(sizeof *a);
     if (!a) return -ENOMEM;
     a->fd = fd;
@@ -791,6 +1243,22 @@ static void *acceptor_main(void *arg) {
             if (fd != -ECONNABORTED && fd != -EINTR) log_limited("accept", -fd);
             if (fd == -ENOBUFS || fd == -ENOMEM) weft_sleep(10 * 1000000);
             continue;
+        }
+        if (atomic_load_explicit(&reserve_fd, memory_order_relaxed) < 0) {
+            /* The reserve is missing and could not be had back before
+             * this accept: the table is full but for the newcomer's
+             * descriptor (another acceptor's accept, pending in its ring,
+             * can take the number a shedding acceptor freed).  Shed the
+             * newcomer and take its number as the reserve, or shedding
+             * would stop until some connection ends. */
+            int spare = open("/dev/null", O_RDONLY | O_CLOEXEC), shed = spare < 0;
+            if (shed) {
+                close(fd);
+                atomic_fetch_sub(&nconns, 1);
+                spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            }
+            if (spare >= 0) reserve_put(spare);
+            if (shed) continue;
         }
         atomic_fetch_add(&nopen, 1);
         int r = dispatch(fd, &peer, weft_now());
@@ -886,6 +1354,7 @@ static int server(void *unused) {
     if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
     weft_attr ra = {.name = "pool-reaper", .daemon = 1};
     if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
+    if (O.model == MODEL_ASYNC && weft_timer_async(weft_now() + NS, bp_sweep, NULL, NULL) < 0) return 1;
     for (int i = 0; i < nacceptors; i++) weft_join(acceptors[i], NULL);
     close(listen_fd);
     int64_t until = weft_now() + O.drain_timeout;
@@ -923,9 +1392,10 @@ static void usage(FILE *f) {
             "  --host ADDR            address to listen on (default 127.0.0.1)\n"
             "  --port N               port (default 8080; 0 picks a free one)\n"
             "  --root DIR             document root (default ./www)\n"
-            "  --model M              virtual | thread | pool:N  (default virtual)\n"
+            "  --model M              virtual | thread | pool:N | async  (default virtual)\n"
             "                         virtual: a vthread per connection; thread: a pthread per\n"
-            "                         connection; pool:N: N pthreads with a bounded queue\n"
+            "                         connection; pool:N: N pthreads with a bounded queue;\n"
+            "                         async: completion handlers, no thread per connection\n"
             "  --carriers N           carrier threads (default: online CPUs, or $WEFT_CARRIERS)\n"
             "  --max-conns N          live connections at most (default 60000, or the fd limit)\n"
             "  --delay-ms D           every request sleeps D ms before it is answered\n"
@@ -986,6 +1456,7 @@ int main(int argc, char **argv) {
         case OPT_MODEL:
             if (!strcmp(optarg, "virtual")) O.model = MODEL_VIRTUAL;
             else if (!strcmp(optarg, "thread")) O.model = MODEL_THREAD;
+            else if (!strcmp(optarg, "async")) O.model = MODEL_ASYNC;
             else if (!strncmp(optarg, "pool:", 5) && !parse_int(optarg + 5, 1, 100000, &x)) {
                 O.model = MODEL_POOL;
                 O.pool_threads = (int)x;

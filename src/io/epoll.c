@@ -340,6 +340,33 @@ int weft__epoll_wait_fd(int fd, int events, int64_t deadline) {
     return op.res;
 }
 
+int weft__epoll_add_waiter(weft__iop *op) {
+    fd_ent *e = ent(op->fd);
+    if (!e) return op->fd < 0 ? -EBADF : -ENOMEM;
+    pthread_mutex_lock(&e->lock);
+    op->next = e->waiters;
+    e->waiters = op;
+    arm(e, op->fd); /* may complete it at once (a file that cannot be polled) */
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+int weft__epoll_remove_waiter(weft__iop *op) {
+    fd_ent *e = ent(op->fd);
+    int found = 0;
+    if (!e) return 0;
+    pthread_mutex_lock(&e->lock);
+    for (weft__iop **pp = &e->waiters; *pp; pp = &(*pp)->next) {
+        if (*pp == op) {
+            *pp = op->next;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return found;
+}
+
 void weft__epoll_forget(int fd) {
     fd_ent *e = ent(fd);
     if (!e) return;
@@ -451,6 +478,21 @@ static int checked_kind(weft__ioreq *rq) {
     if (kind == KIND_SOCKET && rq->op == IOR_ACCEPT && (ok = set_nonblock(rq->fd)) < 0) return ok;
     if (e) atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
     return kind;
+}
+
+ssize_t weft__epoll_try(weft__ioreq *rq) {
+    for (;;) {
+        int kind = checked_kind(rq);
+        if (kind < 0) return kind;
+        if (kind == KIND_FILE) return -ENOTSOCK; /* asynchronous operations are for sockets */
+        ssize_t r = attempt(rq, kind);
+        if (r == -ENOTSOCK && kind == KIND_SOCKET) { /* a socket no longer: look again */
+            fd_ent *e = ent(rq->fd);
+            if (e) atomic_store_explicit(&e->kind, KIND_UNKNOWN, memory_order_relaxed);
+            continue;
+        }
+        if (r != -EINTR) return r;
+    }
 }
 
 ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {

@@ -121,6 +121,7 @@ int weft__io_mode;
 
 weft_thread *weft__iop_complete(weft__iop *op, int res) {
     weft__parker *p = op->p;
+    if (!p) return weft__async_kernel_done(op, res);
     op->res = res;
     atomic_store(&op->done, 1); /* seq_cst; op may be gone after this */
     if (weft__unpark_kind(p, WEFT__PK_IO) == 2) return p->vt;
@@ -355,6 +356,32 @@ static _Atomic uint32_t *fd_enter(int fd, int64_t deadline, int *err) {
 static void fd_leave(_Atomic uint32_t *u) {
     if (u) atomic_fetch_sub_explicit(u, 1, memory_order_release);
 }
+
+_Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err) {
+    *err = 0;
+    _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
+    if (!u) return NULL;
+    uint32_t w = atomic_fetch_add_explicit(u, 1, memory_order_acq_rel);
+    int e = (int)FDU_EPOCH(w);
+    if ((w & FDU_CLOSING) || (*epoch >= 0 && e != *epoch)) {
+        atomic_fetch_sub_explicit(u, 1, memory_order_release);
+        /* A close under way that began before this operation first came
+         * (or the one it has been waiting for): try again once it is over,
+         * with the number as it is then -- as fd_enter waits.  Any other
+         * close may have closed this operation's own file. */
+        if ((w & FDU_CLOSING) && (*epoch < 0 || e == *epoch)) {
+            *epoch = e;
+            *err = -EAGAIN;
+        } else {
+            *err = -EBADF;
+        }
+        return NULL;
+    }
+    *epoch = e;
+    return u;
+}
+
+void weft__fd_leave(_Atomic uint32_t *u) { fd_leave(u); }
 
 static ssize_t exec(weft__ioreq *rq) {
     int r = weft__ensure_init();
@@ -786,6 +813,7 @@ int weft__io_start(int mode) {
 void weft__io_drain(void) { pool_stop(); }
 
 void weft__io_stop(void) {
+    weft__async_stop();
     pool_stop();
     if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_stop();
     fdu_stop();
@@ -838,6 +866,7 @@ void weft__io_fork_child(void) {
     PL.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__uring_fork_child();
     weft__epoll_fork_child();
+    weft__async_fork_child();
     weft__fork_keep((void *)fdu_top);
     fdu_top = NULL;
     fdu_nchunks = 0;

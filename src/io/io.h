@@ -25,8 +25,24 @@ typedef struct weft__iop {
     struct weft__iop *next;  /* epoll: waiters on one fd */
 } weft__iop;
 
-/* Completes op with res; returns the vthread to make runnable, or NULL. */
+/* Completes op with res; returns the vthread to make runnable, or NULL.
+ * An op with p == NULL is an asynchronous one's (async.c): its dispatcher
+ * takes it from there. */
 weft_thread *weft__iop_complete(weft__iop *op, int res);
+
+/* async.c: the kernel's part of an asynchronous operation ended with res;
+ * returns its dispatcher if that must be made runnable. */
+weft_thread *weft__async_kernel_done(weft__iop *op, int res);
+void weft__async_stop(void);
+/* An asynchronous operation's count on fd (io.c, "Closing"), taken without
+ * waiting.  *epoch: -1 the first time, then kept.  NULL with *err:
+ * -EAGAIN while a close that began before the operation first came is
+ * under way (try again shortly); -EBADF if another close began since (the
+ * operation's own file may be the one closed).  NULL with *err 0: fd is
+ * not counted. */
+_Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err);
+void weft__fd_leave(_Atomic uint32_t *u);       /* weft__io_stop: drops what is left */
+void weft__async_fork_child(void); /* a fork child: forgets the parent's dispatchers */
 
 /*
  * Waits for op's completion as a vthread.  The first wait honours deadline
@@ -76,6 +92,12 @@ void weft__epoll_stop(void);
  * the ready events, -ETIMEDOUT or -ECANCELED. */
 int weft__epoll_wait_fd(int fd, int events, int64_t deadline);
 void weft__epoll_forget(int fd); /* wakes fd's waiters with -EBADF, drops its registration */
+/* Asynchronous operations: op (fd and events set) waits for readiness
+ * (completed through weft__iop_complete); taken off again (1 if it was
+ * still waiting, so will not complete); one attempt of rq that cannot
+ * block (-EAGAIN when it would: weft__epoll_try, below). */
+int weft__epoll_add_waiter(weft__iop *op);
+int weft__epoll_remove_waiter(weft__iop *op);
 
 /* Requests the backends handle; the API (io.c) builds them. */
 enum {
@@ -102,6 +124,11 @@ typedef struct weft__ioreq {
  * the sending side (and connect), POLLIN otherwise; a poll's own events. */
 int weft__ioreq_events(const weft__ioreq *rq);
 
+/* Queues op (p NULL: asynchronous) for rq -- or a poll of poll_events when
+ * not 0 -- on the calling carrier's ring, without waiting; and cancels it. */
+void weft__uring_start_op(weft__iop *op, weft__ioreq *rq, int poll_events);
+void weft__uring_cancel_op(weft__iop *op);
+ssize_t weft__epoll_try(weft__ioreq *rq);
 ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline);
 ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline);
 /* The plain system call, blocking the calling OS thread. */

@@ -388,42 +388,61 @@ static void uring_cancel(weft__iop *op) {
     cancel_on((uring_poller *)op->pl, (struct cancel_req){.ud = op->ud, .fd = -1});
 }
 
-/* Queues one operation for rq on the calling carrier's ring and waits. */
-static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
-    uring_poller *pl = (uring_poller *)weft__poller_self();
-    struct io_uring_sqe *sqe = get_sqe(pl);
+/* Fills sqe for rq, or for a poll of poll_events when that is not 0. */
+static void prep(struct io_uring_sqe *sqe, weft__ioreq *rq, int poll_events) {
     if (poll_events) {
         io_uring_prep_poll_add(sqe, rq->fd, (unsigned)poll_events);
-    } else {
-        switch (rq->op) {
-        case IOR_READ: io_uring_prep_read(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)-1); break;
-        case IOR_WRITE: io_uring_prep_write(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)-1); break;
-        case IOR_PREAD: io_uring_prep_read(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)rq->off); break;
-        case IOR_PWRITE: io_uring_prep_write(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)rq->off); break;
-        case IOR_READV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)-1); break;
-        case IOR_WRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)-1); break;
-        case IOR_RECV: io_uring_prep_recv(sqe, rq->fd, rq->buf, rq->n, rq->flags); break;
-        case IOR_SEND: io_uring_prep_send(sqe, rq->fd, rq->buf, rq->n, rq->flags); break;
-        case IOR_ACCEPT: io_uring_prep_accept(sqe, rq->fd, rq->addr, rq->addrlen, rq->flags); break;
-        case IOR_CONNECT: io_uring_prep_connect(sqe, rq->fd, rq->addr, rq->caddrlen); break;
-        case IOR_FSYNC: io_uring_prep_fsync(sqe, rq->fd, 0); break;
-        case IOR_FDATASYNC: io_uring_prep_fsync(sqe, rq->fd, IORING_FSYNC_DATASYNC); break;
-        case IOR_PREADV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
-        case IOR_PWRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
-        case IOR_POLL: io_uring_prep_poll_add(sqe, rq->fd, (unsigned)rq->events); break;
-        }
+        return;
     }
-    memset(op, 0, sizeof *op);
-    op->p = &weft_self()->parker;
+    switch (rq->op) {
+    case IOR_READ: io_uring_prep_read(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)-1); break;
+    case IOR_WRITE: io_uring_prep_write(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)-1); break;
+    case IOR_PREAD: io_uring_prep_read(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)rq->off); break;
+    case IOR_PWRITE: io_uring_prep_write(sqe, rq->fd, rq->buf, (unsigned)rq->n, (uint64_t)rq->off); break;
+    case IOR_READV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)-1); break;
+    case IOR_WRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)-1); break;
+    case IOR_RECV: io_uring_prep_recv(sqe, rq->fd, rq->buf, rq->n, rq->flags); break;
+    case IOR_SEND: io_uring_prep_send(sqe, rq->fd, rq->buf, rq->n, rq->flags); break;
+    case IOR_ACCEPT: io_uring_prep_accept(sqe, rq->fd, rq->addr, rq->addrlen, rq->flags); break;
+    case IOR_CONNECT: io_uring_prep_connect(sqe, rq->fd, rq->addr, rq->caddrlen); break;
+    case IOR_FSYNC: io_uring_prep_fsync(sqe, rq->fd, 0); break;
+    case IOR_FDATASYNC: io_uring_prep_fsync(sqe, rq->fd, IORING_FSYNC_DATASYNC); break;
+    case IOR_PREADV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
+    case IOR_PWRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
+    case IOR_POLL: io_uring_prep_poll_add(sqe, rq->fd, (unsigned)rq->events); break;
+    }
+}
+
+/* Queues op's SQE on the calling carrier's ring (op->p is set by the
+ * caller; its other fields here). */
+static void queue_op(uring_poller *pl, weft__ioreq *rq, int poll_events, weft__iop *op) {
+    struct io_uring_sqe *sqe = get_sqe(pl);
+    prep(sqe, rq, poll_events);
+    op->res = 0;
+    atomic_store_explicit(&op->done, 0, memory_order_relaxed);
     op->pl = &pl->base;
     op->ud = (uint64_t)(uintptr_t)op | ((uint64_t)++pl->gen << 48);
     io_uring_sqe_set_data64(sqe, op->ud);
     if (pl->pending >= BATCH) flush(pl);
+}
+
+/* Queues one operation for rq on the calling carrier's ring and waits. */
+static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
+    uring_poller *pl = (uring_poller *)weft__poller_self();
+    memset(op, 0, sizeof *op);
+    op->p = &weft_self()->parker;
+    queue_op(pl, rq, poll_events, op);
     int intr = weft__iop_wait(op, deadline, uring_cancel);
     /* not cancelled by its own wait: weft_close ended it */
     if (!intr && op->res == -ECANCELED) op->res = -EBADF;
     return intr;
 }
+
+void weft__uring_start_op(weft__iop *op, weft__ioreq *rq, int poll_events) {
+    queue_op((uring_poller *)weft__poller_self(), rq, poll_events, op);
+}
+
+void weft__uring_cancel_op(weft__iop *op) { uring_cancel(op); }
 
 void weft__uring_cancel_fd(int fd) {
     pthread_mutex_lock(&rings_lock);

@@ -67,7 +67,7 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
 
 static const char *why_name(int why) {
     static const char *names[WEFT__WHY_COUNT] = {"",      "sleep",  "join", "park",      "io",        "mutex",  "cond", "semaphore", "rwlock",
-                                                      "latch", "once",   "channel send", "channel receive", "select", "future", "scope", "blocking", "executor"};
+                                                      "latch", "once",   "channel send", "channel receive", "select", "future", "scope", "blocking", "executor", "async completions"};
     return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
 }
 

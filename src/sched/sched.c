@@ -389,6 +389,7 @@ void weft__fatal(const char *fmt, ...) {
 }
 
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
+int weft__carriers(void) { return R.n; }
 
 const weft_thread *weft__carrier_running(const weft__carrier *c) {
     return c ? (const weft_thread *)__atomic_load_n(&c->cur, __ATOMIC_RELAXED) : NULL;
@@ -1527,7 +1528,19 @@ static void join_unlock(weft_thread *t) {
     atomic_fetch_and_explicit(&t->join_state, ~JOIN_LOCK, memory_order_release);
 }
 
+static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr, int on);
+
 int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr) {
+    return spawn_impl(out, fn, arg, attr, -1);
+}
+
+int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr) {
+    if (k < 0) return -EINVAL;
+    return spawn_impl(out, fn, arg, attr, k);
+}
+
+/* on >= 0: pinned to carrier on (weft__spawn_on) */
+static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr, int on) {
     if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
@@ -1607,7 +1620,11 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
     }
     atomic_store_explicit(&t->rstate, WEFT__RS_NEW, memory_order_release);
     if (out) *out = t;
-    if (c) {
+    if (on >= 0) {
+        t->home = R.c[on % R.n];
+        t->flags |= WEFT__F_PINNED;
+        enqueue_pinned(c, t);
+    } else if (c) {
         dq_push(c, t);
         wake_if_needed();
     } else {

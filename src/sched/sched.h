@@ -49,6 +49,7 @@ enum {
  * a stale one); a NOCANCEL park ignores weft_cancel and deadlines (the wait
  * for a cancelled operation's completion). */
 enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1, WEFT__PK_IO = 2,
+       WEFT__PK_LOOP = 3, /* an async dispatcher waiting for work (io/async.c) */
        WEFT__PK_NOCANCEL = 4, WEFT__PK_PLATFORM = 8 };
 #define WEFT__PW_KIND(w) ((unsigned)(((w) >> 4) & 0x3))
 #define WEFT__PW_NOCANCEL(w) (((w) >> 4) & WEFT__PK_NOCANCEL)
@@ -77,6 +78,7 @@ enum {
     WEFT__WHY_SCOPE,
     WEFT__WHY_BLOCKING,
     WEFT__WHY_EXECUTOR,
+    WEFT__WHY_ASYNC, /* a dispatcher of completion handlers, idle */
     WEFT__WHY_COUNT
 };
 
@@ -216,6 +218,11 @@ extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
  * use, for the io layer's blocking system calls (-1: not enabled, or no fd
  * could be made). */
 typedef struct weft__pcancel weft__pcancel;
+/* weft_spawn pinned to carrier k (mod the carriers): it runs only there. */
+int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr);
+/* The number of carriers of the running runtime. */
+int weft__carriers(void);
+
 /* A pool that keeps `threads` platform threads: grows the process's futex
  * hash to suit (see sched.c). */
 void weft__futex_hash_fit(long threads);

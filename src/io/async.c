@@ -1,0 +1,546 @@
+/*
+ * Asynchronous socket operations and timers with completion handlers
+ * (include/weft/async.h): the dispatchers.
+ *
+ * Pieces.  An operation is an `aop`, allocated by the call that starts it
+ * and freed after its handler ran.  Its first member is a weft__iop whose
+ * parker is NULL: that is how the backends' completion path
+ * (weft__iop_complete) knows to hand it here (weft__async_kernel_done)
+ * instead of waking a vthread.  Each carrier k has a dispatcher: a daemon
+ * vthread pinned to k, made when k first needs one, living until the
+ * runtime stops.  It owns
+ *   - an inbox: a lock-free LIFO (Treiber stack) of aops, pushed by anyone
+ *     -- operations to start, handed over by other threads, and operations
+ *     whose kernel part ended, by whichever thread saw the completion --
+ *     and taken whole by the dispatcher (atomic exchange), then reversed;
+ *   - a timer heap of aops (deadlines and timers), touched only by the
+ *     dispatcher.
+ * The dispatcher loop: take the inbox, start or continue each aop in it,
+ * fire due timers; when there is nothing, park (kind WEFT__PK_LOOP) until
+ * the heap's first deadline.  A push that finds the inbox empty ends that
+ * park; the Dekker pair -- the pusher's CAS then its look at the park word,
+ * the dispatcher's park begin then its look at the inbox, all seq_cst --
+ * means either the dispatcher sees the aop or the pusher sees the park.
+ *
+ * An aop's life: NEW (to be started by its dispatcher) -> KERNEL (an SQE on
+ * the dispatcher's carrier's ring, or a waiter on the fd in the epoll
+ * table) -> BACK (the kernel part ended: res in iop.res, in the inbox) ->
+ * the dispatcher continues it (KERNEL again: a partial send's rest, an
+ * O_NONBLOCK socket's -EAGAIN turned into a poll and a retry, an epoll
+ * readiness turned into the non-blocking attempt) or finishes it: off the
+ * heap, handler called (or handed to the executor), freed.  io_uring's
+ * single issuer rule holds because only the dispatcher, pinned to the
+ * ring's carrier, queues SQEs for its aops.
+ *
+ * Closing (io.c's "Closing").  While in the kernel an aop holds a count on
+ * its fd, like a blocking call, so weft_close interrupts it (-ECANCELED
+ * from the ring, -EBADF from the epoll table) and waits for it.  The count
+ * is dropped where the kernel part ends (weft__async_kernel_done), not when
+ * the dispatcher gets to it: a handler that closes a socket with another
+ * of its operations in flight would otherwise wait for its own dispatcher.
+ * Each restart takes the count again without waiting, and fails with
+ * -EBADF if a close began since the aop first took it (the number may be
+ * another file's by then).  A close that began before the aop came -- an
+ * accept got the number while the old file's weft_close was finishing --
+ * is waited out on the dispatcher's retry list, in 20 us steps, as a
+ * blocking call waits in fd_enter.
+ *
+ * Deadlines.  An aop with a deadline is on its dispatcher's heap; when it
+ * is due the aop is marked timed out and interrupted (an ASYNC_CANCEL on
+ * the ring, or taken off the fd's waiters); it comes back with -ECANCELED
+ * and ends with -ETIMEDOUT -- or with its result, if it completed first.
+ *
+ * Handlers on an executor: the aop is the task's argument.  A watch on the
+ * task's future runs when the future is filled; if the task did not run
+ * (refused, discarded, cancelled) the watch runs the handler itself, and it
+ * frees the aop either way.
+ */
+#define _GNU_SOURCE
+#include "io.h"
+#include "../sync/future_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+enum { A_ACCEPT, A_RECV, A_SEND, A_POLL, A_TIMER };
+enum { ST_NEW, ST_KERNEL, ST_BACK };
+
+struct disp;
+
+typedef struct aop {
+    weft__iop iop; /* first: the backends know only this (p == NULL) */
+    weft__ioreq rq;
+    struct disp *d;
+    struct aop *next; /* the inbox */
+    weft_handler h;
+    void *ctx;
+    weft_executor *ex;
+    weft__fnode watch; /* ex: on the handler task's future */
+    _Atomic int ran;   /* ex: the handler task ran */
+    _Atomic int state; /* ST_*: written where the kernel part ends, read by the dispatcher */
+    int kind;
+    int polling;   /* io_uring: waiting for readiness after -EAGAIN */
+    int timed_out; /* its deadline passed */
+    int hidx;      /* in d's heap, or -1 */
+    int epoch;     /* its fd's close count when first started; -1 before */
+    int64_t deadline;
+    size_t sent; /* send: bytes sent */
+    size_t total;
+    const char *base;
+    ssize_t result;
+    _Atomic uint32_t *use; /* the fd count held while in the kernel */
+} aop;
+
+typedef struct disp {
+    int k;
+    weft_thread *vt;
+    _Atomic(aop *) inbox;
+    aop **heap; /* by deadline: the dispatcher's */
+    int nheap, capheap;
+    aop *retry; /* waiting for a close of their number to end: the dispatcher's */
+    int64_t retry_at;
+} disp;
+
+#define RETRY_NS 20000 /* as weft_close's own naps */
+
+static struct {
+    pthread_mutex_t lock;
+    disp *_Atomic d[WEFT__MAX_CARRIERS];
+    _Atomic unsigned rr;
+} A = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- the timer heap (the dispatcher's) ------------------------------------------- */
+
+static void heap_set(disp *d, int i, aop *a) {
+    d->heap[i] = a;
+    a->hidx = i;
+}
+
+static void heap_up(disp *d, int i) {
+    aop *a = d->heap[i];
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (d->heap[p]->deadline <= a->deadline) break;
+        heap_set(d, i, d->heap[p]);
+        i = p;
+    }
+    heap_set(d, i, a);
+}
+
+static void heap_down(disp *d, int i) {
+    aop *a = d->heap[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= d->nheap) break;
+        if (c + 1 < d->nheap && d->heap[c + 1]->deadline < d->heap[c]->deadline) c++;
+        if (a->deadline <= d->heap[c]->deadline) break;
+        heap_set(d, i, d->heap[c]);
+        i = c;
+    }
+    heap_set(d, i, a);
+}
+
+static int heap_add(disp *d, aop *a) {
+    if (d->nheap == d->capheap) {
+        int cap = d->capheap ? 2 * d->capheap : 64;
+        aop **h = realloc(d->heap, (size_t)cap * sizeof *h);
+        if (!h) return -ENOMEM;
+        d->heap = h;
+        d->capheap = cap;
+    }
+    d->heap[d->nheap++] = a;
+    heap_up(d, d->nheap - 1);
+    return 0;
+}
+
+static void heap_del(disp *d, aop *a) {
+    int i = a->hidx;
+    a->hidx = -1;
+    aop *last = d->heap[--d->nheap];
+    if (i == d->nheap) return;
+    heap_set(d, i, last);
+    heap_up(d, i);
+    heap_down(d, last->hidx);
+}
+
+/* ---- the inbox ----------------------------------------------------------------- */
+
+/* Pushes a; returns d's vthread if its park must be ended (the caller makes
+ * it runnable), else NULL. */
+static weft_thread *push(disp *d, aop *a) {
+    aop *old = atomic_load(&d->inbox);
+    do {
+        a->next = old;
+    } while (!atomic_compare_exchange_weak(&d->inbox, &old, a));
+    if (old) return NULL; /* not empty: the dispatcher has yet to take it */
+    return weft__unpark_kind(&d->vt->parker, WEFT__PK_LOOP) == 2 ? d->vt : NULL;
+}
+
+weft_thread *weft__async_kernel_done(weft__iop *op, int res) {
+    aop *a = (aop *)op;
+    a->iop.res = res;
+    if (a->use) { /* a close waiting for the fd goes on (see the top) */
+        weft__fd_leave(a->use);
+        a->use = NULL;
+    }
+    atomic_store_explicit(&a->state, ST_BACK, memory_order_relaxed);
+    return push(a->d, a);
+}
+
+/* ---- finishing: the handler ------------------------------------------------------ */
+
+static void *handler_task(void *arg) {
+    aop *a = arg;
+    atomic_store(&a->ran, 1);
+    a->h(a->result, a->ctx);
+    return NULL;
+}
+
+static void handler_watch(weft__fnode *n) {
+    aop *a = (aop *)((char *)n - offsetof(aop, watch));
+    if (!atomic_load(&a->ran)) a->h(a->result, a->ctx); /* refused or discarded: not lost */
+    free(a);
+}
+
+static void finish(disp *d, aop *a, ssize_t r) {
+    if (a->hidx >= 0) heap_del(d, a);
+    a->result = r;
+    if (a->ex) {
+        weft_future *g = weft_submit(a->ex, handler_task, a);
+        if (g) {
+            a->watch.watch = handler_watch;
+            weft__future_watch(g, &a->watch); /* may run at once, and free a */
+            weft_future_free(g);
+            return;
+        }
+    }
+    a->h(r, a->ctx);
+    free(a);
+}
+
+/* ---- starting and continuing ------------------------------------------------------- */
+
+/* Starts (or restarts) a's kernel part; a is d's and this runs on d. */
+static void issue(disp *d, aop *a) {
+    if (a->kind == A_TIMER) {
+        if (heap_add(d, a) < 0) finish(d, a, -ENOMEM);
+        return;
+    }
+    if (a->timed_out) {
+        finish(d, a, -ETIMEDOUT);
+        return;
+    }
+    if (a->deadline && a->hidx < 0) {
+        if (a->deadline <= weft_now()) {
+            finish(d, a, -ETIMEDOUT);
+            return;
+        }
+        if (heap_add(d, a) < 0) {
+            finish(d, a, -ENOMEM);
+            return;
+        }
+    }
+    int err;
+    a->use = weft__fd_enter_nowait(a->rq.fd, &a->epoch, &err);
+    if (err == -EAGAIN) { /* a close of the number is ending: again in a moment */
+        if (!d->retry) d->retry_at = weft_now() + RETRY_NS;
+        a->next = d->retry;
+        d->retry = a;
+        return;
+    }
+    if (err) {
+        finish(d, a, err);
+        return;
+    }
+    if (weft__io_mode == WEFT_IO_URING) {
+        atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
+        weft__uring_start_op(&a->iop, &a->rq, a->polling ? weft__ioreq_events(&a->rq) : 0);
+        return;
+    }
+    /* epoll: try it; wait for readiness only if it would block */
+    if (a->kind != A_POLL) {
+        ssize_t r = weft__epoll_try(&a->rq);
+        if (r != -EAGAIN) {
+            weft__fd_leave(a->use);
+            a->use = NULL;
+            a->iop.res = (int32_t)r;
+            atomic_store_explicit(&a->state, ST_BACK, memory_order_relaxed);
+            a->polling = -1; /* an attempt's result, not a readiness */
+            push(d, a);      /* in turn, after what is already in the inbox */
+            return;
+        }
+    }
+    a->iop.fd = a->rq.fd;
+    a->iop.events = weft__ioreq_events(&a->rq);
+    atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
+    int r = weft__epoll_add_waiter(&a->iop); /* may complete it at once: then it is in the inbox */
+    if (r < 0) {
+        weft__fd_leave(a->use);
+        a->use = NULL;
+        finish(d, a, r);
+    }
+}
+
+/* What an operation's result means for it: done, or more to do. */
+static void progress(disp *d, aop *a, ssize_t r) {
+    if (a->kind == A_SEND && r >= 0) {
+        if (r == 0) {
+            finish(d, a, -EIO);
+            return;
+        }
+        a->sent += (size_t)r;
+        if (a->sent < a->total) {
+            a->rq.buf = (void *)(a->base + a->sent);
+            a->rq.n = a->total - a->sent;
+            issue(d, a);
+            return;
+        }
+        r = (ssize_t)a->total;
+    }
+    finish(d, a, r);
+}
+
+/* a's kernel part ended with a->iop.res; a is d's. */
+static void back(disp *d, aop *a) {
+    int res = a->iop.res;
+    if (weft__io_mode == WEFT_IO_URING) {
+        if (res == -ECANCELED) { /* its deadline's cancel, or weft_close's */
+            finish(d, a, a->timed_out ? -ETIMEDOUT : -EBADF);
+        } else if (a->polling) { /* readiness (or its error): try the operation again */
+            a->polling = 0;
+            if (res < 0) finish(d, a, res);
+            else issue(d, a);
+        } else if (res == -EAGAIN && a->kind != A_POLL) { /* an O_NONBLOCK socket */
+            a->polling = 1;
+            issue(d, a);
+        } else {
+            progress(d, a, res);
+        }
+        return;
+    }
+    if (a->polling == -1) { /* the attempt's own result */
+        a->polling = 0;
+        progress(d, a, res);
+    } else if (a->kind == A_POLL || res < 0) {
+        finish(d, a, res);
+    } else {
+        issue(d, a); /* ready: the attempt */
+    }
+}
+
+/* Due deadlines and timers, and the retries. */
+static void fire(disp *d) {
+    int64_t now = weft_now();
+    if (d->retry && now >= d->retry_at) {
+        aop *a = d->retry;
+        d->retry = NULL;
+        while (a) {
+            aop *nx = a->next;
+            issue(d, a); /* may put it back on the list */
+            a = nx;
+        }
+    }
+    while (d->nheap && d->heap[0]->deadline <= now) {
+        aop *a = d->heap[0];
+        heap_del(d, a);
+        if (a->kind == A_TIMER) {
+            finish(d, a, 0);
+            continue;
+        }
+        a->timed_out = 1;
+        if (atomic_load_explicit(&a->state, memory_order_relaxed) != ST_KERNEL) continue; /* issue/back see it */
+        if (weft__io_mode == WEFT_IO_URING) {
+            weft__uring_cancel_op(&a->iop); /* it comes back with -ECANCELED, or its result */
+        } else if (weft__epoll_remove_waiter(&a->iop)) {
+            weft__fd_leave(a->use);
+            a->use = NULL;
+            finish(d, a, -ETIMEDOUT);
+        } /* else its readiness is in the inbox already */
+    }
+}
+
+static void *disp_main(void *arg) {
+    disp *d = arg;
+    for (;;) {
+        aop *list = atomic_exchange(&d->inbox, NULL);
+        if (list) {
+            aop *fifo = NULL; /* the stack reversed: oldest first */
+            while (list) {
+                aop *nx = list->next;
+                list->next = fifo;
+                fifo = list;
+                list = nx;
+            }
+            while (fifo) {
+                aop *a = fifo;
+                fifo = a->next;
+                if (atomic_load_explicit(&a->state, memory_order_relaxed) == ST_NEW) issue(d, a);
+                else back(d, a);
+            }
+            fire(d);
+            continue;
+        }
+        fire(d);
+        weft__parker *p;
+        uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_LOOP);
+        if (atomic_load(&d->inbox)) {
+            if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
+            continue;
+        }
+        int64_t until = d->nheap ? d->heap[0]->deadline : 0;
+        if (d->retry && (!until || d->retry_at < until)) until = d->retry_at;
+        weft__park_wait(p, tok, until, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
+    }
+    return NULL;
+}
+
+/* Carrier k's dispatcher, made when first asked for; NULL if it cannot be. */
+static disp *disp_of(int k) {
+    disp *d = atomic_load_explicit(&A.d[k], memory_order_acquire);
+    if (d) return d;
+    pthread_mutex_lock(&A.lock);
+    d = atomic_load_explicit(&A.d[k], memory_order_relaxed);
+    if (!d && (d = calloc(1, sizeof *d))) {
+        d->k = k;
+        char name[16];
+        snprintf(name, sizeof name, "async %d", k);
+        weft_attr at = {.name = name, .daemon = 1};
+        if (weft__spawn_on(k, &d->vt, disp_main, d, &at) == 0) {
+            atomic_store_explicit(&A.d[k], d, memory_order_release);
+        } else {
+            free(d);
+            d = NULL;
+        }
+    }
+    pthread_mutex_unlock(&A.lock);
+    return d;
+}
+
+/* Hands a (filled in) to a dispatcher: the caller's carrier's, or the next
+ * one's in turn for a platform thread. */
+static int start(aop *a) {
+    int r = weft__ensure_init();
+    if (r < 0) {
+        free(a);
+        return r;
+    }
+    weft__carrier *c = weft__carrier_self();
+    int n = weft__carriers();
+    int k = c ? weft__carrier_index(c) : (int)(atomic_fetch_add(&A.rr, 1) % (unsigned)n);
+    disp *d = disp_of(k);
+    if (!d) {
+        free(a);
+        return -ENOMEM;
+    }
+    a->d = d;
+    a->hidx = -1;
+    a->epoch = -1;
+    atomic_store_explicit(&a->state, ST_NEW, memory_order_relaxed);
+    if (weft_self() == d->vt) {
+        issue(d, a); /* a handler starting its next operation: at once */
+        return 0;
+    }
+    weft_thread *t = push(d, a);
+    if (t) weft__ready(t);
+    return 0;
+}
+
+static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *o) {
+    aop *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->kind = kind;
+    a->h = h;
+    a->ctx = ctx;
+    a->ex = o ? o->executor : NULL;
+    a->deadline = o && o->deadline > 0 ? o->deadline : 0;
+    return a;
+}
+
+/* ---- the API ------------------------------------------------------------------- */
+
+int weft_accept_async(int fd, int flags, weft_handler h, void *ctx, const weft_async_opts *opts) {
+    if (fd < 0 || !h || (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))) return -EINVAL;
+    aop *a = new_aop(A_ACCEPT, h, ctx, opts);
+    if (!a) return -ENOMEM;
+    a->rq = (weft__ioreq){.op = IOR_ACCEPT, .fd = fd, .flags = flags};
+    return start(a);
+}
+
+int weft_recv_async(int fd, void *buf, size_t n, int flags, weft_handler h, void *ctx, const weft_async_opts *opts) {
+    if (fd < 0 || !h || (n && !buf)) return -EINVAL;
+    aop *a = new_aop(A_RECV, h, ctx, opts);
+    if (!a) return -ENOMEM;
+    if (n > (1u << 30)) n = 1u << 30; /* results are int32 in a CQE */
+    a->rq = (weft__ioreq){.op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
+    return start(a);
+}
+
+int weft_send_async(int fd, const void *buf, size_t n, int flags, weft_handler h, void *ctx,
+                    const weft_async_opts *opts) {
+    if (fd < 0 || !h || (n && !buf) || n > SSIZE_MAX) return -EINVAL;
+    aop *a = new_aop(A_SEND, h, ctx, opts);
+    if (!a) return -ENOMEM;
+    a->base = buf;
+    a->total = n;
+    a->rq = (weft__ioreq){.op = IOR_SEND, .fd = fd, .buf = (void *)buf, .n = n < (1u << 30) ? n : (1u << 30),
+                          .flags = flags};
+    if (n == 0) a->kind = A_TIMER, a->deadline = 0; /* nothing to send: the handler, in turn, with 0 */
+    return start(a);
+}
+
+int weft_poll_async(int fd, int events, weft_handler h, void *ctx, const weft_async_opts *opts) {
+    if (fd < 0 || !h || !events) return -EINVAL;
+    aop *a = new_aop(A_POLL, h, ctx, opts);
+    if (!a) return -ENOMEM;
+    a->rq = (weft__ioreq){.op = IOR_POLL, .fd = fd, .events = events};
+    return start(a);
+}
+
+int weft_timer_async(int64_t deadline, weft_handler h, void *ctx, const weft_async_opts *opts) {
+    if (!h || deadline < 0) return -EINVAL;
+    aop *a = new_aop(A_TIMER, h, ctx, opts);
+    if (!a) return -ENOMEM;
+    a->deadline = deadline;
+    return start(a);
+}
+
+/* ---- runtime stop and fork ---------------------------------------------------------- */
+
+/* weft_shutdown, the carriers gone: what is left is dropped, unrun (the
+ * header says so).  An aop in a ring without a deadline is lost with the
+ * ring (the program left an operation pending: LeakSanitizer says so). */
+void weft__async_stop(void) {
+    for (int k = 0; k < WEFT__MAX_CARRIERS; k++) {
+        disp *d = atomic_load(&A.d[k]);
+        if (!d) continue;
+        for (aop *a = atomic_exchange(&d->inbox, NULL), *nx; a; a = nx) {
+            nx = a->next;
+            if (a->hidx >= 0) d->heap[a->hidx] = NULL; /* on the heap too */
+            free(a);
+        }
+        for (aop *a = d->retry, *nx; a; a = nx) {
+            nx = a->next;
+            if (a->hidx >= 0) d->heap[a->hidx] = NULL;
+            free(a);
+        }
+        for (int i = 0; i < d->nheap; i++) free(d->heap[i]);
+        free(d->heap);
+        free(d);
+        atomic_store(&A.d[k], NULL);
+    }
+}
+
+void weft__async_fork_child(void) {
+    for (int k = 0; k < WEFT__MAX_CARRIERS; k++) {
+        disp *d = atomic_load_explicit(&A.d[k], memory_order_relaxed);
+        if (d) weft__fork_keep(d);
+        atomic_store_explicit(&A.d[k], NULL, memory_order_relaxed);
+    }
+    A.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}

@@ -1,0 +1,527 @@
+/* Completion handlers on sockets, and timers (include/weft/async.h): an
+ * echo server written as a chain of handlers, deadlines, closing with
+ * operations in flight (also from a handler), large sends, O_NONBLOCK
+ * sockets, handlers on an executor (refused ones too), many idle
+ * connections held with no vthread each.  The backend is whatever WEFT_IO
+ * says: ctest runs each test on io_uring and on epoll. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#define MS 1000000LL
+
+static int listen_any(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(fd, 4096), 0);
+    socklen_t l = sizeof a;
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int dial(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* ---- an echo server as a chain of handlers ---------------------------------------- */
+
+typedef struct server {
+    int lfd;
+    atomic_int accepted, closed, accept_errors;
+    atomic_int on_vthread; /* handlers that ran on a vthread (the dispatcher) */
+    atomic_int chains_left; /* the accept chains not ended yet */
+} server;
+
+typedef struct conn {
+    server *s;
+    int fd;
+    char buf[512];
+} conn;
+
+static void conn_read(conn *c);
+
+static void conn_sent(ssize_t r, void *ctx) {
+    conn *c = ctx;
+    if (weft_self()) atomic_fetch_add(&c->s->on_vthread, 1);
+    if (r < 0) {
+        CHECK_EQ(weft_close(c->fd), 0);
+        atomic_fetch_add(&c->s->closed, 1);
+        free(c);
+        return;
+    }
+    conn_read(c);
+}
+
+static void conn_got(ssize_t r, void *ctx) {
+    conn *c = ctx;
+    if (weft_self()) atomic_fetch_add(&c->s->on_vthread, 1);
+    if (r <= 0) { /* end of stream (or an error): the chain ends here */
+        CHECK_EQ(weft_close(c->fd), 0);
+        atomic_fetch_add(&c->s->closed, 1);
+        free(c);
+        return;
+    }
+    CHECK_EQ(weft_send_async(c->fd, c->buf, (size_t)r, MSG_NOSIGNAL, conn_sent, c, NULL), 0);
+}
+
+static void conn_read(conn *c) { CHECK_EQ(weft_recv_async(c->fd, c->buf, sizeof c->buf, 0, conn_got, c, NULL), 0); }
+
+static void accepted(ssize_t r, void *ctx) {
+    server *s = ctx;
+    if (r < 0) { /* the listening socket was closed: the chain ends */
+        CHECK_EQ(r, -EBADF);
+        atomic_fetch_sub(&s->chains_left, 1); /* the handler's last touch of s */
+        return;
+    }
+    atomic_fetch_add(&s->accepted, 1);
+    conn *c = calloc(1, sizeof *c);
+    CHECK(c != NULL);
+    c->s = s;
+    c->fd = (int)r;
+    conn_read(c);
+    CHECK_EQ(weft_accept_async(s->lfd, SOCK_CLOEXEC, accepted, s, NULL), 0);
+}
+
+/* Starts the server with `chains` accepts pending (from this thread: they
+ * go to the carriers in turn). */
+static void server_start(server *s, int *port, int chains) {
+    memset(s, 0, sizeof *s);
+    s->lfd = listen_any(port);
+    atomic_store(&s->chains_left, chains);
+    for (int i = 0; i < chains; i++) CHECK_EQ(weft_accept_async(s->lfd, SOCK_CLOEXEC, accepted, s, NULL), 0);
+}
+
+static void server_stop(server *s) {
+    CHECK_EQ(weft_close(s->lfd), 0); /* ends the pending accepts with -EBADF */
+    while (atomic_load(&s->chains_left)) usleep(500);
+}
+
+typedef struct client_arg {
+    int port, rounds;
+    atomic_int *ok;
+} client_arg;
+
+static void *client(void *arg) {
+    client_arg *a = arg;
+    int fd = dial(a->port);
+    for (int i = 0; i < a->rounds; i++) {
+        char msg[64], got[64];
+        int n = snprintf(msg, sizeof msg, "message %d from %p", i, (void *)&fd);
+        CHECK_EQ(send(fd, msg, (size_t)n, MSG_NOSIGNAL), n);
+        int have = 0;
+        while (have < n) {
+            ssize_t r = recv(fd, got + have, sizeof got - (size_t)have, 0);
+            CHECK(r > 0);
+            have += (int)r;
+        }
+        CHECK_EQ(have, n);
+        CHECK(memcmp(msg, got, (size_t)n) == 0);
+    }
+    close(fd);
+    atomic_fetch_add(a->ok, 1);
+    return NULL;
+}
+
+TEST(echo_server_as_handlers) {
+    for (int rep = 0; rep < 5; rep++) {
+        server s;
+        int port;
+        server_start(&s, &port, 2);
+        enum { CLIENTS = 40 };
+        atomic_int ok = 0;
+        client_arg ca = {port, 50, &ok};
+        pthread_t th[CLIENTS];
+        for (int i = 0; i < CLIENTS; i++) CHECK_EQ(pthread_create(&th[i], NULL, client, &ca), 0);
+        for (int i = 0; i < CLIENTS; i++) pthread_join(th[i], NULL);
+        CHECK_EQ(atomic_load(&ok), CLIENTS);
+        CHECK_EQ(atomic_load(&s.accepted), CLIENTS);
+        while (atomic_load(&s.closed) < CLIENTS) usleep(1000); /* the last EOFs */
+        CHECK(atomic_load(&s.on_vthread) > 0);                 /* on the dispatchers */
+        server_stop(&s);
+    }
+}
+
+/* ---- no vthread per connection -------------------------------------------------- */
+
+typedef struct idle {
+    int fd;
+    atomic_int *ready;
+} idle;
+
+static void idle_ready(ssize_t r, void *ctx) {
+    idle *c = ctx;
+    CHECK(r > 0 && (r & POLLIN));
+    char b[8];
+    CHECK_EQ(recv(c->fd, b, sizeof b, MSG_DONTWAIT), 1);
+    atomic_fetch_add(c->ready, 1);
+}
+
+TEST(idle_connections_hold_no_vthread) {
+    enum { N = 2000 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 2 * N + 64) {
+        rl.rlim_cur = rl.rlim_max < 2 * N + 64 ? rl.rlim_max : 2 * N + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int n = rl.rlim_cur >= 2 * N + 64 ? N : (int)(rl.rlim_cur - 64) / 2;
+    int (*sv)[2] = calloc((size_t)n, sizeof *sv);
+    idle *cs = calloc((size_t)n, sizeof *cs);
+    atomic_int ready = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        cs[i] = (idle){sv[i][0], &ready};
+        CHECK_EQ(weft_poll_async(sv[i][0], POLLIN, idle_ready, &cs[i], NULL), 0);
+    }
+    /* every wait in place, and the vthreads alive are the dispatchers only */
+    char *d = dump_showing(WEFT_DUMP_TEXT, "async completions", NULL);
+    free(d);
+    weft_stats st;
+    weft_stats_get(&st);
+    CHECK(st.live <= st.carriers);
+    for (int i = 0; i < n; i++) CHECK_EQ(write(sv[i][1], "x", 1), 1);
+    while (atomic_load(&ready) < n) usleep(1000);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(weft_close(sv[i][0]), 0);
+        close(sv[i][1]);
+    }
+    free(sv);
+    free(cs);
+}
+
+/* ---- deadlines ----------------------------------------------------------------- */
+
+/* A handler's outcome.  Not a weft_latch: a count_down may still touch
+ * the latch after its waiter returned, and these live on the stack and are
+ * reused at once; setting `done` is a handler's last touch. */
+typedef struct waiter {
+    atomic_long res;
+    atomic_int done;
+} waiter;
+
+static void arm_w(waiter *w) {
+    atomic_store(&w->res, 0);
+    atomic_store(&w->done, 0);
+}
+
+static void note(ssize_t r, void *ctx) {
+    waiter *w = ctx;
+    atomic_store(&w->res, r);
+    atomic_store(&w->done, 1);
+}
+
+static ssize_t await(waiter *w) {
+    while (!atomic_load(&w->done)) usleep(100);
+    return atomic_load(&w->res);
+}
+
+TEST(recv_deadline_times_out_and_loses_nothing) {
+    for (int rep = 0; rep < 20; rep++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        char buf[16];
+        waiter w;
+        arm_w(&w);
+        int64_t t0 = weft_now();
+        weft_async_opts o = {.deadline = t0 + 20 * MS};
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, &o), 0);
+        CHECK_EQ(await(&w), -ETIMEDOUT);
+        CHECK(weft_now() >= t0 + 20 * MS); /* not before its deadline */
+        /* the socket is intact: what comes next is read whole */
+        CHECK_EQ(write(sv[1], "after", 5), 5);
+        arm_w(&w);
+        o.deadline = weft_now() + 60 * 1000 * MS;
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, &o), 0);
+        CHECK_EQ(await(&w), 5);
+        CHECK(memcmp(buf, "after", 5) == 0);
+        /* a deadline already past */
+        arm_w(&w);
+        o.deadline = weft_now() - 1;
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, &o), 0);
+        CHECK_EQ(await(&w), -ETIMEDOUT);
+        CHECK_EQ(weft_close(sv[0]), 0);
+        close(sv[1]);
+    }
+}
+
+/* Data that arrives just as the deadline passes: either the bytes or
+ * -ETIMEDOUT, and after -ETIMEDOUT the bytes are still there. */
+TEST(deadline_races_data) {
+    for (int rep = 0; rep < 200; rep++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        char buf[4] = {0};
+        waiter w;
+        arm_w(&w);
+        weft_async_opts o = {.deadline = weft_now() + 2 * MS};
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, &o), 0);
+        struct timespec ts = {0, (rep % 4) * 1000000L};
+        nanosleep(&ts, NULL);
+        CHECK_EQ(write(sv[1], "abcd", 4), 4);
+        ssize_t r = await(&w);
+        if (r == -ETIMEDOUT) {
+            CHECK_EQ(recv(sv[0], buf, sizeof buf, 0), 4);
+        } else {
+            CHECK(r > 0);
+            if (r < 4) CHECK_EQ(recv(sv[0], buf + r, sizeof buf - (size_t)r, 0), 4 - r);
+        }
+        CHECK(memcmp(buf, "abcd", 4) == 0);
+        CHECK_EQ(weft_close(sv[0]), 0);
+        close(sv[1]);
+    }
+}
+
+/* ---- closing ------------------------------------------------------------------- */
+
+TEST(close_ends_pending_operations) {
+    for (int rep = 0; rep < 50; rep++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        char buf[16];
+        waiter w, p;
+        arm_w(&w);
+        arm_w(&p);
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, NULL), 0);
+        CHECK_EQ(weft_poll_async(sv[0], POLLIN, note, &p, NULL), 0);
+        if (rep % 2) usleep(200); /* in the kernel by now, or still in the inbox */
+        CHECK_EQ(weft_close(sv[0]), 0);
+        CHECK_EQ(await(&w), -EBADF);
+        CHECK_EQ(await(&p), -EBADF);
+        close(sv[1]);
+    }
+}
+
+/* A handler closes a socket on which another operation is in flight: the
+ * close must not wait for its own dispatcher. */
+typedef struct closer {
+    int fd;
+    waiter *w;
+} closer;
+
+static void close_it(ssize_t r, void *ctx) {
+    closer *c = ctx;
+    CHECK_EQ(r, 0);
+    CHECK_EQ(weft_close(c->fd), 0);
+    note(0, c->w);
+}
+
+typedef struct close_case {
+    int rep;
+    closer c;
+    char buf[16];
+    waiter *w;
+} close_case;
+
+/* From a vthread, both calls go to its carrier's dispatcher. */
+static void *start_both(void *arg) {
+    close_case *k = arg;
+    CHECK_EQ(weft_recv_async(k->c.fd, k->buf, sizeof k->buf, 0, note, k->w, NULL), 0);
+    CHECK_EQ(weft_timer_async(weft_now() + (k->rep % 3) * MS, close_it, &k->c, NULL), 0);
+    return NULL;
+}
+
+TEST(handler_closes_socket_with_operation_in_flight) {
+    for (int rep = 0; rep < 50; rep++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        waiter w, t;
+        arm_w(&w);
+        arm_w(&t);
+        close_case k = {rep, {sv[0], &t}, {0}, &w};
+        weft_thread *th;
+        CHECK_EQ(weft_spawn(&th, start_both, &k, NULL), 0);
+        CHECK_EQ(weft_join(th, NULL), 0);
+        await(&t);
+        CHECK_EQ(await(&w), -EBADF);
+        close(sv[1]);
+    }
+}
+
+/* ---- sends --------------------------------------------------------------------- */
+
+typedef struct drain {
+    int fd;
+    size_t n;
+    unsigned char *got;
+} drain;
+
+static void *drain_main(void *arg) {
+    drain *d = arg;
+    size_t have = 0;
+    while (have < d->n) {
+        ssize_t r = recv(d->fd, d->got + have, d->n - have < 7000 ? d->n - have : 7000, 0);
+        CHECK(r > 0);
+        have += (size_t)r;
+        if (have % 5 == 0) usleep(50); /* a slow reader: the sender meets a full buffer */
+    }
+    return NULL;
+}
+
+static void large_send(int nonblock) {
+    size_t n = 8u << 20;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 2654435761u >> 13);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0, sv), 0);
+    drain d = {sv[1], n, dst};
+    if (nonblock) CHECK_EQ(fcntl(sv[1], F_SETFL, 0), 0); /* the reader blocks */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, drain_main, &d), 0);
+    waiter w;
+    arm_w(&w);
+    CHECK_EQ(weft_send_async(sv[0], src, n, MSG_NOSIGNAL, note, &w, NULL), 0);
+    CHECK_EQ(await(&w), (ssize_t)n);
+    pthread_join(th, NULL);
+    CHECK(memcmp(src, dst, n) == 0);
+    CHECK_EQ(weft_close(sv[0]), 0);
+    close(sv[1]);
+    free(src);
+    free(dst);
+}
+
+TEST(send_all_of_a_large_buffer) { large_send(0); }
+TEST(nonblocking_socket_waits_too) {
+    large_send(1);
+    /* and a recv on an O_NONBLOCK socket waits for data rather than -EAGAIN */
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+    char buf[8];
+    waiter w;
+    arm_w(&w);
+    CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, NULL), 0);
+    usleep(2000);
+    CHECK_EQ(write(sv[1], "late", 4), 4);
+    CHECK_EQ(await(&w), 4);
+    CHECK_EQ(weft_close(sv[0]), 0);
+    close(sv[1]);
+}
+
+TEST(errors_reach_the_handler) {
+    /* a peer that went away: EOF for a read, EPIPE for a send */
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    close(sv[1]);
+    char buf[8];
+    waiter w;
+    arm_w(&w);
+    CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, NULL), 0);
+    CHECK_EQ(await(&w), 0);
+    arm_w(&w);
+    CHECK_EQ(weft_send_async(sv[0], "x", 1, MSG_NOSIGNAL, note, &w, NULL), 0);
+    CHECK_EQ(await(&w), -EPIPE);
+    CHECK_EQ(weft_close(sv[0]), 0);
+    /* a number that is no socket at all */
+    arm_w(&w);
+    CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, NULL), 0);
+    CHECK_EQ(await(&w), -EBADF);
+    /* bad arguments: refused, and the handler never runs */
+    CHECK_EQ(weft_recv_async(-1, buf, 1, 0, note, &w, NULL), -EINVAL);
+    CHECK_EQ(weft_recv_async(3, NULL, 1, 0, note, &w, NULL), -EINVAL);
+    CHECK_EQ(weft_send_async(3, buf, 1, 0, NULL, &w, NULL), -EINVAL);
+    CHECK_EQ(weft_accept_async(3, 0x4000, note, &w, NULL), -EINVAL);
+    CHECK_EQ(weft_poll_async(3, 0, note, &w, NULL), -EINVAL);
+    CHECK_EQ(weft_timer_async(-1, note, &w, NULL), -EINVAL);
+}
+
+/* ---- timers -------------------------------------------------------------------- */
+
+typedef struct tick {
+    int64_t due;
+    atomic_int *fired;
+    atomic_int *early;
+} tick;
+
+static void ticked(ssize_t r, void *ctx) {
+    tick *t = ctx;
+    CHECK_EQ(r, 0);
+    if (weft_now() < t->due) atomic_fetch_add(t->early, 1);
+    atomic_fetch_add(t->fired, 1);
+}
+
+static void *timers_from_vthread(void *arg) {
+    tick *ts = arg;
+    for (int i = 1000; i < 2000; i++) CHECK_EQ(weft_timer_async(ts[i].due, ticked, &ts[i], NULL), 0);
+    return NULL;
+}
+
+TEST(timers_fire_once_and_never_early) {
+    enum { N = 2000 };
+    tick *ts = calloc(N, sizeof *ts);
+    atomic_int fired = 0, early = 0;
+    int64_t now = weft_now();
+    for (int i = 0; i < N; i++) ts[i] = (tick){now + (int64_t)((i * 7919) % 50) * MS, &fired, &early};
+    for (int i = 0; i < 1000; i++) CHECK_EQ(weft_timer_async(ts[i].due, ticked, &ts[i], NULL), 0);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, timers_from_vthread, ts, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    while (atomic_load(&fired) < N) usleep(1000);
+    usleep(20000);
+    CHECK_EQ(atomic_load(&fired), N);
+    CHECK_EQ(atomic_load(&early), 0);
+    free(ts);
+}
+
+/* ---- handlers on an executor ------------------------------------------------------ */
+
+typedef struct where {
+    atomic_int on_pool, on_vthread, total;
+    weft_latch gate;
+} where;
+
+static void where_ran(ssize_t r, void *ctx) {
+    where *w = ctx;
+    CHECK_EQ(r, 0);
+    if (weft_self()) atomic_fetch_add(&w->on_vthread, 1);
+    else atomic_fetch_add(&w->on_pool, 1);
+    atomic_fetch_add(&w->total, 1);
+}
+
+static void *hold(void *arg) {
+    CHECK_EQ(weft_latch_await(arg), 0);
+    return NULL;
+}
+
+TEST(handlers_on_an_executor_refused_ones_too) {
+    where w = {0};
+    /* one thread, a queue of 2, ABORT: with the thread held, most handlers
+     * are refused -- and still run, on the dispatcher */
+    weft_executor *ex = weft_executor_fixed(1, 2, WEFT_REJECT_ABORT);
+    weft_latch_init(&w.gate, 1);
+    weft_future *h = weft_submit(ex, hold, &w.gate);
+    weft_async_opts o = {.executor = ex};
+    enum { N = 100 };
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_timer_async(weft_now(), where_ran, &w, &o), 0);
+    while (atomic_load(&w.total) < N - 2) usleep(1000);
+    CHECK(atomic_load(&w.on_vthread) >= N - 2); /* refused: run by the dispatcher */
+    weft_latch_count_down(&w.gate);
+    while (atomic_load(&w.total) < N) usleep(1000);
+    CHECK(atomic_load(&w.on_pool) <= 2);
+    CHECK_EQ(weft_future_get(h, NULL, 0), 0);
+    weft_future_free(h);
+    CHECK_EQ(weft_executor_close(ex), 0);
+    /* an executor with room: every handler on its threads */
+    where w2 = {0};
+    ex = weft_executor_fixed(2, 0, WEFT_REJECT_ABORT);
+    o.executor = ex;
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_timer_async(weft_now(), where_ran, &w2, &o), 0);
+    while (atomic_load(&w2.total) < N) usleep(1000);
+    CHECK_EQ(atomic_load(&w2.on_pool), N);
+    CHECK_EQ(weft_executor_close(ex), 0);
+}
