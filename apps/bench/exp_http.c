@@ -87,9 +87,9 @@ typedef struct http_exp {
 } http_exp;
 
 static const http_exp HTTP_DELAY = {"http-delay", "delay100", 100, 1, "50 150 300 500 1000 1000:20000",
-                                    "virtual pool:200", 3000};
+                                    "virtual async pool:200", 3000};
 static const http_exp HTTP_EVERY10 = {"http-every10", "delay2s-every10", 2000, 10, "100",
-                                      "virtual thread pool:200", 10000};
+                                      "virtual thread pool:200 async", 10000};
 
 typedef struct point {
     long c, n;
@@ -1046,10 +1046,10 @@ static int parse_models(const char *s, char out[MAX_MODELS][32]) {
     char *save = NULL;
     for (char *t = strtok_r(buf, " ,\t", &save); t; t = strtok_r(NULL, " ,\t", &save)) {
         char *end = NULL;
-        int ok = strcmp(t, "virtual") == 0 || strcmp(t, "thread") == 0 ||
+        int ok = strcmp(t, "virtual") == 0 || strcmp(t, "thread") == 0 || strcmp(t, "async") == 0 ||
                  (strncmp(t, "pool:", 5) == 0 && strtol(t + 5, &end, 10) > 0 && end && !*end);
         if (!ok || k == MAX_MODELS || strlen(t) >= 32) {
-            fprintf(stderr, "weft-bench: --models: bad model '%s' (virtual, thread, pool:N)\n", t);
+            fprintf(stderr, "weft-bench: --models: bad model '%s' (virtual, thread, pool:N, async)\n", t);
             return -EINVAL;
         }
         snprintf(out[k++], 32, "%s", t);

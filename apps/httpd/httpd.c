@@ -125,12 +125,24 @@ static weft_thread *_Atomic acceptor_waiting[64];
 /* connections list (for the drain)                                          */
 /* ------------------------------------------------------------------------ */
 
+/* the client's address, for the access log (28 bytes, not a sockaddr_storage's 128:
+ * --model async keeps one per idle connection) */
+typedef union peer_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+} peer_addr;
+
 typedef struct conn {
     int fd;
     atomic_int idle; /* waiting for the first byte of a request */
     struct conn *prev, *next;
-    struct sockaddr_storage peer;
+    peer_addr peer;
 } conn;
+
+static void set_peer(conn *c, const struct sockaddr_storage *peer) {
+    if (peer) memcpy(&c->peer, peer, sizeof c->peer);
+}
 
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
 static conn *conns_head;
@@ -265,10 +277,8 @@ static int head_common(char *b, int cap, int status, int keep_alive) {
 static void access_log(const conn *c, const http_request *rq, int status, long long bytes) {
     if (log_fd < 0) return;
     char host[INET6_ADDRSTRLEN] = "-";
-    if (c->peer.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)&c->peer)->sin_addr, host, sizeof host);
-    else if (c->peer.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&c->peer)->sin6_addr, host, sizeof host);
+    if (c->peer.sa.sa_family == AF_INET) inet_ntop(AF_INET, &c->peer.in.sin_addr, host, sizeof host);
+    else if (c->peer.sa.sa_family == AF_INET6) inet_ntop(AF_INET6, &c->peer.in6.sin6_addr, host, sizeof host);
     char date[HTTP_DATE_LEN];
     http_fmt_date(time(NULL), date);
     char line[600];
@@ -584,7 +594,7 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
 static void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at) {
     conn c = {.fd = fd};
     int64_t idle_from = accepted_at;
-    if (peer) c.peer = *peer;
+    set_peer(&c, peer);
     conn_register(&c);
     char buf[BUF_SIZE];
     size_t len = 0;
@@ -688,75 +698,93 @@ out:
  * deadlines, the same lingering close), written as a state machine whose
  * steps are completion handlers (weft/async.h) on the carrier's dispatcher:
  * no thread and no stack per connection.  An idle keep-alive connection
- * holds only its `aconn` (its fd, clocks and parser state): it waits with
- * weft_poll_async, without a buffer; a receive buffer comes from the pool
- * when bytes arrive and goes back when the connection is idle again with
- * nothing pipelined; a response is malloc'd while it is being sent.  Each
- * connection has at most one operation in flight, so its handlers never
- * run at the same time and its state needs no lock.  The acceptors are the
- * other models' (a vthread per carrier); dispatch() starts a connection
- * here instead of spawning.
+ * holds only its aconn -- its fd, its place in the drain's list, the
+ * client's address and its idle clock: 80 bytes -- and waits with
+ * weft_poll_async, without a buffer; a request's state and its receive
+ * buffer (areq) come from a pool when bytes arrive and go back when the
+ * connection is idle again with nothing pipelined; a response is malloc'd
+ * while it is being sent.  Each connection has at most one operation in
+ * flight, so its handlers never run at the same time and its state needs
+ * no lock.  The acceptors are the other models' (a vthread per carrier);
+ * dispatch() starts a connection here instead of spawning.
  */
+typedef struct areq areq;
+
 typedef struct aconn {
-    conn c; /* registered for the drain, like the others */
-    char *buf; /* BUF_SIZE from the pool, or NULL */
+    conn c;           /* registered for the drain, like the others */
+    areq *r;          /* while a request is read or answered, or bytes wait */
+    int64_t idle_from; /* the idle clock: from the accept, then each answer */
+} aconn;
+
+/* A request in progress: its buffer and everything the answer needs.  From
+ * the pool when bytes arrive, back to it when the connection is idle with
+ * nothing pipelined. */
+struct areq {
+    areq *next_free;
     size_t len, used;
-    int64_t idle_from, head_deadline, body_deadline;
+    int64_t head_deadline, body_deadline, linger_until;
     http_parser ps;
     http_request rq;
     int hl, keep, refused;
     long long body_left;
-    response *resp; /* while one is being sent */
-    size_t dropped; /* the lingering close's */
-    int64_t linger_until;
-} aconn;
+    size_t dropped;    /* the lingering close's */
+    response *resp;    /* while one is being sent */
+    char buf[BUF_SIZE];
+};
 
-/* The pool of receive buffers: a free list under a mutex.  Once a second
- * (bp_sweep, a timer handler) the buffers that stayed in the list all that
- * second -- its low-water mark -- are freed and the heap trimmed, so a
- * burst's buffers go back to the system once it is over, as the virtual
- * model's stacks do. */
+/* The pool of areqs: a free list under a mutex.  Once a second (bp_sweep,
+ * a timer handler) those that stayed in the list all that second -- its
+ * low-water mark -- are freed and the heap trimmed, so a burst's memory
+ * goes back to the system once it is over, as the virtual model's stacks
+ * do. */
 static struct {
     pthread_mutex_t lock;
-    void *free;
+    areq *free;
     int n, low;
 } BP = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static char *buf_get(void) {
+static areq *areq_get(void) {
     pthread_mutex_lock(&BP.lock);
-    void *b = BP.free;
-    if (b) {
-        BP.free = *(void **)b;
+    areq *r = BP.free;
+    if (r) {
+        BP.free = r->next_free;
         if (--BP.n < BP.low) BP.low = BP.n;
     }
     pthread_mutex_unlock(&BP.lock);
-    return b ? b : malloc(BUF_SIZE);
+    if (!r && !(r = malloc(sizeof *r))) return NULL;
+    r->len = r->used = 0;
+    r->resp = NULL;
+    return r;
 }
 
-static void buf_put(char *b) {
-    if (!b) return;
+static void areq_put(areq *r) {
+    if (!r) return;
+    if (r->resp) {
+        response_free(r->resp);
+        free(r->resp);
+    }
     pthread_mutex_lock(&BP.lock);
-    *(void **)b = BP.free;
-    BP.free = b;
+    r->next_free = BP.free;
+    BP.free = r;
     BP.n++;
     pthread_mutex_unlock(&BP.lock);
 }
 
-static void bp_sweep(ssize_t r, void *ctx) {
-    void *drop = NULL;
+static void bp_sweep(ssize_t res, void *ctx) {
+    areq *drop = NULL;
     pthread_mutex_lock(&BP.lock);
     for (int k = BP.low; k > 0; k--) { /* unused all second: not needed */
-        void *b = BP.free;
-        BP.free = *(void **)b;
-        *(void **)b = drop;
-        drop = b;
+        areq *r = BP.free;
+        BP.free = r->next_free;
+        r->next_free = drop;
+        drop = r;
         BP.n--;
     }
     BP.low = BP.n;
     pthread_mutex_unlock(&BP.lock);
     int freed = drop != NULL;
     while (drop) {
-        void *nx = *(void **)drop;
+        areq *nx = drop->next_free;
         free(drop);
         drop = nx;
     }
@@ -771,11 +799,7 @@ static void a_parse(aconn *a);
 static void a_end(aconn *a) {
     conn_unregister(&a->c);
     weft_close(a->c.fd);
-    buf_put(a->buf);
-    if (a->resp) {
-        response_free(a->resp);
-        free(a->resp);
-    }
+    areq_put(a->r);
     free(a);
     conn_slot_free();
 }
@@ -786,88 +810,88 @@ static void a_check(aconn *a, int r) {
 }
 
 /* -- the lingering close: stop sending, drop what still comes for a moment */
-static void a_lingered(ssize_t r, void *ctx) {
+static void a_lingered(ssize_t n, void *ctx) {
     aconn *a = ctx;
-    if (r <= 0 || (a->dropped += (size_t)r) >= (1u << 20)) {
+    areq *r = a->r;
+    if (n <= 0 || (r->dropped += (size_t)n) >= (1u << 20)) {
         a_end(a);
         return;
     }
-    weft_async_opts o = {.deadline = a->linger_until};
-    a_check(a, weft_recv_async(a->c.fd, a->buf, BUF_SIZE, 0, a_lingered, a, &o));
+    weft_async_opts o = {.deadline = r->linger_until};
+    a_check(a, weft_recv_async(a->c.fd, r->buf, BUF_SIZE, 0, a_lingered, a, &o));
 }
 
 static void a_linger(aconn *a) {
+    areq *r = a->r;
     shutdown(a->c.fd, SHUT_WR);
-    if (!a->buf && !(a->buf = buf_get())) {
-        a_end(a);
-        return;
-    }
-    a->dropped = 0;
-    a->linger_until = weft_now() + NS;
-    weft_async_opts o = {.deadline = a->linger_until};
-    a_check(a, weft_recv_async(a->c.fd, a->buf, BUF_SIZE, 0, a_lingered, a, &o));
+    r->dropped = 0;
+    r->linger_until = weft_now() + NS;
+    weft_async_opts o = {.deadline = r->linger_until};
+    a_check(a, weft_recv_async(a->c.fd, r->buf, BUF_SIZE, 0, a_lingered, a, &o));
 }
 
 /* -- after a response: drop the request's body, keep what is pipelined */
-static void a_body_bytes(ssize_t r, void *ctx);
+static void a_body_bytes(ssize_t n, void *ctx);
 
 static void a_drop_body(aconn *a) {
-    while (a->body_left > 0) {
-        size_t inbuf = a->len - a->used;
-        if ((long long)inbuf >= a->body_left) {
-            a->used += (size_t)a->body_left;
-            a->body_left = 0;
+    areq *r = a->r;
+    while (r->body_left > 0) {
+        size_t inbuf = r->len - r->used;
+        if ((long long)inbuf >= r->body_left) {
+            r->used += (size_t)r->body_left;
+            r->body_left = 0;
             break;
         }
-        a->body_left -= (long long)inbuf;
-        a->used = a->len = 0;
-        weft_async_opts o = {.deadline = a->body_deadline};
-        a_check(a, weft_recv_async(a->c.fd, a->buf, BUF_SIZE, 0, a_body_bytes, a, &o));
+        r->body_left -= (long long)inbuf;
+        r->used = r->len = 0;
+        weft_async_opts o = {.deadline = r->body_deadline};
+        a_check(a, weft_recv_async(a->c.fd, r->buf, BUF_SIZE, 0, a_body_bytes, a, &o));
         return;
     }
-    memmove(a->buf, a->buf + a->used, a->len - a->used);
-    a->len -= a->used;
+    memmove(r->buf, r->buf + r->used, r->len - r->used);
+    r->len -= r->used;
     a->idle_from = weft_now();
     a_next_request(a);
 }
 
-static void a_body_bytes(ssize_t r, void *ctx) {
+static void a_body_bytes(ssize_t n, void *ctx) {
     aconn *a = ctx;
-    if (r <= 0) {
+    if (n <= 0) {
         a_end(a);
         return;
     }
-    a->len = (size_t)r;
+    a->r->len = (size_t)n;
     a_drop_body(a);
 }
 
 static void a_answered(aconn *a) {
-    response_free(a->resp);
-    free(a->resp);
-    a->resp = NULL;
-    if (!a->keep) {
+    areq *r = a->r;
+    response_free(r->resp);
+    free(r->resp);
+    r->resp = NULL;
+    if (!r->keep) {
         /* as serve_conn: a plain end closes at once; a refusal, or input
          * still unread, gets the lingering close */
-        if (a->refused || a->len > (size_t)a->hl || a->rq.content_length > 0 || a->rq.chunked) a_linger(a);
+        if (r->refused || r->len > (size_t)r->hl || r->rq.content_length > 0 || r->rq.chunked) a_linger(a);
         else a_end(a);
         return;
     }
-    a->used = (size_t)a->hl;
-    a->body_left = a->rq.content_length > 0 ? a->rq.content_length : 0;
-    a->body_deadline = weft_now() + O.body_timeout;
+    r->used = (size_t)r->hl;
+    r->body_left = r->rq.content_length > 0 ? r->rq.content_length : 0;
+    r->body_deadline = weft_now() + O.body_timeout;
     a_drop_body(a);
 }
 
 /* -- sending a response: head, then body from memory or by sendfile */
-static void a_sent_body(ssize_t r, void *ctx);
+static void a_sent_body(ssize_t n, void *ctx);
 
-static void a_file_ready(ssize_t r, void *ctx) {
+static void a_file_ready(ssize_t n, void *ctx) {
     aconn *a = ctx;
-    if (r < 0) {
+    if (n < 0) {
         a_end(a);
         return;
     }
-    response *p = a->resp;
+    response *p = a->r->resp;
     while (p->file_len > 0) { /* the socket is O_NONBLOCK (accepted so) */
         ssize_t sn = sendfile(a->c.fd, p->fd, &p->off, (size_t)p->file_len);
         if (sn > 0) {
@@ -886,23 +910,24 @@ static void a_file_ready(ssize_t r, void *ctx) {
     a_sent_body(0, a);
 }
 
-static void a_sent_body(ssize_t r, void *ctx) {
+static void a_sent_body(ssize_t n, void *ctx) {
     aconn *a = ctx;
-    if (r < 0) {
+    if (n < 0) {
         a_end(a);
         return;
     }
-    access_log(&a->c, a->resp->rq, a->resp->code, a->resp->log_bytes);
+    response *p = a->r->resp;
+    access_log(&a->c, p->rq, p->code, p->log_bytes);
     a_answered(a);
 }
 
-static void a_sent_head(ssize_t r, void *ctx) {
+static void a_sent_head(ssize_t n, void *ctx) {
     aconn *a = ctx;
-    if (r < 0) {
+    if (n < 0) {
         a_end(a);
         return;
     }
-    response *p = a->resp;
+    response *p = a->r->resp;
     if (p->mem_len) {
         weft_async_opts o = {.deadline = weft_now() + O.send_timeout};
         a_check(a, weft_send_async(a->c.fd, p->mem, p->mem_len, MSG_NOSIGNAL, a_sent_body, a, &o));
@@ -914,7 +939,7 @@ static void a_sent_head(ssize_t r, void *ctx) {
 }
 
 static void a_send(aconn *a) {
-    response *p = a->resp;
+    response *p = a->r->resp;
     int more = p->mem_len || p->file_len;
     weft_async_opts o = {.deadline = weft_now() + O.send_timeout};
     a_check(a, weft_send_async(a->c.fd, p->head, p->head_len, MSG_NOSIGNAL | (more ? MSG_MORE : 0), a_sent_head, a, &o));
@@ -923,94 +948,95 @@ static void a_send(aconn *a) {
 /* A status answer outside a request's normal course (400..., 408), then
  * the connection ends: lingering (malformed input) or not (a timeout). */
 static void a_status_then(aconn *a, int status, int linger) {
-    if (!(a->resp = malloc(sizeof *a->resp))) {
+    areq *r = a->r;
+    if (!(r->resp = malloc(sizeof *r->resp))) {
         a_end(a);
         return;
     }
-    response_init(a->resp);
-    if (plan_status(a->resp, NULL, status, 0, NULL) < 0) {
+    response_init(r->resp);
+    if (plan_status(r->resp, NULL, status, 0, NULL) < 0) {
         a_end(a);
         return;
     }
-    a->keep = 0;
-    a->refused = linger;
-    memset(&a->rq, 0, sizeof a->rq); /* no request: a_answered goes by `refused` alone */
-    a->hl = (int)a->len;
+    r->keep = 0;
+    r->refused = linger;
+    memset(&r->rq, 0, sizeof r->rq); /* no request: a_answered goes by `refused` alone */
+    r->hl = (int)r->len;
     a_send(a);
 }
 
 /* -- a request */
 static void a_respond(aconn *a) {
-    if (!(a->resp = malloc(sizeof *a->resp))) {
+    areq *r = a->r;
+    if (!(r->resp = malloc(sizeof *r->resp))) {
         a_end(a);
         return;
     }
-    response_init(a->resp);
-    a->refused = 0;
-    if (plan_request(a->resp, &a->rq, &a->keep, &a->refused) < 0) {
+    response_init(r->resp);
+    r->refused = 0;
+    if (plan_request(r->resp, &r->rq, &r->keep, &r->refused) < 0) {
         a_end(a);
         return;
     }
     a_send(a);
 }
 
-static void a_delayed(ssize_t r, void *ctx) { a_respond(ctx); }
+static void a_delayed(ssize_t n, void *ctx) { a_respond(ctx); }
 
 static void a_request(aconn *a) {
-    a->keep = request_keep(&a->rq);
+    a->r->keep = request_keep(&a->r->rq);
     int64_t d = request_delay();
     if (d) a_check(a, weft_timer_async(weft_now() + d, a_delayed, a, NULL));
     else a_respond(a);
 }
 
 /* -- reading a request head */
-static void a_head_bytes(ssize_t r, void *ctx) {
+static void a_head_bytes(ssize_t n, void *ctx) {
     aconn *a = ctx;
-    if (r == -ETIMEDOUT) {
-        if (a->len) a_status_then(a, 408, 0);
+    if (n == -ETIMEDOUT) {
+        if (a->r->len) a_status_then(a, 408, 0);
         else a_end(a);
         return;
     }
-    if (r <= 0) {
+    if (n <= 0) {
         a_end(a);
         return;
     }
-    a->len += (size_t)r;
+    a->r->len += (size_t)n;
     a_parse(a);
 }
 
 static void a_parse(aconn *a) {
-    a->hl = http_parse_request(&a->ps, a->buf, a->len, &a->rq);
-    if (a->hl < 0) { /* malformed: answer and close */
-        a_status_then(a, -a->hl, 1);
+    areq *r = a->r;
+    r->hl = http_parse_request(&r->ps, r->buf, r->len, &r->rq);
+    if (r->hl < 0) { /* malformed: answer and close */
+        a_status_then(a, -r->hl, 1);
         return;
     }
-    if (a->hl > 0) {
+    if (r->hl > 0) {
         a_request(a);
         return;
     }
-    weft_async_opts o = {.deadline = a->head_deadline};
-    a_check(a, weft_recv_async(a->c.fd, a->buf + a->len, BUF_SIZE - a->len, 0, a_head_bytes, a, &o));
+    weft_async_opts o = {.deadline = r->head_deadline};
+    a_check(a, weft_recv_async(a->c.fd, r->buf + r->len, BUF_SIZE - r->len, 0, a_head_bytes, a, &o));
 }
 
 /* -- idle: waiting for a request's first byte, holding no buffer */
-static void a_readable(ssize_t r, void *ctx) {
+static void a_readable(ssize_t n, void *ctx) {
     aconn *a = ctx;
     atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
-    if (r < 0) { /* the idle timeout, or closed */
+    if (n < 0) { /* the idle timeout, or closed */
         a_end(a);
         return;
     }
-    if (!(a->buf = buf_get())) {
+    if (!(a->r = areq_get())) {
         a_end(a);
         return;
     }
-    ssize_t n;
-    do n = recv(a->c.fd, a->buf, BUF_SIZE, MSG_DONTWAIT);
+    areq *r = a->r;
+    do n = recv(a->c.fd, r->buf, BUF_SIZE, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { /* a stale readiness: idle again */
-        buf_put(a->buf);
-        a->buf = NULL;
         a_next_request(a);
         return;
     }
@@ -1018,20 +1044,21 @@ static void a_readable(ssize_t r, void *ctx) {
         a_end(a);
         return;
     }
-    a->len = (size_t)n;
-    a->head_deadline = weft_now() + O.header_timeout;
+    r->len = (size_t)n;
+    r->head_deadline = weft_now() + O.header_timeout;
+    http_parser_init(&r->ps);
     a_parse(a);
 }
 
 static void a_next_request(aconn *a) {
-    http_parser_init(&a->ps);
-    if (a->len) { /* pipelined: its first byte is here, its clock runs from now */
-        a->head_deadline = weft_now() + O.header_timeout;
+    if (a->r && a->r->len) { /* pipelined: its first byte is here, its clock runs from now */
+        http_parser_init(&a->r->ps);
+        a->r->head_deadline = weft_now() + O.header_timeout;
         a_parse(a);
         return;
     }
-    buf_put(a->buf);
-    a->buf = NULL;
+    areq_put(a->r);
+    a->r = NULL;
     /* idle first, then look at draining: the drain looks at them in the
      * other order (seq_cst both), so it cannot miss us */
     atomic_store(&a->c.idle, 1);
@@ -1049,7 +1076,7 @@ static int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted
     aconn *a = calloc(1, sizeof *a);
     if (!a) return -ENOMEM;
     a->c.fd = fd;
-    if (peer) a->c.peer = *peer;
+    set_peer(&a->c, peer);
     a->idle_from = accepted_at;
     conn_register(&a->c);
     a_next_request(a);
@@ -1102,7 +1129,8 @@ static int queue_late(const accepted *a, int64_t now) { return now - a->at >= O.
 
 /* A connection that waited out its idle time in the queue. */
 static void refuse_late(const accepted *a) {
-    conn c = {.fd = a->fd, .peer = a->peer};
+    conn c = {.fd = a->fd};
+    set_peer(&c, &a->peer);
     if (send_status(&c, NULL, 503, 0, NULL) == 0) shutdown(a->fd, SHUT_WR);
     weft_close(a->fd);
     conn_slot_free();

@@ -134,6 +134,7 @@ static struct {
     int carriers;
     int quiet, csv;
     int spread;         /* bind loopback sources from 127.0.1.0/24 (see the top comment) */
+    double hold_s;      /* --hold: keep the connections open, idle, this long after the requests */
     const char *headers[MAX_HEADERS];
     int nheaders;
     /* target */
@@ -156,6 +157,9 @@ static int g_err_code[F_KINDS];          /* -errno, or 0 with g_err_text */
 static const char *g_err_text[F_KINDS];
 static int g_err_status[F_KINDS];
 static _Atomic int g_server_state;       /* 0 not captured, 1 being written, 2 done */
+/* --hold: workers whose requests are done (holding or not), and whether
+ * the hold is over (run() says so; the workers wait in 10 ms naps) */
+static _Atomic int g_done_workers, g_holding, g_hold_over;
 static char g_server[64];
 
 /* ------------------------------------------------------------------------ */
@@ -316,9 +320,13 @@ static void *worker_main(void *arg) {
     worker *w = arg;
     resp p;
     memset(&p, 0, sizeof p);
+    /* --hold: every connection is to be held, so each worker makes its
+     * share of the requests, not what it can grab */
+    int64_t quota = C.hold_s > 0 && C.n >= 0 ? (C.n + C.workers - 1) / C.workers : -1, done = 0;
     for (;;) {
         if (atomic_load_explicit(&g_stop, memory_order_relaxed)) break;
         if (g_run_end && weft_now() >= g_run_end) break;
+        if (quota >= 0 && done++ >= quota) break;
         if (C.n >= 0 && atomic_fetch_add_explicit(&g_next, 1, memory_order_relaxed) >= C.n) break;
         int64_t t0 = weft_now();
         int64_t dl = t0 + C.timeout_ns;
@@ -348,6 +356,13 @@ static void *worker_main(void *arg) {
                 }
             }
         }
+    }
+    if (C.hold_s > 0 && w->fd >= 0) { /* idle on its open connection until the hold ends */
+        atomic_fetch_add(&g_holding, 1);
+        atomic_fetch_add(&g_done_workers, 1);
+        while (!atomic_load(&g_hold_over)) weft_sleep(10 * 1000000);
+    } else {
+        atomic_fetch_add(&g_done_workers, 1);
     }
     drop_conn(w);
     return NULL;
@@ -380,8 +395,17 @@ static int run(void *arg) {
         }
         res->spawned++;
     }
+    if (C.hold_s > 0) {
+        /* every worker done: say how many connections are held, hold them */
+        while (atomic_load(&g_done_workers) < res->spawned) weft_sleep(10 * 1000000);
+        res->wall_ns = weft_now() - t0; /* the requests' time, not the hold's */
+        fprintf(stderr, "weft-load: holding %d idle connections for %g s\n", atomic_load(&g_holding), C.hold_s);
+        fflush(stderr);
+        weft_sleep((int64_t)(C.hold_s * 1e9));
+        atomic_store(&g_hold_over, 1);
+    }
     for (int i = 0; i < res->spawned; i++) weft_join(res->w[i].t, NULL);
-    res->wall_ns = weft_now() - t0;
+    if (!(C.hold_s > 0)) res->wall_ns = weft_now() - t0;
     return 0;
 }
 
@@ -403,6 +427,9 @@ static void usage(FILE *f) {
             "  --carriers N    weft carrier threads (default: $WEFT_CARRIERS or the CPU count)\n"
             "  -q              quiet: only the machine-readable line\n"
             "  --csv           the machine-readable result as a CSV header and row\n"
+            "  --hold SECONDS  with -k: after the requests, keep each connection open and idle\n"
+            "                  this long (a line on stderr says when all are held; for\n"
+            "                  measuring what idle connections cost a server); not in the wall time\n"
             "  --no-spread     against 127.x.x.x, do not give each connection a source address\n"
             "                  of its own from 127.0.1.0/24 (the default keeps ephemeral ports\n"
             "                  from running out when runs follow each other)\n"
@@ -719,13 +746,14 @@ static int report(results *res) {
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
-enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST, OPT_NO_SPREAD };
+enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST, OPT_NO_SPREAD, OPT_HOLD };
 
 static const struct option LONG_OPTS[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"carriers", required_argument, NULL, OPT_CARRIERS},
     {"csv", no_argument, NULL, OPT_CSV},
     {"no-spread", no_argument, NULL, OPT_NO_SPREAD},
+    {"hold", required_argument, NULL, OPT_HOLD},
     {"self-test", no_argument, NULL, OPT_SELF_TEST},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -781,6 +809,9 @@ int main(int argc, char **argv) {
         case 'q': C.quiet = 1; break;
         case OPT_CSV: C.csv = 1; break;
         case OPT_NO_SPREAD: C.spread = 0; break;
+        case OPT_HOLD:
+            if (parse_secs(optarg, &C.hold_s) < 0) return bad("--hold wants a positive number of seconds, not '%s'", optarg);
+            break;
         case OPT_SELF_TEST: return self_test();
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -788,6 +819,7 @@ int main(int argc, char **argv) {
     }
     if (optind != argc - 1) return bad("%s", optind < argc ? "exactly one URL, please" : "no URL given");
     if (parse_url(argv[optind]) < 0) return bad("bad URL '%s' (want http://HOST[:PORT]/path)", argv[optind]);
+    if (C.hold_s > 0 && !C.keepalive) return bad("%s", "--hold needs -k (a connection to hold)");
     if (C.duration_s > 0 && !n_given) C.n = -1;
     C.workers = C.n >= 0 && C.n < C.c ? (int)C.n : C.c;
     if (C.workers < C.c && !C.quiet)

@@ -81,21 +81,27 @@ typedef struct aop {
     weft_handler h;
     void *ctx;
     weft_executor *ex;
-    weft__fnode watch; /* ex: on the handler task's future */
-    _Atomic int ran;   /* ex: the handler task ran */
     _Atomic int state; /* ST_*: written where the kernel part ends, read by the dispatcher */
-    int kind;
-    int polling;   /* io_uring: waiting for readiness after -EAGAIN */
-    int timed_out; /* its deadline passed */
-    int hidx;      /* in d's heap, or -1 */
-    int epoch;     /* its fd's close count when first started; -1 before */
+    int8_t kind;
+    int8_t polling;   /* io_uring: waiting for readiness after -EAGAIN; epoll: -1, an attempt's result */
+    int8_t timed_out; /* its deadline passed */
+    int hidx;         /* in d's heap, or -1 */
+    int epoch;        /* its fd's close count when first started; -1 before */
     int64_t deadline;
-    size_t sent; /* send: bytes sent */
+    const char *base; /* send: all of it (rq.buf: the rest) */
     size_t total;
-    const char *base;
-    ssize_t result;
     _Atomic uint32_t *use; /* the fd count held while in the kernel */
 } aop;
+
+/* A handler handed to an executor (the aop is freed first: an idle
+ * connection's wait stays small). */
+typedef struct hcall {
+    weft__fnode watch; /* on the handler task's future */
+    _Atomic int ran;   /* the task ran */
+    weft_handler h;
+    void *ctx;
+    ssize_t result;
+} hcall;
 
 typedef struct disp {
     int k;
@@ -196,32 +202,38 @@ weft_thread *weft__async_kernel_done(weft__iop *op, int res) {
 /* ---- finishing: the handler ------------------------------------------------------ */
 
 static void *handler_task(void *arg) {
-    aop *a = arg;
-    atomic_store(&a->ran, 1);
-    a->h(a->result, a->ctx);
+    hcall *c = arg;
+    atomic_store(&c->ran, 1);
+    c->h(c->result, c->ctx);
     return NULL;
 }
 
 static void handler_watch(weft__fnode *n) {
-    aop *a = (aop *)((char *)n - offsetof(aop, watch));
-    if (!atomic_load(&a->ran)) a->h(a->result, a->ctx); /* refused or discarded: not lost */
-    free(a);
+    hcall *c = (hcall *)((char *)n - offsetof(hcall, watch));
+    if (!atomic_load(&c->ran)) c->h(c->result, c->ctx); /* refused or discarded: not lost */
+    free(c);
 }
 
 static void finish(disp *d, aop *a, ssize_t r) {
     if (a->hidx >= 0) heap_del(d, a);
-    a->result = r;
-    if (a->ex) {
-        weft_future *g = weft_submit(a->ex, handler_task, a);
+    weft_handler h = a->h;
+    void *ctx = a->ctx;
+    hcall *c = a->ex ? malloc(sizeof *c) : NULL;
+    if (c) {
+        *c = (hcall){.h = h, .ctx = ctx, .result = r, .watch.watch = handler_watch};
+        weft_future *g = weft_submit(a->ex, handler_task, c);
+        free(a);
         if (g) {
-            a->watch.watch = handler_watch;
-            weft__future_watch(g, &a->watch); /* may run at once, and free a */
+            weft__future_watch(g, &c->watch); /* may run at once, and free c */
             weft_future_free(g);
-            return;
+        } else {
+            free(c);
+            h(r, ctx); /* no memory for the task: here rather than never */
         }
+        return;
     }
-    a->h(r, a->ctx);
-    free(a);
+    free(a); /* before the handler: it may start another operation */
+    h(r, ctx);
 }
 
 /* ---- starting and continuing ------------------------------------------------------- */
@@ -294,10 +306,11 @@ static void progress(disp *d, aop *a, ssize_t r) {
             finish(d, a, -EIO);
             return;
         }
-        a->sent += (size_t)r;
-        if (a->sent < a->total) {
-            a->rq.buf = (void *)(a->base + a->sent);
-            a->rq.n = a->total - a->sent;
+        size_t sent = (size_t)((const char *)a->rq.buf - a->base) + (size_t)r;
+        if (sent < a->total) {
+            size_t left = a->total - sent;
+            a->rq.buf = (void *)(a->base + sent);
+            a->rq.n = left < (1u << 30) ? left : (1u << 30);
             issue(d, a);
             return;
         }

@@ -73,6 +73,24 @@ static const char *why_name(int why) {
 
 static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
 
+/* A word of another vthread's stack.  The dump reads a parked vthread's
+ * frames as a snapshot, racing by design with the vthread once it runs
+ * again: nothing orders the read before the vthread's later plain writes
+ * to the same words (it may be woken through the kernel: an I/O
+ * completion), so ThreadSanitizer is told to forget these reads. */
+#ifdef WEFT_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+static uint64_t stack_ld(const void *p) {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    uint64_t v = ld(p);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    return v;
+}
+#else
+#define stack_ld ld
+#endif
+
 /* JSON-safe copy of a string. */
 static void put_str_json(out *o, const char *s) {
     put(o, "\"");
@@ -90,7 +108,7 @@ static void backtrace_of(out *o, weft_thread *t, const char *top) {
     const char *lo = t->stk.lo;
     if (sp < (uint64_t)(uintptr_t)lo || sp + 64 > (uint64_t)(uintptr_t)top) return;
     const uint64_t *frame = (const uint64_t *)(uintptr_t)sp;
-    uint64_t fp = ld(&frame[6]), pc = ld(&frame[7]);
+    uint64_t fp = stack_ld(&frame[6]), pc = stack_ld(&frame[7]);
     if (o->json) put(o, ",\"backtrace\":[");
     for (int depth = 0; depth < 32 && pc; depth++) {
         Dl_info di;
@@ -111,8 +129,8 @@ static void backtrace_of(out *o, weft_thread *t, const char *top) {
         }
         if (fp < (uint64_t)(uintptr_t)lo || fp + 16 > (uint64_t)(uintptr_t)top || (fp & 7)) break;
         const uint64_t *f = (const uint64_t *)(uintptr_t)fp;
-        uint64_t nfp = ld(&f[0]);
-        pc = ld(&f[1]);
+        uint64_t nfp = stack_ld(&f[0]);
+        pc = stack_ld(&f[1]);
         if (nfp <= fp) break; /* frames go up the stack */
         fp = nfp;
     }
