@@ -138,6 +138,7 @@ typedef struct conn {
     atomic_int idle; /* waiting for the first byte of a request */
     struct conn *prev, *next;
     peer_addr peer;
+    int fresh; /* --model async: not on a dispatcher yet (in peer's padding) */
 } conn;
 
 static void set_peer(conn *c, const struct sockaddr_storage *peer) {
@@ -1066,7 +1067,11 @@ static void a_next_request(aconn *a) {
         a_end(a);
         return;
     }
-    weft_async_opts o = {.deadline = a->idle_from + O.idle_timeout};
+    /* a new connection goes to the carriers' dispatchers in turn (its
+     * acceptor runs wherever the scheduler put it); its later steps stay
+     * on the one it got */
+    weft_async_opts o = {.deadline = a->idle_from + O.idle_timeout, .spread = a->c.fresh};
+    a->c.fresh = 0;
     a_check(a, weft_poll_async(a->c.fd, POLLIN, a_readable, a, &o));
 }
 
@@ -1078,6 +1083,7 @@ static int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted
     a->c.fd = fd;
     set_peer(&a->c, peer);
     a->idle_from = accepted_at;
+    a->c.fresh = 1;
     conn_register(&a->c);
     a_next_request(a);
     return 0;

@@ -51,6 +51,10 @@ typedef void (*weft_handler)(ssize_t result, void *ctx);
 typedef struct weft_async_opts {
     int64_t deadline;        /* absolute ns (weft_now()); 0: none */
     weft_executor *executor; /* where the handler runs; NULL: the dispatcher */
+    int spread;              /* 1: the carriers' dispatchers in turn, not the
+                              * caller's (as from a platform thread): to
+                              * spread connections over the carriers, as
+                              * Netty's EventLoopGroup.next() */
 } weft_async_opts;
 
 /* Accepts a connection on listening socket fd.  result: the new socket

@@ -83,8 +83,9 @@ typedef struct aop {
     weft_executor *ex;
     _Atomic int state; /* ST_*: written where the kernel part ends, read by the dispatcher */
     int8_t kind;
-    int8_t polling;   /* io_uring: waiting for readiness after -EAGAIN; epoll: -1, an attempt's result */
+    int8_t polling;   /* io_uring: 1, waiting for readiness after -EAGAIN; -1: an attempt's result */
     int8_t timed_out; /* its deadline passed */
+    int8_t spread;    /* started on the next dispatcher in turn */
     int hidx;         /* in d's heap, or -1 */
     int epoch;        /* its fd's close count when first started; -1 before */
     int64_t deadline;
@@ -238,6 +239,18 @@ static void finish(disp *d, aop *a, ssize_t r) {
 
 /* ---- starting and continuing ------------------------------------------------------- */
 
+/* An attempt made on the dispatcher (not in the kernel's queue) gave r: a
+ * goes back through the inbox, in turn after what is already there (its
+ * handler must not run inside the call that started it). */
+static void attempted(disp *d, aop *a, ssize_t r) {
+    weft__fd_leave(a->use);
+    a->use = NULL;
+    a->iop.res = (int32_t)r;
+    atomic_store_explicit(&a->state, ST_BACK, memory_order_relaxed);
+    a->polling = -1; /* an attempt's result, not a readiness */
+    push(d, a);
+}
+
 /* Starts (or restarts) a's kernel part; a is d's and this runs on d. */
 static void issue(disp *d, aop *a) {
     if (a->kind == A_TIMER) {
@@ -271,6 +284,17 @@ static void issue(disp *d, aop *a) {
         return;
     }
     if (weft__io_mode == WEFT_IO_URING) {
+        if (a->kind == A_SEND && !a->polling) {
+            /* A send almost always finds room in the socket buffer: one
+             * non-blocking attempt costs a system call but saves the
+             * ring's round trip (as a blocking weft_send does) */
+            ssize_t r = send(a->rq.fd, a->rq.buf, a->rq.n, a->rq.flags | MSG_DONTWAIT);
+            if (r < 0) r = -errno;
+            if (r != -EAGAIN && r != -EWOULDBLOCK && r != -EINTR) {
+                attempted(d, a, r);
+                return;
+            }
+        }
         atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
         weft__uring_start_op(&a->iop, &a->rq, a->polling ? weft__ioreq_events(&a->rq) : 0);
         return;
@@ -279,12 +303,7 @@ static void issue(disp *d, aop *a) {
     if (a->kind != A_POLL) {
         ssize_t r = weft__epoll_try(&a->rq);
         if (r != -EAGAIN) {
-            weft__fd_leave(a->use);
-            a->use = NULL;
-            a->iop.res = (int32_t)r;
-            atomic_store_explicit(&a->state, ST_BACK, memory_order_relaxed);
-            a->polling = -1; /* an attempt's result, not a readiness */
-            push(d, a);      /* in turn, after what is already in the inbox */
+            attempted(d, a, r);
             return;
         }
     }
@@ -322,6 +341,11 @@ static void progress(disp *d, aop *a, ssize_t r) {
 /* a's kernel part ended with a->iop.res; a is d's. */
 static void back(disp *d, aop *a) {
     int res = a->iop.res;
+    if (a->polling == -1) { /* an attempt's own result */
+        a->polling = 0;
+        progress(d, a, res);
+        return;
+    }
     if (weft__io_mode == WEFT_IO_URING) {
         if (res == -ECANCELED) { /* its deadline's cancel, or weft_close's */
             finish(d, a, a->timed_out ? -ETIMEDOUT : -EBADF);
@@ -337,10 +361,7 @@ static void back(disp *d, aop *a) {
         }
         return;
     }
-    if (a->polling == -1) { /* the attempt's own result */
-        a->polling = 0;
-        progress(d, a, res);
-    } else if (a->kind == A_POLL || res < 0) {
+    if (a->kind == A_POLL || res < 0) {
         finish(d, a, res);
     } else {
         issue(d, a); /* ready: the attempt */
@@ -445,7 +466,7 @@ static int start(aop *a) {
     }
     weft__carrier *c = weft__carrier_self();
     int n = weft__carriers();
-    int k = c ? weft__carrier_index(c) : (int)(atomic_fetch_add(&A.rr, 1) % (unsigned)n);
+    int k = c && !a->spread ? weft__carrier_index(c) : (int)(atomic_fetch_add(&A.rr, 1) % (unsigned)n);
     disp *d = disp_of(k);
     if (!d) {
         free(a);
@@ -472,6 +493,7 @@ static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *
     a->ctx = ctx;
     a->ex = o ? o->executor : NULL;
     a->deadline = o && o->deadline > 0 ? o->deadline : 0;
+    a->spread = o && o->spread;
     return a;
 }
 
