@@ -1407,7 +1407,9 @@ static void join_unlock(weft_thread *t);
 
 static void vthread_start(void *arg, void *carrier) {
     weft_thread *self = arg;
-    if (self->flags & WEFT__F_PINNED) self->home = carrier; /* the carrier it first runs on */
+    /* pinned: to the carrier it first runs on -- unless weft__spawn_on
+     * chose it, and its spawner may still be reading home (enqueue_pinned) */
+    if ((self->flags & WEFT__F_PINNED) && !self->home) self->home = carrier;
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
