@@ -21,7 +21,10 @@
  *
  * Tasks on platform-thread executors run on those threads: their blocking
  * weft calls block the pthread, as work on Java's pools does.  The threads
- * start lazily, with the first tasks.
+ * start lazily, with the first tasks.  A process-wide effect: as pools
+ * grow, weft grows the kernel's futex hash for the process (Linux 6.16+
+ * sizes it for the CPUs, not the threads; PR_FUTEX_HASH), to twice the
+ * pool threads alive, at most 65,536 buckets; it never shrinks it.
  *
  * Results and errors -- one rule: weft_submit returns NULL only for a bad
  * argument or when out of memory.  Every other refusal is a future already

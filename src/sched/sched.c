@@ -1999,6 +1999,7 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
     R.fork_gen++;
+    atomic_store(&fh_slots, 0); /* the child's futex hash is a new, default one */
     /* a vthread that forked goes on as the child's platform thread */
     tls_carrier = NULL;
     R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
