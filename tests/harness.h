@@ -11,13 +11,16 @@
 #define WEFT_TEST_HARNESS_H
 
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +103,21 @@ __attribute__((unused, sentinel)) static char *dump_showing(int format, ...) {
         free(d);
         usleep(1000);
     }
+}
+
+/* A TCP socket listening on 127.0.0.1, on a port the kernel picks (*port). */
+__attribute__((unused)) static int listen_any(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(fd, 4096), 0);
+    socklen_t l = sizeof a;
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 static int test_timeout_s(void) {

@@ -120,20 +120,6 @@ TEST(socketpair_echo_many) {
 
 /* ---- TCP on loopback ---------------------------------------------------- */
 
-static int listen_any(int *port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(fd >= 0);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    CHECK_EQ(listen(fd, 4096), 0);
-    socklen_t l = sizeof a;
-    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static int lfd, lport;
 static atomic_int served;
 

@@ -326,37 +326,8 @@ static int nap_cancellable(int64_t ns, int64_t deadline) {
     return r;
 }
 
-/* Counts a call in on fd, after any close under way; *err on interruption.
- * A call that finds a close under way waits for it and then goes on with
- * the number as it is then -- unless another close of the number began
- * meanwhile: the file it was called for may be the one that close closed
- * (the number was reused by the time it was called, and closed again while
- * it waited), so it fails with -EBADF, as a call in flight on a closed fd
- * does, rather than run on whatever file has the number now. */
-static _Atomic uint32_t *fd_enter(int fd, int64_t deadline, int *err) {
-    *err = 0;
-    _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
-    int waited = 0;
-    uint32_t epoch = 0;
-    while (u) {
-        uint32_t w = atomic_fetch_add_explicit(u, 1, memory_order_acq_rel);
-        if (waited && FDU_EPOCH(w) != epoch) {
-            atomic_fetch_sub_explicit(u, 1, memory_order_release);
-            *err = -EBADF;
-            return NULL;
-        }
-        if (!(w & FDU_CLOSING)) break;
-        atomic_fetch_sub_explicit(u, 1, memory_order_release);
-        if (!waited) epoch = FDU_EPOCH(w), waited = 1;
-        if ((*err = nap_cancellable(20000, deadline)) != 0) return NULL;
-    }
-    return u;
-}
-
-static void fd_leave(_Atomic uint32_t *u) {
-    if (u) atomic_fetch_sub_explicit(u, 1, memory_order_release);
-}
-
+/* One try at counting in on fd, without waiting (io.h): the asynchronous
+ * operations' entry, and each round of fd_enter's. */
 _Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err) {
     *err = 0;
     _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
@@ -379,6 +350,26 @@ _Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err) {
     }
     *epoch = e;
     return u;
+}
+
+/* Counts a call in on fd, after any close under way; *err on interruption.
+ * A call that finds a close under way waits for it and then goes on with
+ * the number as it is then -- unless another close of the number began
+ * meanwhile: the file it was called for may be the one that close closed
+ * (the number was reused by the time it was called, and closed again while
+ * it waited), so it fails with -EBADF, as a call in flight on a closed fd
+ * does, rather than run on whatever file has the number now. */
+static _Atomic uint32_t *fd_enter(int fd, int64_t deadline, int *err) {
+    int epoch = -1;
+    for (;;) {
+        _Atomic uint32_t *u = weft__fd_enter_nowait(fd, &epoch, err);
+        if (*err != -EAGAIN) return u;
+        if ((*err = nap_cancellable(20000, deadline)) != 0) return NULL;
+    }
+}
+
+static void fd_leave(_Atomic uint32_t *u) {
+    if (u) atomic_fetch_sub_explicit(u, 1, memory_order_release);
 }
 
 void weft__fd_leave(_Atomic uint32_t *u) { fd_leave(u); }
