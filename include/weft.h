@@ -67,12 +67,48 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               default $WEFT_STACK_SIZE, else 256 KiB.  Only touched pages
  *               cost memory.
  *   io          I/O backend (WEFT_IO_*); default $WEFT_IO, else auto.
+ *   hook        libc interposition (WEFT_HOOK_*, below); default $WEFT_HOOK
+ *               (1 on, 0 off), else off -- on in libweft-hook.so.
  */
 typedef struct weft_config {
     int carriers;
     size_t stack_size;
     int io;
+    int hook;
 } weft_config;
+
+/*
+ * Blocking code weft did not write (libpq, libcurl, hiredis ...).  libweft
+ * defines read, write, readv, writev, pread, pwrite, recv, send, recvfrom,
+ * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
+ * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
+ * sleep, fsync, fdatasync, close and getaddrinfo in front of the C
+ * library's.  Off (the default), each is the C library's after one load and
+ * a branch.  On -- WEFT_HOOK=1, weft_config.hook = WEFT_HOOK_ON, or the
+ * same code preloaded as libweft-hook.so (LD_PRELOAD; `weft-run PROG`) --
+ * such a call made on a vthread parks the vthread instead of blocking its
+ * carrier, honouring the vthread's deadline and cancellation, and returns
+ * what the C library's would, errno included:
+ *  - an fd the program made O_NONBLOCK (or MSG_DONTWAIT) answers EAGAIN at
+ *    once, as it would; a blocking socket's SO_RCVTIMEO / SO_SNDTIMEO are
+ *    honoured (EAGAIN, as libc);
+ *  - cancellation makes the call fail with ECANCELED and the vthread's
+ *    deadline with ETIMEDOUT (not EINTR: a loop that retries on EINTR
+ *    would spin on a cancelled vthread); poll's, select's and sleep's own
+ *    timeouts end them as usual;
+ *  - ppoll's and pselect's signal masks apply to their first, immediate
+ *    look only: a vthread does not own its carrier's signal mask;
+ *  - getaddrinfo runs on the blocking pool (weft_blocking);
+ *  - close is weft_close: a call in flight on the fd, on any vthread, ends
+ *    with EBADF;
+ *  - a vthread resumes on the carrier it parked on while inside a hooked
+ *    call, so code that keeps errno's address across the call (glibc's
+ *    __errno_location is const) reads the right errno.
+ * On a platform thread every hooked function is the C library's.  Calls
+ * the C library makes internally (fopen's read, printf's write) are not
+ * interposed, nor are those of a statically linked C library.
+ */
+enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
 
 /*
  * Starts the runtime.  Optional: the first weft call initialises it with the
@@ -104,6 +140,9 @@ WEFT_API void weft_shutdown(void);
  * and returns fn's result (or a negative errno if it could not start).
  */
 WEFT_API int weft_main(int (*fn)(void *), void *arg);
+
+/* 1 while a runtime runs with libc interposition on (weft_config.hook). */
+WEFT_API int weft_hook_active(void);
 
 /*
  * fork().  The child of a process running weft has none of its carriers,

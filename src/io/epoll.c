@@ -94,6 +94,9 @@ typedef struct fd_ent {
     /* what the number was found to be (see "What an fd is" above): a hint,
      * checked by every call; reset by weft_close */
     _Atomic int kind;
+    /* weft made the file O_NONBLOCK (set_nonblock): the program did not,
+     * and a hooked call treats it as blocking (hook.c); reset with kind */
+    _Atomic int nb_ours;
 } fd_ent;
 
 enum { KIND_UNKNOWN = 0, KIND_SOCKET, KIND_POLLABLE, KIND_FILE };
@@ -376,6 +379,7 @@ void weft__epoll_forget(int fd) {
     if (e->registered) epoll_ctl(E.epfd, EPOLL_CTL_DEL, fd, NULL);
     e->registered = 0;
     atomic_store_explicit(&e->kind, KIND_UNKNOWN, memory_order_relaxed);
+    atomic_store_explicit(&e->nb_ours, 0, memory_order_relaxed);
     while (w) {
         weft__iop *nx = w->next;
         weft_thread *t = weft__iop_complete(w, -EBADF);
@@ -388,8 +392,17 @@ void weft__epoll_forget(int fd) {
 static int set_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0) return -errno;
-    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    if (!(fl & O_NONBLOCK)) {
+        if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+        fd_ent *e = ent(fd);
+        if (e) atomic_store_explicit(&e->nb_ours, 1, memory_order_relaxed);
+    }
     return 0;
+}
+
+int weft__epoll_nb_ours(int fd) {
+    fd_ent *e = fd >= 0 && fd / CHUNK < MAX_CHUNKS ? atomic_load_explicit(&E.chunks[fd / CHUNK], memory_order_acquire) : NULL;
+    return e ? atomic_load_explicit(&e[fd % CHUNK].nb_ours, memory_order_relaxed) : 0;
 }
 
 /* What fd is now (fstat): KIND_SOCKET, KIND_FILE, KIND_POLLABLE (made

@@ -91,6 +91,9 @@ void weft__epoll_stop(void);
 /* Parks until fd is ready for events or the wait is interrupted; returns
  * the ready events, -ETIMEDOUT or -ECANCELED. */
 int weft__epoll_wait_fd(int fd, int events, int64_t deadline);
+/* 1 if weft made fd O_NONBLOCK (accept, connect, a pipe): hook.c then
+ * treats it as the blocking file the program made */
+int weft__epoll_nb_ours(int fd);
 void weft__epoll_forget(int fd); /* wakes fd's waiters with -EBADF, drops its registration */
 /* Asynchronous operations: op (fd and events set) waits for readiness
  * (completed through weft__iop_complete); taken off again (1 if it was

@@ -566,9 +566,12 @@ static inline __attribute__((always_inline)) void dq_push(weft__carrier *c, weft
 /* A pinned vthread goes to its home carrier's mailbox (c: the caller's
  * carrier, or NULL).  Returns 0 for one that is not pinned (yet). */
 static int enqueue_pinned(weft__carrier *c, weft_thread *t) {
-    if (!((t->flags & WEFT__F_PINNED) && t->home)) return 0;
-    mbox_push(t->home, t);
-    if (t->home != c) wake_carrier(t->home);
+    /* read before the push: once queued, t may run and end a hooked
+     * call's pin (weft__pin_end clears home) */
+    weft__carrier *home = t->home;
+    if (!((t->flags & WEFT__F_PINNED) && home)) return 0;
+    mbox_push(home, t);
+    if (home != c) wake_carrier(home);
     return 1;
 }
 
@@ -579,8 +582,9 @@ static void enqueue_local(weft__carrier *c, weft_thread *t) {
 
 /* Queues t, whose park the caller ended, at the back of c's run queue. */
 static void enqueue_fifo(weft__carrier *c, weft_thread *t) {
+    int pinned = (t->flags & WEFT__F_PINNED) != 0; /* before t can run */
     enqueue_local(c, t);
-    if (!(t->flags & WEFT__F_PINNED)) wake_if_needed();
+    if (!pinned) wake_if_needed();
 }
 
 void weft__ready(weft_thread *t) {
@@ -1726,6 +1730,24 @@ int weft_detach(weft_thread *t) {
 }
 
 weft_thread *weft_self(void) { return weft__self(); }
+
+/* A pin for the length of a hooked call (sched.h).  flags and home are
+ * written by the vthread itself, before it parks: a waker reads them after
+ * its CAS on the park word won, which orders them (enqueue_pinned). */
+int weft__pin_begin(void) {
+    weft_thread *self = weft__self();
+    if (!self || (self->flags & WEFT__F_PINNED)) return 0;
+    self->home = self->carrier;
+    self->flags |= WEFT__F_PINNED;
+    return 1;
+}
+
+void weft__pin_end(int pinned_here) {
+    if (!pinned_here) return;
+    weft_thread *self = weft__self();
+    self->flags &= ~(uint32_t)WEFT__F_PINNED;
+    self->home = NULL;
+}
 uint64_t weft_id(const weft_thread *t) { return t ? t->id : 0; }
 
 const char *weft_name(const weft_thread *t) {
@@ -2139,7 +2161,9 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
         goto fail2;
     }
-    R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0};
+    R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0,
+                                   .hook = cfg ? cfg->hook : 0};
+    weft__hook_start(cfg ? cfg->hook : 0);
     R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
     pthread_mutex_unlock(&R.init_lock);
@@ -2205,6 +2229,7 @@ void weft_shutdown(void) {
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
+    weft__hook_stop(); /* the vthreads left are daemons: abandoned */
     /* the blocking pool's threads wake vthreads: they end before carriers do */
     weft__io_drain();
     atomic_store(&R.stop, 1);

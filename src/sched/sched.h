@@ -298,4 +298,19 @@ void weft__counters_sum(weft__counters *c, uint64_t *peak, uint64_t *ncarriers);
 int weft__carrier_index(const weft__carrier *c);
 const weft_thread *weft__carrier_running(const weft__carrier *c); /* racy read */
 
+/* ---- libc interposition (src/hook) -------------------------------------- */
+
+/* The calling vthread resumes on its current carrier after every park
+ * until weft__pin_end(the returned value): hook.c, around a hooked call
+ * that may park (errno's address must not change under foreign code). */
+int weft__pin_begin(void);
+void weft__pin_end(int pinned_here);
+/* weft_init: switch the hooks on or off for this runtime (cfg->hook); and
+ * weft_shutdown: off */
+void weft__hook_start(int cfg_hook);
+void weft__hook_stop(void);
+
 #endif /* WEFT_SCHED_H */
+
+/* after every system header the library's files include: see real.h */
+#include "../hook/real.h"

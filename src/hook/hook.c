@@ -1,0 +1,924 @@
+/*
+ * libc interposition: blocking code weft did not write parks its vthread.
+ *
+ * What.  read, write, readv, writev, pread, pwrite, recv, send, recvfrom,
+ * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
+ * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
+ * sleep, fsync, fdatasync, close and getaddrinfo, defined here with default
+ * visibility.  A program (and every library it links: libpq, libcurl,
+ * hiredis) calls them through the PLT, and the dynamic linker binds the
+ * first definition in lookup order: the executable's, then the libraries'
+ * in load order.  libweft comes before the C library, so its definitions
+ * win; a preloaded libweft-hook.so comes before everything.
+ *
+ * Two ways in, one implementation.  This file is compiled into libweft
+ * (static and shared) and, with preload.c, into libweft-hook.so.  The
+ * functions are always there; whether they act is one flag, `hook_on`,
+ * set by weft_init from weft_config.hook, else $WEFT_HOOK, else "on" only
+ * in libweft-hook.so.  Off, each is a load, a branch and a call through a
+ * pointer to the C library's -- a nanosecond or two on a call that costs a
+ * microsecond.  I chose always-present over a separate opt-in library for
+ * programs that link weft: a second library would have to come before the
+ * C library in every link line (easy to get wrong, silently), and a
+ * program that links weft statically gets the hooks from the same archive.
+ * The cost of the choice: a program linking libweft has its read() et al.
+ * pass through here even when it never turns hooks on -- measured below.
+ *
+ * The next definition.  dlsym(RTLD_NEXT, name), looked up once, at load (a
+ * constructor) or at the first call, whichever comes first: the C
+ * library's, or a sanitizer's interceptor in front of it, which then still
+ * sees every call.  The library's own calls of these functions never come
+ * here (real.h).
+ *
+ * When a call parks.  Hooks on, the caller a vthread (weft__self(): a
+ * platform thread, a carrier's scheduler and the blocking pool's threads
+ * are not), and the call would block.  Each call first tries the
+ * operation without blocking, whatever the file's flags: MSG_DONTWAIT for
+ * the socket calls, preadv2/pwritev2 with RWF_NOWAIT for read/write and
+ * their vector and positioned forms (sockets, pipes, and the page cache of
+ * regular files), a zero timeout for poll, select and epoll_wait.  The
+ * common case -- data there, room there -- is one system call, as libc's.
+ * Only when that would block does it look further (F_GETFL, fstat):
+ *  - the program's own O_NONBLOCK (or MSG_DONTWAIT): EAGAIN, as libc.  On
+ *    the epoll backend weft itself makes some files O_NONBLOCK (a listening
+ *    socket, a connecting one: epoll.c); the fd table remembers those
+ *    (weft__epoll_nb_ours) and they count as blocking;
+ *  - a regular file or block device: weft_readv & co. (a ring operation,
+ *    or the blocking pool on epoll), which never waits for readiness;
+ *  - a blocking socket, pipe, tty ...: park on readiness (weft_poll, with
+ *    SO_RCVTIMEO / SO_SNDTIMEO as a deadline) and try again.  A blocking
+ *    write or send goes on until all is written, as the kernel's would.
+ *  - accept, connect: weft_accept / weft_connect (ring operations; on
+ *    epoll, accept makes the listening socket O_NONBLOCK for good, as
+ *    above, and connect starts non-blocking for the one call and gives the
+ *    socket its blocking mode back before it waits); fsync: weft_fsync; the sleeps: weft_sleep; close:
+ *    weft_close (it ends the calls in flight on the fd); getaddrinfo: the
+ *    blocking pool.
+ * The flags of a file are never changed behind the program's back except
+ * by the epoll backend's accept (documented in epoll.c): a program that
+ * then sets O_NONBLOCK on that listening socket itself is not seen, and
+ * its accept parks rather than failing with EAGAIN.
+ *
+ * errno.  A carrier is an OS thread and errno is its thread-local; glibc
+ * declares __errno_location const, so foreign code compiled against it may
+ * compute errno's address once and read it after a call.  If the vthread
+ * parked inside the call and resumed on another carrier, that read would
+ * see the old carrier's errno -- whatever another vthread left there.  So a
+ * hooked call that may park pins its vthread to its carrier for the call's
+ * length (weft__pin_begin: the wake goes to that carrier's mailbox) and
+ * sets errno after the park, on that carrier.  Pinning only across hooked
+ * calls (not for the vthread's life) keeps work stealing for everything
+ * else; what it does not cover is foreign code that keeps errno's address
+ * across a call back into weft's own API that parks (a callback doing
+ * weft_sleep): such code spawns with weft_attr.pinned.  The cost is one
+ * hand-off through the mailbox per park instead of the waker's LIFO slot.
+ *
+ * Cancellation and deadlines fail the call with ECANCELED and ETIMEDOUT
+ * rather than EINTR: cancellation is sticky, and code that retries on EINTR
+ * (most does) would spin.
+ */
+#define _GNU_SOURCE
+#define WEFT__HOOK_IMPL 1
+#include "../io/io.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ------------------------------------------------------------------------ */
+/* the C library's functions                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* the hooked functions: exported from libweft.so and libweft-hook.so */
+#define HOOK_API __attribute__((visibility("default")))
+
+static void resolve(void);
+
+#define STUB(ret, name, params, args)    \
+    static ret stub_##name params {      \
+        resolve();                       \
+        return weft__libc.name args;     \
+    }
+WEFT__HOOKED_FUNCS(STUB)
+#undef STUB
+
+#define STUB_INIT(ret, name, params, args) .name = stub_##name,
+__attribute__((visibility("hidden"))) weft__libc_t weft__libc = {WEFT__HOOKED_FUNCS(STUB_INIT)};
+#undef STUB_INIT
+
+static void resolve(void) {
+#define LOOK(ret, name, params, args)                                                              \
+    {                                                                                              \
+        void *f = dlsym(RTLD_NEXT, #name);                                                         \
+        if (!f) {                                                                                  \
+            fprintf(stderr, "weft: the C library's %s cannot be found (dlsym: %s)\n", #name, dlerror()); \
+            abort();                                                                               \
+        }                                                                                          \
+        __atomic_store_n((void **)&weft__libc.name, f, __ATOMIC_RELEASE);                          \
+    }
+    WEFT__HOOKED_FUNCS(LOOK)
+#undef LOOK
+}
+
+/* at load: before any thread but the loader's exists */
+__attribute__((constructor(101))) static void resolve_at_load(void) { resolve(); }
+
+/* ------------------------------------------------------------------------ */
+/* on or off                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static _Atomic int hook_on;
+/* set by preload.c's constructor in libweft-hook.so: on unless told not */
+__attribute__((visibility("hidden"))) int weft__hook_preloaded;
+
+void weft__hook_start(int cfg_hook) {
+    int on;
+    if (cfg_hook == WEFT_HOOK_ON) on = 1;
+    else if (cfg_hook == WEFT_HOOK_OFF) on = 0;
+    else {
+        const char *v = getenv("WEFT_HOOK");
+        on = v && *v ? strcmp(v, "0") != 0 : weft__hook_preloaded;
+    }
+    atomic_store(&hook_on, on);
+}
+
+void weft__hook_stop(void) { atomic_store(&hook_on, 0); }
+
+int weft_hook_active(void) { return atomic_load(&hook_on); }
+
+/* The calling thread is a vthread of a runtime with hooks on. */
+static inline int hooked(void) {
+    return atomic_load_explicit(&hook_on, memory_order_relaxed) && weft__self() != NULL;
+}
+
+static inline ssize_t fail(int e) {
+    errno = e;
+    return -1;
+}
+/* A weft result (>= 0 or -errno) as libc returns it. */
+static inline ssize_t as_libc(ssize_t r) { return r < 0 ? fail((int)-r) : r; }
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* 1 if the program made fd O_NONBLOCK, 0 if not, -errno. */
+static int user_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -errno;
+    if (!(fl & O_NONBLOCK)) return 0;
+    return !(weft__io_mode == WEFT_IO_EPOLL && weft__epoll_nb_ours(fd));
+}
+
+/* The absolute deadline a blocking socket's SO_RCVTIMEO / SO_SNDTIMEO
+ * gives a call starting now; 0: none (or not a socket). */
+static int64_t sock_deadline(int fd, int opt) {
+    struct timeval tv;
+    socklen_t l = sizeof tv;
+    if (getsockopt(fd, SOL_SOCKET, opt, &tv, &l) < 0 || (tv.tv_sec == 0 && tv.tv_usec == 0)) return 0;
+    return weft_now() + (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
+}
+
+/* Parks until fd is ready for ev.  A timeout at the call's own deadline dl
+ * (a socket timeout) is -EAGAIN, as libc's; the vthread's deadline is
+ * -ETIMEDOUT.  Returns >= 0 or -errno. */
+static int wait_ready(int fd, int ev, int64_t dl) {
+    int w = weft_poll(fd, ev, dl);
+    if (w == -ETIMEDOUT && dl && weft_now() >= dl) return -EAGAIN;
+    return w;
+}
+
+static size_t iov_total(const struct iovec *iov, int cnt) {
+    size_t t = 0;
+    for (int i = 0; i < cnt; i++) t += iov[i].iov_len;
+    return t;
+}
+
+/* Copies iov (cnt entries) into *out, skipping the first `skip` bytes:
+ * the part of a vector still to write.  Small vectors use buf (8
+ * entries); returns the new count, or -ENOMEM. */
+static int iov_rest(const struct iovec *iov, int cnt, size_t skip, struct iovec *buf, struct iovec **out) {
+    int i = 0;
+    while (i < cnt && skip >= iov[i].iov_len) skip -= iov[i++].iov_len;
+    int n = cnt - i;
+    struct iovec *v = n <= 8 ? buf : malloc((size_t)n * sizeof *v);
+    if (!v) return -ENOMEM;
+    for (int k = 0; k < n; k++) v[k] = iov[i + k];
+    if (n) {
+        v[0].iov_base = (char *)v[0].iov_base + skip;
+        v[0].iov_len -= skip;
+    }
+    *out = v;
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* read, write and their vector and positioned forms                        */
+/* ------------------------------------------------------------------------ */
+
+enum { RD, WR };
+
+/* One attempt that cannot block: at off, or the file position (off -1). */
+static ssize_t try_rw(int dir, int fd, const struct iovec *iov, int cnt, off_t off) {
+    ssize_t r = dir == RD ? preadv2(fd, iov, cnt, off, RWF_NOWAIT) : pwritev2(fd, iov, cnt, off, RWF_NOWAIT);
+    return r < 0 ? -errno : r;
+}
+
+/* The plain call (on a file that cannot block, or after readiness). */
+static ssize_t plain_rw(int dir, int fd, const struct iovec *iov, int cnt, off_t off) {
+    ssize_t r;
+    if (off < 0) r = dir == RD ? weft__libc.readv(fd, iov, cnt) : weft__libc.writev(fd, iov, cnt);
+    else r = dir == RD ? preadv(fd, iov, cnt, off) : pwritev(fd, iov, cnt, off);
+    return r < 0 ? -errno : r;
+}
+
+static int is_file(int fd, int *err) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        *err = -errno;
+        return 0;
+    }
+    *err = 0;
+    return S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode);
+}
+
+/*
+ * The rest of a hooked read or write whose attempt (result `first`) would
+ * have blocked -- or, for a write, wrote only part.  Parks, pinned.  A
+ * blocking writer goes on until everything is written or an error comes
+ * (then: what was written, as the kernel's blocking write).
+ */
+static ssize_t rw_slow(int dir, int fd, const struct iovec *iov, int cnt, off_t off, ssize_t first) {
+    int err;
+    int file = is_file(fd, &err);
+    if (err) return first > 0 ? first : err;
+    int pin = weft__pin_begin();
+    ssize_t r;
+    if (file) {
+        /* the page cache missed (or RWF_NOWAIT is not supported here): a
+         * ring operation or the blocking pool; no readiness to wait for.
+         * A partial write to a file is returned, as libc's. */
+        if (first >= 0) r = first;
+        else if (off < 0) r = dir == RD ? weft_readv(fd, iov, cnt) : weft_writev(fd, iov, cnt);
+        else r = dir == RD ? weft_preadv(fd, iov, cnt, off) : weft_pwritev(fd, iov, cnt, off);
+        goto out;
+    }
+    int nb = user_nonblock(fd);
+    if (nb < 0 || nb) {
+        /* the program's own O_NONBLOCK: as libc (a partial write stands;
+         * where RWF_NOWAIT is not supported the plain call cannot block) */
+        r = first >= 0 || first == -EAGAIN ? first : nb < 0 ? nb : plain_rw(dir, fd, iov, cnt, off);
+        goto out;
+    }
+    int64_t dl = sock_deadline(fd, dir == RD ? SO_RCVTIMEO : SO_SNDTIMEO);
+    size_t want = iov_total(iov, cnt), done = first > 0 ? (size_t)first : 0;
+    struct iovec small[8], *rest = NULL;
+    for (;;) {
+        int w = wait_ready(fd, dir == RD ? POLLIN : POLLOUT, dl);
+        if (w < 0) {
+            r = done ? (ssize_t)done : w;
+            break;
+        }
+        const struct iovec *v = iov;
+        int vc = cnt;
+        if (done) {
+            if (rest && rest != small) free(rest);
+            vc = iov_rest(iov, cnt, done, small, &rest);
+            if (vc < 0) {
+                r = (ssize_t)done;
+                break;
+            }
+            v = rest;
+        }
+        r = try_rw(dir, fd, v, vc, off < 0 ? -1 : off + (off_t)done);
+        /* no RWF_NOWAIT on this file (a tty): after readiness, the plain
+         * call (another reader could take the data first and block this
+         * carrier: the monitor would report it) */
+        if (r == -EOPNOTSUPP) r = plain_rw(dir, fd, v, vc, off < 0 ? -1 : off + (off_t)done);
+        if (r == -EAGAIN) continue;
+        if (r < 0) {
+            r = done ? (ssize_t)done : r;
+            break;
+        }
+        if (dir == RD || r == 0) break;
+        done += (size_t)r;
+        if (done >= want) {
+            r = (ssize_t)done;
+            break;
+        }
+    }
+    if (rest && rest != small) free(rest);
+out:
+    weft__pin_end(pin);
+    return r;
+}
+
+static ssize_t hook_rw(int dir, int fd, const struct iovec *iov, int cnt, off_t off) {
+    ssize_t r = try_rw(dir, fd, iov, cnt, off);
+    if (r >= 0) {
+        if (dir == RD || r == 0 || (size_t)r >= iov_total(iov, cnt)) return r;
+        /* part written: a blocking socket or pipe writes the rest */
+        return rw_slow(dir, fd, iov, cnt, off, r);
+    }
+    if (r != -EAGAIN && r != -EOPNOTSUPP) return r;
+    return rw_slow(dir, fd, iov, cnt, off, r);
+}
+
+HOOK_API ssize_t read(int fd, void *buf, size_t n) {
+    if (!hooked()) return weft__libc.read(fd, buf, n);
+    struct iovec v = {buf, n};
+    return as_libc(hook_rw(RD, fd, &v, 1, -1));
+}
+
+HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
+    if (!hooked()) return weft__libc.write(fd, buf, n);
+    struct iovec v = {(void *)buf, n};
+    return as_libc(hook_rw(WR, fd, &v, 1, -1));
+}
+
+HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+    if (!hooked()) return weft__libc.readv(fd, iov, cnt);
+    if (cnt < 0 || cnt > IOV_MAX) return fail(EINVAL);
+    return as_libc(hook_rw(RD, fd, iov, cnt, -1));
+}
+
+HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+    if (!hooked()) return weft__libc.writev(fd, iov, cnt);
+    if (cnt < 0 || cnt > IOV_MAX) return fail(EINVAL);
+    return as_libc(hook_rw(WR, fd, iov, cnt, -1));
+}
+
+HOOK_API ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    if (!hooked()) return weft__libc.pread(fd, buf, n, off);
+    if (off < 0) return fail(EINVAL); /* preadv2's -1 would mean "the file position" */
+    struct iovec v = {buf, n};
+    return as_libc(hook_rw(RD, fd, &v, 1, off));
+}
+
+HOOK_API ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    if (!hooked()) return weft__libc.pwrite(fd, buf, n, off);
+    if (off < 0) return fail(EINVAL);
+    struct iovec v = {(void *)buf, n};
+    return as_libc(hook_rw(WR, fd, &v, 1, off));
+}
+
+/* ------------------------------------------------------------------------ */
+/* the socket calls                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* What a socket call's loop keeps between attempts. */
+typedef struct sock_wait {
+    int fd, ev, flags;
+    int pin;     /* -1 until the first wait: then weft__pin_begin's */
+    int64_t dl;  /* SO_RCVTIMEO / SO_SNDTIMEO */
+} sock_wait;
+
+/* An attempt with MSG_DONTWAIT found nothing: -EAGAIN where the call
+ * itself would not block, else parks until the socket is ready (0) or
+ * the wait ends (-errno). */
+static int sock_block(sock_wait *w) {
+    if (w->flags & MSG_DONTWAIT) return -EAGAIN;
+    if (w->pin < 0) {
+        int nb = user_nonblock(w->fd);
+        if (nb) return nb < 0 ? nb : -EAGAIN;
+        w->dl = sock_deadline(w->fd, w->ev == POLLIN ? SO_RCVTIMEO : SO_SNDTIMEO);
+        w->pin = weft__pin_begin();
+    }
+    int r = wait_ready(w->fd, w->ev, w->dl);
+    return r < 0 ? r : 0;
+}
+
+static void sock_done(sock_wait *w) {
+    if (w->pin >= 0) weft__pin_end(w->pin);
+}
+
+static ssize_t recv_common(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *sl) {
+    sock_wait w = {fd, POLLIN, flags, -1, 0};
+    size_t got = 0;
+    ssize_t r;
+    for (;;) {
+        /* recvfrom with NULL address is recv */
+        r = weft__libc.recvfrom(fd, (char *)buf + got, n - got, flags | MSG_DONTWAIT, sa, sl);
+        if (r < 0) r = -errno;
+        if (r == -EWOULDBLOCK) r = -EAGAIN;
+        if (r > 0 && (flags & MSG_WAITALL) && !(flags & (MSG_DONTWAIT | MSG_PEEK)) && got + (size_t)r < n) {
+            got += (size_t)r; /* MSG_WAITALL: the whole buffer, or EOF */
+            continue;
+        }
+        if (r >= 0) {
+            r += (ssize_t)got;
+            break;
+        }
+        if (r != -EAGAIN) break;
+        int b = sock_block(&w);
+        if (b < 0) {
+            r = got ? (ssize_t)got : b;
+            break;
+        }
+    }
+    sock_done(&w);
+    return r;
+}
+
+HOOK_API ssize_t recv(int fd, void *buf, size_t n, int flags) {
+    if (!hooked()) return weft__libc.recv(fd, buf, n, flags);
+    return as_libc(recv_common(fd, buf, n, flags, NULL, NULL));
+}
+
+HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *sl) {
+    if (!hooked()) return weft__libc.recvfrom(fd, buf, n, flags, sa, sl);
+    return as_libc(recv_common(fd, buf, n, flags, sa, sl));
+}
+
+HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
+    if (!hooked()) return weft__libc.recvmsg(fd, m, flags);
+    sock_wait w = {fd, POLLIN, flags, -1, 0};
+    ssize_t r;
+    for (;;) {
+        r = weft__libc.recvmsg(fd, m, flags | MSG_DONTWAIT);
+        if (r < 0) r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        if (r != -EAGAIN) break;
+        if ((r = sock_block(&w)) < 0) break;
+    }
+    sock_done(&w);
+    return as_libc(r);
+}
+
+/* send, sendto, sendmsg: a blocking stream socket sends everything (what
+ * was sent when an error or timeout comes later), as the kernel's. */
+static ssize_t send_common(int fd, const struct msghdr *m0, int flags) {
+    sock_wait w = {fd, POLLOUT, flags, -1, 0};
+    struct msghdr m = *m0;
+    size_t want = iov_total(m0->msg_iov, (int)m0->msg_iovlen), done = 0;
+    struct iovec small[8], *rest = NULL;
+    int checked = 0; /* blocking mode known (a partial send on a blocking socket goes on) */
+    ssize_t r;
+    for (;;) {
+        r = weft__libc.sendmsg(fd, &m, flags | MSG_DONTWAIT);
+        if (r < 0) r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        if (r >= 0) {
+            done += (size_t)r;
+            if (done >= want || r == 0 || (flags & MSG_DONTWAIT)) break;
+            if (!checked) {
+                int nb = user_nonblock(fd);
+                if (nb) break; /* the program's O_NONBLOCK: the partial count */
+                checked = 1;
+            }
+            if (rest && rest != small) free(rest);
+            int vc = iov_rest(m0->msg_iov, (int)m0->msg_iovlen, done, small, &rest);
+            if (vc < 0) break;
+            m.msg_iov = rest;
+            m.msg_iovlen = (size_t)vc;
+            m.msg_control = NULL; /* ancillary data went with the first part */
+            m.msg_controllen = 0;
+            r = -EAGAIN; /* wait for room */
+        }
+        if (r != -EAGAIN) break;
+        int b = sock_block(&w);
+        if (b < 0) {
+            r = b;
+            break;
+        }
+    }
+    if (rest && rest != small) free(rest);
+    sock_done(&w);
+    return done ? (ssize_t)done : r;
+}
+
+HOOK_API ssize_t send(int fd, const void *buf, size_t n, int flags) {
+    if (!hooked()) return weft__libc.send(fd, buf, n, flags);
+    struct iovec v = {(void *)buf, n};
+    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+    return as_libc(send_common(fd, &m, flags));
+}
+
+HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t sl) {
+    if (!hooked()) return weft__libc.sendto(fd, buf, n, flags, sa, sl);
+    struct iovec v = {(void *)buf, n};
+    struct msghdr m = {.msg_name = (void *)sa, .msg_namelen = sa ? sl : 0, .msg_iov = &v, .msg_iovlen = 1};
+    return as_libc(send_common(fd, &m, flags));
+}
+
+HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
+    if (!hooked()) return weft__libc.sendmsg(fd, m, flags);
+    if (!m) return fail(EFAULT);
+    if (m->msg_iovlen > IOV_MAX) return fail(EMSGSIZE);
+    return as_libc(send_common(fd, m, flags));
+}
+
+/* The socket's own timeout (opt) as the vthread's deadline for one call
+ * of weft's; restore with the returned value. */
+static int64_t deadline_push(int fd, int opt, int64_t *dl) {
+    *dl = sock_deadline(fd, opt);
+    int64_t old = weft_deadline_set(0);
+    weft_deadline_set(*dl && (!old || *dl < old) ? *dl : old);
+    return old;
+}
+
+HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
+    if (!hooked()) return weft__libc.accept4(fd, sa, sl, flags);
+    int nb = user_nonblock(fd);
+    if (nb < 0) return (int)fail(-nb);
+    if (nb || (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))) return weft__libc.accept4(fd, sa, sl, flags);
+    int pin = weft__pin_begin();
+    int64_t dl;
+    int64_t old = deadline_push(fd, SO_RCVTIMEO, &dl);
+    int r = weft_accept(fd, sa, sl, flags);
+    weft_deadline_set(old);
+    if (r == -ETIMEDOUT && dl && weft_now() >= dl) r = -EAGAIN;
+    weft__pin_end(pin);
+    return (int)as_libc(r);
+}
+
+HOOK_API int accept(int fd, struct sockaddr *sa, socklen_t *sl) {
+    if (!hooked()) return weft__libc.accept(fd, sa, sl);
+    return accept4(fd, sa, sl, 0);
+}
+
+HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
+    if (!hooked()) return weft__libc.connect(fd, sa, sl);
+    int nb = user_nonblock(fd);
+    if (nb < 0) return (int)fail(-nb);
+    if (nb) return weft__libc.connect(fd, sa, sl); /* EINPROGRESS, as asked */
+    int pin = weft__pin_begin();
+    int64_t dl;
+    int64_t old = deadline_push(fd, SO_SNDTIMEO, &dl);
+    int r;
+    if (weft__io_mode == WEFT_IO_URING) {
+        r = weft_connect(fd, sa, sl); /* a ring operation: the flags stay */
+    } else {
+        /* weft_connect would leave the socket O_NONBLOCK: start it so for
+         * one call, give the program its blocking socket back at once (the
+         * connection goes on in the kernel), then wait for it */
+        int fl = fcntl(fd, F_GETFL);
+        r = fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
+        if (r == 0) {
+            r = weft__libc.connect(fd, sa, sl) == 0 ? 0 : -errno;
+            fcntl(fd, F_SETFL, fl);
+        }
+        if (r == -EINPROGRESS || r == -EINTR) {
+            r = weft_poll(fd, POLLOUT, 0);
+            if (r >= 0) {
+                int e = 0;
+                socklen_t l = sizeof e;
+                r = getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0 ? -errno : -e;
+            }
+        }
+    }
+    weft_deadline_set(old);
+    /* the socket's send timeout ends a blocking connect with EINPROGRESS */
+    if (r == -ETIMEDOUT && dl && weft_now() >= dl) r = -EINPROGRESS;
+    weft__pin_end(pin);
+    return (int)as_libc(r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* poll, select, epoll_wait                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* An absolute deadline from a relative timeout in ms (< 0: none). */
+static int64_t ms_deadline(int ms) { return ms < 0 ? 0 : weft_now() + (int64_t)ms * 1000000; }
+static int64_t ts_deadline(const struct timespec *ts) {
+    if (!ts) return 0;
+    return weft_now() + (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+/*
+ * Waits until one of fds may be ready (1), dl passes (0) or the wait fails
+ * (-errno).  One fd: weft_poll on it.  Several: a temporary epoll set
+ * holding them, itself polled -- a few system calls, paid only by a call
+ * that had to wait.  No fd at all: a sleep.  The caller looks again with a
+ * zero timeout: readiness may be gone by then, and it then waits again.
+ */
+typedef struct any_wait {
+    int fd, ev; /* what weft_poll waits on */
+    int ep;     /* the temporary set, or -1 */
+} any_wait;
+
+static int any_init(any_wait *a, const struct pollfd *fds, nfds_t n) {
+    a->fd = -1;
+    a->ep = -1;
+    nfds_t live = 0, one = 0;
+    for (nfds_t i = 0; i < n; i++)
+        if (fds[i].fd >= 0) live++, one = i;
+    if (live == 0) return 0;
+    if (live == 1) {
+        a->fd = fds[one].fd;
+        a->ev = fds[one].events;
+        return 0;
+    }
+    a->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (a->ep < 0) return -errno;
+    for (nfds_t i = 0; i < n; i++) {
+        if (fds[i].fd < 0) continue;
+        uint32_t ev = 0;
+        /* the same fd twice: one registration with the union */
+        for (nfds_t k = 0; k < n; k++)
+            if (fds[k].fd == fds[i].fd) ev |= (uint32_t)(uint16_t)fds[k].events;
+        struct epoll_event e = {.events = ev & (EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP), .data.fd = fds[i].fd};
+        if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fds[i].fd, &e) < 0 && errno != EEXIST) {
+            /* a regular file cannot be in a set (EPERM): it is always
+             * ready, which the caller's look already said */
+            if (errno == EPERM) continue;
+            int e2 = -errno;
+            weft__libc.close(a->ep);
+            a->ep = -1;
+            return e2;
+        }
+    }
+    a->fd = a->ep;
+    a->ev = POLLIN;
+    return 0;
+}
+
+static int any_wait_once(any_wait *a, int64_t dl) {
+    int r;
+    if (a->fd < 0) r = weft__sleep_until_at(dl ? dl : INT64_MAX, "poll", 0);
+    else r = weft_poll(a->fd, a->ev, dl);
+    if (r == -ETIMEDOUT && dl && weft_now() >= dl) return 0;
+    if (r == 0 && a->fd < 0) return 0; /* the sleep ended: timeout */
+    return r < 0 ? r : 1;
+}
+
+static void any_fini(any_wait *a) {
+    if (a->ep >= 0) weft__libc.close(a->ep);
+}
+
+/* poll and ppoll after their first look found nothing. */
+static int poll_wait(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *m) {
+    any_wait a;
+    int r = any_init(&a, fds, n);
+    if (r < 0) return r;
+    int pin = weft__pin_begin();
+    static const struct timespec zero = {0, 0};
+    for (;;) {
+        r = any_wait_once(&a, dl);
+        if (r <= 0) break;
+        r = weft__libc.ppoll(fds, n, &zero, m);
+        if (r < 0) r = -errno;
+        if (r != 0) break;
+    }
+    weft__pin_end(pin);
+    any_fini(&a);
+    return r;
+}
+
+HOOK_API int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    if (!hooked() || timeout == 0) return weft__libc.poll(fds, n, timeout);
+    int r = weft__libc.poll(fds, n, 0);
+    if (r != 0) return r;
+    return (int)as_libc(poll_wait(fds, n, ms_deadline(timeout), NULL));
+}
+
+HOOK_API int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m) {
+    if (!hooked() || (ts && ts->tv_sec == 0 && ts->tv_nsec == 0)) return weft__libc.ppoll(fds, n, ts, m);
+    if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)) return (int)fail(EINVAL);
+    static const struct timespec zero = {0, 0};
+    int r = weft__libc.ppoll(fds, n, &zero, m);
+    if (r != 0) return r;
+    return (int)as_libc(poll_wait(fds, n, ts_deadline(ts), m));
+}
+
+/* select and pselect: their sets as a pollfd array, waited on as poll's;
+ * every look is the real call with a zero timeout on copies of the sets. */
+static int select_common(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl, const sigset_t *m) {
+    if (nfds < 0 || nfds > FD_SETSIZE) return -EINVAL;
+    fd_set r0, w0, e0;
+    if (rs) r0 = *rs;
+    if (ws) w0 = *ws;
+    if (es) e0 = *es;
+    static const struct timespec zero = {0, 0};
+    struct pollfd *pf = NULL;
+    nfds_t n = 0;
+    any_wait a = {-1, 0, -1};
+    int pin = -1, r;
+    for (;;) {
+        if (rs) *rs = r0;
+        if (ws) *ws = w0;
+        if (es) *es = e0;
+        r = weft__libc.pselect(nfds, rs, ws, es, &zero, m);
+        if (r < 0) r = -errno;
+        if (r != 0) break;
+        if (pin < 0) { /* first time: build the wait */
+            pf = malloc(sizeof *pf * (size_t)(nfds ? nfds : 1));
+            if (!pf) {
+                r = -ENOMEM;
+                break;
+            }
+            for (int fd = 0; fd < nfds; fd++) {
+                short ev = (short)((rs && FD_ISSET(fd, &r0) ? POLLIN : 0) | (ws && FD_ISSET(fd, &w0) ? POLLOUT : 0) |
+                                   (es && FD_ISSET(fd, &e0) ? POLLPRI : 0));
+                if (ev) pf[n++] = (struct pollfd){.fd = fd, .events = ev};
+            }
+            if ((r = any_init(&a, pf, n)) < 0) break;
+            pin = weft__pin_begin();
+        }
+        r = any_wait_once(&a, dl);
+        if (r <= 0) {
+            if (r == 0) { /* timeout: the sets come back empty */
+                if (rs) FD_ZERO(rs);
+                if (ws) FD_ZERO(ws);
+                if (es) FD_ZERO(es);
+            }
+            break;
+        }
+    }
+    if (pin >= 0) weft__pin_end(pin);
+    any_fini(&a);
+    free(pf);
+    return r;
+}
+
+HOOK_API int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv) {
+    if (!hooked() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0)) return weft__libc.select(nfds, rs, ws, es, tv);
+    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)) return (int)fail(EINVAL);
+    int64_t dl = tv ? weft_now() + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : 0;
+    int r = select_common(nfds, rs, ws, es, dl, NULL);
+    if (tv) { /* Linux: the time not slept */
+        int64_t left = dl - weft_now();
+        if (left < 0) left = 0;
+        tv->tv_sec = left / 1000000000;
+        tv->tv_usec = (left % 1000000000) / 1000;
+    }
+    return (int)as_libc(r);
+}
+
+HOOK_API int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec *ts, const sigset_t *m) {
+    if (!hooked() || (ts && ts->tv_sec == 0 && ts->tv_nsec == 0)) return weft__libc.pselect(nfds, rs, ws, es, ts, m);
+    if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)) return (int)fail(EINVAL);
+    return (int)as_libc(select_common(nfds, rs, ws, es, ts_deadline(ts), m));
+}
+
+static int epoll_common(int ep, struct epoll_event *ev, int max, int timeout, const sigset_t *m) {
+    int r = weft__libc.epoll_pwait(ep, ev, max, 0, m);
+    if (r != 0 || timeout == 0) return r < 0 ? -errno : r;
+    int64_t dl = ms_deadline(timeout);
+    int pin = weft__pin_begin();
+    for (;;) {
+        int w = weft_poll(ep, POLLIN, dl);
+        if (w == -ETIMEDOUT && dl && weft_now() >= dl) {
+            r = 0;
+            break;
+        }
+        if (w < 0) {
+            r = w;
+            break;
+        }
+        r = weft__libc.epoll_pwait(ep, ev, max, 0, m);
+        if (r < 0) r = -errno;
+        if (r != 0) break;
+    }
+    weft__pin_end(pin);
+    return r;
+}
+
+HOOK_API int epoll_wait(int ep, struct epoll_event *ev, int max, int timeout) {
+    if (!hooked()) return weft__libc.epoll_wait(ep, ev, max, timeout);
+    return (int)as_libc(epoll_common(ep, ev, max, timeout, NULL));
+}
+
+HOOK_API int epoll_pwait(int ep, struct epoll_event *ev, int max, int timeout, const sigset_t *m) {
+    if (!hooked()) return weft__libc.epoll_pwait(ep, ev, max, timeout, m);
+    return (int)as_libc(epoll_common(ep, ev, max, timeout, m));
+}
+
+/* ------------------------------------------------------------------------ */
+/* sleeps                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Sleeps until dl (monotonic), pinned; 0 or -ECANCELED / -ETIMEDOUT. */
+static int sleep_until(int64_t dl, const char *what) {
+    int pin = weft__pin_begin();
+    int r = weft__sleep_until_at(dl, what, 0);
+    weft__pin_end(pin);
+    return r;
+}
+
+static void set_left(struct timespec *rem, int64_t dl) {
+    if (!rem) return;
+    int64_t left = dl - weft_now();
+    if (left < 0) left = 0;
+    rem->tv_sec = left / 1000000000;
+    rem->tv_nsec = left % 1000000000;
+}
+
+static int ts_valid(const struct timespec *ts) {
+    return ts && ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
+}
+
+static int64_t ts_ns(const struct timespec *ts) {
+    if (ts->tv_sec > INT64_MAX / 1000000000 - 1) return INT64_MAX / 2;
+    return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+HOOK_API int nanosleep(const struct timespec *req, struct timespec *rem) {
+    if (!hooked()) return weft__libc.nanosleep(req, rem);
+    if (!req) return (int)fail(EFAULT);
+    if (!ts_valid(req)) return (int)fail(EINVAL);
+    int64_t dl = weft_now() + ts_ns(req);
+    int r = sleep_until(dl, "nanosleep");
+    if (r == 0) return 0;
+    set_left(rem, dl);
+    return (int)fail(-r);
+}
+
+HOOK_API int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem) {
+    if (!hooked() || (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME && clk != CLOCK_BOOTTIME && clk != CLOCK_TAI))
+        return weft__libc.clock_nanosleep(clk, flags, req, rem);
+    if (!req) return EFAULT;
+    if (!ts_valid(req)) return EINVAL;
+    int64_t dl;
+    if (flags & TIMER_ABSTIME) {
+        /* an absolute time on clk, as a distance from now on weft's clock */
+        struct timespec now;
+        clock_gettime(clk, &now);
+        int64_t d = ts_ns(req) - ts_ns(&now);
+        dl = weft_now() + (d > 0 ? d : 0);
+    } else {
+        dl = weft_now() + ts_ns(req);
+    }
+    int r = sleep_until(dl, "clock_nanosleep");
+    if (r == 0) return 0;
+    if (!(flags & TIMER_ABSTIME)) set_left(rem, dl);
+    return -r; /* clock_nanosleep returns the error, not -1 */
+}
+
+HOOK_API int usleep(useconds_t us) {
+    if (!hooked()) return weft__libc.usleep(us);
+    int r = sleep_until(weft_now() + (int64_t)us * 1000, "usleep");
+    return r == 0 ? 0 : (int)fail(-r);
+}
+
+HOOK_API unsigned sleep(unsigned s) {
+    if (!hooked()) return weft__libc.sleep(s);
+    int64_t dl = weft_now() + (int64_t)s * 1000000000;
+    int r = sleep_until(dl, "sleep");
+    if (r == 0) return 0;
+    errno = -r;
+    int64_t left = dl - weft_now();
+    return left > 0 ? (unsigned)((left + 999999999) / 1000000000) : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* files, close, name lookup                                                 */
+/* ------------------------------------------------------------------------ */
+
+HOOK_API int fsync(int fd) {
+    if (!hooked()) return weft__libc.fsync(fd);
+    int pin = weft__pin_begin();
+    int r = weft_fsync(fd);
+    weft__pin_end(pin);
+    return (int)as_libc(r);
+}
+
+HOOK_API int fdatasync(int fd) {
+    if (!hooked()) return weft__libc.fdatasync(fd);
+    int pin = weft__pin_begin();
+    int r = weft_fdatasync(fd);
+    weft__pin_end(pin);
+    return (int)as_libc(r);
+}
+
+HOOK_API int close(int fd) {
+    /* On any thread while hooks are on: weft_close ends the hooked calls
+     * in flight on fd and forgets what the epoll backend knew of it. */
+    if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || !weft__running()) return weft__libc.close(fd);
+    int pin = weft__pin_begin();
+    int r = weft_close(fd);
+    weft__pin_end(pin);
+    return (int)as_libc(r);
+}
+
+typedef struct gai_job {
+    const char *node, *service;
+    const struct addrinfo *hints;
+    struct addrinfo **res;
+    int ret, err;
+} gai_job;
+
+static void *gai_run(void *arg) {
+    gai_job *j = arg;
+    j->ret = weft__libc.getaddrinfo(j->node, j->service, j->hints, j->res);
+    j->err = errno;
+    return NULL;
+}
+
+HOOK_API int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res) {
+    if (!hooked()) return weft__libc.getaddrinfo(node, service, hints, res);
+    gai_job j = {node, service, hints, res, 0, 0};
+    int pin = weft__pin_begin();
+    int r = weft_blocking(gai_run, &j, NULL);
+    weft__pin_end(pin);
+    if (r < 0) { /* the pool could not take it: ask here, blocking */
+        return weft__libc.getaddrinfo(node, service, hints, res);
+    }
+    if (j.ret == EAI_SYSTEM) errno = j.err;
+    return j.ret;
+}

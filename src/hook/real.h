@@ -1,0 +1,126 @@
+/*
+ * The C library's own functions, for weft's internals.
+ *
+ * hook.c defines read, write, poll, close ... with default visibility, in
+ * libweft and in libweft-hook.so, so that a program's calls (and those of
+ * the libraries it links: libpq, libcurl, hiredis) reach weft first.  The
+ * runtime's own calls of the same functions must not: a carrier's eventfd
+ * read, the epoll backend's MSG_DONTWAIT attempt, weft_close's close(2) run
+ * inside the very operations the hooks are built on.  So every file of the
+ * library includes this header (sched.h includes it last; so does any file
+ * that does not include sched.h), and after it a call read(...) in the
+ * library's source is a call through weft__libc.read: the next definition
+ * after weft's in the lookup order -- the C library, or a sanitizer's
+ * interceptor in front of it (dlsym(RTLD_NEXT), hook.c).
+ *
+ * The macros are function-like, so only calls are redirected (a member
+ * named read is left alone, and a call through one fails to compile rather
+ * than going astray).  The system headers that declare these functions are
+ * included first, so that their declarations are never rewritten.
+ *
+ * The pointers start as resolvers: the first call through any of them
+ * looks all of them up, so a call made before weft starts (or from another
+ * library's constructor) works.
+ */
+#ifndef WEFT_HOOK_REAL_H
+#define WEFT_HOOK_REAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* X(return type, name, parameters, arguments): every interposed function */
+#define WEFT__HOOKED_FUNCS(X)                                                                          \
+    X(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n))                                      \
+    X(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n))                               \
+    X(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt))                      \
+    X(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt))                     \
+    X(ssize_t, pread, (int fd, void *buf, size_t n, off_t off), (fd, buf, n, off))                     \
+    X(ssize_t, pwrite, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off))              \
+    X(ssize_t, recv, (int fd, void *buf, size_t n, int flags), (fd, buf, n, flags))                    \
+    X(ssize_t, send, (int fd, const void *buf, size_t n, int flags), (fd, buf, n, flags))              \
+    X(ssize_t, recvfrom, (int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *sl), \
+      (fd, buf, n, flags, sa, sl))                                                                     \
+    X(ssize_t, sendto,                                                                                 \
+      (int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t sl),         \
+      (fd, buf, n, flags, sa, sl))                                                                     \
+    X(ssize_t, recvmsg, (int fd, struct msghdr *m, int flags), (fd, m, flags))                         \
+    X(ssize_t, sendmsg, (int fd, const struct msghdr *m, int flags), (fd, m, flags))                   \
+    X(int, accept, (int fd, struct sockaddr *sa, socklen_t *sl), (fd, sa, sl))                         \
+    X(int, accept4, (int fd, struct sockaddr *sa, socklen_t *sl, int flags), (fd, sa, sl, flags))      \
+    X(int, connect, (int fd, const struct sockaddr *sa, socklen_t sl), (fd, sa, sl))                   \
+    X(int, poll, (struct pollfd * fds, nfds_t n, int timeout), (fds, n, timeout))                      \
+    X(int, ppoll, (struct pollfd * fds, nfds_t n, const struct timespec *ts, const sigset_t *m),       \
+      (fds, n, ts, m))                                                                                 \
+    X(int, select, (int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv), (n, r, w, e, tv))     \
+    X(int, pselect,                                                                                    \
+      (int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *m),          \
+      (n, r, w, e, ts, m))                                                                             \
+    X(int, epoll_wait, (int ep, struct epoll_event *ev, int max, int timeout), (ep, ev, max, timeout)) \
+    X(int, epoll_pwait, (int ep, struct epoll_event *ev, int max, int timeout, const sigset_t *m),     \
+      (ep, ev, max, timeout, m))                                                                       \
+    X(int, nanosleep, (const struct timespec *req, struct timespec *rem), (req, rem))                  \
+    X(int, clock_nanosleep,                                                                            \
+      (clockid_t clk, int flags, const struct timespec *req, struct timespec *rem),                    \
+      (clk, flags, req, rem))                                                                          \
+    X(int, usleep, (useconds_t us), (us))                                                              \
+    X(unsigned, sleep, (unsigned s), (s))                                                              \
+    X(int, fsync, (int fd), (fd))                                                                      \
+    X(int, fdatasync, (int fd), (fd))                                                                  \
+    X(int, close, (int fd), (fd))                                                                      \
+    X(int, getaddrinfo,                                                                                \
+      (const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res),    \
+      (node, service, hints, res))
+
+#define WEFT__REAL_PTR(ret, name, params, args) ret(*name) params;
+typedef struct weft__libc_t {
+    WEFT__HOOKED_FUNCS(WEFT__REAL_PTR)
+} weft__libc_t;
+#undef WEFT__REAL_PTR
+
+/* hook.c; hidden in the library */
+extern weft__libc_t weft__libc;
+
+#ifndef WEFT__HOOK_IMPL /* hook.c defines the functions themselves */
+#define read(...) weft__libc.read(__VA_ARGS__)
+#define write(...) weft__libc.write(__VA_ARGS__)
+#define readv(...) weft__libc.readv(__VA_ARGS__)
+#define writev(...) weft__libc.writev(__VA_ARGS__)
+#define pread(...) weft__libc.pread(__VA_ARGS__)
+#define pwrite(...) weft__libc.pwrite(__VA_ARGS__)
+#define recv(...) weft__libc.recv(__VA_ARGS__)
+#define send(...) weft__libc.send(__VA_ARGS__)
+#define recvfrom(...) weft__libc.recvfrom(__VA_ARGS__)
+#define sendto(...) weft__libc.sendto(__VA_ARGS__)
+#define recvmsg(...) weft__libc.recvmsg(__VA_ARGS__)
+#define sendmsg(...) weft__libc.sendmsg(__VA_ARGS__)
+#define accept(...) weft__libc.accept(__VA_ARGS__)
+#define accept4(...) weft__libc.accept4(__VA_ARGS__)
+#define connect(...) weft__libc.connect(__VA_ARGS__)
+#define poll(...) weft__libc.poll(__VA_ARGS__)
+#define ppoll(...) weft__libc.ppoll(__VA_ARGS__)
+#define select(...) weft__libc.select(__VA_ARGS__)
+#define pselect(...) weft__libc.pselect(__VA_ARGS__)
+#define epoll_wait(...) weft__libc.epoll_wait(__VA_ARGS__)
+#define epoll_pwait(...) weft__libc.epoll_pwait(__VA_ARGS__)
+#define nanosleep(...) weft__libc.nanosleep(__VA_ARGS__)
+#define clock_nanosleep(...) weft__libc.clock_nanosleep(__VA_ARGS__)
+#define usleep(...) weft__libc.usleep(__VA_ARGS__)
+#define sleep(...) weft__libc.sleep(__VA_ARGS__)
+#define fsync(...) weft__libc.fsync(__VA_ARGS__)
+#define fdatasync(...) weft__libc.fdatasync(__VA_ARGS__)
+#define close(...) weft__libc.close(__VA_ARGS__)
+#define getaddrinfo(...) weft__libc.getaddrinfo(__VA_ARGS__)
+#endif
+
+#endif /* WEFT_HOOK_REAL_H */

@@ -1,0 +1,755 @@
+/*
+ * libc interposition (src/hook): plain blocking calls -- read, recv, poll,
+ * connect, nanosleep ... -- made on vthreads park them, return what the C
+ * library would (errno included), honour deadlines and cancellation, and
+ * leave platform threads alone.  Most tests run on ONE carrier with the
+ * waiting and the waking side both vthreads: a hooked call that blocked
+ * its carrier instead of parking would hang the test (the harness's
+ * timeout fails it).
+ *
+ * This file includes only weft.h: its calls of read() & co. are the
+ * program's, and reach the hooks as a foreign library's would.
+ */
+#include "harness.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+
+static void start(int carriers, int hook) {
+    weft_config c = {.carriers = carriers, .hook = hook};
+    CHECK_EQ(weft_init(&c), 0);
+}
+
+static weft_thread *go(void *(*fn)(void *), void *arg) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
+    return t;
+}
+
+static void *join(weft_thread *t) {
+    void *r = NULL;
+    CHECK_EQ(weft_join(t, &r), 0);
+    return r;
+}
+
+static uint64_t parks_now(void) {
+    weft_stats s;
+    weft_stats_get(&s);
+    return s.parks;
+}
+
+/* a loopback listener and a connected, accepted pair (blocking sockets) */
+static void tcp_pair(int *client, int *server) {
+    int port;
+    int l = listen_any(&port);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(c >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), 0);
+    int s = accept(l, NULL, NULL);
+    CHECK(s >= 0);
+    close(l);
+    *client = c;
+    *server = s;
+}
+
+/* ---- a blocking pipe on one carrier ---- */
+
+static int pp[2];
+static _Atomic int reader_in;
+
+static void *pipe_reader(void *unused) {
+    char b[16];
+    atomic_store(&reader_in, 1);
+    ssize_t n = read(pp[0], b, sizeof b);
+    CHECK_EQ(n, 5);
+    CHECK(memcmp(b, "hello", 5) == 0);
+    return NULL;
+}
+
+static void *pipe_writer(void *unused) {
+    while (!atomic_load(&reader_in)) weft_yield();
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* hooked too: the reader gets the carrier */
+    CHECK_EQ(write(pp[1], "hello", 5), 5);
+    return NULL;
+}
+
+TEST(blocking_pipe_read_parks) {
+    start(1, WEFT_HOOK_ON);
+    CHECK_EQ(weft_hook_active(), 1);
+    CHECK_EQ(pipe(pp), 0);
+    uint64_t p0 = parks_now();
+    weft_thread *r = go(pipe_reader, NULL), *w = go(pipe_writer, NULL);
+    join(r);
+    join(w);
+    CHECK(parks_now() > p0);
+    close(pp[0]);
+    close(pp[1]);
+}
+
+/* ---- TCP: accept, connect, send, recv, all libc, one carrier ---- */
+
+enum { ECHO_BYTES = 1 << 20 };
+static int echo_port;
+static int echo_listener;
+
+static void *echo_server(void *unused) {
+    int c = accept(echo_listener, NULL, NULL);
+    CHECK(c >= 0);
+    char *b = malloc(65536);
+    CHECK(b != NULL);
+    for (;;) {
+        ssize_t n = recv(c, b, 65536, 0);
+        CHECK(n >= 0);
+        if (n == 0) break;
+        CHECK_EQ(send(c, b, (size_t)n, 0), n); /* a blocking send sends all */
+    }
+    free(b);
+    close(c);
+    return NULL;
+}
+
+static void *echo_sender(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    char *b = malloc(ECHO_BYTES);
+    CHECK(b != NULL);
+    for (int i = 0; i < ECHO_BYTES; i++) b[i] = (char)(i * 7 + 3);
+    /* one big write: it goes on until all is written, as a blocking one */
+    CHECK_EQ(write(fd, b, ECHO_BYTES), ECHO_BYTES);
+    shutdown(fd, SHUT_WR);
+    free(b);
+    return NULL;
+}
+
+static int echo_conn_fd;
+static struct sockaddr_in echo_conn_addr;
+
+static void *echo_connect(void *unused) {
+    CHECK_EQ(connect(echo_conn_fd, (struct sockaddr *)&echo_conn_addr, sizeof echo_conn_addr), 0);
+    return NULL;
+}
+
+/* the receiving side: readv into two halves */
+static void *echo_receiver(void *p) {
+    int fd = (int)(intptr_t)p;
+    char *b = malloc(ECHO_BYTES);
+    CHECK(b != NULL);
+    size_t got = 0;
+    while (got < ECHO_BYTES) {
+        size_t left = ECHO_BYTES - got, h = left / 2;
+        struct iovec v[2] = {{b + got, h}, {b + got + h, left - h}};
+        ssize_t n = readv(fd, v, 2);
+        CHECK(n > 0);
+        got += (size_t)n;
+    }
+    for (int i = 0; i < ECHO_BYTES; i++) CHECK(b[i] == (char)(i * 7 + 3));
+    char one;
+    CHECK_EQ(read(fd, &one, 1), 0); /* EOF after the server closed */
+    free(b);
+    return NULL;
+}
+
+TEST(tcp_echo_with_plain_calls) {
+    start(1, WEFT_HOOK_ON);
+    echo_listener = listen_any(&echo_port);
+    weft_thread *srv = go(echo_server, NULL);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(c >= 0);
+    /* connect on a vthread: the main thread is a platform thread */
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)echo_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    echo_conn_fd = c;
+    echo_conn_addr = a;
+    join(go(echo_connect, NULL));
+    weft_thread *snd = go(echo_sender, (void *)(intptr_t)c);
+    weft_thread *r = go(echo_receiver, (void *)(intptr_t)c);
+    join(snd);
+    join(r);
+    join(srv);
+    close(c);
+    close(echo_listener);
+}
+
+/* ---- the program's own non-blocking mode is kept ---- */
+
+static void *nonblocking_body(void *unused) {
+    int p[2];
+    CHECK_EQ(pipe2(p, O_NONBLOCK), 0);
+    char b[4];
+    errno = 0;
+    CHECK_EQ(read(p[0], b, 4), -1);
+    CHECK_EQ(errno, EAGAIN);
+    int c, s;
+    tcp_pair(&c, &s);
+    errno = 0;
+    CHECK_EQ(recv(c, b, 4, MSG_DONTWAIT), -1); /* blocking socket, non-blocking call */
+    CHECK_EQ(errno, EAGAIN);
+    CHECK_EQ(fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK), 0);
+    errno = 0;
+    CHECK_EQ(recv(s, b, 4, 0), -1);
+    CHECK_EQ(errno, EAGAIN);
+    /* accept on a non-blocking listener */
+    int port, l = listen_any(&port);
+    CHECK_EQ(fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK), 0);
+    errno = 0;
+    CHECK_EQ(accept(l, NULL, NULL), -1);
+    CHECK_EQ(errno, EAGAIN);
+    /* connect on a non-blocking socket: in progress, then poll says done */
+    int nc = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int r = connect(nc, (struct sockaddr *)&a, sizeof a);
+    CHECK(r == 0 || errno == EINPROGRESS);
+    struct pollfd pf = {.fd = nc, .events = POLLOUT};
+    CHECK_EQ(poll(&pf, 1, -1), 1);
+    CHECK(pf.revents & POLLOUT);
+    /* a pipe weft parked on stays blocking for the program */
+    CHECK_EQ(fcntl(p[0], F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+    close(nc);
+    close(l);
+    close(c);
+    close(s);
+    close(p[0]);
+    close(p[1]);
+    return NULL;
+}
+
+TEST(nonblocking_fds_answer_eagain) {
+    start(1, WEFT_HOOK_ON);
+    join(go(nonblocking_body, NULL));
+}
+
+/* A blocking file stays blocking: after parked reads, its flags are the
+ * program's (the epoll backend must not leave O_NONBLOCK behind on the
+ * sockets it accepted or connected for a hooked call either). */
+static void *late_send(void *p) {
+    weft_sleep(2 * 1000 * 1000);
+    CHECK_EQ(send((int)(intptr_t)p, "x", 1, 0), 1);
+    return NULL;
+}
+
+static void *flags_body(void *unused) {
+    int c, s;
+    tcp_pair(&c, &s);
+    /* a hooked connect and accept left both blocking */
+    CHECK_EQ(fcntl(c, F_GETFL) & O_NONBLOCK, 0);
+    CHECK_EQ(fcntl(s, F_GETFL) & O_NONBLOCK, 0);
+    weft_thread *t = go(late_send, (void *)(intptr_t)s);
+    char b;
+    CHECK_EQ(recv(c, &b, 1, 0), 1);
+    join(t);
+    /* now the program makes it non-blocking itself: EAGAIN from then on */
+    CHECK_EQ(fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK), 0);
+    errno = 0;
+    CHECK_EQ(recv(c, &b, 1, 0), -1);
+    CHECK_EQ(errno, EAGAIN);
+    close(c);
+    close(s);
+    return NULL;
+}
+
+TEST(blocking_mode_is_the_programs) {
+    start(1, WEFT_HOOK_ON);
+    join(go(flags_body, NULL));
+}
+
+/* ---- SO_RCVTIMEO / SO_SNDTIMEO ---- */
+
+static void *sotimeo_body(void *unused) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    struct timeval tv = {0, 30 * 1000};
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    char b[8];
+    int64_t t0 = weft_now();
+    errno = 0;
+    CHECK_EQ(recv(sv[0], b, sizeof b, 0), -1);
+    CHECK_EQ(errno, EAGAIN);
+    CHECK(weft_now() - t0 >= 25 * 1000 * 1000); /* it waited (a lower bound) */
+    errno = 0;
+    CHECK_EQ(read(sv[0], b, sizeof b), -1);
+    CHECK_EQ(errno, EAGAIN);
+    /* a full send buffer: the send timeout ends a blocking send with what it sent */
+    CHECK_EQ(setsockopt(sv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+    static char big[1 << 20];
+    ssize_t n = send(sv[1], big, sizeof big, 0);
+    CHECK(n > 0 && n < (ssize_t)sizeof big);
+    close(sv[0]);
+    close(sv[1]);
+    return NULL;
+}
+
+TEST(socket_timeouts_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    join(go(sotimeo_body, NULL));
+}
+
+/* ---- sleeps ---- */
+
+static _Atomic long ticks;
+static _Atomic int sleepers_left;
+
+static void *ticker(void *unused) {
+    while (atomic_load(&sleepers_left) > 0) {
+        atomic_fetch_add(&ticks, 1);
+        weft_yield();
+    }
+    return NULL;
+}
+
+/* Each sleep must let the ticker run meanwhile: it shares the one carrier. */
+static void *sleeper(void *arg) {
+    int kind = (int)(intptr_t)arg;
+    long before = atomic_load(&ticks);
+    switch (kind) {
+    case 0: {
+        struct timespec ts = {0, 20 * 1000 * 1000}, rem;
+        CHECK_EQ(nanosleep(&ts, &rem), 0);
+        break;
+    }
+    case 1: CHECK_EQ(usleep(20 * 1000), 0); break;
+    case 2: CHECK_EQ(sleep(1), 0u); break;
+    case 3: {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        CHECK_EQ(clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL), 0);
+        break;
+    }
+    case 4: {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        now.tv_nsec += 20 * 1000 * 1000;
+        if (now.tv_nsec >= 1000000000) now.tv_sec++, now.tv_nsec -= 1000000000;
+        CHECK_EQ(clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &now, NULL), 0);
+        break;
+    }
+    case 5: CHECK_EQ(poll(NULL, 0, 20), 0); break;
+    case 6: {
+        struct timeval tv = {0, 20 * 1000};
+        CHECK_EQ(select(0, NULL, NULL, NULL, &tv), 0);
+        break;
+    }
+    }
+    CHECK(atomic_load(&ticks) > before);
+    atomic_fetch_sub(&sleepers_left, 1);
+    return NULL;
+}
+
+static void *bad_sleeps(void *unused) {
+    struct timespec bad = {0, 1000000000};
+    errno = 0;
+    CHECK_EQ(nanosleep(&bad, NULL), -1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(clock_nanosleep(CLOCK_MONOTONIC, 0, &bad, NULL), EINVAL); /* returned, not errno */
+    return NULL;
+}
+
+TEST(sleeps_park) {
+    start(1, WEFT_HOOK_ON);
+    enum { KINDS = 7 };
+    atomic_store(&sleepers_left, KINDS);
+    weft_thread *tk = go(ticker, NULL);
+    weft_thread *s[KINDS];
+    for (int i = 0; i < KINDS; i++) s[i] = go(sleeper, (void *)(intptr_t)i);
+    for (int i = 0; i < KINDS; i++) join(s[i]);
+    join(tk);
+    join(go(bad_sleeps, NULL));
+}
+
+/* ---- poll, select, epoll_wait over several fds ---- */
+
+static int pipes[3][2];
+
+static void *fill_second(void *unused) {
+    weft_sleep(5 * 1000 * 1000);
+    CHECK_EQ(write(pipes[1][1], "z", 1), 1);
+    return NULL;
+}
+
+static void drain_second(void) {
+    char c;
+    CHECK_EQ(read(pipes[1][0], &c, 1), 1);
+}
+
+static void *multi_wait_body(void *unused) {
+    for (int i = 0; i < 3; i++) CHECK_EQ(pipe(pipes[i]), 0);
+    /* poll */
+    struct pollfd pf[4] = {{pipes[0][0], POLLIN, 0}, {pipes[1][0], POLLIN, 0}, {-1, POLLIN, 0}, {pipes[2][0], POLLIN, 0}};
+    weft_thread *f = go(fill_second, NULL);
+    CHECK_EQ(poll(pf, 4, -1), 1);
+    CHECK_EQ(pf[0].revents, 0);
+    CHECK(pf[1].revents & POLLIN);
+    CHECK_EQ(pf[3].revents, 0);
+    join(f);
+    drain_second();
+    /* its own timeout */
+    CHECK_EQ(poll(pf, 4, 10), 0);
+    /* an fd that is not open: POLLNVAL at once */
+    struct pollfd bad = {.fd = 999, .events = POLLIN};
+    CHECK_EQ(poll(&bad, 1, -1), 1);
+    CHECK(bad.revents & POLLNVAL);
+    /* select */
+    f = go(fill_second, NULL);
+    fd_set rs;
+    FD_ZERO(&rs);
+    for (int i = 0; i < 3; i++) FD_SET(pipes[i][0], &rs);
+    int nfds = 0;
+    for (int i = 0; i < 3; i++) nfds = pipes[i][0] + 1 > nfds ? pipes[i][0] + 1 : nfds;
+    CHECK_EQ(select(nfds, &rs, NULL, NULL, NULL), 1);
+    CHECK(FD_ISSET(pipes[1][0], &rs));
+    CHECK(!FD_ISSET(pipes[0][0], &rs));
+    join(f);
+    drain_second();
+    struct timeval tv = {0, 10 * 1000};
+    FD_ZERO(&rs);
+    FD_SET(pipes[0][0], &rs);
+    CHECK_EQ(select(pipes[0][0] + 1, &rs, NULL, NULL, &tv), 0);
+    CHECK(!FD_ISSET(pipes[0][0], &rs));
+    /* epoll_wait */
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    CHECK(ep >= 0);
+    struct epoll_event e = {.events = EPOLLIN, .data.u32 = 42};
+    CHECK_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, pipes[1][0], &e), 0);
+    f = go(fill_second, NULL);
+    struct epoll_event got[4];
+    CHECK_EQ(epoll_wait(ep, got, 4, -1), 1);
+    CHECK_EQ(got[0].data.u32, 42);
+    join(f);
+    drain_second();
+    CHECK_EQ(epoll_wait(ep, got, 4, 10), 0);
+    close(ep);
+    for (int i = 0; i < 3; i++) close(pipes[i][0]), close(pipes[i][1]);
+    return NULL;
+}
+
+TEST(poll_select_epoll_wait_park) {
+    start(1, WEFT_HOOK_ON);
+    join(go(multi_wait_body, NULL));
+}
+
+/* ---- cancellation and deadlines ---- */
+
+static int cancel_pipe[2];
+static _Atomic int cancel_in;
+
+static void *blocked_reader(void *unused) {
+    char b;
+    atomic_store(&cancel_in, 1);
+    errno = 0;
+    ssize_t n = read(cancel_pipe[0], &b, 1);
+    CHECK_EQ(n, -1);
+    CHECK_EQ(errno, ECANCELED);
+    return NULL;
+}
+
+static void *deadline_body(void *unused) {
+    char b;
+    weft_deadline_set(weft_now() + 10 * 1000 * 1000);
+    errno = 0;
+    CHECK_EQ(read(cancel_pipe[0], &b, 1), -1);
+    CHECK_EQ(errno, ETIMEDOUT);
+    struct pollfd pf = {.fd = cancel_pipe[0], .events = POLLIN};
+    errno = 0;
+    CHECK_EQ(poll(&pf, 1, -1), -1);
+    CHECK_EQ(errno, ETIMEDOUT);
+    errno = 0;
+    CHECK_EQ(usleep(1000 * 1000), -1);
+    CHECK_EQ(errno, ETIMEDOUT);
+    weft_deadline_set(0);
+    return NULL;
+}
+
+TEST(cancel_and_deadline) {
+    start(1, WEFT_HOOK_ON);
+    CHECK_EQ(pipe(cancel_pipe), 0);
+    weft_thread *r = go(blocked_reader, NULL);
+    char *d = dump_showing(WEFT_DUMP_TEXT, "parked on io", NULL);
+    free(d);
+    CHECK_EQ(weft_cancel(r), 0);
+    join(r);
+    join(go(deadline_body, NULL));
+    close(cancel_pipe[0]);
+    close(cancel_pipe[1]);
+}
+
+/* ---- close ends a call in flight ---- */
+
+static void *recv_ebadf(void *p) {
+    char b;
+    errno = 0;
+    CHECK_EQ(recv((int)(intptr_t)p, &b, 1, 0), -1);
+    CHECK_EQ(errno, EBADF);
+    return NULL;
+}
+
+static void *close_body(void *unused) {
+    int c, s;
+    tcp_pair(&c, &s);
+    weft_thread *t = go(recv_ebadf, (void *)(intptr_t)c);
+    weft_sleep(5 * 1000 * 1000);
+    CHECK_EQ(close(c), 0);
+    join(t);
+    close(s);
+    return NULL;
+}
+
+TEST(close_ends_blocked_recv) {
+    start(2, WEFT_HOOK_ON);
+    join(go(close_body, NULL));
+}
+
+/* ---- files ---- */
+
+static void *file_body(void *unused) {
+    char path[] = "/tmp/weft-hook-file-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    CHECK_EQ(write(fd, "abcdef", 6), 6);
+    struct iovec v[2] = {{"gh", 2}, {"ij", 2}};
+    CHECK_EQ(writev(fd, v, 2), 4);
+    CHECK_EQ(pwrite(fd, "XY", 2, 1), 2);
+    CHECK_EQ(fsync(fd), 0);
+    CHECK_EQ(fdatasync(fd), 0);
+    CHECK_EQ(lseek(fd, 0, SEEK_SET), 0);
+    char b[16] = {0};
+    CHECK_EQ(read(fd, b, 3), 3);
+    CHECK(memcmp(b, "aXY", 3) == 0);
+    char b2[4] = {0}, b3[16] = {0};
+    struct iovec r[2] = {{b2, 2}, {b3, sizeof b3}};
+    CHECK_EQ(readv(fd, r, 2), 7); /* the file position moved */
+    CHECK(memcmp(b2, "de", 2) == 0 && memcmp(b3, "fghij", 5) == 0);
+    CHECK_EQ(pread(fd, b, 4, 6), 4);
+    CHECK(memcmp(b, "ghij", 4) == 0);
+    errno = 0;
+    CHECK_EQ(pread(fd, b, 1, -1), -1);
+    CHECK_EQ(errno, EINVAL);
+    close(fd);
+    errno = 0;
+    CHECK_EQ(write(fd, "x", 1), -1);
+    CHECK_EQ(errno, EBADF);
+    return NULL;
+}
+
+TEST(file_calls_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    join(go(file_body, NULL));
+}
+
+/* ---- getaddrinfo on the blocking pool ---- */
+
+static void *gai_body(void *unused) {
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    CHECK_EQ(getaddrinfo("127.0.0.1", "80", &hints, &res), 0);
+    CHECK(res != NULL);
+    CHECK_EQ(((struct sockaddr_in *)res->ai_addr)->sin_port, htons(80));
+    freeaddrinfo(res);
+    res = NULL;
+    hints.ai_flags = AI_NUMERICHOST;
+    CHECK_EQ(getaddrinfo("not-a-number", NULL, &hints, &res), EAI_NONAME);
+    return NULL;
+}
+
+TEST(getaddrinfo_works) {
+    start(2, WEFT_HOOK_ON);
+    weft_thread *t[50];
+    for (int i = 0; i < 50; i++) t[i] = go(gai_body, NULL);
+    for (int i = 0; i < 50; i++) join(t[i]);
+}
+
+/* ---- platform threads and hooks off: the C library's calls ---- */
+
+static void *platform_reader(void *p) {
+    int fd = *(int *)p;
+    char b[5];
+    CHECK_EQ(read(fd, b, 5), 5); /* blocks this thread, as libc's */
+    return NULL;
+}
+
+static void *late_writer(void *p) {
+    int fd = *(int *)p;
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK_EQ(write(fd, "12345", 5), 5);
+    return NULL;
+}
+
+static void *nap_unhooked(void *unused) {
+    uint64_t p0 = parks_now();
+    struct timespec ts = {0, 1000 * 1000};
+    CHECK_EQ(nanosleep(&ts, NULL), 0);
+    CHECK_EQ(parks_now(), p0);
+    return NULL;
+}
+
+TEST(platform_threads_and_hooks_off) {
+    start(1, WEFT_HOOK_ON);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, platform_reader, &p[0]), 0);
+    join(go(late_writer, &p[1]));
+    pthread_join(th, NULL);
+    close(p[0]);
+    close(p[1]);
+    weft_shutdown();
+    /* off: a vthread's nanosleep blocks its carrier -- it does not park */
+    start(1, WEFT_HOOK_OFF);
+    CHECK_EQ(weft_hook_active(), 0);
+    join(go(nap_unhooked, NULL));
+    weft_shutdown();
+    /* and WEFT_HOOK=1 in the environment is the same as WEFT_HOOK_ON */
+    setenv("WEFT_HOOK", "1", 1);
+    start(1, WEFT_HOOK_DEFAULT);
+    CHECK_EQ(weft_hook_active(), 1);
+    unsetenv("WEFT_HOOK");
+}
+
+/* ---- errno under migration: the acceptance ---- */
+
+static int refused_port;
+static int timeo_sock; /* a blocking socket with a 1 ms receive timeout */
+static _Atomic long moved, stayed_wrong;
+
+/* errno's address and the OS thread, read now: glibc declares
+ * __errno_location and pthread_self const, so the compiler may reuse an
+ * earlier call's result -- which is the hazard under test, but after
+ * weft_yield (weft's own call, which may move the vthread) the test must
+ * look afresh. */
+__attribute__((noinline)) static int *errno_addr_now(void) {
+    int *p = __errno_location();
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+__attribute__((noinline)) static pthread_t thread_now(void) {
+    pthread_t t = pthread_self();
+    __asm__ volatile("" : "+r"(t));
+    return t;
+}
+
+/* errno's address taken once, as a compiler may: after a hooked call that
+ * parked, it must still be this carrier's errno -- the call pins the
+ * vthread to its carrier. */
+__attribute__((noinline)) static void check_errno_calls(int rounds) {
+    char b[4];
+    for (int i = 0; i < rounds; i++) {
+        int *ep = errno_addr_now();
+        pthread_t before = thread_now();
+        /* EAGAIN after a park (SO_RCVTIMEO) */
+        *ep = 0;
+        CHECK_EQ(recv(timeo_sock, b, sizeof b, 0), -1);
+        CHECK_EQ(*ep, EAGAIN);
+        CHECK_EQ(*errno_addr_now(), EAGAIN);
+        if (!pthread_equal(before, thread_now())) atomic_fetch_add(&stayed_wrong, 1);
+        /* ECONNREFUSED from a connect that went through the ring / poller */
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(s >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)refused_port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        *ep = 0;
+        CHECK_EQ(connect(s, (struct sockaddr *)&a, sizeof a), -1);
+        CHECK_EQ(*ep, ECONNREFUSED);
+        CHECK_EQ(close(s), 0);
+        /* EBADF at once */
+        *ep = 0;
+        CHECK_EQ(read(-1, b, 1), -1);
+        CHECK_EQ(*ep, EBADF);
+        /* then move, maybe: errno's address may change here, and that is
+         * weft's own call, not foreign code */
+        pthread_t t0 = thread_now();
+        weft_yield();
+        if (!pthread_equal(t0, thread_now())) atomic_fetch_add(&moved, 1);
+    }
+}
+
+static void *errno_worker(void *arg) {
+    check_errno_calls((int)(intptr_t)arg);
+    return NULL;
+}
+
+TEST(errno_right_under_migration) {
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    start(4, WEFT_HOOK_ON);
+    /* a port nobody listens on */
+    int l = listen_any(&refused_port);
+    close(l);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    struct timeval tv = {0, 1000};
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    timeo_sock = sv[0];
+    int n = LIVE_CAP(10000);
+    /* at most this many sockets at once: one per vthread in connect */
+    if ((rlim_t)n + 100 > rl.rlim_cur) n = (int)rl.rlim_cur - 100;
+    int rounds = TEST_SANITIZED ? 2 : 5;
+    weft_thread **t = malloc(sizeof *t * (size_t)n);
+    CHECK(t != NULL);
+    for (int i = 0; i < n; i++) t[i] = go(errno_worker, (void *)(intptr_t)rounds);
+    for (int i = 0; i < n; i++) join(t[i]);
+    free(t);
+    CHECK_EQ(atomic_load(&stayed_wrong), 0);
+    printf("%d vthreads x %d rounds on 4 carriers: %ld moves between carriers\n", n, rounds, atomic_load(&moved));
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* ---- LD_PRELOAD over a program weft did not compile ---- */
+
+static char *run_foreign(const char *extra_env, int *status) {
+    int out[2];
+    CHECK_EQ(pipe(out), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        close(out[0]);
+        close(out[1]);
+        if (extra_env) putenv((char *)extra_env);
+        /* sanitizer builds: the foreign program is instrumented too, and
+         * the preloaded library comes before the sanitizer's runtime */
+        setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
+        execl(WEFT_RUN_PATH, "weft-run", "--carriers", "1", WEFT_HOOK_FOREIGN_PATH, (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    static char buf[4096];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(out[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+    buf[got] = 0;
+    close(out[0]);
+    CHECK_EQ(waitpid(pid, status, 0), pid);
+    return buf;
+}
+
+TEST(preload_parks_a_foreign_program) {
+    int st;
+    char *o = run_foreign(NULL, &st);
+    fprintf(stderr, "%s", o);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(o, "foreign on_vthread=1 ") != NULL);
+    unsigned long long parks = 0;
+    const char *p = strstr(o, "parks=");
+    CHECK(p != NULL);
+    parks = strtoull(p + 6, NULL, 10);
+    CHECK(parks >= 3); /* the sleep, the pipe read, the connect at least */
+    /* WEFT_HOOK=0: main is still a vthread, but nothing parks */
+    o = run_foreign("WEFT_HOOK=0", &st);
+    fprintf(stderr, "%s", o);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(o, "foreign on_vthread=1 parks=0 ok") != NULL);
+}
+
