@@ -13,6 +13,14 @@
  *                 --delay-every 10); ab -r -c 100 -n 10000.  The first
  *                 article's experiment (491.98 req/s).  run.sh's
  *                 "delay2s-every10".
+ *   http-db       http-delay's procedure with a real database (issue 11): the
+ *                 server is examples/http_db.c (models virtual, pool:N) or a
+ *                 Java peer (bench/http-db/peer.sh: java25-virtual,
+ *                 java17-pool200, java25-pool200), and every GET /db runs
+ *                 SELECT pg_sleep(0.1) on one of --db-pool (200) connections.
+ *                 PostgreSQL is bench/pg.sh run, started before the first
+ *                 model and stopped after the last, so every server meets
+ *                 the same database in the same sitting.
  *
  * The procedure, per model (--models), as run.sh's:
  *   1. start weft-httpd --model M --port 0 --root DOCROOT --quiet --delay-ms..
