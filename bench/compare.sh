@@ -30,6 +30,8 @@
 #                Points with C >= 10000 (--big) are weft's only: ab cannot hold them.
 #   http-every10 run.sh delay2s-every10 PEER (same default PEERS; ab -r -c 100 -n 10000),
 #                then weft-bench http-every10
+#   http-db      no run.sh peer: weft-bench http-db runs its Java peers (bench/http-db/) itself,
+#                in the same run, against the PostgreSQL it starts; compare.sh just runs it
 #   http-static  run.sh static-pinned nginx-w1 (CONNS="100 1000"), then the same
 #                run.sh procedure for weft: PEER cmd:'WEFT_HTTPD --carriers 1 --port {port}
 #                --root {docroot} --quiet' (LABEL=weft): server pinned to CPU 1, wrk -t1
@@ -231,6 +233,10 @@ static_summary() {
     }' "$lines"
 }
 
+if [[ $exp == http-db ]]; then
+  echo "# compare.sh http-db $*: the Java peers run inside weft-bench http-db"
+  exec "$bench" http-db "$@"
+fi
 if [[ $exp == http-* ]]; then
   export REPS=${REPS:-1}
   echo "# compare.sh $exp $* ($(date -u +%Y-%m-%dT%H:%M:%SZ)); peers from $peers_dir/http, REPS=$REPS"

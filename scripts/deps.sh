@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages weft needs to build and test, if any is missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
-#   scripts/deps.sh          build + test dependencies
-#   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context)
+#   scripts/deps.sh          build + test dependencies, with the real backends of
+#                            tests/test_backends.c: PostgreSQL and libpq, redis and
+#                            hiredis, libcurl (the tests start their own servers)
+#   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context, Java,
+#                            ab, wrk, nginx; for http-db PostgreSQL's JDBC driver)
 # A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
 # to 10 minutes for the lock, saying who holds it.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev)
-if [[ ${1:-} == bench ]]; then pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light curl); fi
+pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev
+      postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev)
+if [[ ${1:-} == bench ]]; then
+  pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light curl libpostgresql-jdbc-java)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -41,9 +41,22 @@
 /* Stress sizes shrink under sanitizers (10x slower, more memory). */
 #define SCALE(n) (TEST_SANITIZED ? ((n) / 10 > 0 ? (n) / 10 : 1) : (n))
 
+/* A test that cannot run here (a package it needs is missing) ends with
+ * SKIP("why"): one line "skipped: why" and this exit status, which the
+ * runner reports as "skip" and CTest as Skipped (SKIP_RETURN_CODE). */
+#define TEST_SKIP_STATUS 77
+#define SKIP(...)                                                                     \
+    do {                                                                              \
+        printf("skipped: ");                                                          \
+        printf(__VA_ARGS__);                                                          \
+        printf("\n");                                                                 \
+        fflush(NULL);                                                                 \
+        _exit(TEST_SKIP_STATUS);                                                      \
+    } while (0)
+
 typedef struct test_entry { const char *name; void (*fn)(void); } test_entry;
 static test_entry test_list[256];
-static int test_count;
+static int test_count, test_skipped;
 
 #define TEST(tname)                                                                   \
     static void test_##tname(void);                                                   \
@@ -143,6 +156,11 @@ static int run_one(const test_entry *t) {
         printf("ok     %s\n", t->name);
         return 0;
     }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == TEST_SKIP_STATUS) {
+        printf("skip   %s\n", t->name);
+        test_skipped++;
+        return 0;
+    }
     if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
         printf("FAIL   %s: timed out after %d s\n", t->name, test_timeout_s());
     else if (WIFSIGNALED(st))
@@ -159,7 +177,7 @@ static void usage(FILE *f, const char *prog) {
             "       %s --list          list the tests\n"
             "       %s --inline NAME   run one test in this process (for gdb; no fork, no timeout)\n"
             "       %s --help          this text\n"
-            "Exit status: 0 all passed, 1 a test failed, 2 a bad command line or an unknown test.\n"
+            "Exit status: 0 all passed (or skipped: a package missing), 1 a test failed, 2 a bad command line or an unknown test.\n"
             "Environment:\n"
             "  WEFT_TEST_TIMEOUT=S          seconds before a test is killed (default %d)\n"
             "  WEFT_IO=uring|epoll|auto     the I/O backend (test_io checks it got the one asked for)\n"
@@ -225,7 +243,8 @@ int main(int argc, char **argv) {
     } else {
         for (int i = 1; i < argc; i++, ran++) failed += run_one(find_test(argv[i]));
     }
-    if (ran > 1) printf("%d passed, %d failed\n", ran - failed, failed);
+    if (ran > 1 && test_skipped) printf("%d passed, %d skipped, %d failed\n", ran - failed - test_skipped, test_skipped, failed);
+    else if (ran > 1) printf("%d passed, %d failed\n", ran - failed, failed);
     return failed ? 1 : 0;
 }
 

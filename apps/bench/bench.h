@@ -120,6 +120,7 @@ typedef struct bench_opts {
     long sockets;        /* cancel-storm --sockets (-1 = 1,000) */
     const char *file_mode; /* file-write --mode (NULL = every mode) */
     long size;           /* file-write --size (0 = 5 bytes) */
+    long db_pool;        /* http-db --db-pool (0 = 200) */
 } bench_opts;
 
 /*
@@ -141,6 +142,8 @@ int micro_select(const bench_opts *o, bench_report *rep);
 /* exp_http.c: weft-httpd under ab, as the peers' http/run.sh measures */
 int exp_http_delay(const bench_opts *o, bench_report *rep);
 int exp_http_every10(const bench_opts *o, bench_report *rep);
+/* ... and http-db: examples/http_db.c and the Java peers on a real PostgreSQL */
+int exp_http_db(const bench_opts *o, bench_report *rep);
 /* exp_cancel.c: 100,000 blocked vthreads in 10,000 scopes cancelled at once */
 int exp_cancel_storm(const bench_opts *o, bench_report *rep);
 /* exp_floor.c: the kernel's cost of N guarded, one-page stacks, nothing else */

@@ -13,6 +13,14 @@
  *                 --delay-every 10); ab -r -c 100 -n 10000.  The first
  *                 article's experiment (491.98 req/s).  run.sh's
  *                 "delay2s-every10".
+ *   http-db       http-delay's procedure with a real database (issue 11): the
+ *                 server is examples/http_db.c (models virtual, pool:N) or a
+ *                 Java peer (bench/http-db/peer.sh: java25-virtual,
+ *                 java17-pool200, java25-pool200), and every GET /db runs
+ *                 SELECT pg_sleep(0.1) on one of --db-pool (200) connections.
+ *                 PostgreSQL is bench/pg.sh run, started before the first
+ *                 model and stopped after the last, so every server meets
+ *                 the same database in the same sitting.
  *
  * The procedure, per model (--models), as run.sh's:
  *   1. start weft-httpd --model M --port 0 --root DOCROOT --quiet --delay-ms..
@@ -84,12 +92,22 @@ typedef struct http_exp {
     long delay_ms, every;
     const char *conc, *models; /* defaults */
     long n;
+    const char *path; /* what the load requests */
+    int db;           /* http-db: examples/http_db.c and the Java peers on PostgreSQL */
 } http_exp;
 
 static const http_exp HTTP_DELAY = {"http-delay", "delay100", 100, 1, "50 150 300 500 1000 1000:20000",
-                                    "virtual async pool:200", 3000};
+                                    "virtual async pool:200", 3000, "/hello.html", 0};
 static const http_exp HTTP_EVERY10 = {"http-every10", "delay2s-every10", 2000, 10, "100",
-                                      "virtual thread pool:200 async", 10000};
+                                      "virtual thread pool:200 async", 10000, "/hello.html", 0};
+/* The third article's experiment with PostgreSQL's pg_sleep(0.1) in place of
+ * the simulated 100 ms; peer_exp names no run.sh experiment: its peers run
+ * here, as models. */
+static const http_exp HTTP_DB = {"http-db", "db100", 100, 1, "50 150 300 500 1000",
+                                 "virtual pool:200 java25-virtual java17-pool200", 3000, "/db", 1};
+
+/* A Java peer of http-db (bench/http-db/peer.sh), not a weft model. */
+static int is_java(const char *model) { return strncmp(model, "java", 4) == 0; }
 
 typedef struct point {
     long c, n;
@@ -116,6 +134,10 @@ static const struct article3 {
 typedef struct progs {
     char httpd[PATH_LEN], load[PATH_LEN], ab[PATH_LEN], root[PATH_LEN];
     int have_load;
+    /* http-db: the server (examples/http_db.c), the Java peers' driver,
+     * PostgreSQL's conninfo and the pool size */
+    char http_db[PATH_LEN], peer_sh[PATH_LEN], conninfo[256];
+    long db_pool;
 } progs;
 
 static int is_file(const char *p, int mode) {
@@ -347,6 +369,7 @@ typedef struct server {
     pid_t pid;
     int port;
     int dead, status; /* dead: reaped, status from waitpid */
+    int java;         /* a JVM: SIGTERM ends it with status 143 */
 } server;
 
 /* GET path on 127.0.0.1:port with HTTP/1.0; the status code or -errno.
@@ -424,10 +447,11 @@ static void server_stop(server *s) {
             return;
         }
     }
-    if (!WIFEXITED(s->status) || WEXITSTATUS(s->status) != 0) {
+    int clean = WIFEXITED(s->status) && (WEXITSTATUS(s->status) == 0 || (s->java && WEXITSTATUS(s->status) == 143));
+    if (!clean) {
         char d[96];
         describe_status(d, sizeof d, s->status);
-        fprintf(stderr, "weft-bench: weft-httpd (pid %d) ended with %s\n", (int)s->pid, d);
+        fprintf(stderr, "weft-bench: the server (pid %d) ended with %s\n", (int)s->pid, d);
     }
 }
 
@@ -438,37 +462,70 @@ static int server_start(server *s, const progs *pg, const http_exp *x, const cha
     snprintf(delay, sizeof delay, "%ld", x->delay_ms);
     snprintf(every, sizeof every, "%ld", x->every);
     snprintf(car, sizeof car, "%d", carriers);
+    char dbpool[24], sleep_s[24];
+    snprintf(dbpool, sizeof dbpool, "%ld", pg->db_pool);
+    snprintf(sleep_s, sizeof sleep_s, "%g", (double)x->delay_ms / 1000.0);
     char *argv[20];
     int a = 0;
-    argv[a++] = (char *)pg->httpd;
-    argv[a++] = "--model";
-    argv[a++] = (char *)model;
-    argv[a++] = "--port";
-    argv[a++] = "0";
-    argv[a++] = "--root";
-    argv[a++] = (char *)pg->root;
-    argv[a++] = "--quiet";
-    argv[a++] = "--delay-ms";
-    argv[a++] = delay;
-    if (x->every > 1) {
-        argv[a++] = "--delay-every";
-        argv[a++] = every;
-    }
-    if (carriers > 0) {
-        argv[a++] = "--carriers";
-        argv[a++] = car;
+    if (x->db && is_java(model)) {
+        /* bench/http-db/peer.sh PEER PORT CONNINFO POOL SLEEP_S (it execs the JVM) */
+        s->java = 1;
+        argv[a++] = "/bin/bash";
+        argv[a++] = (char *)pg->peer_sh;
+        argv[a++] = (char *)model;
+        argv[a++] = "0";
+        argv[a++] = (char *)pg->conninfo;
+        argv[a++] = dbpool;
+        argv[a++] = sleep_s;
+    } else if (x->db) {
+        argv[a++] = (char *)pg->http_db;
+        argv[a++] = "--model";
+        argv[a++] = (char *)model;
+        argv[a++] = "--port";
+        argv[a++] = "0";
+        argv[a++] = "--db-pool";
+        argv[a++] = dbpool;
+        argv[a++] = "--sleep";
+        argv[a++] = sleep_s;
+        argv[a++] = "--hooks";
+        argv[a++] = "on";
+        if (carriers > 0) {
+            argv[a++] = "--carriers";
+            argv[a++] = car;
+        }
+        argv[a++] = (char *)pg->conninfo;
+    } else {
+        argv[a++] = (char *)pg->httpd;
+        argv[a++] = "--model";
+        argv[a++] = (char *)model;
+        argv[a++] = "--port";
+        argv[a++] = "0";
+        argv[a++] = "--root";
+        argv[a++] = (char *)pg->root;
+        argv[a++] = "--quiet";
+        argv[a++] = "--delay-ms";
+        argv[a++] = delay;
+        if (x->every > 1) {
+            argv[a++] = "--delay-every";
+            argv[a++] = every;
+        }
+        if (carriers > 0) {
+            argv[a++] = "--carriers";
+            argv[a++] = car;
+        }
     }
     argv[a] = NULL;
     int fd;
     s->pid = spawn(argv, &fd, 0, SIGTERM);
     if (s->pid < 0) {
-        fprintf(stderr, "weft-bench: cannot start %s: %s\n", pg->httpd, strerror((int)-s->pid));
+        fprintf(stderr, "weft-bench: cannot start %s: %s\n", argv[0], strerror((int)-s->pid));
         return (int)s->pid;
     }
-    /* "listening on HOST:PORT" */
+    /* "listening on HOST:PORT"; the servers of http-db first open their
+     * database pool, a JVM compiles the peer on its first run */
     char buf[4096];
     size_t len = 0;
-    double deadline = now_s() + 30;
+    double deadline = now_s() + (x->db ? 120 : 30);
     int r = -ETIMEDOUT;
     buf[0] = '\0';
     while (now_s() < deadline && len < sizeof buf - 1) {
@@ -492,7 +549,7 @@ static int server_start(server *s, const progs *pg, const http_exp *x, const cha
             break;
         }
     }
-    close(fd); /* weft-httpd writes nothing more to stdout without --access-log */
+    close(fd); /* the servers write nothing more to stdout (weft-httpd: without --access-log) */
     if (r == 0) {
         int code = http_status(s->port, "/hello.html");
         if (code != 200) {
@@ -503,16 +560,97 @@ static int server_start(server *s, const progs *pg, const http_exp *x, const cha
     } else if (server_reap(s, WNOHANG)) {
         char d[96];
         describe_status(d, sizeof d, s->status);
-        fprintf(stderr, "weft-bench: %s --model %s ended during start (%s)\n", pg->httpd, model, d);
+        fprintf(stderr, "weft-bench: %s (model %s) ended during start (%s)\n", argv[0], model, d);
     } else {
-        fprintf(stderr, "weft-bench: %s --model %s did not print \"listening on HOST:PORT\" within 30 s\n", pg->httpd,
-                model);
+        fprintf(stderr, "weft-bench: %s (model %s) did not print \"listening on HOST:PORT\" within %d s\n", argv[0],
+                model, x->db ? 120 : 30);
     }
     if (r < 0 && !s->dead) {
         kill(s->pid, SIGKILL);
         server_reap(s, 0);
     }
     return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* http-db's PostgreSQL                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * bench/pg.sh run DIR in a temporary directory: it starts PostgreSQL, prints
+ * "ready CONNINFO" and stays until SIGTERM, then stops the server and
+ * removes DIR.  It gets SIGTERM as its parent-death signal too, so a
+ * weft-bench that dies leaves no database behind.  Its output pipe stays
+ * open until it has ended (a closed pipe would kill it with SIGPIPE before
+ * its cleanup).
+ */
+typedef struct database {
+    pid_t pid;
+    int out;
+    char dir[64];
+} database;
+
+static void db_stop(database *db);
+
+static int db_start(database *db, long pool, char *conninfo, size_t len) {
+    char script[PATH_LEN], maxc[24];
+    snprintf(script, sizeof script, "%s/bench/pg.sh", WEFT_SOURCE_DIR);
+    if (!is_file(script, R_OK)) {
+        fprintf(stderr, "weft-bench: no %s (the source tree's bench/pg.sh)\n", script);
+        return -ENOENT;
+    }
+    snprintf(db->dir, sizeof db->dir, "/tmp/weft-bench-pg-XXXXXX");
+    if (!mkdtemp(db->dir)) return -errno;
+    snprintf(maxc, sizeof maxc, "%ld", pool + 50);
+    setenv("PG_MAX_CONNECTIONS", maxc, 1);
+    char *argv[] = {"/bin/bash", script, "run", db->dir, NULL};
+    db->pid = spawn(argv, &db->out, 1, SIGTERM);
+    if (db->pid < 0) {
+        int e = (int)db->pid;
+        db->pid = 0;
+        rmdir(db->dir);
+        return e;
+    }
+    char buf[8192];
+    size_t n = 0;
+    double deadline = now_s() + 180;
+    buf[0] = '\0';
+    while (now_s() < deadline && n < sizeof buf - 1) {
+        char *l = strstr(buf, "ready ");
+        char *nl = l ? strchr(l, '\n') : NULL;
+        if (nl) {
+            *nl = '\0';
+            snprintf(conninfo, len, "%s", l + 6);
+            return 0;
+        }
+        struct pollfd pf = {.fd = db->out, .events = POLLIN};
+        if (poll(&pf, 1, 200) <= 0) continue;
+        ssize_t k = read(db->out, buf + n, sizeof buf - 1 - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        n += (size_t)k;
+        buf[n] = '\0';
+    }
+    fprintf(stderr, "weft-bench: bench/pg.sh did not start PostgreSQL:\n%s\n", buf);
+    db_stop(db);
+    return -EIO;
+}
+
+static void db_stop(database *db) {
+    if (db->pid <= 0) return;
+    kill(db->pid, SIGTERM);
+    int st;
+    double until = now_s() + 90;
+    pid_t r;
+    while ((r = waitpid(db->pid, &st, WNOHANG)) == 0 && now_s() < until) sleep_ns_os(20000000);
+    if (r == 0) {
+        fprintf(stderr, "weft-bench: bench/pg.sh (pid %d) still running 90 s after SIGTERM: SIGKILL; %s may be left\n",
+                (int)db->pid, db->dir);
+        kill(db->pid, SIGKILL);
+        waitpid(db->pid, &st, 0);
+    }
+    close(db->out);
+    db->pid = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -584,8 +722,13 @@ static void parse_weft_load(const char *text, load_result *lr) {
     if (br_num(&r, "failed", &v)) lr->failed = (long)v;
 }
 
-/* "weft-virtual", "weft-pool200" */
+/* "weft-virtual", "weft-pool200"; a Java peer of http-db keeps its name
+ * ("java25-virtual"), as run.sh's peers are named */
 static void peer_name(char *out, size_t len, const char *model) {
+    if (is_java(model)) {
+        snprintf(out, len, "%s", model);
+        return;
+    }
     int n = snprintf(out, len, "weft-");
     for (const char *p = model; *p && (size_t)n < len - 1; p++)
         if (*p != ':') out[n++] = *p;
@@ -632,7 +775,7 @@ static void error_line(bench_report *rep, const http_exp *x, const char *model, 
 static void measure(server *s, const progs *pg, const http_exp *x, const char *model, const point *p, double cap_s,
                     bench_report *rep) {
     char url[64], cs[24], ns[24];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/hello.html", s->port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, x->path);
     snprintf(cs, sizeof cs, "%ld", p->c);
     snprintf(ns, sizeof ns, "%ld", p->n);
     int use_load = p->c >= WEFT_LOAD_MIN_CONC;
@@ -712,14 +855,20 @@ static void measure(server *s, const progs *pg, const http_exp *x, const char *m
     if (hwm >= 0) br_setf(&r, "srv_hwm_mb", 0, (double)hwm / 1024);
     br_setl(&r, "delay_ms", x->delay_ms);
     br_setl(&r, "delay_every", x->every);
+    if (x->db) br_setl(&r, "db_pool", pg->db_pool);
     report_add_weft(rep, &r);
     free(ro.text);
 }
 
-static void warm_up(server *s, const progs *pg, double cap_s) {
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/hello.html", s->port);
-    char *argv[] = {(char *)pg->ab, "-r", "-n", "1000", "-c", "100", url, NULL};
+/* ab -r -n 1000 -c 100, discarded; smaller when the largest point is (a
+ * smoke run of http-db, whose requests each take 0.1 s) */
+static void warm_up(server *s, const progs *pg, const http_exp *x, long max_n, double cap_s) {
+    char url[64], ns[24], cs[24];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, x->path);
+    long n = max_n < 1000 ? max_n : 1000;
+    snprintf(ns, sizeof ns, "%ld", n);
+    snprintf(cs, sizeof cs, "%ld", n < 100 ? n : 100);
+    char *argv[] = {(char *)pg->ab, "-r", "-n", ns, "-c", cs, url, NULL};
     run_out ro;
     if (run_capture(argv, cap_s, &ro) == 0 && !strstr(ro.text, "Requests per second")) {
         char l[160];
@@ -883,12 +1032,20 @@ static void print_delay_tables(const bench_report *rep, const http_exp *x, const
     point pts[MAX_POINTS];
     int npts = point_list(rep, x, ran, nran, pts);
     static const char *const titles[] = {"requests/s", "latency mean / p95, ms", "server CPU per request, us"};
-    printf("\nhttp-delay: every request sleeps 100 ms; ab -r, no keep-alive (weft-load from C=%d); "
-           "limit = C / 0.1 s (Little's law); ab ceiling = what ab allows any server: it sends its first "
-           "request alone, so n requests take at least 1 + ceil((n-1)/C) delays\n"
-           "article: Spring Boot 3 on Tomcat, Java 21, 3000 requests per C (platform: Tomcat's 200 threads); "
-           "peers: run.sh delay100 (%d peer%s, median line when REPS>1)\n",
-           WEFT_LOAD_MIN_CONC, npeers, npeers == 1 ? "" : "s");
+    if (x->db) {
+        printf("\nhttp-db: every request runs SELECT pg_sleep(0.1) on one of a pool of connections (weft: blocking "
+               "libpq, hooks on for virtual; Java: JDBC); ab -r, no keep-alive; limit = C / 0.1 s; ab ceiling as in "
+               "http-delay; server CPU leaves out PostgreSQL's\n"
+               "article: Spring Boot 3 on Tomcat, Java 21, a simulated 100 ms, 3000 requests per C (platform: "
+               "Tomcat's 200 threads)\n");
+    } else {
+        printf("\nhttp-delay: every request sleeps 100 ms; ab -r, no keep-alive (weft-load from C=%d); "
+               "limit = C / 0.1 s (Little's law); ab ceiling = what ab allows any server: it sends its first "
+               "request alone, so n requests take at least 1 + ceil((n-1)/C) delays\n"
+               "article: Spring Boot 3 on Tomcat, Java 21, 3000 requests per C (platform: Tomcat's 200 threads); "
+               "peers: run.sh delay100 (%d peer%s, median line when REPS>1)\n",
+               WEFT_LOAD_MIN_CONC, npeers, npeers == 1 ? "" : "s");
+    }
     for (int w = W_RPS; w <= W_CPU; w++) {
         static tbl t;
         memset(&t, 0, sizeof t);
@@ -1039,17 +1196,23 @@ static int parse_points(const char *s, long n, point out[MAX_POINTS]) {
     return k;
 }
 
-static int parse_models(const char *s, char out[MAX_MODELS][32]) {
+static int parse_models(const http_exp *x, const char *s, char out[MAX_MODELS][32]) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     int k = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, " ,\t", &save); t; t = strtok_r(NULL, " ,\t", &save)) {
         char *end = NULL;
-        int ok = strcmp(t, "virtual") == 0 || strcmp(t, "thread") == 0 || strcmp(t, "async") == 0 ||
-                 (strncmp(t, "pool:", 5) == 0 && strtol(t + 5, &end, 10) > 0 && end && !*end);
+        int ok = strcmp(t, "virtual") == 0 || (strncmp(t, "pool:", 5) == 0 && strtol(t + 5, &end, 10) > 0 && end && !*end);
+        if (x->db) /* examples/http_db.c has virtual and pool:N; the Java peers */
+            ok = ok || strcmp(t, "java25-virtual") == 0 || strcmp(t, "java17-pool200") == 0 ||
+                 strcmp(t, "java25-pool200") == 0;
+        else
+            ok = ok || strcmp(t, "thread") == 0 || strcmp(t, "async") == 0;
         if (!ok || k == MAX_MODELS || strlen(t) >= 32) {
-            fprintf(stderr, "weft-bench: --models: bad model '%s' (virtual, thread, pool:N, async)\n", t);
+            fprintf(stderr, "weft-bench: --models: bad model '%s' (%s)\n", t,
+                    x->db ? "virtual, pool:N, java25-virtual, java17-pool200, java25-pool200"
+                          : "virtual, thread, pool:N, async");
             return -EINVAL;
         }
         snprintf(out[k++], 32, "%s", t);
@@ -1070,20 +1233,34 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
         if (npts == MAX_POINTS) return -EINVAL;
         pts[npts++] = (point){10000, 100000};
     }
-    int nmodels = parse_models(o->models ? o->models : x->models, models);
+    int nmodels = parse_models(x, o->models ? o->models : x->models, models);
     if (nmodels < 0) return nmodels;
 
     static progs pg;
-    int e = find_prog(pg.httpd, "WEFT_HTTPD", "../httpd/weft-httpd");
-    if (e < 0) {
-        fprintf(stderr, "weft-bench: no weft-httpd at %s (build the weft-httpd target, or set WEFT_HTTPD)\n", pg.httpd);
-        return e;
+    int e;
+    if (x->db) {
+        e = find_prog(pg.http_db, "WEFT_HTTP_DB", "../../http_db");
+        if (e < 0) {
+            fprintf(stderr, "weft-bench: no http_db at %s (examples/http_db.c, built where libpq-dev is; or set "
+                            "WEFT_HTTP_DB)\n", pg.http_db);
+            return e;
+        }
+        snprintf(pg.peer_sh, PATH_LEN, "%s/bench/http-db/peer.sh", WEFT_SOURCE_DIR);
+        pg.db_pool = o->db_pool > 0 ? o->db_pool : 200;
+        snprintf(pg.httpd, PATH_LEN, "%s", pg.http_db);
+        snprintf(pg.root, PATH_LEN, "-");
+    } else {
+        e = find_prog(pg.httpd, "WEFT_HTTPD", "../httpd/weft-httpd");
+        if (e < 0) {
+            fprintf(stderr, "weft-bench: no weft-httpd at %s (build the weft-httpd target, or set WEFT_HTTPD)\n", pg.httpd);
+            return e;
+        }
     }
     if ((e = find_in_path(pg.ab, "ab")) < 0) {
         fprintf(stderr, "weft-bench: ab (ApacheBench) is not in PATH (apt-get install apache2-utils)\n");
         return e;
     }
-    if ((e = find_docroot(pg.root)) < 0) return e;
+    if (!x->db && (e = find_docroot(pg.root)) < 0) return e;
     int need_load = 0;
     for (int i = 0; i < npts; i++) need_load |= pts[i].c >= WEFT_LOAD_MIN_CONC;
     if (need_load) {
@@ -1105,6 +1282,15 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
                     (unsigned long long)rl.rlim_cur);
 
     double cap_s = o->cap_s > 0 ? o->cap_s : DEFAULT_CAP_S;
+    long max_n = 0;
+    for (int i = 0; i < npts; i++) max_n = pts[i].n > max_n ? pts[i].n : max_n;
+    database db = {.pid = 0};
+    if (x->db) {
+        if ((e = db_start(&db, pg.db_pool, pg.conninfo, sizeof pg.conninfo)) < 0) return e;
+        printf("# %s: PostgreSQL %s (bench/pg.sh run %s, max_connections %ld); pool %ld connections a server; "
+               "Java peers by %s\n",
+               x->name, pg.conninfo, db.dir, pg.db_pool + 50, pg.db_pool, pg.peer_sh);
+    }
     printf("# %s: server %s, docroot %s, load %s%s%s, delay %ld ms every %ld request(s), carriers %s, nofile %llu\n",
            x->name, pg.httpd, pg.root, pg.ab, need_load && pg.have_load ? " and " : "",
            need_load && pg.have_load ? pg.load : "", x->delay_ms, x->every, o->carriers ? "(--carriers)" : "default",
@@ -1120,7 +1306,7 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
             error_line(rep, x, models[m], NULL, "server_start");
             continue;
         }
-        warm_up(&s, &pg, cap_s);
+        warm_up(&s, &pg, x, max_n, cap_s);
         for (int i = 0; i < npts; i++) {
             if (server_reap(&s, WNOHANG)) {
                 char d[96];
@@ -1134,8 +1320,9 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
         }
         server_stop(&s);
     }
+    if (x->db) db_stop(&db);
 
-    if (x == &HTTP_DELAY) print_delay_tables(rep, x, pts, npts, models, nmodels);
+    if (x == &HTTP_DELAY || x == &HTTP_DB) print_delay_tables(rep, x, pts, npts, models, nmodels);
     else print_every10_table(rep, x, pts, npts, models, nmodels);
     return ran_any ? 0 : -ECHILD;
 }
@@ -1143,3 +1330,5 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
 int exp_http_delay(const bench_opts *o, bench_report *rep) { return exp_http(&HTTP_DELAY, o, rep); }
 
 int exp_http_every10(const bench_opts *o, bench_report *rep) { return exp_http(&HTTP_EVERY10, o, rep); }
+
+int exp_http_db(const bench_opts *o, bench_report *rep) { return exp_http(&HTTP_DB, o, rep); }

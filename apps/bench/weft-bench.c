@@ -49,6 +49,12 @@
  *   http-every10 the same with every 10th request sleeping 2 s, ab -r -c 100
  *                -n 10000, models virtual, thread, pool:200.  Article:
  *                491.98 req/s (limit 500).  Peers: delay2s-every10.
+ *   http-db      http-delay with a real database (issue 11): every GET /db
+ *                runs SELECT pg_sleep(0.1) through blocking libpq
+ *                (examples/http_db.c, models virtual and pool:200) or JDBC
+ *                (bench/http-db/, java25-virtual and java17-pool200) on a
+ *                pool of --db-pool (200) connections; PostgreSQL started by
+ *                bench/pg.sh for the run.  The same keys as http-delay.
  *
  * Output: first a "# machine ..." line, then for every result ONE line
  *   experiment=E peer=weft status=ok key=value ...
@@ -77,9 +83,9 @@
 
 enum {
     X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64,
-    X_FILE = 128, X_ALL = 255
+    X_FILE = 128, X_HTTP_DB = 256, X_ALL = 511
 };
-enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 };
+enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 | X_HTTP_DB };
 
 static const struct experiment {
     const char *name;
@@ -91,6 +97,7 @@ static const struct experiment {
     {"micro", X_MICRO, exp_micro},
     {"http-delay", X_HTTP_DELAY, exp_http_delay},
     {"http-every10", X_HTTP_EVERY10, exp_http_every10},
+    {"http-db", X_HTTP_DB, exp_http_db},
     {"cancel-storm", X_CANCEL, exp_cancel_storm},
     {"page-floor", X_FLOOR, exp_page_floor},
     {"file-write", X_FILE, exp_file_write},
@@ -99,7 +106,7 @@ static const struct experiment {
 enum {
     OPT_PLATFORM = 256, OPT_SLEEP_MS, OPT_EXECUTOR, OPT_SPAWNER, OPT_ONLY, OPT_ROUNDS,
     OPT_CARRIERS, OPT_STACK_KIB, OPT_CAP_S, OPT_PEER_LINE, OPT_PEER_FILE,
-    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG, OPT_SCOPES, OPT_SOCKETS, OPT_MODE, OPT_SIZE,
+    OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG, OPT_SCOPES, OPT_SOCKETS, OPT_MODE, OPT_SIZE, OPT_DB_POOL,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -122,6 +129,7 @@ static const struct option LONG_OPTS[] = {
     {"sockets", required_argument, NULL, OPT_SOCKETS},
     {"mode", required_argument, NULL, OPT_MODE},
     {"size", required_argument, NULL, OPT_SIZE},
+    {"db-pool", required_argument, NULL, OPT_DB_POOL},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -136,6 +144,7 @@ static int option_scope(int opt) {
     case OPT_ONLY: case OPT_ROUNDS: return X_MICRO;
     case OPT_REQUESTS: case OPT_CONC: case OPT_MODELS: return X_HTTP;
     case OPT_BIG: return X_HTTP_DELAY;
+    case OPT_DB_POOL: return X_HTTP_DB;
     case OPT_SCOPES: case OPT_SOCKETS: return X_CANCEL;
     case OPT_MODE: case OPT_SIZE: return X_FILE;
     default: return X_ALL;
@@ -195,6 +204,14 @@ static void usage(FILE *f) {
           "               weft-httpd --delay-ms 2000 --delay-every 10 under ab -r -c 100 -n 10000;\n"
           "               table with the first article's 491.98 req/s, the limit (500) and the\n"
           "               peers' delay2s-every10 lines\n"
+          "  http-db      [--conc \"C[:N] ...\"] [--requests N=3000] [--db-pool P=200]\n"
+          "               [--models \"virtual pool:200 java25-virtual java17-pool200\"]\n"
+          "               http-delay with a real database: GET /db runs SELECT pg_sleep(0.1) through\n"
+          "               blocking libpq (examples/http_db.c; weft models virtual -- libc hooks on --\n"
+          "               and pool:N) or JDBC (bench/http-db/HttpDb.java: java25-virtual,\n"
+          "               java17-pool200, java25-pool200) on P pooled connections, under ab -r at\n"
+          "               \"50 150 300 500 1000\"; PostgreSQL started by bench/pg.sh (max_connections\n"
+          "               P + 50) and stopped at the end; the same line keys as http-delay\n"
           "               (http-*: weft-httpd from $WEFT_HTTPD or ../httpd/ beside weft-bench, weft-load\n"
           "               from $WEFT_LOAD or ../load/; docroot $WEFT_DOCROOT, else the peers'\n"
           "               http/docroot ($WEFT_PEERS, default " WEFT_PEERS_DEFAULT "),\n"
@@ -284,7 +301,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, cancel-storm, page-floor, file-write; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write; see --help)\n", argv[1]);
         return 2;
     }
 
@@ -311,6 +328,7 @@ int main(int argc, char **argv) {
         case OPT_SOCKETS: bad = parse_long(optarg, 0, &v); o.sockets = v; break;
         case OPT_MODE: o.file_mode = optarg; bad = !exp_file_mode_known(optarg); break;
         case OPT_SIZE: bad = parse_long(optarg, 1, &o.size); break;
+        case OPT_DB_POOL: bad = parse_long(optarg, 1, &o.db_pool); break;
         case OPT_PLATFORM: o.platform = 1; break;
         case OPT_SLEEP_MS: bad = parse_long(optarg, 0, &o.sleep_ms); break;
         case OPT_EXECUTOR: bad = parse_executor(optarg, &o); break;
