@@ -102,3 +102,26 @@ found=$(sed -n 's/^weft_DIR:PATH=//p' "$tmp/proj/build/CMakeCache.txt")
 quiet "$cmake" --build "$tmp/proj/build"
 check "find_package, weft::weft" "$tmp/proj/build/app"
 check "find_package, weft::weft_static" "$tmp/proj/build/app_static"
+
+# --- weft-run: a program weft did not compile, its main on a vthread ------
+# (a sanitizer build's libweft-hook.so needs its sanitizer's runtime first
+# in the process, which a plain program does not have: not checked there)
+if readelf -d "$libdir/libweft-hook.so" | grep -q 'NEEDED.*lib[at]san'; then
+    echo "ok     weft-run (not checked: sanitizer build)"
+else
+    cat >"$tmp/plain.c" <<'EOF'
+#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    void *(*self)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "weft_self");
+    usleep(1000);
+    printf("vthread answered %d\n", self && self() ? 42 : 0);
+    return 0;
+}
+EOF
+    quiet "$cc" -o "$tmp/plain" "$tmp/plain.c"
+    out=$(timeout 60 "$prefix/bin/weft-run" "$tmp/plain" 2>"$log") || fail "weft-run: exit status $?"
+    [[ $out == "$want" ]] || fail "weft-run: printed '$out', want '$want'"
+    echo "ok     weft-run, installed and moved"
+fi

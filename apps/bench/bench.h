@@ -98,7 +98,8 @@ enum {
     MICRO_CHAN_BUF = 1 << 5,
     MICRO_MUTEX = 1 << 6,
     MICRO_SELECT = 1 << 7,
-    MICRO_ALL = (1 << 8) - 1,
+    MICRO_HOOK = 1 << 8,
+    MICRO_ALL = (1 << 9) - 1,
 };
 
 typedef struct bench_opts {

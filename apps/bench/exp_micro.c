@@ -37,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define SWITCH_DEFAULT_ROUNDS 5000000L
 #define SPAWN_JOIN_DEFAULT_N 1000000L
@@ -479,6 +481,94 @@ static int micro_pingpong(const bench_opts *o, bench_report *rep, int cross) {
 static int micro_pingpong_same(const bench_opts *o, bench_report *rep) { return micro_pingpong(o, rep, 0); }
 static int micro_pingpong_cross(const bench_opts *o, bench_report *rep) { return micro_pingpong(o, rep, 1); }
 
+/* ------------------------------------------------------------------------ */
+/* hook: what libc interposition costs a call that does not wait             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A 1-byte write then read on a pipe, R times, on one vthread of a
+ * 1-carrier runtime, four ways in one run: the system calls themselves
+ * (syscall(2): the floor), write/read with hooks off (the pass-through
+ * every program linking weft pays), with hooks on (the non-blocking first
+ * attempt: pwritev2/preadv2 RWF_NOWAIT), and weft_write/weft_read.
+ */
+enum { HOOK_SYSCALL, HOOK_OFF, HOOK_ON, HOOK_WEFT, HOOK_MODES };
+static const char *const hook_mode_name[HOOK_MODES] = {"syscall", "off", "on", "weft"};
+
+typedef struct hook_run {
+    int mode;
+    long rounds;
+    int fd[2];
+    int err;
+    double wall_s;
+} hook_run;
+
+static void *hook_body(void *arg) {
+    hook_run *h = arg;
+    char c = 'x';
+    int64_t t0 = weft_now();
+    for (long i = 0; i < h->rounds && !h->err; i++) {
+        ssize_t w, r;
+        switch (h->mode) {
+        case HOOK_SYSCALL:
+            w = syscall(SYS_write, h->fd[1], &c, 1);
+            r = syscall(SYS_read, h->fd[0], &c, 1);
+            break;
+        case HOOK_OFF:
+        case HOOK_ON:
+            w = write(h->fd[1], &c, 1);
+            r = read(h->fd[0], &c, 1);
+            break;
+        default:
+            w = weft_write(h->fd[1], &c, 1);
+            r = weft_read(h->fd[0], &c, 1);
+            if (w < 0) errno = (int)-w, w = -1;
+            if (r < 0) errno = (int)-r, r = -1;
+        }
+        if (w != 1 || r != 1) h->err = errno ? errno : EIO;
+    }
+    h->wall_s = (double)(weft_now() - t0) / 1e9;
+    return NULL;
+}
+
+static int micro_hook(const bench_opts *o, bench_report *rep) {
+    long rounds = o->rounds ? o->rounds : 1000000;
+    for (int mode = 0; mode < HOOK_MODES; mode++) {
+        weft_config cfg = {.carriers = 1, .hook = mode == HOOK_ON ? WEFT_HOOK_ON : WEFT_HOOK_OFF};
+        int r = weft_init(&cfg);
+        if (r < 0) {
+            fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
+            return r;
+        }
+        hook_run h = {.mode = mode, .rounds = rounds};
+        if (pipe(h.fd) != 0) {
+            r = -errno;
+            weft_shutdown();
+            return r;
+        }
+        weft_thread *t;
+        weft_attr a = {.name = "hook"};
+        if ((r = spawn_or_say(&t, hook_body, &h, &a)) < 0) return r;
+        if ((r = join_capped(t, cap_deadline(o), "hook")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
+        int active = weft_hook_active();
+        weft_shutdown();
+        close(h.fd[0]);
+        close(h.fd[1]);
+        bench_result res;
+        char e[32];
+        br_init(&res, "hook", "weft");
+        br_set(&res, "status", "%s", h.err ? "failed" : "ok");
+        br_set(&res, "mode", "%s", hook_mode_name[mode]);
+        br_setl(&res, "hooks_active", active);
+        br_setl(&res, "pairs", rounds);
+        br_setf(&res, "wall_s", 3, h.wall_s);
+        br_setf(&res, "ns_per_write_read", 1, h.wall_s * 1e9 / (double)rounds);
+        if (h.err) br_set(&res, "err", "%s", errno_name(-h.err, e, sizeof e));
+        if ((r = report_add_weft(rep, &res)) < 0) return r;
+    }
+    return 0;
+}
+
 int exp_micro(const bench_opts *o, bench_report *rep) {
     static const struct {
         int bit;
@@ -493,6 +583,7 @@ int exp_micro(const bench_opts *o, bench_report *rep) {
         {MICRO_CHAN_BUF, "chan-buffered", micro_chan_buffered},
         {MICRO_MUTEX, "mutex", micro_mutex},
         {MICRO_SELECT, "select", micro_select},
+        {MICRO_HOOK, "hook", micro_hook},
     };
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
         if (!(o->micro & benches[i].bit)) continue;

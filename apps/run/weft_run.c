@@ -11,10 +11,10 @@
  *   WEFT_HOOK_MAIN=0         from --no-main (hooks only: main stays a
  *                            platform thread, so nothing parks until the
  *                            program spawns vthreads itself)
- * The library is $WEFT_HOOK_LIB if set, else the installed one, else the
- * one in the build tree this weft-run was built in.
- * A statically linked program cannot be preloaded into: it is refused by
- * the dynamic linker's absence, and weft-run says so.
+ * The library is $WEFT_HOOK_LIB if set, else the one installed beside this
+ * weft-run (BINDIR/../LIBDIR), else the one in the build tree it was built
+ * in.  A statically linked program has no dynamic linker to preload
+ * anything: it runs as it would without weft-run.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,10 +30,21 @@ static void usage(FILE *f) {
             "libc calls park it.  WEFT_HOOK_LIB overrides the library's path.\n");
 }
 
-static const char *hook_lib(void) {
+/* The library next to an installed weft-run (BINDIR/../LIBDIR, wherever
+ * the tree was installed or moved to), else the build tree's. */
+static const char *hook_lib(char *buf, size_t len) {
     const char *e = getenv("WEFT_HOOK_LIB");
     if (e && *e) return e;
-    if (access(WEFT_HOOK_INSTALL_PATH, R_OK) == 0) return WEFT_HOOK_INSTALL_PATH;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        if (WEFT_HOOK_LIBDIR[0] == '/') snprintf(buf, len, "%s/%s", WEFT_HOOK_LIBDIR, WEFT_HOOK_NAME);
+        else snprintf(buf, len, "%s/../%s/%s", exe, WEFT_HOOK_LIBDIR, WEFT_HOOK_NAME);
+        if (access(buf, R_OK) == 0) return buf;
+    }
     if (access(WEFT_HOOK_BUILD_PATH, R_OK) == 0) return WEFT_HOOK_BUILD_PATH;
     return NULL;
 }
@@ -75,10 +86,11 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    const char *lib = hook_lib();
+    char found[4200];
+    const char *lib = hook_lib(found, sizeof found);
     if (!lib) {
-        fprintf(stderr, "weft-run: libweft-hook.so not found (looked at %s and %s; set WEFT_HOOK_LIB)\n",
-                WEFT_HOOK_INSTALL_PATH, WEFT_HOOK_BUILD_PATH);
+        fprintf(stderr, "weft-run: %s not found (next to weft-run in ../%s, nor at %s; set WEFT_HOOK_LIB)\n",
+                WEFT_HOOK_NAME, WEFT_HOOK_LIBDIR, WEFT_HOOK_BUILD_PATH);
         return 127;
     }
     const char *old = getenv("LD_PRELOAD");
