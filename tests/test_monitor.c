@@ -440,10 +440,16 @@ TEST(every_carrier_pinned_still_runs_others) {
     CHECK_EQ(weft__spawn_on(0, &t[0], stuck, NULL, &a0), 0);
     CHECK_EQ(weft__spawn_on(1, &t[1], stuck, NULL, &a0), 0);
     while (atomic_load(&stuck_started) < 2) usleep(1000);
+    /* both reported: no carrier of the configured ones is left */
+    weft_stats mid;
+    for (int i = 0; i < 10000; i++) {
+        stats(&mid);
+        if (mid.pinned >= 2) break;
+        usleep(1000);
+    }
     reset_flags();
     CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
     int got = await_flag(&ran);
-    weft_stats mid;
     stats(&mid);
     atomic_store(&stuck_release, 1);
     for (int k = 0; k < 2; k++) CHECK_EQ(weft_join(t[k], NULL), 0);
@@ -534,7 +540,9 @@ static void stress_round(int carriers, int rounds) {
         weft_thread *s[4];
         for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(&s[i], st_staller, (void *)(intptr_t)(r * 4 + i), NULL), 0);
         for (int i = 0; i < 4; i++) CHECK_EQ(weft_join(s[i], NULL), 0);
-        if (r % 8 == 0) {
+        /* (the dump's walk of every stack slot races with spawns by
+         * design: not under TSan, as in test_future) */
+        if (r % 8 == 0 && (!TEST_TSAN || getenv("WEFT_TEST_DUMP_UNDER_TSAN"))) {
             int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
             CHECK_EQ(weft_dump(fd, r % 16 ? WEFT_DUMP_TEXT : WEFT_DUMP_JSON), 0);
             close(fd);

@@ -1127,10 +1127,12 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
     mon_need();
 }
 
-/* One spare more (activated, or made) or one fewer, to match the stalls:
+/* One spare more (activated, or made) or fewer, to match the stalls:
  * more only while stalled carriers leave runnable work behind and no
- * carrier that could take it is idle; fewer once stalls end (an active
- * spare that stalls itself counts as a stall, and retires last). */
+ * carrier that could take it is idle, one a look; fewer as soon as stalls
+ * end, all at once (an active spare that stalls itself counts as a stall,
+ * and retires last).  So no spare is active once no stall is open, and
+ * the monitor may disarm. */
 static void compensate(int stalled, int waiting) {
     int active = atomic_load(&R.nactive), n = nall();
     if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.nidle) == 0) {
@@ -1150,14 +1152,15 @@ static void compensate(int stalled, int waiting) {
         }
         return;
     }
-    if (active > stalled) {
+    for (; active > stalled; active--) {
         weft__carrier *pick = NULL;
         for (int i = n - 1; i >= R.n; i--) {
             weft__carrier *c = R.c[i];
             if (!atomic_load(&c->shared)) continue;
             if (!pick || (atomic_load(&pick->stall) && !atomic_load(&c->stall))) pick = c;
         }
-        if (pick) spare_retire(pick);
+        if (!pick) break;
+        spare_retire(pick);
     }
 }
 
@@ -1220,9 +1223,13 @@ static void stall_end(weft__carrier *v, int64_t now) {
 /* Runnable work that stalled carrier v holds back or that waits for any
  * carrier (a racy look: the next look corrects it). */
 static int work_behind(weft__carrier *v, int64_t now) {
+#ifdef WEFT_TSAN
+    int fifo = 0; /* the FIFO is read under its gate's lock only there (yq_take) */
+#else
+    int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
+#endif
     return atomic_load_explicit(&R.inj_n, memory_order_relaxed) > 0 || weft__dq_size(&v->dq) > 0 ||
-           atomic_load_explicit(&v->lifo, memory_order_relaxed) ||
-           (R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED)) ||
+           atomic_load_explicit(&v->lifo, memory_order_relaxed) || fifo ||
            atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
 }
 
