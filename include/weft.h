@@ -390,9 +390,11 @@ WEFT_API int weft_io_backend(void);
  *   - while it lasts and other vthreads are waiting for a carrier, the
  *     runtime runs a spare carrier in its place (as Loom compensates for
  *     blocking file I/O, and Go's sysmon hands off a P), at most
- *     max_compensate at once.  Spares are made when first needed, retired
- *     when the stall ends (they finish what is theirs, then sleep, costing
- *     nothing) and reused; they end at weft_shutdown.  A vthread pinned to
+ *     max_compensate at once.  Spares are made when first needed (at most
+ *     max_compensate of them, each a thread with its own I/O ring or epoll
+ *     set: two descriptors), retired when the stall ends (they finish what
+ *     is theirs, then sleep, costing nothing) and reused; they end at
+ *     weft_shutdown.  A vthread pinned to
  *     a stalled carrier (weft_attr.pinned) waits for it all the same, as do
  *     the I/O completions of that carrier's ring.
  * A vthread that only calls weft_yield with nothing else to run does not

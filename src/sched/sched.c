@@ -1136,12 +1136,22 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
 static void compensate(int stalled, int waiting) {
     int active = atomic_load(&R.nactive), n = nall();
     if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.nidle) == 0) {
+        /* a retired spare, unless it is stalled itself (a vthread pinned
+         * to it blocks it): then a new one, while there are fewer than
+         * max_comp, else that one anyway (it helps once its stall ends) */
+        weft__carrier *stalled_spare = NULL;
         for (int i = R.n; i < n; i++) {
             weft__carrier *c = R.c[i];
-            if (!atomic_load(&c->shared)) {
+            if (atomic_load(&c->shared)) continue;
+            if (!atomic_load(&c->stall)) {
                 spare_activate(c);
                 return;
             }
+            stalled_spare = c;
+        }
+        if (stalled_spare && n - R.n >= R.max_comp) {
+            spare_activate(stalled_spare);
+            return;
         }
         int r = spare_make();
         if (r < 0) {
@@ -1278,7 +1288,9 @@ static void *monitor_main(void *unused) {
                     if (work_behind(v, now)) waiting = 1;
                 }
             }
-            if (nshared() > 1 || R.max_comp > 0) moved += rescue(v, now);
+            /* (with nobody else to take it -- one carrier, no spare active
+             * yet -- moving it would only reorder it) */
+            if (nshared() > 1) moved += rescue(v, now);
         }
         fresh = 0;
         if (R.max_comp > 0) compensate(stalled, waiting);
@@ -2344,6 +2356,8 @@ static weft__carrier *carrier_alloc(int i) {
     c->index = i;
     c->slow_countdown = SLOW_EVERY;
     atomic_init(&c->shared, 1);
+    c->mon_seen = UINT64_MAX; /* the monitor's first look at it only records */
+    c->mon_cpu0 = -1;
 #ifdef WEFT_TSAN
     atomic_init(&c->yq_lock, 1); /* in the scheduler until a vthread runs */
 #endif
