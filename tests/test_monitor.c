@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 
 /* ---- stderr, captured --------------------------------------------------------
@@ -598,5 +599,39 @@ TEST(shutdown_while_compensating) {
         stats(&st);
         CHECK_EQ(st.carriers, 0);
     }
+    unsetenv("WEFT_PIN_LOG");
+}
+
+/* fork() after spares were made: the child has none of the parent's
+ * carriers, and its fresh runtime starts with no spare. */
+TEST(fork_after_compensation) {
+    setenv("WEFT_PIN_LOG", "0", 1);
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    reset_flags();
+    weft_thread *s, *r;
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)20, NULL), 0);
+    CHECK(await_flag(&sl_started));
+    CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+    CHECK(await_flag(&ran));
+    atomic_store(&sl_flag, 1);
+    CHECK_EQ(weft_join(s, NULL), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.spares, 1);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        weft_thread *t;
+        if (weft_spawn(&t, child_noop, NULL, NULL) != 0 || weft_join(t, NULL) != 0) _exit(3);
+        weft_stats cs;
+        weft_stats_get(&cs);
+        _exit(cs.spares == 0 && cs.carriers == 1 && cs.pinned == 0 ? 0 : 4);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
     unsetenv("WEFT_PIN_LOG");
 }
