@@ -112,8 +112,10 @@
  * While carriers are stalled and runnable work waits behind them (in the
  * injection queue, or in a stalled carrier's deque, slot, FIFO or due
  * timers) with no carrier idle to take it, the monitor activates a spare
- * carrier, up to max_compensate at once (default: 2 x the carriers); when
- * stalls end it retires them again, one per look.  A spare is a full
+ * carrier, up to max_compensate at once (default: 2 x the carriers), one
+ * more per look while each stall has none; as stalls end it retires as
+ * many at once (compensate).  At most max_compensate spares are ever made;
+ * a retired one is reused first, unless it is stalled itself.  A spare is a full
  * carrier -- deque, mailbox, timer heap, poller (its own ring), stack
  * cache -- at an index past the configured ones in R.c, made on first need
  * by the monitor and kept until weft_shutdown.  Alternatives: a dedicated
