@@ -1185,7 +1185,22 @@ static uint64_t progress(weft__carrier *v) {
            atomic_load_explicit(&v->slow_turn, memory_order_relaxed);
 }
 
+/* A word of a vthread's descriptor that another carrier runs: it may end
+ * and its slot be reused by a spawn while we read (the caller checks it
+ * still runs after reading, and drops what it read otherwise), so
+ * ThreadSanitizer is told to forget these reads, as the dump's are. */
+#ifdef WEFT_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+static uint64_t ld64(const void *p) {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    uint64_t v = __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    return v;
+}
+#else
 static uint64_t ld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+#endif
 
 /* Carrier v's thread's CPU time, ns; -1 if unknown. */
 static int64_t carrier_cpu(weft__carrier *v) {
@@ -1200,14 +1215,13 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
     weft__stall_info info;
     int64_t cpu = v->mon_cpu0 >= 0 ? carrier_cpu(v) : -1;
     if (weft__stall_probe(v->tid, cpu >= 0 ? cpu - v->mon_cpu0 : -1, t, &info) < 0) return;
-    /* it may have moved on while we looked: then that was no stall */
-    if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
     uint64_t vid = ld64(&t->id);
     uint64_t nw[4];
-    for (int i = 0; i < 4; i++) {
-        nw[i] = ld64(&t->name_words[i]);
-        atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
-    }
+    for (int i = 0; i < 4; i++) nw[i] = ld64(&t->name_words[i]);
+    /* it may have moved on while we looked: then that was no stall (and
+     * what we read may be another's) */
+    if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
     char name[32];
     memcpy(name, nw, 32);
     name[31] = 0;
