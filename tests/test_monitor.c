@@ -237,6 +237,40 @@ TEST(pinned_200ms_others_run_meanwhile) {
     free(log);
 }
 
+/* The site's callers, through a frame with a big buffer (as a server's
+ * request buffer): the frame-pointer chain names them. */
+void *monitor_test_outer(void *a);
+__attribute__((noinline)) void monitor_test_bigframe(int ms);
+__attribute__((noinline)) void monitor_test_bigframe(int ms) {
+    volatile char buf[16384];
+    buf[0] = 1;
+    struct timespec ts = {0, (long)ms * 1000000};
+    syscall(SYS_nanosleep, &ts, NULL);
+    buf[sizeof buf - 1] = buf[0];
+}
+void *monitor_test_outer(void *a) {
+    (void)a;
+    monitor_test_bigframe(150);
+    __asm__ volatile("" ::: "memory"); /* (not a tail call) */
+    return NULL;
+}
+
+TEST(pinned_site_names_the_callers) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    weft_thread *t;
+    weft_attr a = {.name = "deep"};
+    CHECK_EQ(weft_spawn(&t, monitor_test_outer, NULL, &a), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    usleep(30 * 1000);
+    char *log = cap_end();
+    CHECK_EQ(count_lines(log, "weft: pinned:", "\"deep\"", "blocked in nanosleep",
+                         "at monitor_test_bigframe+0x", "<- monitor_test_outer+0x", (char *)NULL),
+             1);
+    free(log);
+}
+
 /* ---- a hog ---------------------------------------------------------------------- */
 
 static atomic_int hog_started, hog_flag;

@@ -38,8 +38,10 @@
  * (When the pc is not in libc, the system call was made there, and the pc
  * is the site.)  Above it, the site function's frame record -- a saved
  * frame pointer that points further up the stack, followed by a return
- * address: weft and its tests keep frame pointers -- leads along the
- * chain to its callers, up to SITE_FRAMES in all.  Words are read racily
+ * address whose call could have entered the site function (could_call:
+ * stale records of earlier calls lie in its locals) -- leads along the
+ * chain to its callers, up to SITE_FRAMES in all (weft and its tests keep
+ * frame pointers; a caller without them ends the chain early).  Words are read racily
  * (the thread may return meanwhile) and only inside the stack's bounds;
  * the worst a stale word can give is a wrong frame, never a fault.
  * Sanitizers are told not to look at these reads (the stack holds ASan's
@@ -69,6 +71,7 @@
 
 #define SITE_FRAMES 4     /* frames named in a pinned line */
 #define SCAN_WORDS 512    /* how far above sp a return address into the program is looked for */
+#define RECORD_WORDS 8192 /* and the site's frame record above it (frames with big buffers: 64 KiB) */
 #define MAX_SEGS 256
 #define HOG_CPU_NS 1000000 /* a hog has computed at least this long during its stall */
 
@@ -186,6 +189,36 @@ static int is_ret(const segs *S, uintptr_t a) {
 #endif
 }
 
+/* The call just before return address ret could have entered the function
+ * that code address `callee` lies in.  A direct call (x86-64 call rel32)
+ * names its target: the callee's start where dladdr knows it, else at
+ * most 1 MiB before callee; or a PLT stub (a jmp through the GOT, perhaps
+ * after endbr64), which may lead anywhere.  Any other call is indirect:
+ * it could have.  This tells the site function's frame record from stale
+ * ones left in its locals by earlier, deeper calls. */
+static int could_call(const segs *S, uintptr_t ret, uintptr_t callee) {
+#if defined(__x86_64__)
+    if (peek_byte(ret - 5) != 0xE8) return 1;
+    uint32_t rel = (uint32_t)peek_byte(ret - 4) | (uint32_t)peek_byte(ret - 3) << 8 |
+                   (uint32_t)peek_byte(ret - 2) << 16 | (uint32_t)peek_byte(ret - 1) << 24;
+    uintptr_t target = ret + (uintptr_t)(intptr_t)(int32_t)rel;
+    if (!code_seg(S, target) || !code_seg(S, target + 7)) return 0;
+    unsigned char b0 = peek_byte(target), b1 = peek_byte(target + 1);
+    if ((b0 == 0xFF && b1 == 0x25) || (b0 == 0xF2 && b1 == 0xFF) ||
+        (b0 == 0xF3 && b1 == 0x0F && peek_byte(target + 2) == 0x1E && peek_byte(target + 3) == 0xFA &&
+         (peek_byte(target + 4) == 0xF2 || peek_byte(target + 4) == 0xFF)))
+        return 1; /* a PLT stub */
+    Dl_info di;
+    if (dladdr((void *)callee, &di) && di.dli_saddr && (uintptr_t)di.dli_saddr <= callee &&
+        callee - (uintptr_t)di.dli_saddr < (1u << 20))
+        return target == (uintptr_t)di.dli_saddr;
+    return target <= callee && callee - target < (1u << 20);
+#else
+    (void)S, (void)ret, (void)callee;
+    return 1;
+#endif
+}
+
 static uintptr_t module_base(uintptr_t a) {
     Dl_info di;
     return dladdr((void *)a, &di) ? (uintptr_t)di.dli_fbase : 0;
@@ -241,16 +274,16 @@ static void find_site(const weft_thread *t, uintptr_t sp, uintptr_t pc, char *ou
         /* the site's frame record: a saved frame pointer further up, then a
          * return address; then the chain */
         uintptr_t fp = 0;
-        for (uintptr_t q = from; q + 16 <= top && q < from + SCAN_WORDS * 8; q += 8) {
-            uintptr_t w = peek(q);
-            if (w > q && w + 16 <= top && !(w & 7) && is_ret(&S, peek(q + 8))) {
+        for (uintptr_t q = from; q + 16 <= top && q < from + RECORD_WORDS * 8; q += 8) {
+            uintptr_t w = peek(q), r = peek(q + 8);
+            if (w > q && w + 16 <= top && !(w & 7) && is_ret(&S, r) && could_call(&S, r, frames[0])) {
                 fp = q;
                 break;
             }
         }
         while (fp && nf < SITE_FRAMES) {
             uintptr_t ret = peek(fp + 8), next = peek(fp);
-            if (!is_ret(&S, ret)) break;
+            if (!is_ret(&S, ret) || !could_call(&S, ret, frames[nf - 1])) break;
             frames[nf++] = ret;
             if (next <= fp || next + 16 > top || (next & 7)) break;
             fp = next;
