@@ -41,11 +41,20 @@
  * address whose call could have entered the site function (could_call:
  * stale records of earlier calls lie in its locals) -- leads along the
  * chain to its callers, up to SITE_FRAMES in all (weft and its tests keep
- * frame pointers; a caller without them ends the chain early).  Words are read racily
- * (the thread may return meanwhile) and only inside the stack's bounds;
- * the worst a stale word can give is a wrong frame, never a fault.
- * Sanitizers are told not to look at these reads (the stack holds ASan's
- * redzones, and the vthread's own writes race with them by design).
+ * frame pointers; a caller without them ends the chain early).  Words are
+ * read racily (the thread may return meanwhile) and only inside the
+ * stack's bounds; the worst a stale word can give is a wrong frame, never
+ * a fault.  Sanitizers are told not to look at these reads (the stack
+ * holds ASan's redzones, and the vthread's own writes race with them by
+ * design).  A hog's line names no site: a running thread's registers can
+ * only be had by interrupting it with a signal, which would also end a
+ * foreign system call early (EINTR) -- not something a monitor may do to
+ * code it does not own.
+ *
+ * What is not found here: no unwind tables are read (a site function
+ * built without frame pointers ends the chain at its first frame), and a
+ * statically linked program, whose libc is in the same module, gets the
+ * first return address above sp, in libc.
  *
  * Names.  A frame is printed by weft__symbolize: the default uses dladdr
  * ("fn+0x4f (/path/module+0x1234)"; a program's own functions need
@@ -53,7 +62,9 @@
  * with file:line (libdw) can replace it without touching the rest.
  *
  * Costs: per stall, one or three small /proc reads, one walk of the loaded
- * objects' headers, a few hundred words of stack and a few dladdr calls.
+ * objects' headers, a few hundred words of stack and a few dladdr calls;
+ * a carrier the kernel does not run is probed again at each look (three
+ * reads) until it runs or turns out to be a stall.
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
