@@ -69,12 +69,25 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *   io          I/O backend (WEFT_IO_*); default $WEFT_IO, else auto.
  *   hook        libc interposition (WEFT_HOOK_*, below); default $WEFT_HOOK
  *               (1 on, 0 off), else off -- on in libweft-hook.so.
+ *   pin_threshold_ns
+ *               how long a vthread may hold its carrier without a switch
+ *               before the monitor reports it (pinned or hog, see "Observe"
+ *               below) and compensates; default $WEFT_PIN_THRESHOLD_MS
+ *               (milliseconds; negative: off), else 20 ms.  Negative: the
+ *               monitor neither reports nor compensates.
+ *   max_compensate
+ *               the most spare carriers that run at once to compensate for
+ *               stalled ones; default $WEFT_MAX_COMPENSATE (negative: none),
+ *               else twice the carriers.  Negative: stalls are reported but
+ *               not compensated.
  */
 typedef struct weft_config {
     int carriers;
     size_t stack_size;
     int io;
     int hook;
+    int64_t pin_threshold_ns;
+    int max_compensate;
 } weft_config;
 
 /*
@@ -393,6 +406,39 @@ WEFT_API int weft_io_backend(void);
 /* Observe                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The monitor.  weft has no preemption: a vthread runs until it blocks in
+ * weft or yields.  One that calls a blocking system call weft does not own
+ * (a library's read(), nanosleep(), a foreign lock) blocks its carrier's OS
+ * thread with it -- the carrier is *pinned* -- and one that computes for
+ * long holds its carrier too (a *hog*).  Either way the vthreads queued
+ * behind it wait.  A monitor thread looks at the carriers while any is busy
+ * (every 1 to 10 ms; it sleeps without a deadline while all are idle, and
+ * nothing on the switch, wake or timer paths pays for it).  A vthread that
+ * has held its carrier without a switch for longer than pin_threshold_ns is
+ * one event:
+ *   - it is counted (weft_stats.pinned or .hogs) and shown by weft_dump on
+ *     its carrier's line until it ends;
+ *   - one line goes to stderr (unless $WEFT_PIN_LOG=0), as Java's
+ *     -Djdk.tracePinnedThreads, e.g.
+ *       weft: pinned: vthread #12 "worker" blocked in nanosleep (syscall 35)
+ *       on carrier 0 for 20 ms, at fetch+0x4f (/usr/bin/app+0x1234) <- ...
+ *     naming the call site found on the vthread's stack (dladdr: the
+ *     program needs -rdynamic for its own function names), and one more
+ *     when it ends ("released carrier 0 after 215 ms");
+ *   - while it lasts and other vthreads are waiting for a carrier, the
+ *     runtime runs a spare carrier in its place (as Loom compensates for
+ *     blocking file I/O, and Go's sysmon hands off a P), at most
+ *     max_compensate at once.  Spares are made when first needed (at most
+ *     max_compensate of them, each a thread with its own I/O ring or epoll
+ *     set: two descriptors), retired when the stall ends (they finish what
+ *     is theirs, then sleep, costing nothing) and reused; they end at
+ *     weft_shutdown.  A vthread pinned to
+ *     a stalled carrier (weft_attr.pinned) waits for it all the same, as do
+ *     the I/O completions of that carrier's ring.
+ * A vthread that only calls weft_yield with nothing else to run does not
+ * hold its carrier in this sense.
+ */
 typedef struct weft_stats {
     uint64_t started;   /* vthreads ever started */
     uint64_t live;      /* started and not finished */
@@ -400,10 +446,13 @@ typedef struct weft_stats {
     uint64_t switches;  /* context switches into a vthread */
     uint64_t steals;    /* vthreads taken from another carrier's queue */
     uint64_t parks;     /* times a vthread parked */
-    uint64_t pinned;    /* carriers blocked in foreign code: 0 until the pinning monitor lands */
-    uint64_t carriers;  /* carrier threads */
+    uint64_t pinned;    /* pinned events: carriers blocked in a system call weft does not own (above) */
+    uint64_t carriers;  /* carrier threads configured (spares not included) */
     uint64_t stacks;    /* stacks mapped (live + cached) */
     uint64_t stack_bytes_reserved; /* address space reserved for stacks */
+    uint64_t hogs;      /* hog events: vthreads that computed past the threshold */
+    uint64_t spares;    /* spare carriers the monitor has made (they last until weft_shutdown) */
+    uint64_t compensating; /* spare carriers active now, compensating for stalls */
 } weft_stats;
 
 /*
@@ -416,7 +465,10 @@ WEFT_API void weft_stats_get(weft_stats *s);
 enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
 
 /*
- * Writes a thread dump to fd: every live vthread with its id, name, state
+ * Writes a thread dump to fd: every carrier (idle, running vthread #N,
+ * "pinned in <syscall> since <t> by vthread #N", "held by vthread #N for
+ * X ms"; spares marked as such) with the monitor's totals, then every live
+ * vthread with its id, name, state
  * (running on carrier k, runnable, parked on <what> since <t>, sleeping until
  * <t>), the source location of its blocking call, its stack use and, for a
  * parked one, a backtrace (frame pointers; symbol names where the program

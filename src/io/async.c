@@ -467,6 +467,7 @@ static int start(aop *a) {
     weft__carrier *c = weft__carrier_self();
     int n = weft__carriers();
     int k = c && !a->spread ? weft__carrier_index(c) : (int)(atomic_fetch_add(&A.rr, 1) % (unsigned)n);
+    if (k >= n) k %= n; /* a spare carrier (the monitor's): the dispatchers live on the configured ones */
     disp *d = disp_of(k);
     if (!d) {
         free(a);

@@ -276,6 +276,60 @@ static void one_executor(const char *label, const weft_executor_stats *s, int sh
     }
 }
 
+/* The carriers: what each is doing, the monitor's stalls ("pinned in
+ * <syscall> since <t> by vthread #N", "held by vthread #N for X ms") and
+ * its totals (weft.h, "The monitor"). */
+static void carriers(out *o, const weft_stats *st) {
+    int n = weft__carriers_all();
+    if (o->json)
+        put(o, "\"pinned_events\":%" PRIu64 ",\"hog_events\":%" PRIu64 ",\"spares\":%" PRIu64
+               ",\"compensating\":%" PRIu64 ",\n  \"carrier_states\":[",
+            st->pinned, st->hogs, st->spares, st->compensating);
+    else
+        put(o, "carriers: %" PRIu64 " + %" PRIu64 " spare%s (%" PRIu64 " compensating); monitor: %" PRIu64
+               " pinned, %" PRIu64 " hog events\n",
+            st->carriers, st->spares, st->spares == 1 ? "" : "s", st->compensating, st->pinned, st->hogs);
+    for (int k = 0; k < n; k++) {
+        weft__carrier_view v;
+        if (weft__carrier_view_get(k, &v) < 0) break;
+        const char *sys = v.stall == WEFT__STALL_PINNED ? weft__syscall_name(v.sysno) : NULL;
+        char sysbuf[48];
+        if (sys) snprintf(sysbuf, sizeof sysbuf, "%s", sys);
+        else if (v.sysno >= 0) snprintf(sysbuf, sizeof sysbuf, "syscall %ld", v.sysno);
+        else snprintf(sysbuf, sizeof sysbuf, "%s", v.sysno == -1 ? "the kernel" : "an unknown call");
+        const char *role = !v.spare ? "" : v.active ? " (spare, compensating)" : " (spare, retired)";
+        if (o->json) {
+            put(o, "%s\n    {\"index\":%d,\"spare\":%s,\"active\":%s,\"state\":\"%s\"", k ? "," : "", k,
+                v.spare ? "true" : "false", v.active ? "true" : "false",
+                v.stall == WEFT__STALL_PINNED ? "pinned" : v.stall == WEFT__STALL_HOG ? "hog"
+                : v.running ? "running" : v.idle ? "idle" : "scheduling");
+            if (v.running) put(o, ",\"running\":%" PRIu64, v.running);
+            if (v.stall) {
+                put(o, ",\"vthread\":%" PRIu64 ",\"name\":", v.vid);
+                put_str_json(o, v.vname);
+                put(o, ",\"since_ns\":%" PRId64, o->now - v.since);
+                if (v.stall == WEFT__STALL_PINNED) {
+                    put(o, ",\"syscall\":");
+                    put_str_json(o, sysbuf);
+                    put(o, ",\"syscall_nr\":%ld", v.sysno);
+                }
+            }
+            put(o, "}");
+        } else if (v.stall == WEFT__STALL_PINNED) {
+            put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"\n", k, role, sysbuf,
+                (double)(o->now - v.since) / 1e9, v.vid, v.vname);
+        } else if (v.stall == WEFT__STALL_HOG) {
+            put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,
+                (double)(o->now - v.since) / 1e6);
+        } else if (v.running) {
+            put(o, "  carrier %d%s: running vthread #%" PRIu64 "\n", k, role, v.running);
+        } else {
+            put(o, "  carrier %d%s: %s\n", k, role, v.idle ? "idle" : "scheduling");
+        }
+    }
+    if (o->json) put(o, "%s],\n  ", n ? "\n  " : "");
+}
+
 int weft_dump(int fd, int format) {
     if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
     int r;
@@ -292,6 +346,7 @@ int weft_dump(int fd, int format) {
             o->now, st.carriers, st.live);
     else
         put(o, "weft thread dump: %" PRIu64 " live vthreads on %" PRIu64 " carriers\n", st.live, st.carriers);
+    carriers(o, &st);
     if (o->json) put(o, "\"executors\":[");
     weft__executors_each(one_executor, o);
     if (o->json) put(o, "%s],\n  ", o->first ? "" : "\n  ");

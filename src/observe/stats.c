@@ -18,7 +18,10 @@ void weft_stats_get(weft_stats *s) {
     s->switches = c.switches;
     s->steals = c.steals;
     s->parks = c.parks;
-    s->pinned = 0; /* the monitor that detects pinned carriers comes with the I/O layer */
+    s->pinned = c.pinned;
+    s->hogs = c.hogs;
+    s->spares = c.spares;
+    s->compensating = c.compensating;
     s->carriers = n;
     weft__stacks_counts(&s->stacks, &s->stack_bytes_reserved);
 }

@@ -69,32 +69,89 @@
  * no preemption: a vthread that computes holds its carrier.  What only that
  * carrier would run -- the vthread in its LIFO slot, its yield FIFO, the due
  * timers in its heap -- would wait for the whole computation while other
- * carriers sleep (nothing woke them: those are the cheap paths).  So a
- * runtime with more than one carrier has a monitor thread, armed while any
- * carrier is busy: a carrier that leaves idle arms it if it is not armed
- * (one load; a futex wake only when the monitor had disarmed), and nothing
- * on the switch, wake or timer paths pays for it.  Armed, the monitor looks
- * at every carrier every `grace` (1 ms after it found something, doubling
- * up to 10 ms while it finds nothing): a carrier that is not idle and has
- * made no switch since the last look is running one vthread all along, and
- * the monitor moves its slot, its FIFO and its due timers' vthreads to the
- * injection queue and wakes an idle carrier.  It disarms and sleeps without
- * a deadline once every carrier is idle (the idle bits and mon_armed are a
- * Dekker pair: see monitor_main).  Cost: at most ~100 wake-ups a second of
- * one thread while any carrier is busy, none while all sleep; a stranded
- * vthread waits one or two graces (about 20 ms at most, measured up to
- * 23 ms) instead of the whole computation.  A sleeping carrier's deadline is its own heap's next timer
- * only: a spinning carrier fires other heaps' due timers, and the monitor
- * those of a carrier that computes.  A computing carrier's I/O completions
- * stay behind (a ring is reaped by its own carrier: io/uring.c), and
- * vthreads pinned to it can only wait for it.
+ * carriers sleep (nothing woke them: those are the cheap paths).  So the
+ * runtime has a monitor thread (with one carrier too, unless stall
+ * detection is off: pin_threshold_ns < 0), armed while any carrier is busy:
+ * a carrier that leaves idle arms it if it is not armed (one load; a futex
+ * wake only when the monitor had disarmed), and nothing on the switch, wake
+ * or timer paths pays for it.  Armed, the monitor looks at every carrier
+ * every `grace` (1 ms after it found something, doubling up to 10 ms --
+ * or half the stall threshold, if that is less -- while it finds nothing).
+ * A carrier that is not idle and has made no progress since the last look
+ * -- no switch, and no slow turn of pick_local, which a vthread that yields
+ * with nothing else to run still makes every SLOW_EVERY yields -- is
+ * running one vthread's own code all along, and the monitor moves its
+ * slot, its FIFO and its due timers' vthreads to the injection queue and
+ * wakes an idle carrier (when some other carrier takes shared work).  It
+ * disarms and sleeps without a deadline once every carrier is idle (the
+ * idle bits, a retired spare's dormant flag and mon_armed are a Dekker
+ * pair: see monitor_main).  Cost: at most ~100 wake-ups a second of one
+ * thread while any carrier is busy (at the default threshold), none while
+ * all sleep; a stranded vthread waits one or two graces (about 20 ms at
+ * most, measured up to 23 ms) instead of the whole computation.  A
+ * sleeping carrier's deadline is its own heap's next timer only: a spinning
+ * carrier fires other heaps' due timers, and the monitor those of a
+ * carrier that computes.  A computing carrier's I/O completions stay
+ * behind (a ring is reaped by its own carrier: io/uring.c), and vthreads
+ * pinned to it can only wait for it.
+ *
+ * Stalls (weft.h, "The monitor").  A carrier that has made no progress for
+ * pin_threshold_ns (default 20 ms) while running a vthread is a stall: the
+ * observe layer (observe/monitor.c) tells pinned (blocked in the kernel)
+ * from hog (computing) and finds the call site; here it is counted, kept on
+ * the carrier for the dump (stall_*) and logged, once when it begins and
+ * once when the carrier next makes progress.  Looking costs the monitor two
+ * relaxed loads per carrier; a carrier seen without progress also costs
+ * one read of its thread's CPU clock (a hog must have computed: a carrier
+ * the kernel has not run for a while, on a loaded machine, is not one), and
+ * the classification -- a /proc read, a stack walk -- is paid once per
+ * stall.
+ *
+ * Spares (compensation, as Loom's ForkJoinPool compensates for a blocked
+ * carrier and Go's sysmon hands a P off from a thread in a system call).
+ * While carriers are stalled and runnable work waits behind them (in the
+ * injection queue, or in a stalled carrier's deque, slot, FIFO or due
+ * timers) with no carrier idle to take it, the monitor activates a spare
+ * carrier, up to max_compensate at once (default: 2 x the carriers), one
+ * more per look while each stall has none; as stalls end it retires as
+ * many at once (compensate).  At most max_compensate spares are ever made;
+ * a retired one is reused first, unless it is stalled itself.  A spare is a full
+ * carrier -- deque, mailbox, timer heap, poller (its own ring), stack
+ * cache -- at an index past the configured ones in R.c, made on first need
+ * by the monitor and kept until weft_shutdown.  Alternatives: a dedicated
+ * "helper" thread that only drains the injection queue could not run what
+ * it takes to completion (a vthread that parks needs a carrier's ring and
+ * heap), and making and destroying carriers per stall would pay a thread
+ * and a ring per stall and free a ring that a vthread's operation may
+ * still be in flight on.  Active, a spare is any carrier: it steals, takes
+ * the injection queue, sleeps in the idle set.  Retired (c->shared 0), it
+ * takes nobody else's work -- no steals, no injection queue, no spinning
+ * -- but runs what is its own: its deque (which others may still steal),
+ * slot, FIFO, mailbox (a vthread pinned to a spare stays there), timers
+ * and ring completions; then it sleeps in its poller outside the idle set
+ * (dormant), where only wake_carrier (work pinned to it), its ring, its
+ * next timer and the monitor's activation wake it: a retired spare costs
+ * nothing.  A spare that was idle when retired is kicked, so that it
+ * leaves the idle set where wakers count on it; one woken as a spinner
+ * while retired passes the wake on (stop_spinning).  Growing: R.c has
+ * WEFT__MAX_CARRIERS slots from the start, so it never moves under a
+ * reader; a spare's slot is filled before its thread starts (its idle bit
+ * leads others there), R.nall is published (release) once its thread has
+ * its poller, and the thread runs only after that (c->go): everything that
+ * iterates carriers -- stealing, idle masks, work_visible, counters, the
+ * dump, shutdown -- reads R.nall (acquire) and sees every carrier a
+ * vthread may have run on.  R.n stays the configured count: weft__spawn_on
+ * and the io layer's per-carrier async dispatchers spread over those (a
+ * vthread on a spare hands its async operations to carrier k mod R.n's
+ * dispatcher); the io layer's poller tables are indexed by carrier up to
+ * WEFT__MAX_CARRIERS and registered as each poller is made.
  *
  * Idle carriers also do the stack allocator's background work
  * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
  * returning memory above the high-water mark afterwards.
  *
  * Fork.  A child process has one thread -- the one that called fork() --
- * and none of the carriers, the monitor or the blocking pool; whatever
+ * and none of the carriers (spares included), the monitor or the blocking pool; whatever
  * those held (locks, half-updated queues) stays as the fork caught it.  So
  * the runtime is not carried into the child but abandoned there, and a
  * fresh one starts on the child's next weft call.  pthread_atfork
@@ -133,7 +190,10 @@
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
  * mailbox, timers and wake_seq by anyone (atomics / locks).  Counters are
  * written by their carrier and read racily by weft_stats_get and the
- * monitor; mon_seen is the monitor's.
+ * monitor; mon_* are the monitor's; stall_* are written by the monitor and
+ * read by the dump; shared by the monitor (and read by c); dormant by c
+ * and by wake_carrier.  R.c[k] and R.nall are written by the monitor (a
+ * spare) or weft_init, before anything reads them.
  */
 #include "sched.h"
 #include "deque.h"
@@ -178,7 +238,7 @@ struct weft__carrier {
     int pending_op;
     uint32_t slow_countdown;
     uint32_t lifo_streak;
-    uint32_t slow_turn;
+    _Atomic uint32_t slow_turn;     /* (also the monitor's sign of life from a lone yielder) */
     _Atomic int yq_thief;           /* the monitor is taking the yield FIFO */
     int yq_private;                 /* the FIFO may hold vthreads others could run (set at init) */
 #ifdef WEFT_TSAN
@@ -188,6 +248,7 @@ struct weft__carrier {
     uint64_t rng;
     int index;
     int spinning;
+    _Atomic int shared;  /* takes others' work: steals, the injection queue (a retired spare: 0) */
     int64_t spin_budget; /* this carrier's next spin, ns (see the top comment) */
     uint64_t id_next, id_end;
     void *tsan_fiber;
@@ -209,8 +270,23 @@ struct weft__carrier {
     _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
     weft__poller *_Atomic poller;  /* set by the carrier at start; read by kickers */
     int start_err;                  /* the poller's creation failed: -errno */
+    _Atomic int dormant;            /* a retired spare asleep: wake_carrier kicks it */
     _Alignas(WEFT__CACHELINE) weft__theap timers;
-    uint64_t mon_seen;              /* the monitor's: n_switches at its last look */
+    /* the monitor's (see "The monitor"); stall_* also read by the dump */
+    uint64_t mon_seen;              /* progress (switches + slow turns) at its last look */
+    int64_t mon_since;              /* when it first saw mon_seen */
+    int64_t mon_cpu0;               /* the thread's CPU time at the first look that saw no progress; -1 */
+    clockid_t cpuclk;               /* the carrier thread's CPU clock */
+    int cpuclk_ok;
+    _Atomic int stall;              /* WEFT__STALL_*: an event is open */
+    _Atomic long stall_sysno;
+    _Atomic int64_t stall_since;
+    _Atomic uint64_t stall_vid;
+    _Atomic uint64_t stall_name[4];
+    int spare;                      /* made by the monitor (index >= R.n) */
+    int tid;                        /* the carrier's kernel thread id */
+    _Atomic uint32_t ready;         /* a spare: its thread made its poller (start_err says how) */
+    _Atomic uint32_t go;            /* a spare: published, may run */
     /* owner-only, large, cold: last */
     weft__stack_cache stacks;
 };
@@ -219,8 +295,9 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     pthread_mutex_t init_lock;
     _Atomic int up;            /* 1 while running */
     _Atomic uint32_t carriers_ready; /* carriers past their start (weft_init waits) */
-    int n;
-    weft__carrier **c;
+    int n;                     /* carriers configured: R.c[0 .. n-1] */
+    _Atomic int nall;          /* and the monitor's spares after them (grows; "Spares") */
+    weft__carrier **c;         /* WEFT__MAX_CARRIERS slots, filled up to nall */
     pthread_mutex_t inj_lock;
     weft_thread *inj_head, *inj_tail;
     _Atomic int64_t inj_n;
@@ -238,6 +315,12 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Atomic uint32_t mon_up;                          /* it runs (weft_init waits for it) */
     pthread_t mon_thread;
     int mon_started;
+    int64_t pin_threshold;     /* ns; < 0: no stall detection */
+    int max_comp;              /* spares active at once, at most; 0: none */
+    int pin_log;               /* log lines on stderr */
+    int yq_stealable;          /* the monitor may take a yield FIFO (membarrier, or TSan's lock) */
+    _Atomic int nactive;       /* spares active now */
+    _Atomic uint64_t n_pinned, n_hogs;
     struct sigaction old_segv;
     int segv_installed;
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
@@ -391,6 +474,14 @@ void weft__fatal(const char *fmt, ...) {
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 int weft__carriers(void) { return R.n; }
 
+/* Every carrier, spares included: R.c[0 .. all-1] are set (acquire: pairs
+ * with the release that publishes a spare). */
+static inline int nall(void) { return atomic_load_explicit(&R.nall, memory_order_acquire); }
+int weft__carriers_all(void) { return nall(); }
+
+/* Carriers that take shared work: the configured ones and the active spares. */
+static inline int nshared(void) { return R.n + atomic_load_explicit(&R.nactive, memory_order_relaxed); }
+
 const weft_thread *weft__carrier_running(const weft__carrier *c) {
     return c ? (const weft_thread *)__atomic_load_n(&c->cur, __ATOMIC_RELAXED) : NULL;
 }
@@ -416,7 +507,7 @@ static int clear_idle_bit(int k) {
 
 /* Takes one sleeping carrier off the idle set, or returns -1. */
 static int take_idle(void) {
-    int words = (R.n + 63) / 64;
+    int words = (nall() + 63) / 64;
     for (int i = 0; i < words; i++) {
         uint64_t m = atomic_load(&R.idle_mask[i]);
         while (m) {
@@ -471,7 +562,9 @@ static inline void wake_if_needed(void) {
         wake_one();
 }
 
-/* Wakes carrier c itself if it sleeps (pinned work arrived for it). */
+/* Wakes carrier c itself if it sleeps (pinned work arrived for it).  A
+ * retired spare sleeps outside the idle set ("Spares"): its dormant flag
+ * and its last look are the same Dekker pair as the idle bit's. */
 static void wake_carrier(weft__carrier *c) {
     full_fence();
     if (atomic_load(&R.idle_mask[c->index / 64]) & ((uint64_t)1 << (c->index % 64))) {
@@ -480,6 +573,8 @@ static void wake_carrier(weft__carrier *c) {
             atomic_fetch_add(&R.nspinning, 1); /* it wakes up counted as spinning */
             kick(c);
         }
+    } else if (__builtin_expect(atomic_load(&c->dormant), 0) && atomic_exchange(&c->dormant, 0)) {
+        kick(c);
     }
 }
 
@@ -523,8 +618,11 @@ static weft_thread *inject_pop_locked(void) {
     return t;
 }
 
-static inline weft_thread *inject_pop(void) {
+/* The injection queue for carrier c: not for a retired spare (looked at
+ * only when the queue is not empty: nothing more on the empty path). */
+static inline weft_thread *inject_pop(weft__carrier *c) {
     if (atomic_load_explicit(&R.inj_n, memory_order_relaxed) <= 0) return NULL;
+    if (__builtin_expect(!atomic_load_explicit(&c->shared, memory_order_relaxed), 0)) return NULL;
     return inject_pop_locked();
 }
 
@@ -685,8 +783,9 @@ static weft_thread *pick_slow(weft__carrier *c) {
         fire_timers(c, &c->timers, weft_now(), 1);
     weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_relaxed);
     if (pl) io_poll(c, pl, 1);
-    uint32_t turn = ++c->slow_turn;
-    if (turn % 4 == 0) t = inject_pop();
+    uint32_t turn = atomic_load_explicit(&c->slow_turn, memory_order_relaxed) + 1;
+    atomic_store_explicit(&c->slow_turn, turn, memory_order_relaxed);
+    if (turn % 4 == 0) t = inject_pop(c);
     else if (turn % 4 == 2) t = yield_pop(c);
     return t;
 }
@@ -713,7 +812,7 @@ static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carri
     if (c->lifo_streak) c->lifo_streak = 0;
     if ((t = weft__dq_take(&c->dq))) return t;
     if ((t = yield_pop(c))) return t;
-    return inject_pop();
+    return inject_pop(c);
 }
 
 static uint32_t rnd(weft__carrier *c) {
@@ -727,7 +826,7 @@ static uint32_t rnd(weft__carrier *c) {
 
 /* One pass over the other carriers from a random start. */
 static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
-    int n = R.n;
+    int n = nall();
     if (n <= 1) return NULL;
     uint32_t start = rnd(c) % (uint32_t)n;
     for (int i = 0; i < n; i++) {
@@ -763,7 +862,7 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
 
 static int work_visible(weft__carrier *c) {
     if (atomic_load(&R.inj_n) > 0 || atomic_load(&c->mbox_n) > 0) return 1;
-    for (int i = 0; i < R.n; i++) {
+    for (int i = 0, n = nall(); i < n; i++) {
         weft__carrier *v = R.c[i];
         if (weft__dq_size(&v->dq) > 0 || atomic_load(&v->lifo)) return 1;
     }
@@ -778,6 +877,7 @@ static void stop_spinning(weft__carrier *c) {
 }
 
 static void flush_live(weft__carrier *c);
+static void retired_sleep(weft__carrier *c, weft__poller *pl);
 
 /* The sched context's search; returns NULL only when stopping. */
 static weft_thread *find_work(weft__carrier *c) {
@@ -792,6 +892,14 @@ static weft_thread *find_work(weft__carrier *c) {
         }
         weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_relaxed);
         if (pl && io_poll(c, pl, 0)) continue;
+        if (__builtin_expect(!atomic_load_explicit(&c->shared, memory_order_acquire), 0)) {
+            /* a retired spare: nothing of its own left; it takes no one
+             * else's work ("Spares") and passes on a wake-up meant for a
+             * carrier that would */
+            stop_spinning(c);
+            retired_sleep(c, pl);
+            continue;
+        }
         /* Runnable vthreads elsewhere come first: a spawn burst's children
          * must start (and, say, begin their sleep) without waiting for the
          * spawner to finish.  Then, if that burst is outrunning the stack
@@ -803,7 +911,7 @@ static weft_thread *find_work(weft__carrier *c) {
         if (weft__stacks_refill() > 0) continue;
         if (!c->spinning) {
             int sp = atomic_load(&R.nspinning);
-            if (2 * sp <= R.n - atomic_load(&R.nidle)) { /* at most half the busy ones, and one at least */
+            if (2 * sp <= nshared() - atomic_load(&R.nidle)) { /* at most half the busy ones, and one at least */
                 c->spinning = 1;
                 atomic_fetch_add(&R.nspinning, 1);
             }
@@ -822,7 +930,8 @@ static weft_thread *find_work(weft__carrier *c) {
                 if (t) break;
                 for (int k = 0; k < 16; k++) cpu_relax();
                 if ((r & 7) == 7 &&
-                    ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed)))
+                    ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed) ||
+                     !atomic_load_explicit(&c->shared, memory_order_relaxed)))
                     break;
             }
             if (t && last - start <= SPIN_PAYS_NS) { /* (last: the loop's latest clock read) */
@@ -837,7 +946,7 @@ static weft_thread *find_work(weft__carrier *c) {
          * only when every other carrier sleeps too, since each batch's TLB
          * shootdown interrupts the carriers still running.  After an idle
          * period the deep pages of the stacks kept hot go back as well. */
-        if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= R.n - 1 &&
+        if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= nshared() - 1 &&
             (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks)))
             continue;
         /* go idle: publish, then look once more */
@@ -886,6 +995,7 @@ static weft_thread *find_work(weft__carrier *c) {
 
 #define MON_GRACE_MIN_NS 1000000  /* after a rescue: look again this soon */
 #define MON_GRACE_MAX_NS 10000000 /* the longest a carrier holds what others could run, once armed */
+#define PIN_THRESHOLD_NS 20000000 /* a vthread holding its carrier this long is a stall (default) */
 
 static weft_thread *yq_take(weft__carrier *v);
 
@@ -893,9 +1003,14 @@ static int carrier_idle(int k) {
     return (atomic_load(&R.idle_mask[k / 64]) >> (k % 64)) & 1; /* seq_cst: see monitor_main */
 }
 
+/* Asleep, owing the monitor nothing: idle, or a retired spare asleep. */
+static int carrier_resting(weft__carrier *v) {
+    return carrier_idle(v->index) || atomic_load(&v->dormant); /* seq_cst: see monitor_main */
+}
+
 static int any_busy(void) {
-    for (int i = 0; i < R.n; i++)
-        if (!carrier_idle(i)) return 1;
+    for (int i = 0, n = nall(); i < n; i++)
+        if (!carrier_resting(R.c[i])) return 1;
     return 0;
 }
 
@@ -912,7 +1027,7 @@ static int rescue(weft__carrier *v, int64_t now) {
         }
     }
     n += fire_timers(NULL, &v->timers, now, 0);
-    if (v->yq_private) {
+    if (R.yq_stealable) {
         for (weft_thread *t = yq_take(v), *nx; t; t = nx) {
             nx = t->next;
             enqueue_elsewhere(t);
@@ -922,36 +1037,293 @@ static int rescue(weft__carrier *v, int64_t now) {
     return n;
 }
 
+/* ---- spares ---- */
+
+static weft__carrier *carrier_alloc(int i);
+static void carrier_free(weft__carrier *c);
+static void *carrier_main(void *arg);
+
+/* Makes spare carrier R.c[nall], active (the monitor thread only): 0 or
+ * -errno.  Published once its thread has its poller, before it runs. */
+static int spare_make(void) {
+    int k = nall();
+    if (k >= WEFT__MAX_CARRIERS) return -EAGAIN;
+    weft__carrier *c = carrier_alloc(k);
+    if (!c) return -ENOMEM;
+    c->spare = 1;
+    c->yq_private = R.yq_stealable;
+    R.c[k] = c; /* before its thread: its idle bit leads others here */
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    int e = pthread_create(&c->thread, &a, carrier_main, c);
+    pthread_attr_destroy(&a);
+    if (e) {
+        R.c[k] = NULL;
+        carrier_free(c);
+        return -e;
+    }
+    char tn[16];
+    snprintf(tn, sizeof tn, "weft-s%d", k % 10000);
+    pthread_setname_np(c->thread, tn);
+    while (!atomic_load(&c->ready)) futex(&c->ready, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
+    if (c->start_err) {
+        int r = c->start_err;
+        pthread_join(c->thread, NULL);
+        R.c[k] = NULL;
+        carrier_free(c);
+        return r;
+    }
+    atomic_fetch_add(&R.nactive, 1);
+    atomic_store_explicit(&R.nall, k + 1, memory_order_release);
+    atomic_store(&c->go, 1);
+    futex_wake(&c->go, 1);
+    return 0;
+}
+
+/* A retired spare takes others' work again: it is woken to look. */
+static void spare_activate(weft__carrier *c) {
+    atomic_fetch_add(&R.nactive, 1);
+    atomic_store(&c->shared, 1);
+    atomic_store(&c->dormant, 0);
+    kick(c);
+}
+
+/* An active spare stops taking others' work; it finishes its own, then
+ * sleeps outside the idle set (retired_sleep).  Woken, in case it sleeps
+ * idle: it must leave the idle set, where a waker would count on it. */
+static void spare_retire(weft__carrier *c) {
+    atomic_store(&c->shared, 0);
+    atomic_fetch_sub(&R.nactive, 1);
+    kick(c);
+}
+
+/* What a retired spare still owes: its own queues, its due timers. */
+static int own_work(weft__carrier *c) {
+    return atomic_load(&c->mbox_n) > 0 || weft__dq_size(&c->dq) > 0 || atomic_load(&c->lifo) || c->yq_head ||
+           atomic_load(&c->timers.min) <= weft_now();
+}
+
+/* A retired spare with nothing of its own to run sleeps in its poller (its
+ * ring's completions, its next timer, a kick), outside the idle set: only
+ * wake_carrier (work pinned to it) and the monitor (activating it) wake
+ * it.  dormant and its last look are a Dekker pair with wake_carrier's
+ * fence and with the monitor's disarm (any_busy). */
+static void retired_sleep(weft__carrier *c, weft__poller *pl) {
+    flush_live(c);
+    uint32_t seq = atomic_load(&c->wake_seq);
+    atomic_store(&c->dormant, 1);
+    if (own_work(c) || atomic_load(&c->shared) || atomic_load(&R.stop)) {
+        atomic_store(&c->dormant, 0);
+        mon_need();
+        return;
+    }
+    int64_t min = atomic_load(&c->timers.min);
+    if (pl) {
+        weft_thread *batch[64];
+        int n = weft__poller_wait(pl, min == INT64_MAX ? 0 : min, batch, 64);
+        atomic_store(&c->dormant, 0);
+        mon_need();
+        for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
+        if (n) wake_if_needed();
+        return;
+    }
+    futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
+    atomic_store(&c->dormant, 0);
+    mon_need();
+}
+
+/* One spare more (activated, or made) or fewer, to match the stalls:
+ * more only while stalled carriers leave runnable work behind and no
+ * carrier that could take it is idle, one a look; fewer as soon as stalls
+ * end, all at once (an active spare that stalls itself counts as a stall,
+ * and retires last).  So no spare is active once no stall is open, and
+ * the monitor may disarm. */
+static void compensate(int stalled, int waiting) {
+    int active = atomic_load(&R.nactive), n = nall();
+    if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.nidle) == 0) {
+        /* a retired spare, unless it is stalled itself (a vthread pinned
+         * to it blocks it): then a new one, while there are fewer than
+         * max_comp, else that one anyway (it helps once its stall ends) */
+        weft__carrier *stalled_spare = NULL;
+        for (int i = R.n; i < n; i++) {
+            weft__carrier *c = R.c[i];
+            if (atomic_load(&c->shared)) continue;
+            if (!atomic_load(&c->stall)) {
+                spare_activate(c);
+                return;
+            }
+            stalled_spare = c;
+        }
+        if (stalled_spare && n - R.n >= R.max_comp) {
+            spare_activate(stalled_spare);
+            return;
+        }
+        int r = spare_make();
+        if (r < 0) {
+            static _Atomic int told;
+            if (!atomic_exchange(&told, 1))
+                fprintf(stderr, "weft: cannot start a spare carrier to compensate for a stalled one: %s\n",
+                        strerror(-r));
+        }
+        return;
+    }
+    for (; active > stalled; active--) {
+        weft__carrier *pick = NULL;
+        for (int i = n - 1; i >= R.n; i--) {
+            weft__carrier *c = R.c[i];
+            if (!atomic_load(&c->shared)) continue;
+            if (!pick || (atomic_load(&pick->stall) && !atomic_load(&c->stall))) pick = c;
+        }
+        if (!pick) break;
+        spare_retire(pick);
+    }
+}
+
+/* ---- stalls ---- */
+
+static uint64_t progress(weft__carrier *v) {
+    /* switches, and the slow turns a lone yielder's picks make: a carrier
+     * that does neither is running one vthread's own code all along */
+    return atomic_load_explicit(&v->n_switches, memory_order_relaxed) +
+           atomic_load_explicit(&v->slow_turn, memory_order_relaxed);
+}
+
+/* A word of a vthread's descriptor that another carrier runs: it may end
+ * and its slot be reused by a spawn while we read (the caller checks it
+ * still runs after reading, and drops what it read otherwise), so
+ * ThreadSanitizer is told to forget these reads, as the dump's are. */
+#ifdef WEFT_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+static uint64_t ld64(const void *p) {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    uint64_t v = __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    return v;
+}
+#else
+static uint64_t ld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+#endif
+
+/* Carrier v's thread's CPU time, ns; -1 if unknown. */
+static int64_t carrier_cpu(weft__carrier *v) {
+    struct timespec ts;
+    if (!v->cpuclk_ok || clock_gettime(v->cpuclk, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* v has run t without a switch since the look at v->mon_since, which is
+ * threshold ago: classify, count, tell. */
+static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, int64_t now) {
+    weft__stall_info info;
+    int64_t cpu = v->mon_cpu0 >= 0 ? carrier_cpu(v) : -1;
+    if (weft__stall_probe(v->tid, cpu >= 0 ? cpu - v->mon_cpu0 : -1, t, &info) < 0) return;
+    uint64_t vid = ld64(&t->id);
+    uint64_t nw[4];
+    for (int i = 0; i < 4; i++) nw[i] = ld64(&t->name_words[i]);
+    /* it may have moved on while we looked: then that was no stall (and
+     * what we read may be another's) */
+    if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
+    char name[32];
+    memcpy(name, nw, 32);
+    name[31] = 0;
+    atomic_store_explicit(&v->stall_sysno, info.sysno, memory_order_relaxed);
+    atomic_store_explicit(&v->stall_since, v->mon_since, memory_order_relaxed);
+    atomic_store_explicit(&v->stall_vid, vid, memory_order_relaxed);
+    atomic_store_explicit(&v->stall, info.kind, memory_order_release);
+    atomic_fetch_add(info.kind == WEFT__STALL_PINNED ? &R.n_pinned : &R.n_hogs, 1);
+    if (R.pin_log)
+        weft__stall_log(1, info.kind, vid, name, v->index, info.sysno, now - v->mon_since, info.site);
+}
+
+static void stall_end(weft__carrier *v, int64_t now) {
+    int kind = atomic_exchange(&v->stall, WEFT__STALL_NONE);
+    if (!kind || !R.pin_log) return;
+    uint64_t nw[4];
+    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
+    char name[32];
+    memcpy(name, nw, 32);
+    name[31] = 0;
+    weft__stall_log(0, kind, atomic_load(&v->stall_vid), name, v->index, atomic_load(&v->stall_sysno),
+                    now - atomic_load(&v->stall_since), NULL);
+}
+
+/* Runnable work that stalled carrier v holds back or that waits for any
+ * carrier (a racy look: the next look corrects it). */
+static int work_behind(weft__carrier *v, int64_t now) {
+#ifdef WEFT_TSAN
+    int fifo = 0; /* the FIFO is read under its gate's lock only there (yq_take) */
+#else
+    int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
+#endif
+    return atomic_load_explicit(&R.inj_n, memory_order_relaxed) > 0 || weft__dq_size(&v->dq) > 0 ||
+           atomic_load_explicit(&v->lifo, memory_order_relaxed) || fifo ||
+           atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
+}
+
 static void *monitor_main(void *unused) {
     (void)unused;
     atomic_store(&R.mon_up, 1);
     futex_wake(&R.mon_up, 1);
     int64_t grace = MON_GRACE_MIN_NS;
+    /* look often enough that a vthread holding its carrier past the
+     * threshold is seen (two looks, half of it apart), and a stall's end
+     * within about half of it: at the default threshold, the old bound */
+    int64_t gmax = MON_GRACE_MAX_NS;
+    if (R.pin_threshold >= 0 && R.pin_threshold / 2 < gmax)
+        gmax = R.pin_threshold / 2 > MON_GRACE_MIN_NS ? R.pin_threshold / 2 : MON_GRACE_MIN_NS;
     int fresh = 1; /* mon_seen is stale (we slept without a deadline): record only */
+    int last_stalled = 0;
     for (;;) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) break;
         int64_t now = weft_now();
-        int moved = 0;
-        for (int i = 0; i < R.n; i++) {
+        int moved = 0, stalled = 0, waiting = 0;
+        int n = nall();
+        for (int i = 0; i < n; i++) {
             weft__carrier *v = R.c[i];
-            uint64_t sw = atomic_load_explicit(&v->n_switches, memory_order_relaxed);
-            int stuck = !fresh && sw == v->mon_seen && !carrier_idle(i);
-            v->mon_seen = sw;
-            if (stuck) moved += rescue(v, now);
+            uint64_t prog = progress(v);
+            int stuck = !fresh && prog == v->mon_seen && !carrier_resting(v);
+            if (!stuck) {
+                if (atomic_load_explicit(&v->stall, memory_order_relaxed)) stall_end(v, now);
+                v->mon_seen = prog;
+                v->mon_since = now;
+                v->mon_cpu0 = -1;
+                continue;
+            }
+            /* no switch since the last look: one vthread all along (or
+             * the scheduler, between two) */
+            if (R.pin_threshold >= 0) {
+                const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
+                if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
+                    /* the CPU it uses from here tells a hog from a thread
+                     * the kernel has not run (weft__stall_probe) */
+                    if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
+                    if (now - v->mon_since >= R.pin_threshold) stall_begin(v, t, prog, now);
+                }
+                if (atomic_load_explicit(&v->stall, memory_order_relaxed)) {
+                    stalled++;
+                    if (work_behind(v, now)) waiting = 1;
+                }
+            }
+            /* (with nobody else to take it -- one carrier, no spare active
+             * yet -- moving it would only reorder it) */
+            if (nshared() > 1) moved += rescue(v, now);
         }
         fresh = 0;
-        if (moved) {
-            wake_if_needed();
-            grace = MON_GRACE_MIN_NS;
-        } else {
-            grace = grace * 2 < MON_GRACE_MAX_NS ? grace * 2 : MON_GRACE_MAX_NS;
-        }
+        if (R.max_comp > 0) compensate(stalled, waiting);
+        if (moved) wake_if_needed();
+        if (moved || stalled != last_stalled) grace = MON_GRACE_MIN_NS;
+        else grace = grace * 2 < gmax ? grace * 2 : gmax;
+        last_stalled = stalled;
         int64_t until = now + grace;
         if (!any_busy()) {
             /* disarm, then look again: a carrier that leaves idle (seq_cst
-             * RMW on its bit) and then reads mon_armed (seq_cst, mon_need)
-             * either is seen busy here or sees 0 there and wakes us */
+             * RMW on its bit, or its dormant flag) and then reads
+             * mon_armed (seq_cst, mon_need) either is seen busy here or
+             * sees 0 there and wakes us */
             atomic_store(&R.mon_armed, 0);
             if (any_busy()) atomic_store(&R.mon_armed, 1);
             else until = 0, fresh = 1;
@@ -973,18 +1345,22 @@ static void mon_prepare(void) {
     int stealable = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
                     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
-    /* one carrier: nobody else could run what it leaves behind, and no
-     * monitor; without membarrier the monitor cannot take a FIFO, so yields
-     * go where any carrier can take them */
-    for (int i = 0; i < R.n; i++) R.c[i]->yq_private = R.n == 1 || stealable;
-    atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first (one carrier: always "armed") */
+    R.yq_stealable = stealable;
+    /* one carrier that no spare can ever join: nobody else could run what
+     * it leaves behind; without membarrier the monitor cannot take a
+     * FIFO, so yields go where any carrier can take them */
+    int alone = R.n == 1 && R.max_comp == 0;
+    for (int i = 0; i < R.n; i++) R.c[i]->yq_private = alone || stealable;
+    atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first */
 }
 
+/* The monitor runs with several carriers (rescues), or to watch for
+ * stalls; one carrier without stall detection has no use for it. */
 static int mon_start(void) {
-    if (R.n == 1) return 0;
+    if (R.n == 1 && R.pin_threshold < 0) return 0;
     pthread_attr_t a;
     pthread_attr_init(&a);
-    pthread_attr_setstacksize(&a, 64 * 1024);
+    pthread_attr_setstacksize(&a, 256 * 1024); /* the probe's buffers, dladdr, a spare's start */
     int e = pthread_create(&R.mon_thread, &a, monitor_main, NULL);
     pthread_attr_destroy(&a);
     if (e) return -e;
@@ -1950,16 +2326,23 @@ static void *carrier_main(void *arg) {
     /* the ring's single issuer is this thread: it makes the poller; weft_init
      * waits for every carrier's, and fails if one cannot have it */
     int perr = 0;
+    c->tid = (int)syscall(SYS_gettid); /* the monitor reads /proc/self/task/<tid> */
+    c->cpuclk_ok = pthread_getcpuclockid(pthread_self(), &c->cpuclk) == 0; /* and this clock */
     atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);
     c->start_err = perr;
     atomic_fetch_add(&R.carriers_ready, 1);
     futex_wake(&R.carriers_ready, INT_MAX);
+    atomic_store(&c->ready, 1); /* (a spare's maker waits on this one) */
+    futex_wake(&c->ready, 1);
     if (perr) {
         ss.ss_flags = SS_DISABLE; /* our altstack is ours to free, not the thread library's */
         sigaltstack(&ss, NULL);
         tls_carrier = NULL;
         return NULL;
     }
+    /* a spare runs once published (R.nall): every carrier its vthreads'
+     * counters live on is one the others iterate */
+    while (!atomic_load(&c->go)) futex(&c->go, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
     for (;;) {
         weft_thread *t = find_work(c);
         if (!t) break;
@@ -1980,6 +2363,15 @@ static int env_int(const char *name, int def) {
     return (*end || x <= 0 || x > INT_MAX) ? def : (int)x;
 }
 
+/* Any integer (signed; 0 too), else def. */
+static long env_long(const char *name, long def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end ? def : x;
+}
+
 static size_t env_size(const char *name, size_t def) {
     const char *v = getenv(name);
     if (!v || !*v) return def;
@@ -1990,22 +2382,55 @@ static size_t env_size(const char *name, size_t def) {
     return *end || x == 0 ? def : (size_t)x;
 }
 
-static void free_carriers(int n) {
-    for (int i = 0; i < n; i++) {
-        weft__carrier *c = R.c[i];
-        if (!c) continue;
-        /* freed here, after the carrier thread ended: nobody can kick it */
-        weft__poller *pl = atomic_load(&c->poller);
-        if (pl) weft__poller_free(pl);
-        weft__dq_fini(&c->dq);
-        weft__theap_fini(&c->timers);
-        pthread_mutex_destroy(&c->mbox_lock);
+/* A carrier's memory, for index i (its thread is started apart). */
+static weft__carrier *carrier_alloc(int i) {
+    /* Page-aligned: the hot fields at the start of a page can never sit
+     * at the page offsets where vthreads' top frames and descriptors
+     * live (the upper part of a page), so the switch path's loads from
+     * the carrier are never stalled by 4K aliasing with stack stores. */
+    weft__carrier *c = aligned_alloc(4096, (sizeof *c + 4095) & ~(size_t)4095);
+    if (!c) return NULL;
+    memset(c, 0, sizeof *c);
+    c->index = i;
+    c->slow_countdown = SLOW_EVERY;
+    atomic_init(&c->shared, 1);
+    c->mon_seen = UINT64_MAX; /* the monitor's first look at it only records */
+    c->mon_cpu0 = -1;
+#ifdef WEFT_TSAN
+    atomic_init(&c->yq_lock, 1); /* in the scheduler until a vthread runs */
+#endif
+    c->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
+    c->altstack = malloc(ALTSTACK_SIZE);
+    if (!c->altstack || weft__dq_init(&c->dq, 256) != 0) {
         free(c->altstack);
         free(c);
+        return NULL;
     }
+    pthread_mutex_init(&c->mbox_lock, NULL);
+    weft__theap_init(&c->timers);
+    return c;
+}
+
+/* Freed after the carrier's thread ended (or never started): nobody can
+ * kick it. */
+static void carrier_free(weft__carrier *c) {
+    weft__poller *pl = atomic_load(&c->poller);
+    if (pl) weft__poller_free(pl);
+    weft__dq_fini(&c->dq);
+    weft__theap_fini(&c->timers);
+    pthread_mutex_destroy(&c->mbox_lock);
+    free(c->altstack);
+    free(c);
+}
+
+static void free_carriers(int n) {
+    for (int i = 0; i < n; i++)
+        if (R.c[i]) carrier_free(R.c[i]);
     free(R.c);
     R.c = NULL;
     R.n = 0;
+    atomic_store(&R.nall, 0);
+    atomic_store(&R.nactive, 0);
 }
 
 /* ---- fork (see "Fork" at the top) ---- */
@@ -2031,6 +2456,8 @@ static void fork_child(void) {
     weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
     R.c = NULL;
     R.n = 0;
+    atomic_store(&R.nall, 0);
+    atomic_store(&R.nactive, 0);
     R.inj_head = R.inj_tail = NULL;
     atomic_store(&R.inj_n, 0);
     R.mon_started = 0;
@@ -2069,6 +2496,16 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
     }
+    /* the monitor's stall threshold and bound (weft.h, "The monitor") */
+    int64_t thr = cfg && cfg->pin_threshold_ns ? cfg->pin_threshold_ns : 0;
+    if (!thr) {
+        long ms = env_long("WEFT_PIN_THRESHOLD_MS", 0);
+        thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
+    }
+    if (thr < 0) thr = -1;
+    long maxc = cfg && cfg->max_compensate ? cfg->max_compensate : env_long("WEFT_MAX_COMPENSATE", 2L * n);
+    if (maxc < 0) maxc = 0;
+    if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
     {
         const char *v = getenv("WEFT_SPIN_US");
         spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
@@ -2078,34 +2515,23 @@ static int init_runtime(const weft_config *cfg, int lazy) {
     if (r < 0) goto fail0;
     r = weft__stacks_init(stack);
     if (r < 0) goto failio;
-    R.c = calloc((size_t)n, sizeof *R.c);
+    /* every slot a spare may take: R.c never moves while carriers read it */
+    R.c = calloc(WEFT__MAX_CARRIERS, sizeof *R.c);
     if (!R.c) { r = -ENOMEM; goto fail1; }
     R.n = n;
     for (int i = 0; i < n; i++) {
-        /* Page-aligned: the hot fields at the start of a page can never sit
-         * at the page offsets where vthreads' top frames and descriptors
-         * live (the upper part of a page), so the switch path's loads from
-         * the carrier are never stalled by 4K aliasing with stack stores. */
-        weft__carrier *c = aligned_alloc(4096, (sizeof *c + 4095) & ~(size_t)4095);
+        weft__carrier *c = carrier_alloc(i);
         if (!c) { r = -ENOMEM; goto fail2; }
-        memset(c, 0, sizeof *c);
-        c->index = i;
-        c->slow_countdown = SLOW_EVERY;
-#ifdef WEFT_TSAN
-        atomic_init(&c->yq_lock, 1); /* in the scheduler until a vthread runs */
-#endif
-        c->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
-        c->altstack = malloc(ALTSTACK_SIZE);
-        if (!c->altstack || weft__dq_init(&c->dq, 256) != 0) {
-            free(c->altstack);
-            free(c);
-            r = -ENOMEM;
-            goto fail2;
-        }
-        pthread_mutex_init(&c->mbox_lock, NULL);
-        weft__theap_init(&c->timers);
+        c->go = 1;
         R.c[i] = c;
     }
+    atomic_store(&R.nall, n);
+    atomic_store(&R.nactive, 0);
+    atomic_store(&R.n_pinned, 0);
+    atomic_store(&R.n_hogs, 0);
+    R.pin_threshold = thr;
+    R.max_comp = thr < 0 ? 0 : maxc;
+    R.pin_log = env_long("WEFT_PIN_LOG", 1) != 0;
     atomic_store(&R.stop, 0);
     atomic_store(&R.nidle, 0);
     atomic_store(&R.nspinning, 0);
@@ -2162,7 +2588,8 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         goto fail2;
     }
     R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0,
-                                   .hook = cfg ? cfg->hook : 0};
+                                   .hook = cfg ? cfg->hook : 0,
+                                   .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1};
     weft__hook_start(cfg ? cfg->hook : 0);
     R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
@@ -2195,8 +2622,10 @@ int weft__ensure_init(void) {
  * started ones: a finish implies its start, so this never undercounts. */
 static int64_t nondaemon_live(void) {
     uint64_t fin = 0, st = 0;
-    for (int i = 0; i < R.n; i++) fin += atomic_load(&R.c[i]->nd_finished);
-    for (int i = 0; i < R.n; i++) st += atomic_load(&R.c[i]->nd_started);
+    /* (a spare published between the two loops: its starts count, and no
+     * finish without its start) */
+    for (int i = 0; i < nall(); i++) fin += atomic_load(&R.c[i]->nd_finished);
+    for (int i = 0; i < nall(); i++) st += atomic_load(&R.c[i]->nd_started);
     st += atomic_load(&R.plat_nd_started);
     return (int64_t)(st - fin);
 }
@@ -2233,13 +2662,14 @@ void weft_shutdown(void) {
     /* the blocking pool's threads wake vthreads: they end before carriers do */
     weft__io_drain();
     atomic_store(&R.stop, 1);
-    mon_stop();
-    for (int i = 0; i < R.n; i++) kick(R.c[i]);
-    for (int i = 0; i < R.n; i++) pthread_join(R.c[i]->thread, NULL);
+    mon_stop(); /* no spare is made after this: nall is final */
+    int n = nall();
+    for (int i = 0; i < n; i++) kick(R.c[i]);
+    for (int i = 0; i < n; i++) pthread_join(R.c[i]->thread, NULL);
     atomic_store(&R.up, 0);
     R.inj_head = R.inj_tail = NULL;
     atomic_store(&R.inj_n, 0);
-    free_carriers(R.n);
+    free_carriers(n);
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     weft__stacks_walk(clean_abandoned, NULL);
 #endif
@@ -2332,7 +2762,8 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
 void weft__counters_sum(weft__counters *s, uint64_t *peak, uint64_t *ncarriers) {
     memset(s, 0, sizeof *s);
     int64_t live = atomic_load(&R.live);
-    for (int i = 0; i < R.n; i++) {
+    int n = nall();
+    for (int i = 0; i < n; i++) {
         weft__carrier *c = R.c[i];
         s->finished += atomic_load_explicit(&c->n_finished, memory_order_relaxed);
         s->switches += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
@@ -2340,10 +2771,37 @@ void weft__counters_sum(weft__counters *s, uint64_t *peak, uint64_t *ncarriers) 
         s->parks += atomic_load_explicit(&c->n_parks, memory_order_relaxed);
         live += atomic_load_explicit(&c->live_delta, memory_order_relaxed);
     }
-    for (int i = 0; i < R.n; i++) s->started += atomic_load_explicit(&R.c[i]->n_started, memory_order_relaxed);
+    for (int i = 0; i < n; i++) s->started += atomic_load_explicit(&R.c[i]->n_started, memory_order_relaxed);
     s->started += atomic_load(&R.plat_started);
+    s->pinned = atomic_load(&R.n_pinned);
+    s->hogs = atomic_load(&R.n_hogs);
+    s->spares = (uint64_t)(n - R.n);
+    s->compensating = (uint64_t)atomic_load(&R.nactive);
     uint64_t pk = atomic_load(&R.peak);
     if (live > 0 && (uint64_t)live > pk) pk = (uint64_t)live;
     *peak = pk;
     *ncarriers = (uint64_t)R.n;
+}
+
+int weft__carrier_view_get(int k, weft__carrier_view *v) {
+    memset(v, 0, sizeof *v);
+    if (k < 0 || k >= nall()) return -ENOENT;
+    weft__carrier *c = R.c[k];
+    v->index = k;
+    v->spare = c->spare;
+    v->active = atomic_load(&c->shared);
+    v->idle = carrier_idle(k) || atomic_load(&c->dormant);
+    const weft_thread *t = __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE);
+    v->running = t ? ld64(&t->id) : 0;
+    v->stall = atomic_load_explicit(&c->stall, memory_order_acquire);
+    if (v->stall) {
+        v->sysno = atomic_load(&c->stall_sysno);
+        v->since = atomic_load(&c->stall_since);
+        v->vid = atomic_load(&c->stall_vid);
+        uint64_t nw[4];
+        for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&c->stall_name[i], memory_order_relaxed);
+        memcpy(v->vname, nw, 32);
+        v->vname[31] = 0;
+    }
+    return 0;
 }

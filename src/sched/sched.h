@@ -220,7 +220,10 @@ extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
 typedef struct weft__pcancel weft__pcancel;
 /* weft_spawn pinned to carrier k (mod the carriers): it runs only there. */
 int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr);
-/* The number of carriers of the running runtime. */
+/* The number of carriers the runtime was configured with: indices
+ * 0 .. weft__carriers()-1.  Spare carriers that the monitor adds to
+ * compensate for stalls have higher indices (weft__carriers_all); code that
+ * spreads work over "the carriers" uses this count. */
 int weft__carriers(void);
 
 /* A pool that keeps `threads` platform threads: grows the process's futex
@@ -293,8 +296,63 @@ void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1
 /* For the observe layer. */
 typedef struct weft__counters {
     uint64_t started, finished, switches, steals, parks;
+    uint64_t pinned, hogs;          /* the monitor's events */
+    uint64_t spares, compensating;  /* spare carriers made; active now */
 } weft__counters;
 void weft__counters_sum(weft__counters *c, uint64_t *peak, uint64_t *ncarriers);
+
+/* ---- the monitor's stalls (sched.c: "The monitor"; observe/monitor.c) ----
+ *
+ * A stall: a carrier whose vthread has held it past the threshold.  PINNED:
+ * its OS thread is blocked in the kernel (a system call weft does not own);
+ * HOG: it computes.  The scheduler's monitor notices them; the observe
+ * layer tells which it is, where the vthread is, and writes the log line. */
+enum { WEFT__STALL_NONE = 0, WEFT__STALL_PINNED = 1, WEFT__STALL_HOG = 2 };
+
+/* What the observe layer found out about a stall (weft__stall_probe). */
+typedef struct weft__stall_info {
+    int kind;          /* WEFT__STALL_PINNED or _HOG */
+    long sysno;        /* pinned: the system call's number; -1 blocked outside one, -2 unknown */
+    char site[512];    /* pinned: "fn+0x4f (/path/module+0x1234) <- ..."; "" if not found */
+} weft__stall_info;
+
+/* Classifies carrier thread `tid`, which has been running vthread t
+ * without a switch, and for a pinned one walks t's stack to the blocking
+ * call's site.  cpu_ns: the CPU time the thread has used during the stall
+ * so far (-1: unknown).  The monitor thread only; t is read racily (it may
+ * be running).  Returns 0, or -1 when it is neither yet: runnable but not
+ * run by the kernel (a loaded machine), which no spare would help. */
+int weft__stall_probe(int tid, int64_t cpu_ns, const weft_thread *t, weft__stall_info *out);
+/* Names a code address into buf (cap bytes), snprintf-style: the
+ * default gives "fn+0x4f (/path/module+0x1234)" from dladdr; a symbolizer
+ * that knows file:line (libdw) may be put in its place before weft_init. */
+typedef int (*weft__symbolizer)(uintptr_t pc, char *buf, size_t cap);
+extern weft__symbolizer weft__symbolize;
+/* The name of system call `nr` on this architecture ("nanosleep"), or NULL. */
+const char *weft__syscall_name(long nr);
+/* Writes the monitor's line for a stall (begin: 1 when it is first
+ * reported, 0 when it ends; held_ns: how long so far) to stderr, in one
+ * write. */
+void weft__stall_log(int begin, int kind, uint64_t vid, const char *vname, int carrier, long sysno,
+                     int64_t held_ns, const char *site);
+
+/* A carrier as the dump shows it (racy snapshot). */
+typedef struct weft__carrier_view {
+    int index;
+    int spare;          /* made by the monitor to compensate */
+    int active;         /* takes work from the others (base carriers: always) */
+    int idle;           /* asleep with nothing to do (a retired spare: asleep, retired) */
+    uint64_t running;   /* id of the vthread running on it, 0 if none */
+    int stall;          /* WEFT__STALL_*: an open stall */
+    long sysno;         /* pinned: as weft__stall_info */
+    int64_t since;      /* stall: CLOCK_MONOTONIC ns it began (about: the monitor's look) */
+    uint64_t vid;       /* stall: the vthread */
+    char vname[32];
+} weft__carrier_view;
+/* Fills *v for carrier k (0 <= k < weft__carriers_all()); -ENOENT past the last. */
+int weft__carrier_view_get(int k, weft__carrier_view *v);
+/* All carriers, spares included (weft__carriers: the configured ones). */
+int weft__carriers_all(void);
 int weft__carrier_index(const weft__carrier *c);
 const weft_thread *weft__carrier_running(const weft__carrier *c); /* racy read */
 

@@ -1,0 +1,676 @@
+/* observe: the pinning and hog monitor, and the spare carriers that
+ * compensate for a stalled one (weft.h, "The monitor"; sched.c, "Spares"). */
+#include "harness.h"
+#include "sched/sched.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* ---- stderr, captured --------------------------------------------------------
+ * The monitor's lines go to fd 2.  cap_begin points fd 2 at a pipe (made
+ * large, so that the monitor never blocks on it); cap_end puts stderr back
+ * and returns what was written, echoed to the real stderr as well.  CHECKs
+ * come after cap_end: a failure's message must not vanish into the pipe. */
+static int cap_saved = -1, cap_pipe[2];
+
+static void cap_begin(void) {
+    fflush(stderr);
+    CHECK_EQ(pipe2(cap_pipe, O_CLOEXEC | O_NONBLOCK), 0);
+    fcntl(cap_pipe[1], F_SETPIPE_SZ, 1 << 20);
+    cap_saved = dup(2);
+    CHECK(cap_saved >= 0);
+    CHECK(dup2(cap_pipe[1], 2) == 2);
+}
+
+static char *cap_end(void) {
+    fflush(stderr);
+    dup2(cap_saved, 2);
+    close(cap_saved);
+    close(cap_pipe[1]);
+    size_t n = 0, cap = 4096;
+    char *b = malloc(cap);
+    for (;;) {
+        if (n + 1024 > cap) b = realloc(b, cap *= 2);
+        ssize_t k = read(cap_pipe[0], b + n, cap - n - 1);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    close(cap_pipe[0]);
+    b[n] = 0;
+    if (n) {
+        ssize_t w = write(2, b, n);
+        (void)w;
+    }
+    return b;
+}
+
+/* Lines of s containing every one of the strings after it (NULL ends them). */
+__attribute__((sentinel)) static int count_lines(const char *s, ...) {
+    int count = 0;
+    while (*s) {
+        const char *e = strchr(s, '\n');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char *line = strndup(s, len);
+        int all = 1;
+        va_list ap;
+        va_start(ap, s);
+        for (const char *w; all && (w = va_arg(ap, const char *));)
+            if (!strstr(line, w)) all = 0;
+        va_end(ap);
+        count += all;
+        free(line);
+        s += len + (e ? 1 : 0);
+    }
+    return count;
+}
+
+static void stats(weft_stats *s) { weft_stats_get(s); }
+
+/* Waits (a platform thread) until *flag is set, at most 10 s: 1 if it was. */
+static int await_flag(atomic_int *flag) {
+    for (int i = 0; i < 10000 && !atomic_load(flag); i++) usleep(1000);
+    return atomic_load(flag) != 0;
+}
+
+/* Waits until no spare compensates any more (at most 10 s): 1 if so. */
+static int await_retired(void) {
+    weft_stats s;
+    for (int i = 0; i < 10000; i++) {
+        stats(&s);
+        if (s.compensating == 0) return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+static void nap_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    syscall(SYS_nanosleep, &ts, NULL); /* the raw call: weft knows nothing of it */
+}
+
+/* ---- the acceptance: pinned on one carrier ------------------------------------- */
+
+static atomic_int sl_started, sl_flag, sl_loops, sl_in_call, ran, ran_during;
+
+/* Exported (the test is built with ENABLE_EXPORTS): the monitor's line names it. */
+void *monitor_test_sleeper(void *a);
+void *monitor_test_sleeper(void *a) {
+    long ms = (long)(intptr_t)a;
+    atomic_store(&sl_started, 1);
+    /* blocks its carrier in a system call weft does not own, 50 ms at a
+     * time, until another vthread says it ran meanwhile (at most ~10 s) */
+    for (int i = 0; i < 10000 / (int)ms && !atomic_load(&sl_flag); i++) {
+        atomic_store(&sl_in_call, 1);
+        nap_ms(ms);
+        atomic_store(&sl_in_call, 0);
+        atomic_fetch_add(&sl_loops, 1);
+    }
+    return (void *)(intptr_t)atomic_load(&sl_flag);
+}
+
+static void *child_noop(void *a) { return a; }
+
+/* Runs while the sleeper holds the only configured carrier: only a
+ * compensating carrier can run it.  Spawns, joins and sleeps there too. */
+static void *runner(void *a) {
+    (void)a;
+    int during = atomic_load(&sl_in_call) || (atomic_load(&sl_started) && !atomic_load(&sl_flag));
+    weft_thread *c;
+    if (weft_spawn(&c, child_noop, NULL, NULL) == 0) weft_join(c, NULL);
+    weft_sleep(1000000);
+    atomic_store(&ran_during, during);
+    atomic_store(&ran, 1);
+    return NULL;
+}
+
+static void reset_flags(void) {
+    atomic_store(&sl_started, 0);
+    atomic_store(&sl_flag, 0);
+    atomic_store(&sl_loops, 0);
+    atomic_store(&sl_in_call, 0);
+    atomic_store(&ran, 0);
+    atomic_store(&ran_during, 0);
+}
+
+TEST(pinned_one_carrier_compensates_and_reports) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    reset_flags();
+    cap_begin();
+    weft_thread *s, *r;
+    weft_attr sa = {.name = "sleeper"};
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
+    int started = await_flag(&sl_started);
+    CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+    int got = await_flag(&ran); /* only a spare can run it */
+    /* the stall as the dump shows it, while it lasts */
+    char *text = got ? dump_showing(WEFT_DUMP_TEXT, "pinned in nanosleep since", "by vthread #", "\"sleeper\"",
+                                    "(spare, compensating)", NULL) : NULL;
+    char *json = got ? dump_showing(WEFT_DUMP_JSON, "\"state\":\"pinned\"", "\"syscall\":\"nanosleep\"",
+                                    "\"compensating\":1", NULL) : NULL;
+    weft_stats mid;
+    stats(&mid);
+    atomic_store(&sl_flag, 1);
+    void *saw_flag = NULL;
+    CHECK_EQ(weft_join(s, &saw_flag), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+    int retired = await_retired();
+    char *after = dump_showing(WEFT_DUMP_TEXT, "(spare, retired)", "(0 compensating)", NULL);
+    usleep(30 * 1000); /* the end line */
+    char *log = cap_end();
+    CHECK(started);
+    CHECK(got);
+    CHECK(saw_flag != NULL);          /* it saw the flag while still looping ... */
+    CHECK(atomic_load(&sl_loops) >= 1); /* ... after at least one call */
+    CHECK_EQ(atomic_load(&ran_during), 1);
+    CHECK(retired);
+    CHECK_EQ(mid.compensating, 1);
+    CHECK_EQ(mid.spares, 1);
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.pinned, 1);
+    CHECK_EQ(st.hogs, 0);
+    CHECK_EQ(st.compensating, 0);
+    CHECK_EQ(st.spares, 1);
+    CHECK_EQ(st.carriers, 1);
+    /* exactly one event, naming the vthread, the call and its site */
+    char id[64];
+    snprintf(id, sizeof id, "vthread #%llu \"sleeper\"", (unsigned long long)weft_id(s));
+    CHECK_EQ(count_lines(log, "weft: pinned:", " blocked in ", (char *)NULL), 1);
+    CHECK_EQ(count_lines(log, "weft: pinned:", id, "blocked in nanosleep (syscall", "on carrier 0",
+                         "at monitor_test_sleeper+0x", "test_monitor+0x", (char *)NULL), 1);
+    CHECK_EQ(count_lines(log, "weft: pinned:", id, "released carrier 0 after", (char *)NULL), 1);
+    CHECK_EQ(count_lines(log, "weft: hog:", (char *)NULL), 0);
+    free(text);
+    free(json);
+    free(after);
+    free(log);
+}
+
+/* The issue's own words: one 200 ms unhooked nanosleep, and the others run
+ * meanwhile. */
+static atomic_int big_done;
+void *monitor_test_sleep200(void *a);
+void *monitor_test_sleep200(void *a) {
+    (void)a;
+    atomic_store(&sl_started, 1);
+    nap_ms(200);
+    atomic_store(&big_done, 1);
+    return NULL;
+}
+static void *note_order(void *a) {
+    (void)a;
+    atomic_store(&ran_during, !atomic_load(&big_done));
+    atomic_store(&ran, 1);
+    return NULL;
+}
+
+TEST(pinned_200ms_others_run_meanwhile) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    reset_flags();
+    atomic_store(&big_done, 0);
+    cap_begin();
+    weft_thread *s, *o[8];
+    weft_attr sa = {.name = "sleep200"};
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleep200, NULL, &sa), 0);
+    int started = await_flag(&sl_started);
+    for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(&o[i], note_order, NULL, NULL), 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ(weft_join(o[i], NULL), 0);
+    CHECK_EQ(weft_join(s, NULL), 0);
+    usleep(30 * 1000);
+    char *log = cap_end();
+    CHECK(started);
+    CHECK_EQ(atomic_load(&ran_during), 1); /* the last of the 8 ran before the 200 ms were over */
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.pinned, 1);
+    CHECK_EQ(count_lines(log, "weft: pinned:", "\"sleep200\"", "blocked in nanosleep", "at monitor_test_sleep200+0x",
+                         (char *)NULL) +
+                 count_lines(log, "weft: pinned:", "\"sleep200\"", "blocked in nanosleep", "<- monitor_test_sleep200+0x",
+                             (char *)NULL),
+             1);
+    free(log);
+}
+
+/* The site's callers, through a frame with a big buffer (as a server's
+ * request buffer): the frame-pointer chain names them. */
+void *monitor_test_outer(void *a);
+__attribute__((noinline)) void monitor_test_bigframe(int ms);
+__attribute__((noinline)) void monitor_test_bigframe(int ms) {
+    volatile char buf[16384];
+    buf[0] = 1;
+    struct timespec ts = {0, (long)ms * 1000000};
+    syscall(SYS_nanosleep, &ts, NULL);
+    buf[sizeof buf - 1] = buf[0];
+}
+void *monitor_test_outer(void *a) {
+    (void)a;
+    monitor_test_bigframe(150);
+    __asm__ volatile("" ::: "memory"); /* (not a tail call) */
+    return NULL;
+}
+
+TEST(pinned_site_names_the_callers) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    weft_thread *t;
+    weft_attr a = {.name = "deep"};
+    CHECK_EQ(weft_spawn(&t, monitor_test_outer, NULL, &a), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    usleep(30 * 1000);
+    char *log = cap_end();
+    CHECK_EQ(count_lines(log, "weft: pinned:", "\"deep\"", "blocked in nanosleep",
+                         "at monitor_test_bigframe+0x", "<- monitor_test_outer+0x", (char *)NULL),
+             1);
+    free(log);
+}
+
+/* ---- a hog ---------------------------------------------------------------------- */
+
+static atomic_int hog_started, hog_flag;
+static void *hog(void *a) {
+    (void)a;
+    atomic_store(&hog_started, 1);
+    int64_t end = weft_now() + 10 * 1000000000LL;
+    while (!atomic_load(&hog_flag) && weft_now() < end) {} /* computes, never yields */
+    return (void *)(intptr_t)atomic_load(&hog_flag);
+}
+static void *set_hog_flag(void *a) {
+    (void)a;
+    atomic_store(&hog_flag, 1);
+    return NULL;
+}
+
+TEST(hog_one_carrier_compensates_and_reports) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    weft_thread *h, *f;
+    weft_attr ha = {.name = "hogger"};
+    CHECK_EQ(weft_spawn(&h, hog, NULL, &ha), 0);
+    int started = await_flag(&hog_started);
+    CHECK_EQ(weft_spawn(&f, set_hog_flag, NULL, NULL), 0);
+    void *saw = NULL;
+    CHECK_EQ(weft_join(h, &saw), 0);
+    CHECK_EQ(weft_join(f, NULL), 0);
+    int retired = await_retired();
+    usleep(30 * 1000);
+    char *log = cap_end();
+    CHECK(started);
+    CHECK(saw != NULL); /* the flag was set while it computed: by a spare */
+    CHECK(retired);
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.hogs, 1);
+    CHECK_EQ(st.pinned, 0);
+    CHECK_EQ(count_lines(log, "weft: hog:", "\"hogger\"", "has held carrier 0 for", (char *)NULL), 1);
+    CHECK_EQ(count_lines(log, "weft: pinned:", (char *)NULL), 0);
+    free(log);
+}
+
+/* ---- the bound ------------------------------------------------------------------- */
+
+static atomic_int stuck_started, stuck_release;
+static void *stuck(void *a) {
+    (void)a;
+    atomic_fetch_add(&stuck_started, 1);
+    for (int i = 0; i < 500 && !atomic_load(&stuck_release); i++) nap_ms(20);
+    return NULL;
+}
+
+static atomic_int sampling;
+static atomic_ullong max_comp_seen, max_spares_seen;
+static void *sampler(void *a) {
+    (void)a;
+    while (atomic_load(&sampling)) {
+        weft_stats s;
+        weft_stats_get(&s);
+        if (s.compensating > atomic_load(&max_comp_seen)) atomic_store(&max_comp_seen, s.compensating);
+        if (s.spares > atomic_load(&max_spares_seen)) atomic_store(&max_spares_seen, s.spares);
+        usleep(200);
+    }
+    return NULL;
+}
+
+TEST(bound_respected) {
+    weft_config cfg = {.carriers = 1, .max_compensate = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    atomic_store(&sampling, 1);
+    pthread_t smp;
+    CHECK_EQ(pthread_create(&smp, NULL, sampler, NULL), 0);
+    weft_thread *t[3];
+    CHECK_EQ(weft_spawn(&t[0], stuck, NULL, NULL), 0);
+    while (atomic_load(&stuck_started) < 1) usleep(1000);
+    CHECK_EQ(weft_spawn(&t[1], stuck, NULL, NULL), 0);
+    CHECK_EQ(weft_spawn(&t[2], stuck, NULL, NULL), 0);
+    /* two carriers stalled (the configured one and the spare) ... */
+    weft_stats s;
+    int i;
+    for (i = 0; i < 10000; i++) {
+        stats(&s);
+        if (s.pinned >= 2) break;
+        usleep(1000);
+    }
+    int two = s.pinned >= 2;
+    /* ... and the third waits: the bound is 1 */
+    usleep(200 * 1000);
+    int third_started = atomic_load(&stuck_started);
+    weft_stats held;
+    stats(&held);
+    atomic_store(&stuck_release, 1);
+    for (int k = 0; k < 3; k++) CHECK_EQ(weft_join(t[k], NULL), 0);
+    atomic_store(&sampling, 0);
+    pthread_join(smp, NULL);
+    int retired = await_retired();
+    char *log = cap_end();
+    CHECK(two);
+    CHECK_EQ(third_started, 2);
+    CHECK_EQ(held.compensating, 1);
+    CHECK(atomic_load(&max_comp_seen) <= 1);
+    CHECK_EQ(atomic_load(&max_spares_seen), 1);
+    CHECK(retired);
+    stats(&s);
+    CHECK(s.pinned >= 2);
+    CHECK(count_lines(log, "weft: pinned:", "blocked in nanosleep", (char *)NULL) >= 2);
+    free(log);
+}
+
+/* ---- turned off ------------------------------------------------------------------ */
+
+/* The sleeper for a fixed 4 x 50 ms; a runner spawned meanwhile. */
+static void run_fixed_stall(void) {
+    reset_flags();
+    weft_thread *s, *r;
+    weft_attr sa = {.name = "fixed"};
+    atomic_store(&sl_flag, 0);
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
+    CHECK(await_flag(&sl_started));
+    CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+    /* the sleeper stops after 4 calls whoever ran */
+    while (atomic_load(&sl_loops) < 4) usleep(1000);
+    atomic_store(&sl_flag, 1);
+    CHECK_EQ(weft_join(s, NULL), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+}
+
+TEST(no_compensation_when_max_negative) {
+    weft_config cfg = {.carriers = 1, .max_compensate = -1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    run_fixed_stall();
+    usleep(30 * 1000);
+    char *log = cap_end();
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(atomic_load(&ran_during), 0); /* nobody ran it while the carrier was pinned */
+    CHECK_EQ(st.spares, 0);
+    CHECK_EQ(st.pinned, 1); /* still reported */
+    CHECK_EQ(count_lines(log, "weft: pinned:", "\"fixed\"", "blocked in nanosleep", (char *)NULL), 1);
+    free(log);
+}
+
+TEST(monitor_off_when_threshold_negative) {
+    weft_config cfg = {.carriers = 1, .pin_threshold_ns = -1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    run_fixed_stall();
+    usleep(30 * 1000);
+    char *log = cap_end();
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(atomic_load(&ran_during), 0);
+    CHECK_EQ(st.spares, 0);
+    CHECK_EQ(st.pinned, 0);
+    CHECK_EQ(st.hogs, 0);
+    CHECK_EQ(count_lines(log, "weft: pinned:", (char *)NULL), 0);
+    CHECK_EQ(count_lines(log, "weft: hog:", (char *)NULL), 0);
+    free(log);
+}
+
+TEST(env_threshold_off_and_log_off) {
+    /* $WEFT_PIN_THRESHOLD_MS=-1: off, as a negative field */
+    setenv("WEFT_PIN_THRESHOLD_MS", "-1", 1);
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    run_fixed_stall();
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.pinned, 0);
+    CHECK_EQ(st.spares, 0);
+    weft_shutdown();
+    /* $WEFT_PIN_LOG=0: counted and compensated, not logged */
+    unsetenv("WEFT_PIN_THRESHOLD_MS");
+    setenv("WEFT_PIN_LOG", "0", 1);
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    run_fixed_stall();
+    usleep(30 * 1000);
+    char *log = cap_end();
+    stats(&st);
+    CHECK_EQ(st.pinned, 1);
+    CHECK_EQ(atomic_load(&ran_during), 1);
+    CHECK_EQ(count_lines(log, "weft:", (char *)NULL), 0);
+    free(log);
+    unsetenv("WEFT_PIN_LOG");
+}
+
+/* ---- several carriers ----------------------------------------------------------- */
+
+TEST(every_carrier_pinned_still_runs_others) {
+    weft_config cfg = {.carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    atomic_store(&stuck_release, 0);
+    atomic_store(&stuck_started, 0);
+    cap_begin();
+    weft_thread *t[2], *r;
+    weft_attr a0 = {.pinned = 1};
+    /* one on each carrier: pinned there, so each holds its own */
+    CHECK_EQ(weft__spawn_on(0, &t[0], stuck, NULL, &a0), 0);
+    CHECK_EQ(weft__spawn_on(1, &t[1], stuck, NULL, &a0), 0);
+    while (atomic_load(&stuck_started) < 2) usleep(1000);
+    /* both reported: no carrier of the configured ones is left */
+    weft_stats mid;
+    for (int i = 0; i < 10000; i++) {
+        stats(&mid);
+        if (mid.pinned >= 2) break;
+        usleep(1000);
+    }
+    reset_flags();
+    CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+    int got = await_flag(&ran);
+    stats(&mid);
+    atomic_store(&stuck_release, 1);
+    for (int k = 0; k < 2; k++) CHECK_EQ(weft_join(t[k], NULL), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+    int retired = await_retired();
+    char *log = cap_end();
+    unsetenv("WEFT_PIN_LOG");
+    CHECK(got);
+    CHECK(mid.compensating >= 1);
+    CHECK(mid.pinned >= 2);
+    CHECK(retired);
+    CHECK_EQ(count_lines(log, "weft: pinned:", "on carrier 0", (char *)NULL), 1);
+    CHECK_EQ(count_lines(log, "weft: pinned:", "on carrier 1", (char *)NULL), 1);
+    free(log);
+}
+
+/* A vthread that only yields, alone on its carrier, holds nothing back. */
+static void *lone_yielder(void *a) {
+    (void)a;
+    int64_t end = weft_now() + 150 * 1000000LL;
+    while (weft_now() < end) weft_yield();
+    return NULL;
+}
+
+TEST(lone_yielder_is_no_hog) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, lone_yielder, NULL, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.hogs, 0);
+    CHECK_EQ(st.pinned, 0);
+}
+
+/* ---- stress ---------------------------------------------------------------------- */
+
+static atomic_long st_children;
+
+static void *st_child(void *a) {
+    long k = (long)(intptr_t)a;
+    if (k % 3 == 0) weft_yield();
+    if (k % 5 == 0) weft_sleep(50 * 1000);
+    if (k % 7 == 0) {
+        weft_thread *g;
+        if (weft_spawn(&g, child_noop, NULL, NULL) == 0) weft_join(g, NULL);
+    }
+    atomic_fetch_add(&st_children, 1);
+    return NULL;
+}
+
+/* Spawns and joins batches of children while stalls come and go. */
+static void *st_spawner(void *a) {
+    long n = (long)(intptr_t)a;
+    weft_thread *t[64];
+    for (long done = 0; done < n;) {
+        int b = 0;
+        for (; b < 64 && done + b < n; b++)
+            if (weft_spawn(&t[b], st_child, (void *)(intptr_t)(done + b), NULL) != 0) break;
+        for (int i = 0; i < b; i++) weft_join(t[i], NULL);
+        if (!b) weft_sleep(100 * 1000);
+        done += b;
+    }
+    return NULL;
+}
+
+/* A short stall: blocked in the kernel, or computing. */
+static void *st_staller(void *a) {
+    long k = (long)(intptr_t)a;
+    if (k & 1) {
+        nap_ms(3 + k % 4);
+    } else {
+        int64_t end = weft_now() + (3 + k % 4) * 1000000LL;
+        while (weft_now() < end) {}
+    }
+    return NULL;
+}
+
+static void stress_round(int carriers, int rounds) {
+    weft_config cfg = {.carriers = carriers, .pin_threshold_ns = 1000000};
+    CHECK_EQ(weft_init(&cfg), 0);
+    atomic_store(&st_children, 0);
+    long per = SCALE(2000);
+    weft_thread *sp[2];
+    for (int i = 0; i < 2; i++) CHECK_EQ(weft_spawn(&sp[i], st_spawner, (void *)(intptr_t)per, NULL), 0);
+    for (int r = 0; r < rounds; r++) {
+        weft_thread *s[4];
+        for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(&s[i], st_staller, (void *)(intptr_t)(r * 4 + i), NULL), 0);
+        for (int i = 0; i < 4; i++) CHECK_EQ(weft_join(s[i], NULL), 0);
+        /* (the dump's walk of every stack slot races with spawns by
+         * design: not under TSan, as in test_future) */
+        if (r % 8 == 0 && (!TEST_TSAN || getenv("WEFT_TEST_DUMP_UNDER_TSAN"))) {
+            int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+            CHECK_EQ(weft_dump(fd, r % 16 ? WEFT_DUMP_TEXT : WEFT_DUMP_JSON), 0);
+            close(fd);
+        }
+    }
+    for (int i = 0; i < 2; i++) CHECK_EQ(weft_join(sp[i], NULL), 0);
+    CHECK_EQ(atomic_load(&st_children), 2 * per);
+    weft_stats st;
+    stats(&st);
+    fprintf(stderr, "%d carrier(s), %d rounds: %llu pinned, %llu hog events, %llu spares\n", carriers, rounds,
+            (unsigned long long)st.pinned, (unsigned long long)st.hogs, (unsigned long long)st.spares);
+    CHECK(st.pinned + st.hogs > 0);
+    CHECK(st.spares <= 2u * (unsigned)carriers);
+    CHECK(await_retired());
+    weft_shutdown();
+}
+
+TEST(stress_short_stalls_and_spawn_storms) {
+    if (!getenv("WEFT_TEST_PIN_LOG")) setenv("WEFT_PIN_LOG", "0", 1);
+    stress_round(1, SCALE(200) + 20);
+    stress_round(2, SCALE(200) + 20);
+    unsetenv("WEFT_PIN_LOG");
+}
+
+/* weft_shutdown while a spare compensates; the runtime starts again after. */
+static void *daemon_forever(void *a) {
+    (void)a;
+    weft_sleep(3600LL * 1000000000);
+    return NULL;
+}
+
+TEST(shutdown_while_compensating) {
+    setenv("WEFT_PIN_LOG", "0", 1);
+    for (int round = 0; round < 3; round++) {
+        weft_config cfg = {.carriers = 1};
+        CHECK_EQ(weft_init(&cfg), 0);
+        reset_flags();
+        weft_thread *s, *r;
+        CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)20, NULL), 0);
+        CHECK(await_flag(&sl_started));
+        CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+        CHECK(await_flag(&ran));
+        /* daemons parked for good, some on the spare: abandoned at shutdown */
+        weft_attr da = {.daemon = 1};
+        for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(NULL, daemon_forever, NULL, &da), 0);
+        weft_stats st;
+        stats(&st);
+        CHECK_EQ(st.compensating, 1);
+        CHECK_EQ(weft_detach(s), 0);
+        CHECK_EQ(weft_join(r, NULL), 0);
+        atomic_store(&sl_flag, 1);
+        weft_shutdown(); /* waits for the sleeper, the spare most likely still active */
+        stats(&st);
+        CHECK_EQ(st.carriers, 0);
+    }
+    unsetenv("WEFT_PIN_LOG");
+}
+
+/* fork() after spares were made: the child has none of the parent's
+ * carriers, and its fresh runtime starts with no spare. */
+TEST(fork_after_compensation) {
+    setenv("WEFT_PIN_LOG", "0", 1);
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    reset_flags();
+    weft_thread *s, *r;
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)20, NULL), 0);
+    CHECK(await_flag(&sl_started));
+    CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+    CHECK(await_flag(&ran));
+    atomic_store(&sl_flag, 1);
+    CHECK_EQ(weft_join(s, NULL), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+    weft_stats st;
+    stats(&st);
+    CHECK_EQ(st.spares, 1);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (TEST_TSAN) { /* no thread can start in this child there (test_fork.c, CHILD_THREADS) */
+            weft_stats cs;
+            weft_stats_get(&cs); /* the parent's runtime, abandoned: nothing */
+            _exit(cs.spares == 0 && cs.carriers == 0 ? 0 : 4);
+        }
+        weft_thread *t;
+        if (weft_spawn(&t, child_noop, NULL, NULL) != 0 || weft_join(t, NULL) != 0) _exit(3);
+        weft_stats cs;
+        weft_stats_get(&cs);
+        _exit(cs.spares == 0 && cs.carriers == 1 && cs.pinned == 0 ? 0 : 4);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    unsetenv("WEFT_PIN_LOG");
+}
