@@ -655,24 +655,41 @@ static int pool_submit(pool_job *j) {
     if (P.tail) P.tail->next = j;
     else P.head = j;
     P.tail = j;
+    int grow = 0;
     if (P.idle > 0) {
         P.idle--; /* this job's thread: no later submission counts on it */
         P.claimed++;
         pthread_cond_signal(&P.cond);
     } else if (P.threads < P.max) {
-        pthread_t th;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&a, 256 * 1024);
-        int e = pthread_create(&th, &a, pool_main, NULL);
-        pthread_attr_destroy(&a);
-        if (e == 0) {
-            P.threads++;
-            pthread_setname_np(th, "weft-blocking");
-        } else if (P.threads == 0) { /* nobody will ever run it */
-            P.head = j->next;
-            if (!P.head) P.tail = NULL;
+        P.threads++; /* counted now, started below */
+        grow = 1;
+    }
+    pthread_mutex_unlock(&P.lock);
+    if (!grow) return 0;
+    /* The thread is created outside the lock: pthread_create maps a stack
+     * and clones (milliseconds on a loaded machine), and every other
+     * carrier's submission would wait for it in the mutex -- a carrier
+     * blocked in a futex, which the monitor reports as pinned (seen:
+     * 200 getaddrinfo at once from hooked libpq connects). */
+    pthread_t th;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    int e = pthread_create(&th, &a, pool_main, NULL);
+    pthread_attr_destroy(&a);
+    if (e == 0) {
+        pthread_setname_np(th, "weft-blocking");
+        return 0;
+    }
+    pthread_mutex_lock(&P.lock);
+    P.threads--;
+    pthread_cond_broadcast(&P.gone); /* pool_stop counts threads */
+    if (P.threads == 0) { /* nobody will ever run it: take it back if still queued */
+        for (pool_job **pp = &P.head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+            if (*pp != j) continue;
+            *pp = j->next;
+            if (P.tail == j) P.tail = prev;
             pthread_mutex_unlock(&P.lock);
             return -e;
         }
