@@ -181,6 +181,82 @@ TEST(tcp_echo_with_plain_calls) {
     close(echo_listener);
 }
 
+/* ---- UDP and the message calls ---- */
+
+static int udp_a, udp_b;
+static struct sockaddr_in udp_b_addr;
+
+static void *udp_receiver(void *unused) {
+    char b[32];
+    struct sockaddr_in from;
+    socklen_t fl = sizeof from;
+    ssize_t n = recvfrom(udp_a, b, sizeof b, 0, (struct sockaddr *)&from, &fl); /* parks */
+    CHECK_EQ(n, 4);
+    CHECK(memcmp(b, "ping", 4) == 0);
+    CHECK_EQ(from.sin_port, udp_b_addr.sin_port);
+    return NULL;
+}
+
+static void *udp_sender(void *arg) {
+    struct sockaddr_in *to = arg;
+    weft_sleep(2 * 1000 * 1000);
+    CHECK_EQ(sendto(udp_b, "ping", 4, 0, (struct sockaddr *)to, sizeof *to), 4);
+    return NULL;
+}
+
+enum { MSG_BYTES = 3 << 20 };
+static int msg_pair[2];
+
+static void *msg_sender(void *unused) {
+    static char part[3][1 << 20];
+    for (int k = 0; k < 3; k++) memset(part[k], 'a' + k, sizeof part[k]);
+    struct iovec v[3] = {{part[0], sizeof part[0]}, {part[1], sizeof part[1]}, {part[2], sizeof part[2]}};
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = 3};
+    CHECK_EQ(sendmsg(msg_pair[0], &m, 0), MSG_BYTES); /* all of it: the socket is blocking */
+    return NULL;
+}
+
+static void *msg_receiver(void *unused) {
+    static char b[65536];
+    size_t got = 0;
+    while (got < MSG_BYTES) {
+        struct iovec v = {b, sizeof b};
+        struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+        ssize_t n = recvmsg(msg_pair[1], &m, 0);
+        CHECK(n > 0);
+        for (ssize_t i = 0; i < n; i++) CHECK(b[i] == 'a' + (int)((got + (size_t)i) >> 20));
+        got += (size_t)n;
+    }
+    return NULL;
+}
+
+TEST(udp_and_message_calls) {
+    start(1, WEFT_HOOK_ON);
+    udp_a = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    udp_b = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    CHECK_EQ(bind(udp_a, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(getsockname(udp_a, (struct sockaddr *)&a, &l), 0);
+    struct sockaddr_in b = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    l = sizeof b;
+    CHECK_EQ(bind(udp_b, (struct sockaddr *)&b, sizeof b), 0);
+    CHECK_EQ(getsockname(udp_b, (struct sockaddr *)&b, &l), 0);
+    udp_b_addr = b;
+    weft_thread *r = go(udp_receiver, NULL), *w = go(udp_sender, &a);
+    join(r);
+    join(w);
+    close(udp_a);
+    close(udp_b);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg_pair), 0);
+    w = go(msg_sender, NULL);
+    r = go(msg_receiver, NULL);
+    join(w);
+    join(r);
+    close(msg_pair[0]);
+    close(msg_pair[1]);
+}
+
 /* ---- the program's own non-blocking mode is kept ---- */
 
 static void *nonblocking_body(void *unused) {
