@@ -12,11 +12,12 @@
  * holds its carrier while it blocks, and the pinning monitor counts that
  * (weft_stats.pinned) and adds compensating carriers.  The tests check
  * what must hold either way -- every query and transfer completes with the
- * right answer -- and, with hooks on, that nothing pinned.  Where the
- * interposition is not in the runtime (before issue 11's item 1 lands) the
- * hooked tests still pass, only slowly: 1,000 pg_sleep(0.1) on two blocked
- * carriers take 50 s instead of half a second.  Nothing here asserts a
- * duration (a loaded CI machine must not fail them).
+ * right answer -- and, with hooks on, that no pinned event the monitor
+ * reports names a call of the client library's (check_pinned_lines: what
+ * may remain on an overloaded machine is a carrier waiting on one of weft's
+ * own short locks).  With hooks off the monitor must see libpq block.
+ * Nothing here asserts a duration (a loaded CI machine must not fail
+ * them).
  *
  * The servers: tests/backends.h (a temporary directory, own port and Unix
  * socket, stopped and removed at the end, also when a test fails or times
@@ -75,6 +76,51 @@ static uint64_t pinned_now(void) {
 /* ------------------------------------------------------------------------ */
 /* libpq                                                                     */
 /* ------------------------------------------------------------------------ */
+
+/* The monitor's lines (stderr) while a run goes on, in a file. */
+__attribute__((unused)) static int stderr_to_file(int *saved) {
+    char path[] = "/tmp/weft-test-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    *saved = dup(2);
+    CHECK(*saved >= 0);
+    CHECK_EQ(dup2(fd, 2), 2);
+    return fd;
+}
+
+/* Puts stderr back and checks the pinned events reported meanwhile: with
+ * hooks on, none may name a call of the client library's -- each of its
+ * blocking calls parks.  What may remain is a carrier waiting in one of
+ * weft's own short critical sections (a futex) whose holder the kernel did
+ * not run for the threshold: on an overloaded machine that happens, and
+ * it is not the library's doing.  Returns the number of pinned lines. */
+__attribute__((unused)) static int check_pinned_lines(int fd, int saved, int hooks) {
+    fflush(stderr);
+    CHECK_EQ(dup2(saved, 2), 2);
+    close(saved);
+    off_t len = lseek(fd, 0, SEEK_END);
+    char *d = malloc((size_t)len + 1);
+    CHECK(d != NULL);
+    CHECK(pread(fd, d, (size_t)len, 0) == len);
+    d[len] = 0;
+    close(fd);
+    int lines = 0;
+    for (char *line = d, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        if (!strstr(line, "weft: pinned:") || !strstr(line, " blocked in ")) continue;
+        lines++;
+        if (hooks && !strstr(line, " blocked in futex ")) {
+            fprintf(stderr, "a hooked client blocked its carrier: %s\n", line);
+            CHECK(!"a foreign blocking call pinned a carrier with hooks on");
+        }
+        if (lines <= 3) fprintf(stderr, "%s\n", line);
+    }
+    free(d);
+    return lines;
+}
 
 #if HAVE_LIBPQ
 
@@ -191,51 +237,6 @@ static void *pq_worker(void *arg) {
     pq_put(c);
     atomic_fetch_add(&pq.done, 1);
     return NULL;
-}
-
-/* The monitor's lines (stderr) while a run goes on, in a file. */
-static int stderr_to_file(int *saved) {
-    char path[] = "/tmp/weft-test-stderr-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    fflush(stderr);
-    *saved = dup(2);
-    CHECK(*saved >= 0);
-    CHECK_EQ(dup2(fd, 2), 2);
-    return fd;
-}
-
-/* Puts stderr back and checks the pinned events reported meanwhile: with
- * hooks on, none may name a call of the client library's -- each of its
- * blocking calls parks.  What may remain is a carrier waiting in one of
- * weft's own short critical sections (a futex) whose holder the kernel did
- * not run for the threshold: on an overloaded machine that happens, and
- * it is not the library's doing.  Returns the number of pinned lines. */
-static int check_pinned_lines(int fd, int saved, int hooks) {
-    fflush(stderr);
-    CHECK_EQ(dup2(saved, 2), 2);
-    close(saved);
-    off_t len = lseek(fd, 0, SEEK_END);
-    char *d = malloc((size_t)len + 1);
-    CHECK(d != NULL);
-    CHECK(pread(fd, d, (size_t)len, 0) == len);
-    d[len] = 0;
-    close(fd);
-    int lines = 0;
-    for (char *line = d, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-        nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        if (!strstr(line, "weft: pinned:") || !strstr(line, " blocked in ")) continue;
-        lines++;
-        if (hooks && !strstr(line, " blocked in futex ")) {
-            fprintf(stderr, "a hooked client blocked its carrier: %s\n", line);
-            CHECK(!"a foreign blocking call pinned a carrier with hooks on");
-        }
-        if (lines <= 3) fprintf(stderr, "%s\n", line);
-    }
-    free(d);
-    return lines;
 }
 
 static void pq_run(int hooks, long n, int pool, const char *sleep_s) {
@@ -399,7 +400,9 @@ TEST(hiredis_blocking_1000_vthreads) {
     run_vthreads(rd.size, rd_connect_one);
     rd.nfree = rd.size;
 
+    int saved, fd = stderr_to_file(&saved);
     run_vthreads(rd.n, rd_worker);
+    int lines = check_pinned_lines(fd, saved, 1);
     CHECK_EQ(atomic_load(&rd.done), rd.n);
     for (long v = 1; v <= rd.n; v++) CHECK_EQ(rd.seen[v], 1);
     /* what the server holds: the counter at n, n keys and the counter */
@@ -410,9 +413,8 @@ TEST(hiredis_blocking_1000_vthreads) {
     CHECK_EQ(r->integer, rd.n + 1);
     freeReplyObject(r);
     uint64_t pinned = pinned_now();
-    printf("%ld vthreads, %d connections: every reply right; weft_stats.pinned = %llu\n", rd.n, rd.size,
-           (unsigned long long)pinned);
-    CHECK_EQ(pinned, 0);
+    printf("%ld vthreads, %d connections: every reply right; weft_stats.pinned = %llu (%d in weft's own locks)\n",
+           rd.n, rd.size, (unsigned long long)pinned, lines);
 
     for (int i = 0; i < rd.size; i++) redisFree(rd.conns[i]);
     free(rd.conns);
@@ -571,12 +573,13 @@ TEST(curl_easy_1000_vthreads_against_httpd) {
 
     runtime_start(1);
     CHECK_EQ(weft_sem_init(&cu.slots, (unsigned)slots), 0);
+    int saved, fd = stderr_to_file(&saved);
     run_vthreads(n, cu_worker);
+    int lines = check_pinned_lines(fd, saved, 1);
     CHECK_EQ(atomic_load(&cu.done), n);
     uint64_t pinned = pinned_now();
-    printf("%ld vthreads (%ld transfers at once): every body right; weft_stats.pinned = %llu\n", n, slots,
-           (unsigned long long)pinned);
-    CHECK_EQ(pinned, 0);
+    printf("%ld vthreads (%ld transfers at once): every body right; weft_stats.pinned = %llu "
+           "(%d in weft's own locks)\n", n, slots, (unsigned long long)pinned, lines);
 
     backend_guard("del %d\n", (int)srv);
     kill(srv, SIGTERM);
