@@ -86,6 +86,18 @@ static int test_count, test_skipped;
         }                                                                             \
     } while (0)
 
+/* What file fd holds, whole, NUL-terminated; closes fd.  The caller frees. */
+__attribute__((unused)) static char *slurp_fd(int fd) {
+    off_t len = lseek(fd, 0, SEEK_END);
+    CHECK(len >= 0);
+    char *d = malloc((size_t)len + 1);
+    CHECK(d != NULL);
+    CHECK(pread(fd, d, (size_t)len, 0) == len);
+    d[len] = 0;
+    close(fd);
+    return d;
+}
+
 /* The thread dump (weft_dump, in format) once it shows every one of the
  * strings after format (a NULL ends them); the caller frees it.  A vthread
  * that has started is not yet parked where the test wants it, however long
@@ -99,12 +111,7 @@ __attribute__((unused, sentinel)) static char *dump_showing(int format, ...) {
         CHECK(fd >= 0);
         unlink(path);
         CHECK_EQ(weft_dump(fd, format), 0);
-        off_t len = lseek(fd, 0, SEEK_END);
-        char *d = malloc((size_t)len + 1);
-        CHECK(d != NULL);
-        CHECK(pread(fd, d, (size_t)len, 0) == len);
-        d[len] = 0;
-        close(fd);
+        char *d = slurp_fd(fd);
         const char *missing = NULL;
         va_list ap;
         va_start(ap, format);

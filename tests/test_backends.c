@@ -100,12 +100,7 @@ __attribute__((unused)) static int check_pinned_lines(int fd, int saved, int hoo
     fflush(stderr);
     CHECK_EQ(dup2(saved, 2), 2);
     close(saved);
-    off_t len = lseek(fd, 0, SEEK_END);
-    char *d = malloc((size_t)len + 1);
-    CHECK(d != NULL);
-    CHECK(pread(fd, d, (size_t)len, 0) == len);
-    d[len] = 0;
-    close(fd);
+    char *d = slurp_fd(fd);
     int lines = 0;
     for (char *line = d, *nl; line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
