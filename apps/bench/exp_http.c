@@ -42,7 +42,8 @@
  * weft-load (-q, no keep-alive) since ab cannot hold that many.
  * cpu_us_per_req = server CPU time over the load / completed requests;
  * limit_rps = C / mean delay (Little's law: C requests in flight, each
- * taking at least the delay).
+ * taking at least the delay); for http-db min(C, pool) / delay, since only
+ * the pool's connections can be in pg_sleep at once.
  *
  * Programs: weft-httpd is $WEFT_HTTPD, else ../httpd/weft-httpd next to this
  * executable; weft-load $WEFT_LOAD, else ../load/weft-load; ab from PATH.
@@ -735,7 +736,13 @@ static void peer_name(char *out, size_t len, const char *model) {
     out[n] = '\0';
 }
 
-static double limit_rps(const http_exp *x, long c) { return (double)c * (double)x->every * 1000.0 / (double)x->delay_ms; }
+/* Requests that can be in their delay at once: C, or the database pool
+ * when http-db's pool is smaller (the rest wait for a connection). */
+static long in_delay(long c, long pool) { return pool > 0 && pool < c ? pool : c; }
+
+static double limit_rps(const http_exp *x, long c, long pool) {
+    return (double)in_delay(c, pool) * (double)x->every * 1000.0 / (double)x->delay_ms;
+}
 
 /*
  * What ab itself lets a server reach when every request takes the delay
@@ -743,12 +750,16 @@ static double limit_rps(const http_exp *x, long c) { return (double)c * (double)
  * C - 1 connections only once that answer is in (strace: one connect, the
  * 100 ms wait, then the rest), so n requests need at least
  * (1 + ceil((n - 1) / C)) delays.  At n = 3000 that caps C = 300 at 90.9 %
- * of the limit, 500 at 85.7 %, 1000 at 75 %, whatever the server.  0 where
- * it does not apply (weft-load, which starts all C at once; every > 1).
+ * of the limit, 500 at 85.7 %, 1000 at 75 %, whatever the server.  With a
+ * database pool of P < C (http-db) only P are in their delay at once, so
+ * 1 + ceil((n - 1) / P): at P = 200, n = 3000, 1,875/s for every C >= 200
+ * (93.75 % of the pool's 2,000/s).  0 where it does not apply (weft-load,
+ * which starts all C at once; every > 1).
  */
-static double ab_ceiling_rps(const http_exp *x, const point *p) {
+static double ab_ceiling_rps(const http_exp *x, const point *p, long pool) {
     if (x->every != 1 || p->c >= WEFT_LOAD_MIN_CONC || p->c <= 0 || p->n <= 0) return 0;
-    double waves = 1.0 + (double)((p->n - 1 + p->c - 1) / p->c);
+    long k = in_delay(p->c, pool);
+    double waves = 1.0 + (double)((p->n - 1 + k - 1) / k);
     return (double)p->n * 1000.0 / (waves * (double)x->delay_ms);
 }
 
@@ -814,7 +825,8 @@ static void measure(server *s, const progs *pg, const http_exp *x, const char *m
                                 ro.ru.ru_stime.tv_usec / 1e6
                           : 0;
     double busy_s = (double)(h1.busy - h0.busy) / (double)hz;
-    double lim = limit_rps(x, p->c);
+    long pool = x->db ? pg->db_pool : 0;
+    double lim = limit_rps(x, p->c, pool);
 
     bench_result r;
     set_point(&r, x, model);
@@ -825,7 +837,7 @@ static void measure(server *s, const progs *pg, const http_exp *x, const char *m
         br_setf(&r, "rps", 2, lr.rps);
         br_setf(&r, "limit_rps", 0, lim);
         br_setf(&r, "pct_of_limit", 1, 100 * lr.rps / lim);
-        double ceil_rps = ab_ceiling_rps(x, p);
+        double ceil_rps = ab_ceiling_rps(x, p, pool);
         if (ceil_rps > 0) {
             br_setf(&r, "ab_ceiling_rps", 0, ceil_rps);
             br_setf(&r, "pct_of_ab_ceiling", 1, 100 * lr.rps / ceil_rps);
@@ -1025,7 +1037,7 @@ static void fig(char out[T_CELL], const bench_result *r, enum what w) {
     }
 }
 
-static void print_delay_tables(const bench_report *rep, const http_exp *x, const point *ran, int nran,
+static void print_delay_tables(const bench_report *rep, const http_exp *x, long pool, const point *ran, int nran,
                                char models[][32], int nmodels) {
     const char *peers[MAX_PEERS];
     int npeers = peer_list(rep, x, peers);
@@ -1034,8 +1046,9 @@ static void print_delay_tables(const bench_report *rep, const http_exp *x, const
     static const char *const titles[] = {"requests/s", "latency mean / p95, ms", "server CPU per request, us"};
     if (x->db) {
         printf("\nhttp-db: every request runs SELECT pg_sleep(0.1) on one of a pool of connections (weft: blocking "
-               "libpq, hooks on for virtual; Java: JDBC); ab -r, no keep-alive; limit = C / 0.1 s; ab ceiling as in "
-               "http-delay; server CPU leaves out PostgreSQL's\n"
+               "libpq, hooks on for virtual; Java: JDBC); ab -r, no keep-alive; limit = min(C, pool) / 0.1 s; ab "
+               "ceiling = 1 + ceil((n-1)/min(C, pool)) delays (ab sends its first request alone); server CPU "
+               "leaves out PostgreSQL's\n"
                "article: Spring Boot 3 on Tomcat, Java 21, a simulated 100 ms, 3000 requests per C (platform: "
                "Tomcat's 200 threads)\n");
     } else {
@@ -1066,9 +1079,9 @@ static void print_delay_tables(const bench_report *rep, const http_exp *x, const
             col = 0;
             snprintf(cell(&t, r, col++), T_CELL, "%ld", pts[i].c);
             snprintf(cell(&t, r, col++), T_CELL, "%ld", pts[i].n);
-            if (w == W_RPS) snprintf(cell(&t, r, col++), T_CELL, "%.0f", limit_rps(x, pts[i].c));
+            if (w == W_RPS) snprintf(cell(&t, r, col++), T_CELL, "%.0f", limit_rps(x, pts[i].c, pool));
             if (w == W_RPS) {
-                double ab_c = ab_ceiling_rps(x, &pts[i]);
+                double ab_c = ab_ceiling_rps(x, &pts[i], pool);
                 if (ab_c > 0) snprintf(cell(&t, r, col++), T_CELL, "%.0f", ab_c);
                 else snprintf(cell(&t, r, col++), T_CELL, "-");
             }
@@ -1113,7 +1126,7 @@ static void every10_row(tbl *t, const char *label, const bench_result *r, const 
         char *out = cell(t, row, 3 + k);
         snprintf(out, T_CELL, "-");
         if (k == 1) {
-            if (br_num(r, "rps", &v) && c > 0) snprintf(out, T_CELL, "%.1f", 100 * v / limit_rps(x, (long)c));
+            if (br_num(r, "rps", &v) && c > 0) snprintf(out, T_CELL, "%.1f", 100 * v / limit_rps(x, (long)c, 0));
         } else if (k == 6) {
             fig(out, r, W_CPU);
         } else if (br_num(r, keys[k], &v)) {
@@ -1322,7 +1335,7 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
     }
     if (x->db) db_stop(&db);
 
-    if (x == &HTTP_DELAY || x == &HTTP_DB) print_delay_tables(rep, x, pts, npts, models, nmodels);
+    if (x == &HTTP_DELAY || x == &HTTP_DB) print_delay_tables(rep, x, x->db ? pg.db_pool : 0, pts, npts, models, nmodels);
     else print_every10_table(rep, x, pts, npts, models, nmodels);
     return ran_any ? 0 : -ECHILD;
 }
