@@ -133,6 +133,11 @@ int weft__stacks_trim(void);
  * the top page of one batch of depot stacks; 1 if it did something. */
 int weft__stacks_idle_trim(weft__stack_cache *cache);
 
+/* Called by a carrier that stops spawning for good or for long (a retired
+ * spare): gives everything its cache holds to the depot, where the other
+ * carriers' trims reach it. */
+void weft__stacks_cache_flush(weft__stack_cache *cache);
+
 /* When the idle trim will have work for this carrier (weft_now's clock
  * base is CLOCK_MONOTONIC), or INT64_MAX if it has none. */
 int64_t weft__stacks_trim_due(const weft__stack_cache *cache);

@@ -40,6 +40,7 @@
  *    threads' stacks back.  Go keeps freed stack spans until a GC (at
  *    least every 2 minutes) and its scavenger returns memory gradually;
  *    10 s still gives a one-off spike's memory back soon.
+ *    $WEFT_STACK_IDLE_MS sets it (README, "Environment").
  *  - Guards: MADV_GUARD_INSTALL where the kernel has it.  Elsewhere an
  *    mprotect(PROT_NONE) guard costs a VMA of its own, and vm.max_map_count
  *    would cap the process near 32k stacks, so mprotect guards are used while
@@ -112,7 +113,7 @@
 #define DEPOT_HOT 4096u
 #define CACHE_KEEP 64u               /* a carrier's cache keeps these whole through a lull */
 #define DEPOT_IDLE 512u              /* ... and the depot these, less their deep pages */
-#define TRIM_IDLE_NS 10000000000LL   /* a lull: the depot untouched this long */
+#define TRIM_IDLE_NS 10000000000LL   /* a lull: the depot untouched this long ($WEFT_STACK_IDLE_MS) */
 #define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
 #define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
 #define IOV_MAX_BATCH 1024u
@@ -143,6 +144,7 @@ static struct {
     weft__stack *odd;     /* free stacks of other sizes */
     struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
     size_t ncold, capcold;
+    int64_t trim_idle_ns; /* TRIM_IDLE_NS, or $WEFT_STACK_IDLE_MS */
     _Atomic uint64_t seq_counter;
     _Atomic uint32_t ndepot_hint; /* ndepot, readable without the lock */
     _Atomic uint32_t nshallow_hint;
@@ -248,6 +250,9 @@ int weft__stacks_init(size_t default_size) {
         S.vma_budget = b ? atol(b) : (maxm - used - reserve) / 2;
         if (S.vma_budget < 0) S.vma_budget = 0;
     }
+    const char *l = getenv("WEFT_STACK_IDLE_MS");
+    long lull_ms = l && *l ? atol(l) : -1;
+    S.trim_idle_ns = lull_ms >= 0 ? (int64_t)lull_ms * 1000000 : TRIM_IDLE_NS;
     S.pidfd = probe_process_madvise();
     S.inited = 1;
     pthread_mutex_unlock(&S.lock);
@@ -495,7 +500,15 @@ int64_t weft__stacks_trim_due(const weft__stack_cache *cache) {
     if (cache->n <= CACHE_KEEP && atomic_load_explicit(&S.nshallow_hint, memory_order_relaxed) >=
                                       atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed))
         return INT64_MAX;
-    return atomic_load_explicit(&S.last_active, memory_order_relaxed) + TRIM_IDLE_NS;
+    return atomic_load_explicit(&S.last_active, memory_order_relaxed) + S.trim_idle_ns;
+}
+
+void weft__stacks_cache_flush(weft__stack_cache *cache) {
+    if (!S.inited || cache->n == 0) return;
+    pthread_mutex_lock(&S.lock);
+    if (depot_put(cache->s, cache->n) == 0) cache->n = 0; /* (no memory: they stay here) */
+    atomic_store_explicit(&S.ndepot_hint, S.ndepot, memory_order_relaxed);
+    pthread_mutex_unlock(&S.lock);
 }
 
 int weft__stacks_idle_trim(weft__stack_cache *cache) {

@@ -1120,6 +1120,10 @@ static int own_work(weft__carrier *c) {
  * fence and with the monitor's disarm (any_busy). */
 static void retired_sleep(weft__carrier *c, weft__poller *pl) {
     flush_live(c);
+    /* its cached stacks to the depot: only idle shared carriers return
+     * stack memory, and a retired spare may sleep until shutdown (a burst
+     * it helped with left up to WEFT__STACK_CACHE_CAP stacks here, whole) */
+    weft__stacks_cache_flush(&c->stacks);
     uint32_t seq = atomic_load(&c->wake_seq);
     atomic_store(&c->dormant, 1);
     if (own_work(c) || atomic_load(&c->shared) || atomic_load(&R.stop)) {
