@@ -1211,8 +1211,15 @@ static uint64_t ld64(const void *p) {
     AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
     return v;
 }
+static uint32_t ld32(const void *p) {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    uint32_t v = __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    return v;
+}
 #else
 static uint64_t ld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+static uint32_t ld32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED); }
 #endif
 
 /* Carrier v's thread's CPU time, ns; -1 if unknown. */
@@ -1306,6 +1313,11 @@ static void *monitor_main(void *unused) {
              * the scheduler, between two) */
             if (R.pin_threshold >= 0) {
                 const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
+                /* a parallel worker computes on purpose (WEFT__F_COMPUTE,
+                 * parallel.c): no hog event, no spare for it -- a spare
+                 * would only oversubscribe the CPUs it uses (a stale read
+                 * of a reused slot costs at most one look) */
+                if (t && (ld32(&t->flags) & WEFT__F_COMPUTE)) t = NULL;
                 if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
                     /* the CPU it uses from here tells a hog from a thread
                      * the kernel has not run (weft__stall_probe) */
@@ -1972,6 +1984,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
     t->scopes = NULL;
     t->scope_deadline = 0;
+    t->par = NULL;
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;
