@@ -14,7 +14,7 @@
  * sets java.util.concurrent.ForkJoinPool.common.parallelism).  One warm-up
  * run (the JIT compiles), then REPS measured; prints one line
  *   experiment=parallel workload=W peer=java17-streams status=ok threads=T
- *   n=N reps=R wall_s=MEDIAN wall_min_s=MIN check=VALUE
+ *   n=N jvm=VERSION reps=R wall_s=MEDIAN wall_min_s=MIN check=VALUE
  */
 import java.util.Arrays;
 import java.util.stream.IntStream;
@@ -68,7 +68,7 @@ public class Par {
         b.append("experiment=parallel workload=").append(a[0]).append(" peer=java17-streams status=ok threads=")
          .append(threads).append(" n=").append(n);
         if (!uniform) b.append(" max_iter=").append(maxIter);
-        b.append(" reps=").append(reps).append(String.format(" wall_s=%.4f wall_min_s=%.4f", wall[reps / 2], wall[0]))
+        b.append(" jvm=").append(System.getProperty("java.version")).append(" reps=").append(reps).append(String.format(" wall_s=%.4f wall_min_s=%.4f", wall[reps / 2], wall[0]))
          .append(" check=").append(check);
         System.out.println(b);
     }
