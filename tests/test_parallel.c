@@ -7,6 +7,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
 
 #define MS 1000000LL
 #define FOREVER_MS (3600 * 1000LL)
@@ -601,4 +603,29 @@ TEST(monitor_sees_no_hog) {
     weft_config cfg = {.carriers = 2, .pin_threshold_ns = 5 * MS};
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(weft_main(no_hog_main, NULL), 0);
+}
+
+/* A body blocked in a system call weft does not own still pins its
+ * carrier: the monitor reports it (and may compensate) as for any vthread. */
+static void blocking_body(size_t i, void *ctx) {
+    (void)ctx;
+    if (i != 0) return;
+    struct timespec ts = {0, 150 * MS};
+    syscall(SYS_nanosleep, &ts, NULL); /* the raw call: weft knows nothing of it */
+}
+
+static int pinned_main(void *arg) {
+    (void)arg;
+    weft_stats a, b;
+    weft_stats_get(&a);
+    CHECK_EQ(weft_parallel_for(0, 2, 1, blocking_body, NULL), 0);
+    weft_stats_get(&b);
+    CHECK(b.pinned > a.pinned);
+    return 0;
+}
+
+TEST(monitor_still_sees_a_pinned_body) {
+    weft_config cfg = {.carriers = 2, .pin_threshold_ns = 5 * MS};
+    CHECK_EQ(weft_init(&cfg), 0);
+    CHECK_EQ(weft_main(pinned_main, NULL), 0);
 }

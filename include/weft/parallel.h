@@ -15,10 +15,12 @@
  * Called from a platform thread, every worker is such a vthread and the
  * caller blocks until they are done (computing on the platform thread too
  * would put one thread more than there are CPUs on the carriers' CPUs).
- * Workers tell the runtime they compute on purpose: the monitor reports no
- * "hog" for them and starts no spare carrier for them (weft.h, "The
- * monitor"); they call weft_yield after about every millisecond of work, so
- * other vthreads on the same carriers still run, a little later.
+ * Workers tell the runtime they compute on purpose: while they compute,
+ * the monitor reports no "hog" for them and starts no spare carrier for
+ * them (weft.h, "The monitor"); a body blocked in a system call weft does
+ * not own is still reported pinned.  They call weft_yield after about
+ * every millisecond of work, so other vthreads on the same carriers still
+ * run, a little later.
  *
  * Nesting.  A body may call weft_parallel_for/_reduce itself: the inner call
  * spreads over the same carriers (its workers are vthreads, not threads),

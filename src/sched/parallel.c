@@ -59,7 +59,10 @@
  * (sched.h): the monitor then opens no hog stall for it and starts no spare
  * carrier for it (a spare would be one more thread on the same CPUs: slower
  * for CPU-bound work), but still moves what the worker's carrier leaves
- * stranded (its slot, FIFO, due timers).  The worker calls weft_yield at a
+ * stranded (its slot, FIFO, due timers); a body blocked in a system call
+ * weft does not own is still reported pinned and compensated, as any
+ * vthread (the monitor tells the two by the carrier's CPU clock: sched.c,
+ * monitor_main).  The worker calls weft_yield at a
  * chunk boundary after every YIELD_NS of work, so vthreads queued on its
  * carrier run within about a millisecond; with nothing else to run a yield
  * costs a few nanoseconds.  The caller's flag is restored on return.
@@ -157,13 +160,21 @@ static void set_err(par_job *j, int err) {
     atomic_compare_exchange_strong(&j->err, &z, err);
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static void lock(par_worker *w) {
     for (unsigned spins = 0;;) {
         if (!atomic_exchange_explicit(&w->lock, 1, memory_order_acquire)) return;
         while (atomic_load_explicit(&w->lock, memory_order_relaxed)) {
             /* the holder runs a few instructions, unless the kernel took its CPU away */
             if (++spins % 128 == 0) sched_yield();
-            else __builtin_ia32_pause();
+            else cpu_relax();
         }
     }
 }

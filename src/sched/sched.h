@@ -108,9 +108,10 @@ enum {
     WEFT__F_PINNED = 2,
     WEFT__F_DETACHED = 4,  /* set under join_lock */
     /* computes on purpose (a parallel worker, parallel.c): the monitor
-     * neither reports it as a hog nor adds a spare carrier for it, but
-     * still moves what its carrier leaves stranded.  Set and cleared by
-     * the vthread itself; read racily by the monitor. */
+     * neither reports it as a hog nor adds a spare carrier for it while it
+     * computes, but still moves what its carrier leaves stranded, and
+     * reports it pinned if it blocks in a foreign system call.  Set and
+     * cleared by the vthread itself; read racily by the monitor. */
     WEFT__F_COMPUTE = 8,
 };
 
