@@ -151,8 +151,10 @@ struct par_job {
     _Atomic int err;      /* the first error, 0 */
 };
 
-/* How many workers a call gets: the carriers of the caller's pool (the
- * default pool; with carrier groups, the caller's group). */
+/* How many workers a call gets: the carriers of the caller's pool -- the
+ * default pool today.  With carrier groups this becomes the caller's
+ * group's carrier count, and run_job's spawn attribute gets the caller's
+ * group (attr.group), so that the helpers run where the caller may. */
 static int par_workers(void) { return weft__carriers(); }
 
 static void set_err(par_job *j, int err) {
