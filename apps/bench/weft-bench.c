@@ -239,7 +239,7 @@ static void usage(FILE *f) {
           "  parallel     [--workload uniform,skewed] [-n N=1000000000] [--size S=4096] [--max-iter I=1000]\n"
           "               [--peers \"weft pthreads openmp java17-streams\"] [--reps R=3] [--omp-chunk C]\n"
           "               CPU-bound work over K = --carriers (default CPUs) cores, in one run:\n"
-          "               uniform: sum of sqrt(i), i < N; skewed: an S x S Mandelbrot, a row per\n"
+          "               uniform: sum of sqrt(i), i < N; skewed: an S x S Mandelbrot (upper half), a row per\n"
           "               index.  weft_parallel_reduce (on uniform also at 1 and 2 carriers), K\n"
           "               pthreads with equal static pieces, OpenMP schedule(dynamic, C) (weft-par-omp\n"
           "               beside weft-bench; C: 16384 uniform, 1 skewed), Java 17 parallel streams\n"

@@ -8,7 +8,7 @@
  * it: LongStream.range(0, N).parallel().mapToDouble(i -> Math.sqrt(i))
  * .reduce(0, Double::sum) (plain summation, as the C peers do: .sum() would
  * add Kahan compensation).  skewed: an N x N Mandelbrot of [-2, 1] x
- * [-1.5, 1.5], MAX_ITER (1000) iterations at most, one row per element of
+ * [0, 1.5] (bench/parallel/work.h), MAX_ITER (1000) iterations at most, one row per element of
  * IntStream.range(0, N).parallel().mapToLong(row).sum().  The common
  * ForkJoinPool runs THREADS - 1 workers plus the calling thread (peer.sh
  * sets java.util.concurrent.ForkJoinPool.common.parallelism).  One warm-up
@@ -22,11 +22,11 @@ import java.util.stream.LongStream;
 
 public class Par {
     static long mandelRow(int row, int size, int maxIter) {
-        double scale = 3.0 / size;
-        double ci = -1.5 + row * scale;
+        double xs = 3.0 / size, ys = 1.5 / size;
+        double ci = row * ys;
         long total = 0;
         for (int x = 0; x < size; x++) {
-            double cr = -2.0 + x * scale, zr = 0, zi = 0;
+            double cr = -2.0 + x * xs, zr = 0, zi = 0;
             int k = 0;
             while (k < maxIter && zr * zr + zi * zi <= 4.0) {
                 double t = zr * zr - zi * zi + cr;

@@ -4,6 +4,7 @@
  *   weft-par-omp uniform|skewed N THREADS REPS [CHUNK [MAX_ITER]]
  *
  * uniform: the sum of sqrt(i) for i in [0, N); skewed: an N x N Mandelbrot
+ * (the upper half of the set: work.h)
  * (MAX_ITER iterations at most, default 1000), a row per index.  Both as
  * `#pragma omp parallel for schedule(dynamic, CHUNK) reduction(+:acc)`
  * over the bodies of work.c, called through a function pointer per index

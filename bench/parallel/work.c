@@ -15,11 +15,11 @@ void par_sqrt_combine(void *into, const void *from, void *ctx) {
 
 void par_mandel_body(size_t row, void *acc, void *ctx) {
     const par_mandel *m = ctx;
-    double scale = 3.0 / m->size;
-    double ci = -1.5 + (double)row * scale;
+    double xs = 3.0 / m->size, ys = 1.5 / m->size;
+    double ci = (double)row * ys;
     uint64_t total = 0;
     for (int x = 0; x < m->size; x++) {
-        double cr = -2.0 + x * scale, zr = 0, zi = 0;
+        double cr = -2.0 + x * xs, zr = 0, zi = 0;
         int k = 0;
         while (k < m->max_iter && zr * zr + zi * zi <= 4.0) {
             double t = zr * zr - zi * zi + cr;

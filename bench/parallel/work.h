@@ -23,8 +23,11 @@
 void par_sqrt_body(size_t i, void *acc, void *ctx);
 void par_sqrt_combine(void *into, const void *from, void *ctx);
 
-/* skewed: one row of a size x size Mandelbrot of [-2, 1] x [-1.5, 1.5]
- * (ctx: par_mandel); acc is a uint64_t; adds the row's iteration count */
+/* skewed: one row of a size x size Mandelbrot of [-2, 1] x [0, 1.5] (the
+ * upper half of the set, row 0 on the real axis: the rows near it cost up
+ * to ~100x the last ones, so equal static pieces are unequal work -- the
+ * whole set, symmetric about the axis, would be balanced for 2 threads);
+ * ctx: par_mandel; acc is a uint64_t; adds the row's iteration count */
 typedef struct par_mandel {
     int size;
     int max_iter;
