@@ -629,3 +629,41 @@ TEST(monitor_still_sees_a_pinned_body) {
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(weft_main(pinned_main, NULL), 0);
 }
+
+/* Costs that grow along the range: a worker's chunk, sized on cheap
+ * indices, reaches the expensive ones; a hungry worker has it split in
+ * flight instead of waiting for the whole chunk.  (A lower bound on
+ * parallelism: at least two workers ran the expensive tail, in one of a
+ * few tries.) */
+typedef struct growing {
+    size_t n, heavy_from;
+    _Atomic uint64_t ran_by[2]; /* vthread ids seen on heavy indices (first two) */
+    _Atomic int distinct;
+} growing;
+
+static void growing_body(size_t i, void *ctx) {
+    growing *g = ctx;
+    if (i < g->heavy_from) return;
+    int64_t t0 = weft_now();
+    while (weft_now() - t0 < 200000) {} /* 200 us */
+    uint64_t me = weft_id(weft_self()), z = 0;
+    if (atomic_compare_exchange_strong(&g->ran_by[0], &z, me)) return;
+    if (atomic_load(&g->ran_by[0]) != me) atomic_store(&g->distinct, 1);
+}
+
+static int growing_main(void *arg) {
+    (void)arg;
+    int ok = 0;
+    for (int tries = 0; tries < 5 && !ok; tries++) {
+        growing g = {.n = 1 << 20, .heavy_from = (1 << 20) - 64};
+        CHECK_EQ(weft_parallel_for(0, g.n, 0, growing_body, &g), 0);
+        ok = atomic_load(&g.distinct);
+    }
+    CHECK(ok);
+    return 0;
+}
+
+TEST(chunk_in_flight_is_split_for_the_hungry) {
+    init_carriers(3);
+    CHECK_EQ(weft_main(growing_main, NULL), 0);
+}

@@ -13,7 +13,9 @@
  * worker holds its piece [lo, hi) under a small spin lock of its own, a
  * `started` bit, and a relaxed copy of hi - lo (`left`) that thieves scan
  * without the lock.  Per chunk nothing is allocated and no atomic operation
- * is paid beyond the owner's lock; per index nothing but the body call.
+ * is paid beyond the owner's lock; per index, beside the body call, one
+ * load of the worker's own `interrupt` word (a line only a thief writes,
+ * rarely).
  *
  *  - The owner takes a chunk from the FRONT of its piece (lo += c, under
  *    its lock) and runs it without the lock.
@@ -23,8 +25,18 @@
  *    still waiting for a carrier must not hold work back) -- then makes
  *    that its own piece.  A piece shorter than 2 x grain (2 for grain 0) of
  *    a started owner is not split: its owner finishes it.
- *  - A worker leaves when its piece is empty and a scan finds nothing to
- *    steal.  Everything left is then in someone's piece or chunk, and its
+ *  - When no piece can be split, the hungry worker asks the worker with
+ *    the largest chunk in flight (`inflight`, of at least 2 x grain) to
+ *    split it: that owner reads its `interrupt` word after every index,
+ *    ends the chunk there and puts the rest back at the front of its piece
+ *    (lo only ever moves by its owner, so the piece stays contiguous),
+ *    where the thief steals half; while anyone is hungry (job->hungry),
+ *    owners take at most half of what is left.  This is the lazy half of
+ *    lazy binary splitting: a chunk sized on cheap indices that runs into
+ *    expensive ones is still shared.  A thief waits at most WAIT_NS for the
+ *    answer (a body that blocks inside a chunk of the caller's grain).
+ *  - A worker leaves when its piece is empty and nothing can be stolen or
+ *    split.  Everything left is then in someone's piece or chunk, and its
  *    owner finishes it: the loop ends when the last worker leaves.
  * Alternatives rejected: a packed (lo, hi) word changed by one CAS needs
  * 128-bit CAS for size_t ranges (not on every target, and slow where it is
@@ -83,8 +95,8 @@
  * weft_parallel_fail, the caller's cancellation or deadline (checked at
  * every chunk boundary by worker 0 -- the caller; or seen by a platform
  * caller's join), or ENOMEM for a partial.  Every worker looks at it at each
- * chunk boundary; the failing worker also stops within its chunk (its own
- * `failed` flag, read after each body call: no shared load per index).
+ * chunk boundary; the failing worker also stops within its chunk (it sets
+ * its own `interrupt`, read after each body call).
  * After an error the caller cancels the helpers (weft_cancel: a body blocked
  * in a weft call returns) and joins them without being interruptible itself.
  *
@@ -101,8 +113,10 @@
  * are dropped and *acc is untouched.
  *
  * Who touches what: a worker's lo/hi/started under its lock (owner and
- * thieves); left: written under the lock, read racily by scans; chunk,
- * failed and the segment arrays by the owner only (the caller reads them
+ * thieves); left: written under the lock, read racily by scans; inflight:
+ * the owner's, read by thieves; interrupt: set by thieves and the owner's
+ * bodies, cleared by the owner; job->hungry by thieves; chunk, failed and
+ * the segment arrays by the owner only (the caller reads them
  * after joining, which orders them); job->err by anyone (atomic); the rest
  * of the job is written before the helpers are spawned and only read after.
  */
@@ -115,6 +129,7 @@
 
 #define CHUNK_NS 50000    /* grain 0: a chunk aims at this much work */
 #define YIELD_NS 1000000  /* a worker yields after this much work */
+#define WAIT_NS 1000000   /* a thief waits at most this long for a chunk in flight to be split */
 #define CHUNK_MAX ((size_t)1 << 40)
 #define SEG_FIRST 4       /* a worker's first segment arrays: room for this many */
 #define ACC_ALIGN 16      /* partials' stride: acc_size rounded up to this */
@@ -130,6 +145,8 @@ typedef struct par_worker {
     par_job *job;
     int index;
     int failed;           /* a body of this worker called weft_parallel_fail */
+    _Atomic int interrupt;   /* end the chunk in flight after the current index (a thief, or failed) */
+    _Atomic size_t inflight; /* the size of the chunk in flight, 0 between chunks (read by thieves) */
     size_t chunk;         /* grain 0: the next chunk's size */
     size_t nseg, capseg;  /* reduce: segments */
     size_t *seg_lo;
@@ -149,6 +166,7 @@ struct par_job {
     size_t acc_size, stride;
     int64_t deadline;     /* the caller's effective deadline, 0: none */
     _Atomic int err;      /* the first error, 0 */
+    _Atomic int hungry;   /* workers waiting for a chunk in flight to be split */
 };
 
 /* How many workers a call gets: the carriers of the caller's pool -- the
@@ -214,12 +232,59 @@ static int take(par_worker *w, size_t want, size_t *a, size_t *b) {
         return 0;
     }
     size_t c = want < rem ? want : rem;
+    /* someone waits for work: leave it the back half */
+    if (atomic_load_explicit(&w->job->hungry, memory_order_relaxed) && rem / 2 >= w->job->split_min && c > rem / 2)
+        c = rem / 2;
+    atomic_store_explicit(&w->inflight, c, memory_order_relaxed);
+    atomic_store_explicit(&w->interrupt, 0, memory_order_relaxed);
     *a = w->lo;
     *b = w->lo + c;
     w->lo += c;
     atomic_store_explicit(&w->left, rem - c, memory_order_relaxed);
     unlock(w);
     return 1;
+}
+
+/* Nothing to steal: asks the worker with the largest chunk in flight (if
+ * it can be split) to end it after its current index and put the rest
+ * back in its piece, and waits until it did, or its chunk ended.  0 when no
+ * chunk in flight can be split (the caller leaves), 1 to look again. */
+static int split_inflight(par_worker *w) {
+    par_job *j = w->job;
+    par_worker *busy = NULL;
+    size_t most = 0;
+    for (int k = 0; k < j->n; k++) {
+        par_worker *v = &j->w[k];
+        size_t c = atomic_load_explicit(&v->inflight, memory_order_relaxed);
+        if (v != w && c / 2 >= j->split_min && c > most) most = c, busy = v;
+    }
+    if (!busy) return 0;
+    atomic_fetch_add(&j->hungry, 1);
+    atomic_store_explicit(&busy->interrupt, 1, memory_order_relaxed);
+    /* it answers within one index (a chunk of several indices is short);
+     * one that does not within WAIT_NS (a body that blocks, in a chunk of
+     * the caller's grain) is left to finish alone */
+    int again = 1;
+    int64_t t0 = 0;
+    for (unsigned spins = 0;; spins++) {
+        if (atomic_load_explicit(&j->err, memory_order_relaxed)) break;
+        if (atomic_load_explicit(&busy->left, memory_order_relaxed) / 2 >= j->split_min) break;
+        if (atomic_load_explicit(&busy->inflight, memory_order_relaxed) / 2 < j->split_min) break;
+        if (spins < 256) {
+            cpu_relax();
+            continue;
+        }
+        int64_t now = weft_now();
+        if (!t0) t0 = now;
+        else if (now - t0 > WAIT_NS) {
+            again = 0;
+            break;
+        }
+        weft_yield(); /* whatever else waits on this carrier */
+        if (spins % 64 == 0) sched_yield();
+    }
+    atomic_fetch_sub(&j->hungry, 1);
+    return again;
 }
 
 /* w's piece is empty: takes part of another's into w's piece.  1 when it
@@ -240,7 +305,10 @@ static int steal(par_worker *w, size_t *start) {
                 if (l > most) most = l, best = v;
             }
         }
-        if (!best) return 0;
+        if (!best) {
+            if (!split_inflight(w)) return 0;
+            continue;
+        }
         lock(best);
         size_t rem = best->hi - best->lo, a, b;
         if (rem && !atomic_load_explicit(&best->started, memory_order_relaxed)) {
@@ -267,18 +335,38 @@ static int steal(par_worker *w, size_t *start) {
     }
 }
 
-/* Runs indices [a, b) of w's job; stops early if a body failed. */
-static void run_chunk(par_worker *w, size_t a, size_t b) {
+/* Runs indices [a, b) of w's job until interrupted (a body failed, or a
+ * thief asked for a split); returns the first index not run. */
+static size_t run_chunk(par_worker *w, size_t a, size_t b) {
     par_job *j = w->job;
+    size_t i = a;
     if (j->rbody) {
         void (*f)(size_t, void *, void *) = j->rbody;
         void *acc = w->acc, *ctx = j->ctx;
-        for (size_t i = a; i < b && !w->failed; i++) f(i, acc, ctx);
+        while (i < b) {
+            f(i++, acc, ctx);
+            if (atomic_load_explicit(&w->interrupt, memory_order_relaxed)) break;
+        }
     } else {
         void (*f)(size_t, void *) = j->body;
         void *ctx = j->ctx;
-        for (size_t i = a; i < b && !w->failed; i++) f(i, ctx);
+        while (i < b) {
+            f(i++, ctx);
+            if (atomic_load_explicit(&w->interrupt, memory_order_relaxed)) break;
+        }
     }
+    return i;
+}
+
+/* The rest [next, ...) of an interrupted chunk goes back to the front of
+ * w's piece: only the owner moves lo, so the piece is [b, hi) with hi >= b
+ * (thieves leave at least half), and [next, hi) is contiguous with what w
+ * ran -- its reduce segment goes on. */
+static void give_back(par_worker *w, size_t next) {
+    lock(w);
+    w->lo = next;
+    atomic_store_explicit(&w->left, w->hi - next, memory_order_relaxed);
+    unlock(w);
 }
 
 /* A worker's whole life in a job, on a vthread. */
@@ -312,12 +400,14 @@ static void work(par_worker *w, int caller) {
             }
             continue;
         }
-        run_chunk(w, a, b);
+        size_t next = run_chunk(w, a, b);
+        atomic_store_explicit(&w->inflight, 0, memory_order_relaxed);
         if (w->failed) break;
+        if (next < b) give_back(w, next);
         int64_t t1 = weft_now();
         if (!j->grain) {
             int64_t dt = t1 - t0;
-            if (dt < CHUNK_NS / 2 && b - a == w->chunk && w->chunk < CHUNK_MAX) w->chunk *= 2;
+            if (dt < CHUNK_NS / 2 && next - a == w->chunk && w->chunk < CHUNK_MAX) w->chunk *= 2;
             else if (dt > 2 * CHUNK_NS && w->chunk > 1) w->chunk /= 2;
         }
         if (caller) {
@@ -404,6 +494,7 @@ static int run_job(par_job *j, size_t begin, size_t end, void *acc,
     j->deadline = weft__effective_deadline(0);
     if (j->deadline == INT64_MAX) j->deadline = 0;
     atomic_init(&j->err, 0);
+    atomic_init(&j->hungry, 0);
     j->w = aligned_alloc(WEFT__CACHELINE, sizeof(par_worker) * (size_t)nw);
     weft_thread **h = calloc((size_t)nw, sizeof *h);
     if (!j->w || !h) {
@@ -416,6 +507,8 @@ static int run_job(par_job *j, size_t begin, size_t end, void *acc,
         memset(w, 0, sizeof *w);
         atomic_init(&w->lock, 0);
         atomic_init(&w->started, 0);
+        atomic_init(&w->interrupt, 0);
+        atomic_init(&w->inflight, 0);
         /* equal pieces, the remainder spread over the first ones */
         w->lo = begin + (size_t)k * (n / (size_t)nw) + ((size_t)k < n % (size_t)nw ? (size_t)k : n % (size_t)nw);
         w->hi = w->lo + n / (size_t)nw + ((size_t)k < n % (size_t)nw);
@@ -470,6 +563,7 @@ int weft_parallel_fail(int err) {
     if (err >= 0 || !self || !self->par) return -EINVAL;
     par_worker *w = self->par;
     w->failed = 1;
+    atomic_store_explicit(&w->interrupt, 1, memory_order_relaxed);
     set_err(w->job, err);
     return 0;
 }
