@@ -398,6 +398,7 @@ static void work(par_worker *w, int caller) {
                 set_err(j, -ENOMEM);
                 break;
             }
+            t0 = weft_now(); /* (a steal's wait is not the next chunk's work) */
             continue;
         }
         size_t next = run_chunk(w, a, b);
