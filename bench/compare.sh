@@ -32,6 +32,9 @@
 #                then weft-bench http-every10
 #   http-db      no run.sh peer: weft-bench http-db runs its Java peers (bench/http-db/) itself,
 #                in the same run, against the PostgreSQL it starts; compare.sh just runs it
+#   parallel     no run.sh peer: weft-bench parallel runs its peers (pthreads inside it,
+#                OpenMP: weft-par-omp beside it, Java 17 streams: bench/parallel/peer.sh)
+#                itself, in the same run; compare.sh waits for a quiet machine and runs it
 #   http-static  run.sh static-pinned nginx-w1 (CONNS="100 1000"), then the same
 #                run.sh procedure for weft: PEER cmd:'WEFT_HTTPD --carriers 1 --port {port}
 #                --root {docroot} --quiet' (LABEL=weft): server pinned to CPU 1, wrk -t1
@@ -82,6 +85,22 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 1 && $1 != -h && $1 != --help ]] || usage
 exp=$1
 shift
+
+if [[ $exp == parallel ]]; then
+  [[ -x $bench ]] || { echo "compare.sh: no weft-bench at $bench (build it, or set WEFT_BENCH)" >&2; exit 2; }
+  wait_quiet_early() { # (busy/wait_quiet are defined further down; CPU-bound runs need a quiet machine)
+    local t b0 i0 b1 i1
+    for ((t = 0; t < quiet_wait * 2; t++)); do
+      read -r b0 i0 < <(awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat); sleep 0.5
+      read -r b1 i1 < <(awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat)
+      (( 100 * (b1 - b0) / (b1 - b0 + i1 - i0 + 1) < 25 )) && return 0
+    done
+    echo "# note: the machine was still busy after ${quiet_wait}s"
+  }
+  wait_quiet_early
+  echo "# compare.sh parallel $* ($(date -u +%Y-%m-%dT%H:%M:%SZ)): the peers run inside weft-bench parallel"
+  exec "$bench" parallel "$@"
+fi
 
 case $exp in
   http-*) run=$peers_dir/http/run.sh ;;
@@ -315,7 +334,7 @@ case $exp in
     jobs=("file-write c-write" "file-write c-uring" "file-write java17-fos" "file-write java17-async"
           "file-write java17-async-default") ;;
   *)
-    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, file-write, http-delay, http-every10, http-static)" >&2
+    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, file-write, parallel, http-delay, http-every10, http-db, http-static)" >&2
     exit 2 ;;
 esac
 

@@ -401,6 +401,7 @@ WEFT_API int weft_io_backend(void);
 #include "weft/exec.h"
 #include "weft/file.h"
 #include "weft/async.h"
+#include "weft/parallel.h"
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */

@@ -13,6 +13,8 @@ set -euo pipefail
 pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev
       postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev)
 if [[ ${1:-} == bench ]]; then
+  # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
+  # its Java peer the JDK here, Java 17 on Debian 12: bench/parallel/peer.sh)
   pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light curl libpostgresql-jdbc-java)
 fi
 missing=()

@@ -122,6 +122,11 @@ typedef struct bench_opts {
     const char *file_mode; /* file-write --mode (NULL = every mode) */
     long size;           /* file-write --size (0 = 5 bytes) */
     long db_pool;        /* http-db --db-pool (0 = 200) */
+    const char *workload; /* parallel --workload (NULL = uniform,skewed) */
+    const char *peers;   /* parallel --peers (NULL = all) */
+    long max_iter;       /* parallel --max-iter (0 = 1000) */
+    long omp_chunk;      /* parallel --omp-chunk (-1 = the default per workload) */
+    long reps;           /* parallel --reps (0 = 3) */
 } bench_opts;
 
 /*
@@ -152,6 +157,8 @@ int exp_page_floor(const bench_opts *o, bench_report *rep);
 /* exp_file.c: file-write */
 int exp_file_write(const bench_opts *o, bench_report *rep);
 int exp_file_mode_known(const char *mode);
+/* exp_parallel.c: weft_parallel_reduce vs pthreads, OpenMP, Java 17 streams */
+int exp_parallel(const bench_opts *o, bench_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */

@@ -49,6 +49,12 @@
  *   http-every10 the same with every 10th request sleeping 2 s, ab -r -c 100
  *                -n 10000, models virtual, thread, pool:200.  Article:
  *                491.98 req/s (limit 500).  Peers: delay2s-every10.
+ *   parallel     CPU-bound work (issue 12): weft_parallel_reduce against K
+ *                pthreads with a static split, OpenMP schedule(dynamic)
+ *                (weft-par-omp, bench/parallel/omp.c) and Java 17 parallel
+ *                streams (bench/parallel/peer.sh) on a uniform workload (sum
+ *                of sqrt(i), i < 10^9) and a skewed one (a 4096 x 4096
+ *                Mandelbrot, a row per index), same run (exp_parallel.c).
  *   http-db      http-delay with a real database (issue 11): every GET /db
  *                runs SELECT pg_sleep(0.1) through blocking libpq
  *                (examples/http_db.c, models virtual and pool:200) or JDBC
@@ -83,7 +89,7 @@
 
 enum {
     X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64,
-    X_FILE = 128, X_HTTP_DB = 256, X_ALL = 511
+    X_FILE = 128, X_HTTP_DB = 256, X_PARALLEL = 512, X_ALL = 1023
 };
 enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 | X_HTTP_DB };
 
@@ -101,12 +107,14 @@ static const struct experiment {
     {"cancel-storm", X_CANCEL, exp_cancel_storm},
     {"page-floor", X_FLOOR, exp_page_floor},
     {"file-write", X_FILE, exp_file_write},
+    {"parallel", X_PARALLEL, exp_parallel},
 };
 
 enum {
     OPT_PLATFORM = 256, OPT_SLEEP_MS, OPT_EXECUTOR, OPT_SPAWNER, OPT_ONLY, OPT_ROUNDS,
     OPT_CARRIERS, OPT_STACK_KIB, OPT_CAP_S, OPT_PEER_LINE, OPT_PEER_FILE,
     OPT_REQUESTS, OPT_CONC, OPT_MODELS, OPT_BIG, OPT_SCOPES, OPT_SOCKETS, OPT_MODE, OPT_SIZE, OPT_DB_POOL,
+    OPT_WORKLOAD, OPT_PEERS, OPT_MAX_ITER, OPT_OMP_CHUNK, OPT_REPS,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -130,6 +138,11 @@ static const struct option LONG_OPTS[] = {
     {"mode", required_argument, NULL, OPT_MODE},
     {"size", required_argument, NULL, OPT_SIZE},
     {"db-pool", required_argument, NULL, OPT_DB_POOL},
+    {"workload", required_argument, NULL, OPT_WORKLOAD},
+    {"peers", required_argument, NULL, OPT_PEERS},
+    {"max-iter", required_argument, NULL, OPT_MAX_ITER},
+    {"omp-chunk", required_argument, NULL, OPT_OMP_CHUNK},
+    {"reps", required_argument, NULL, OPT_REPS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -146,7 +159,9 @@ static int option_scope(int opt) {
     case OPT_BIG: return X_HTTP_DELAY;
     case OPT_DB_POOL: return X_HTTP_DB;
     case OPT_SCOPES: case OPT_SOCKETS: return X_CANCEL;
-    case OPT_MODE: case OPT_SIZE: return X_FILE;
+    case OPT_MODE: return X_FILE;
+    case OPT_SIZE: return X_FILE | X_PARALLEL;
+    case OPT_WORKLOAD: case OPT_PEERS: case OPT_MAX_ITER: case OPT_OMP_CHUNK: case OPT_REPS: return X_PARALLEL;
     default: return X_ALL;
     }
 }
@@ -221,6 +236,17 @@ static void usage(FILE *f) {
           "               else the source tree's www/; ab from PATH;\n"
           "               QUIET_WAIT_S=10: wait at most this long for a quiet host before each load;\n"
           "               --carriers goes to weft-httpd; --cap-s bounds each load, default 300)\n"
+          "  parallel     [--workload uniform,skewed] [-n N=1000000000] [--size S=4096] [--max-iter I=1000]\n"
+          "               [--peers \"weft pthreads openmp java17-streams\"] [--reps R=3] [--omp-chunk C]\n"
+          "               CPU-bound work over K = --carriers (default CPUs) cores, in one run:\n"
+          "               uniform: sum of sqrt(i), i < N; skewed: an S x S Mandelbrot (upper half), a row per\n"
+          "               index.  weft_parallel_reduce (on uniform also at 1 and 2 carriers), K\n"
+          "               pthreads with equal static pieces, OpenMP schedule(dynamic, C) (weft-par-omp\n"
+          "               beside weft-bench; C: 16384 uniform, 1 skewed), Java 17 parallel streams\n"
+          "               (bench/parallel/peer.sh); every C body through a function pointer per\n"
+          "               index.  One warm-up, R measured: wall_s (median), wall_min_s, check;\n"
+          "               then \"# speed\" lines (peer wall_s / weft wall_s) and \"# scaling\"\n"
+          "               (2 vs 1 carrier); a peer that cannot run here is skipped (# skipped)\n"
           "\n"
           "common options:\n"
           "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
@@ -304,11 +330,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel; see --help)\n", argv[1]);
         return 2;
     }
 
-    bench_opts o = {.sleep_ms = -1, .executor = EXEC_VIRTUAL, .spawner = SPAWN_FROM_VTHREAD, .sockets = -1};
+    bench_opts o = {.sleep_ms = -1, .executor = EXEC_VIRTUAL, .spawner = SPAWN_FROM_VTHREAD, .sockets = -1,
+                    .omp_chunk = -1};
     bench_report rep;
     report_init(&rep);
     int micro_bits = 0, c;
@@ -332,6 +359,14 @@ int main(int argc, char **argv) {
         case OPT_MODE: o.file_mode = optarg; bad = !exp_file_mode_known(optarg); break;
         case OPT_SIZE: bad = parse_long(optarg, 1, &o.size); break;
         case OPT_DB_POOL: bad = parse_long(optarg, 1, &o.db_pool); break;
+        case OPT_WORKLOAD:
+            o.workload = optarg;
+            bad = !strstr(optarg, "uniform") && !strstr(optarg, "skewed");
+            break;
+        case OPT_PEERS: o.peers = optarg; break;
+        case OPT_MAX_ITER: bad = parse_long(optarg, 1, &o.max_iter); break;
+        case OPT_OMP_CHUNK: bad = parse_long(optarg, 0, &o.omp_chunk); break;
+        case OPT_REPS: bad = parse_long(optarg, 1, &o.reps); break;
         case OPT_PLATFORM: o.platform = 1; break;
         case OPT_SLEEP_MS: bad = parse_long(optarg, 0, &o.sleep_ms); break;
         case OPT_EXECUTOR: bad = parse_executor(optarg, &o); break;

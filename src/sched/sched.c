@@ -1004,6 +1004,7 @@ static weft_thread *find_work(weft__carrier *c) {
 
 #define MON_GRACE_MIN_NS 1000000  /* after a rescue: look again this soon */
 #define MON_GRACE_MAX_NS 10000000 /* the longest a carrier holds what others could run, once armed */
+#define MON_COMPUTE_NS 1000000   /* a WEFT__F_COMPUTE vthread that used this much CPU since the first look computes */
 #define PIN_THRESHOLD_NS 20000000 /* a vthread holding its carrier this long is a stall (default) */
 
 static weft_thread *yq_take(weft__carrier *v);
@@ -1215,8 +1216,15 @@ static uint64_t ld64(const void *p) {
     AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
     return v;
 }
+static uint32_t ld32(const void *p) {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    uint32_t v = __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    return v;
+}
 #else
 static uint64_t ld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+static uint32_t ld32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED); }
 #endif
 
 /* Carrier v's thread's CPU time, ns; -1 if unknown. */
@@ -1228,10 +1236,11 @@ static int64_t carrier_cpu(weft__carrier *v) {
 
 /* v has run t without a switch since the look at v->mon_since, which is
  * threshold ago: classify, count, tell. */
-static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, int64_t now) {
+static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, int64_t now, int compute) {
     weft__stall_info info;
     int64_t cpu = v->mon_cpu0 >= 0 ? carrier_cpu(v) : -1;
     if (weft__stall_probe(v->tid, cpu >= 0 ? cpu - v->mon_cpu0 : -1, t, &info) < 0) return;
+    if (compute && info.kind == WEFT__STALL_HOG) return; /* computing on purpose (monitor_main) */
     uint64_t vid = ld64(&t->id);
     uint64_t nw[4];
     for (int i = 0; i < 4; i++) nw[i] = ld64(&t->name_words[i]);
@@ -1314,7 +1323,19 @@ static void *monitor_main(void *unused) {
                     /* the CPU it uses from here tells a hog from a thread
                      * the kernel has not run (weft__stall_probe) */
                     if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
-                    if (now - v->mon_since >= R.pin_threshold) stall_begin(v, t, prog, now);
+                    if (now - v->mon_since >= R.pin_threshold) {
+                        /* a parallel worker computes on purpose
+                         * (WEFT__F_COMPUTE, parallel.c): no hog event and
+                         * no spare for it -- a spare would oversubscribe
+                         * the CPUs it uses -- and no probe while its CPU
+                         * clock runs; blocked in a system call it is
+                         * pinned as any vthread.  (A stale read of a
+                         * reused slot costs at most one look.) */
+                        int compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0;
+                        int64_t cpu = compute ? carrier_cpu(v) : -1;
+                        if (!compute || cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < MON_COMPUTE_NS)
+                            stall_begin(v, t, prog, now, compute);
+                    }
                 }
                 if (atomic_load_explicit(&v->stall, memory_order_relaxed)) {
                     stalled++;
@@ -1976,6 +1997,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
     t->scopes = NULL;
     t->scope_deadline = 0;
+    t->par = NULL;
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;

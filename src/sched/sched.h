@@ -107,6 +107,12 @@ enum {
     WEFT__F_DAEMON = 1,
     WEFT__F_PINNED = 2,
     WEFT__F_DETACHED = 4,  /* set under join_lock */
+    /* computes on purpose (a parallel worker, parallel.c): the monitor
+     * neither reports it as a hog nor adds a spare carrier for it while it
+     * computes, but still moves what its carrier leaves stranded, and
+     * reports it pinned if it blocks in a foreign system call.  Set and
+     * cleared by the vthread itself; read racily by the monitor. */
+    WEFT__F_COMPUTE = 8,
 };
 
 /*
@@ -151,6 +157,9 @@ struct weft_thread {
     _Atomic(void *) task;
     void *scopes;
     int64_t scope_deadline;
+    /* parallel.c: the parallel worker this vthread runs bodies for (the
+     * innermost, when nested), or NULL; the vthread's own */
+    void *par;
     /* tooling */
     void *tsan_fiber;
     void *asan_fake;
