@@ -1,0 +1,77 @@
+/*
+ * Deterministic mode (det.c): the scheduler's hooks.  sched.c calls these at
+ * its decision points when weft__det_on is set; see det.c's top comment for
+ * the design and what is and is not guaranteed.
+ */
+#ifndef WEFT_SCHED_DET_H
+#define WEFT_SCHED_DET_H
+
+#include "sched.h"
+
+/* 1 between a deterministic weft_init and the matching weft_shutdown.
+ * Written only by weft_init / weft_shutdown / the fork child, while no
+ * carrier runs; read everywhere (one predictable branch per decision). */
+extern int weft__det_on;
+
+/* weft_init: is the mode asked for (cfg->deterministic, else
+ * $WEFT_DETERMINISTIC)?  1 on (*seed, *trace set: trace NULL for none),
+ * 0 off, -EINVAL for a bad seed or flag. */
+int weft__det_resolve(const weft_config *cfg, uint64_t *seed, const char **trace);
+/* weft_init, before any carrier starts: resets the clock, the generator
+ * and the run set, opens the trace (-errno if it cannot). */
+int weft__det_start(uint64_t seed, const char *trace);
+/* weft_shutdown, after the carriers ended: closes the trace, frees the set. */
+void weft__det_stop(void);
+/* the fork child: forgets the parent's mode (its run set names vthreads
+ * that do not exist here; the fresh runtime resolves the mode again) */
+void weft__det_fork_child(void);
+
+/* The virtual clock (ns; starts at WEFT__DET_EPOCH). */
+int64_t weft__det_now(void);
+/* The carrier, idle with timers pending: the clock jumps to `to`. */
+void weft__det_jump(int64_t to);
+/* A deadline on the virtual clock as a CLOCK_MONOTONIC one, for a platform
+ * thread's real wait: now + (d - virtual now). 0 stays 0. */
+int64_t weft__det_real_deadline(int64_t d);
+
+/* A platform thread's timed wait, on the virtual clock: registered while
+ * it waits (the node on its stack); the carrier ends it with TIMEDOUT when
+ * the clock reaches its deadline, and counts it among the pending timers
+ * it may jump to.  _add and _del from the waiting thread; _fire and _min
+ * from the carrier. */
+typedef struct weft__det_pwait {
+    struct weft__det_pwait *next, *prev;
+    weft__parker *p;
+    uint64_t token;
+    int64_t deadline;
+} weft__det_pwait;
+void weft__det_pwait_add(weft__det_pwait *w);
+void weft__det_pwait_del(weft__det_pwait *w);
+int64_t weft__det_pwait_min(void); /* INT64_MAX: none */
+void weft__det_pwait_fire(int64_t now);
+
+/* A seeded choice in [0, n) for a decision made on the carrier (n > 1:
+ * one draw; n <= 1: 0, no draw).  On any other thread (a platform thread,
+ * the blocking pool) 0 and no draw: their timing is real, and drawing
+ * there would make the carrier's sequence depend on it. */
+uint32_t weft__det_choose(uint32_t n, const char *what);
+
+/* The run set: every runnable vthread, owned by the carrier thread. */
+void weft__det_push(weft_thread *t);
+/* The seeded pick (NULL when the set is empty); writes the trace line. */
+weft_thread *weft__det_pick(void);
+/* A vthread that came from outside (the injection queue): traced. */
+void weft__det_note_inject(weft_thread *t);
+
+/* Outstanding I/O parks of vthreads (operations whose completion comes
+ * from the kernel or the blocking pool): the clock waits a little for
+ * them before it jumps.  Carrier thread only. */
+void weft__det_io_begin(void);
+void weft__det_io_end(void);
+int weft__det_io_pending(void);
+
+#define WEFT__DET_EPOCH 1000000000000LL  /* the virtual clock's start: 1000 s */
+#define WEFT__DET_TICK_NS 1000           /* the clock's advance per scheduling decision */
+#define WEFT__DET_IO_WAIT_NS 5000000     /* how long (real) the idle carrier waits for I/O before a jump */
+
+#endif /* WEFT_SCHED_DET_H */
