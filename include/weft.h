@@ -297,7 +297,8 @@ WEFT_API int weft_yield(void);
 /* Time, deadlines, cancellation                                             */
 /* ------------------------------------------------------------------------ */
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_config) the
+ * virtual clock, which starts at 1000 s. */
 WEFT_API int64_t weft_now(void);
 
 /*

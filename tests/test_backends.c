@@ -274,6 +274,7 @@ TEST(libpq_blocking_1000_vthreads_pool_200_hooked) {
  * Smaller: the spares are bounded (2 x carriers), so a few sleeps run at
  * a time. */
 TEST(libpq_blocking_hooks_off_completes) {
+    DET_SKIP("checks the monitor's pinned events (no monitor in the mode)");
 #if HAVE_LIBPQ
     pq_run(0, SCALE(200), SCALE(50), "0.05");
 #else
