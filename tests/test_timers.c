@@ -56,6 +56,7 @@ static void *order_witness(void *arg) {
 }
 
 TEST(timer_order_one_carrier) {
+    DET_SKIP("its witness must run after every sleeper started (spawn order); the seeded pick runs it anywhere");
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     int64_t lead = TEST_SANITIZED ? 400000000 : 50000000;

@@ -45,7 +45,10 @@
  * usually is; a socket to another process is not).  The clock does not jump
  * while vthreads wait for I/O without first giving it WEFT__DET_IO_WAIT_NS
  * (5 ms, real) to complete: a deadline on a read that a platform thread
- * answers soon does not expire merely because the carrier went idle.
+ * answers soon does not expire merely because the carrier went idle.  The
+ * same grace follows a platform thread's timed wait that the clock ended
+ * (below): that thread is about to act -- hand work in, wait again -- and
+ * a jump made before it does would skip past it.
  * The blocking pool and every platform thread are outside the mode: they
  * run in parallel with the carrier, in real time.
  *
@@ -99,6 +102,9 @@
 #include <unistd.h>
 
 int weft__det_on;
+static int env_on;      /* $WEFT_DETERMINISTIC held a seed when the library loaded */
+static int clock_set;   /* the clock has been started in this process */
+
 
 static struct {
     _Atomic int64_t clock;      /* virtual ns */
@@ -110,7 +116,28 @@ static struct {
     size_t novf;
     int trace_fd;               /* -1: none */
     int io_pending;
+    int grace;                  /* a platform thread's wait was just ended: it may answer soon */
 } D = {.trace_fd = -1};
+
+/* weft_now() before weft_init (a test's t0, read before its first spawn
+ * starts the runtime) must already be the virtual clock the runtime will
+ * run on, or deadlines made from it are real-time ones: with the variable
+ * set, the mode's clock reads from the start (at the epoch; nothing else of
+ * the mode runs before weft_init, which may still turn it off). */
+__attribute__((constructor)) static void det_env_at_load(void) {
+    const char *e = getenv("WEFT_DETERMINISTIC");
+    uint64_t seed;
+    char *end;
+    if (!e || !*e || e[0] == '-') return;
+    errno = 0;
+    seed = strtoull(e, &end, 0);
+    (void)seed;
+    if (errno || *end) return;
+    env_on = 1;
+    clock_set = 1;
+    atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
+    weft__det_on = 1;
+}
 
 /* platform threads' timed waits (weft__det_pwait_*) */
 static pthread_mutex_t pw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -187,7 +214,10 @@ int weft__det_start(uint64_t seed, const char *tr) {
         }
     }
     D.trace_fd = fd;
-    atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
+    /* the epoch once per process: a runtime started again goes on from
+     * where the last one left the clock (time never runs backwards) */
+    if (!clock_set) atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
+    clock_set = 1;
     D.rng = seed;
     D.step = 0;
     D.n = 0;
@@ -210,7 +240,7 @@ void weft__det_stop(void) {
     D.n = D.cap = 0;
     D.ovf_head = D.ovf_tail = NULL; /* daemons abandoned at shutdown */
     D.novf = 0;
-    weft__det_on = 0;
+    weft__det_on = env_on; /* (the clock stays readable, stopped, until the next start) */
 }
 
 void weft__det_fork_child(void) {
@@ -223,7 +253,7 @@ void weft__det_fork_child(void) {
     D.n = D.cap = 0;
     D.ovf_head = D.ovf_tail = NULL;
     D.novf = 0;
-    weft__det_on = 0;
+    /* weft__det_on stays: the clock reads as it was until the child's runtime starts */
 }
 
 int64_t weft__det_now(void) { return atomic_load_explicit(&D.clock, memory_order_relaxed); }
@@ -355,10 +385,11 @@ void weft__det_pwait_fire(int64_t now) {
     /* the waiter removes its own node (under this lock) before it returns:
      * every p here is a live thread's parker */
     for (weft__det_pwait *w = pw_head; w; w = w->next)
-        if (w->deadline <= now) weft__unpark(w->p, w->token, WEFT__PS_TIMEDOUT);
+        if (w->deadline <= now && weft__unpark(w->p, w->token, WEFT__PS_TIMEDOUT)) D.grace = 1;
     pthread_mutex_unlock(&pw_lock);
 }
 
 void weft__det_io_begin(void) { D.io_pending++; }
 void weft__det_io_end(void) { D.io_pending--; }
-int weft__det_io_pending(void) { return D.io_pending; }
+int weft__det_io_pending(void) { return D.io_pending > 0 || D.grace; }
+void weft__det_waited(void) { D.grace = 0; }

@@ -68,7 +68,8 @@ void weft__det_note_inject(weft_thread *t);
  * them before it jumps.  Carrier thread only. */
 void weft__det_io_begin(void);
 void weft__det_io_end(void);
-int weft__det_io_pending(void);
+int weft__det_io_pending(void); /* or a platform thread's wait was just ended */
+void weft__det_waited(void);      /* a bounded wait for them passed: the jump may go */
 
 #define WEFT__DET_EPOCH 1000000000000LL  /* the virtual clock's start: 1000 s */
 #define WEFT__DET_TICK_NS 1000           /* the clock's advance per scheduling decision */

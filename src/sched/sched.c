@@ -939,19 +939,32 @@ static weft_thread *find_work_det(weft__carrier *c) {
             weft__det_jump(min);
             continue;
         }
+        /* the stack allocator's background work, as find_work does it (on
+         * the real clock: memory, not scheduling) */
+        if (weft__stacks_refill() > 0) continue;
+        if (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks)) continue;
         /* go idle: publish, then look once more (as find_work) */
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);
         set_idle_bit(c->index);
         atomic_fetch_add(&R.nidle, 1);
         if (!work_visible(c) && !atomic_load(&R.stop)) {
-            /* a bounded real wait if a jump is due after it */
-            int64_t vdl = min != INT64_MAX ? weft__det_now() + WEFT__DET_IO_WAIT_NS : 0;
+            /* a bounded real wait if a jump is due after it, or the
+             * stacks' idle trim (real time) */
+            int64_t wait = min != INT64_MAX ? WEFT__DET_IO_WAIT_NS : INT64_MAX;
+            int64_t trim = weft__stacks_trim_due(&c->stacks);
+            if (trim != INT64_MAX) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t left = trim - ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+                if (left < wait) wait = left > 0 ? left : 0;
+            }
+            int64_t vdl = wait != INT64_MAX ? weft__det_now() + (wait ? wait : 1) : 0;
             if (pl) {
                 weft_thread *batch[64];
                 int n = weft__poller_wait(pl, vdl, batch, 64); /* (its timeout: vdl - weft_now()) */
                 for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
-                waited = n == 0;
+                waited = n == 0 && atomic_load(&c->wake_seq) == seq; /* not kicked */
             } else {
                 futex_wait_until(&c->wake_seq, seq, weft__det_real_deadline(vdl));
                 waited = atomic_load(&c->wake_seq) == seq;
@@ -959,8 +972,10 @@ static weft_thread *find_work_det(weft__carrier *c) {
         }
         if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
         else atomic_fetch_sub(&R.nspinning, 1); /* a waker counted us as spinning: we do not spin */
-        if (waited && min != INT64_MAX && !atomic_load_explicit(&R.inj_n, memory_order_relaxed))
+        if (waited && min != INT64_MAX && !atomic_load_explicit(&R.inj_n, memory_order_relaxed)) {
+            weft__det_waited();
             weft__det_jump(min); /* the I/O did not come in time: virtual time goes on */
+        }
     }
 }
 
@@ -2630,6 +2645,7 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
         if (spin_ns < 0) spin_ns = SPIN_NS;
     }
+    if (!det) weft__det_on = 0; /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
     int r = det ? weft__det_start(det_seed, det_trace) : 0;
     if (r < 0) goto fail0;
     if (det) atomic_store(&R.next_id, 1); /* ids are part of the replay */
