@@ -73,11 +73,18 @@
  * write(2) per line, so a crash loses nothing before it.  Nothing else
  * writes it; nothing real-time (addresses, real clocks) is in it.
  *
- * Threads touching what.  The run set, the generator, the step counter and
- * io_pending are the carrier thread's only (det_choose returns 0 without a
- * draw on any other thread).  The clock is written by the carrier and read
- * by anyone (relaxed atomic).  weft__det_on is written by weft_init /
- * weft_shutdown / the fork child while no carrier runs.
+ * Threads touching what.  The run set, the generator, the step counter,
+ * io_pending and grace are the carrier thread's only (det_choose returns 0
+ * without a draw on any other thread; a platform thread's select uses its
+ * own generator).  The clock is written by the carrier and read by anyone
+ * (relaxed atomic); while no runtime runs, a platform thread's timed wait
+ * -- real then: nobody runs the clock -- moves it to the deadline it
+ * waited for (CAS).  The platform waits' list is under its lock.
+ * weft__det_on is written at load (a constructor: with $WEFT_DETERMINISTIC
+ * set, weft_now() reads the virtual clock, at the epoch, before the runtime
+ * starts -- a test's t0 read before its first spawn must be on the clock
+ * its deadlines will run on), by weft_init (off when the configuration
+ * says so) and weft_shutdown, while no carrier runs.
  *
  * Failure.  The run set grows by doubling; if it cannot grow, the vthread
  * waits on an overflow list (through t->next) that moves into the set as
@@ -231,6 +238,11 @@ int weft__det_start(uint64_t seed, const char *tr) {
 
 void weft__det_stop(void) {
     if (!weft__det_on) return;
+    /* platform threads still in a timed wait: no carrier runs the clock
+     * any more, so their deadlines are due now rather than never */
+    pthread_mutex_lock(&pw_lock);
+    for (weft__det_pwait *w = pw_head; w; w = w->next) weft__unpark(w->p, w->token, WEFT__PS_TIMEDOUT);
+    pthread_mutex_unlock(&pw_lock);
     trace("end after %llu steps, vt=%lld", (unsigned long long)D.step,
           (long long)(atomic_load_explicit(&D.clock, memory_order_relaxed) - WEFT__DET_EPOCH));
     if (D.trace_fd >= 0) close(D.trace_fd);
@@ -266,6 +278,12 @@ void weft__det_jump(int64_t to) {
     trace("step %llu vt=%lld jump +%lld ns", (unsigned long long)D.step, (long long)(now - WEFT__DET_EPOCH),
           (long long)(to - now));
     advance(to);
+}
+
+void weft__det_clock_reach(int64_t t) {
+    int64_t now = weft__det_now();
+    while (now < t && !atomic_compare_exchange_weak_explicit(&D.clock, &now, t, memory_order_relaxed,
+                                                            memory_order_relaxed)) {}
 }
 
 int64_t weft__det_real_deadline(int64_t d) {

@@ -30,6 +30,9 @@ void weft__det_fork_child(void);
 int64_t weft__det_now(void);
 /* The carrier, idle with timers pending: the clock jumps to `to`. */
 void weft__det_jump(int64_t to);
+/* While no runtime runs: a platform thread's real wait for virtual
+ * deadline t ended; the clock moves to t if it is behind (CAS). */
+void weft__det_clock_reach(int64_t t);
 /* A deadline on the virtual clock as a CLOCK_MONOTONIC one, for a platform
  * thread's real wait: now + (d - virtual now). 0 stays 0. */
 int64_t weft__det_real_deadline(int64_t d);

@@ -192,6 +192,17 @@
  * built or half freed); the prepare handler cannot wait for them, since
  * shutdown may be waiting for the very vthread that forks.
  *
+ * Deterministic mode (det.c, which has the design).  With weft__det_on the
+ * runtime has one carrier and no monitor, and each decision point takes one
+ * predictable branch to det.c: dq_push and weft__ready put the vthread in
+ * det.c's run set (no deque, no LIFO slot), pick_local becomes pick_det (the
+ * injection queue and the mailbox drained into the set, due timers on the
+ * virtual clock fired, completions reaped, then the seeded pick), weft_yield
+ * puts the yielder in the set before the pick, find_work becomes
+ * find_work_det (no stealing or spinning; idle with timers pending, the
+ * clock jumps), weft_now reads the virtual clock, and park_wait counts I/O
+ * parks and has platform threads' timed waits ended by the carrier.
+ *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
@@ -386,6 +397,13 @@ static inline void cpu_relax(void) {
 static inline void bump(_Atomic uint64_t *ctr) {
     atomic_store_explicit(ctr, atomic_load_explicit(ctr, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+}
+
+/* CLOCK_MONOTONIC whatever the mode (deterministic mode's real waits). */
+static int64_t mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int64_t weft_now(void) {
@@ -1830,16 +1848,24 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
         /* platform thread: sleep on the word itself (deterministic mode:
          * for real, the virtual deadline made a real one, det.c) */
         weft__det_pwait dw = {.p = p, .token = token, .deadline = deadline};
-        int det = __builtin_expect(weft__det_on, 0) && deadline;
+        int det = __builtin_expect(weft__det_on, 0) && deadline, real = 0;
+        int64_t until = deadline; /* (on the clock the loop reads) */
+        if (det && !atomic_load(&R.up)) {
+            /* no carrier to run the virtual clock (a channel used before
+             * the runtime starts): the wait is real */
+            det = 0;
+            real = 1;
+            until = weft__det_real_deadline(deadline);
+        }
         if (det) { /* the carrier times it out on the virtual clock (det.c) */
             weft__det_pwait_add(&dw);
-            weft__carrier *c0 = R.c ? R.c[0] : NULL;
-            if (c0) kick(c0); /* it may sleep with no timer of its own: the jump is due */
+            kick(R.c[0]); /* it may sleep with no timer of its own: the jump is due */
         }
         for (;;) {
             uint64_t w = atomic_load(&p->word);
             if (!WEFT__PW_SAME_PARK(w, token) || WEFT__PW_STATE(w) != WEFT__PS_WAIT_RUN) break;
-            if (deadline && weft_now() >= deadline) {
+            if (until && (real ? mono_now() : weft_now()) >= until) {
+                if (real) weft__det_clock_reach(deadline); /* the clock nobody else runs */
                 /* end it ourselves, without weft__unpark's futex wake: only
                  * this thread sleeps on its word (a wake walks the futex
                  * hash bucket, which 10,000 sleeping pool threads make
@@ -1847,7 +1873,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
                 atomic_compare_exchange_strong(&p->word, &w, (w & ~(uint64_t)0xF) | WEFT__PS_TIMEDOUT);
                 continue;
             }
-            futex_wait_until(word_lo(&p->word), (uint32_t)w, det ? 0 : deadline);
+            futex_wait_until(word_lo(&p->word), (uint32_t)w, det ? 0 : until);
         }
         if (det) weft__det_pwait_del(&dw);
         return outcome(atomic_load(&p->word));
