@@ -5,6 +5,8 @@
  * status is the verdict.  The backend is whatever WEFT_IO says
  * (scripts/test.sh runs the suite on both). */
 #include "harness.h"
+
+#include <time.h>
 #include "sched/sched.h" /* (a vthread's run state: wait until the parent's are parked) */
 
 #include <dirent.h>
@@ -20,15 +22,23 @@
 
 #define MS 1000000LL
 
+/* CLOCK_MONOTONIC: a child process takes real time, also when weft_now()
+ * is the deterministic mode's virtual clock. */
+static int64_t real_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Waits for pid up to `secs`; kills it and fails if it is still there. */
 static int wait_child(pid_t pid, int secs) {
     int st = 0;
-    int64_t until = weft_now() + (int64_t)secs * 1000 * MS;
+    int64_t until = real_now() + (int64_t)secs * 1000 * MS;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) return st;
         CHECK(r == 0 || (r < 0 && errno == EINTR));
-        if (weft_now() > until) {
+        if (real_now() > until) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             fprintf(stderr, "child %d still running after %d s: killed\n", (int)pid, secs);
