@@ -45,10 +45,17 @@
  * usually is; a socket to another process is not).  The clock does not jump
  * while vthreads wait for I/O without first giving it WEFT__DET_IO_WAIT_NS
  * (5 ms, real) to complete: a deadline on a read that a platform thread
- * answers soon does not expire merely because the carrier went idle.  The
- * same grace follows a platform thread's timed wait that the clock ended
- * (below): that thread is about to act -- hand work in, wait again -- and
- * a jump made before it does would skip past it.
+ * answers soon does not expire merely because the carrier went idle.  A
+ * longer grace (WEFT__DET_GRACE_NS, 20 ms real) holds the clock while a
+ * platform thread is active: from a hand-in (a spawn, a wake-up of a
+ * vthread) or the carrier's waking one (a join, a timed wait the clock
+ * ended) until a platform thread begins to wait in weft (a park, which
+ * kicks the carrier): a main thread that spawns three sleepers one after
+ * the other, or cancels a sleeper after a join, does so before the clock
+ * jumps past them.  Past the grace the clock goes on: a platform thread
+ * that takes longer (a loaded machine) is late, as real time makes it.
+ * The rule sees platform threads as one: with several active at once,
+ * one that parks ends the grace for all.
  * The blocking pool and every platform thread are outside the mode: they
  * run in parallel with the carrier, in real time.
  *
@@ -74,7 +81,7 @@
  * writes it; nothing real-time (addresses, real clocks) is in it.
  *
  * Threads touching what.  The run set, the generator, the step counter,
- * io_pending and grace are the carrier thread's only (det_choose returns 0
+ * io_pending are the carrier thread's only (det_choose returns 0
  * without a draw on any other thread; a platform thread's select uses its
  * own generator).  The clock is written by the carrier and read by anyone
  * (relaxed atomic); while no runtime runs, a platform thread's timed wait
@@ -123,7 +130,6 @@ static struct {
     size_t novf;
     int trace_fd;               /* -1: none */
     int io_pending;
-    int grace;                  /* a platform thread's wait was just ended: it may answer soon */
 } D = {.trace_fd = -1};
 
 /* weft_now() before weft_init (a test's t0, read before its first spawn
@@ -145,6 +151,9 @@ __attribute__((constructor)) static void det_env_at_load(void) {
     atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
     weft__det_on = 1;
 }
+
+/* platform threads' activity (weft__det_platform_*) */
+static _Atomic uint64_t pev, pev_active, pev_parked;
 
 /* platform threads' timed waits (weft__det_pwait_*) */
 static pthread_mutex_t pw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -256,6 +265,8 @@ void weft__det_stop(void) {
 }
 
 void weft__det_fork_child(void) {
+    atomic_store(&pev_active, 0);
+    atomic_store(&pev_parked, 0);
     pw_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     pw_head = NULL; /* other threads' waits: those threads are not in the child */
     atomic_store(&pw_min, INT64_MAX);
@@ -403,11 +414,35 @@ void weft__det_pwait_fire(int64_t now) {
     /* the waiter removes its own node (under this lock) before it returns:
      * every p here is a live thread's parker */
     for (weft__det_pwait *w = pw_head; w; w = w->next)
-        if (w->deadline <= now && weft__unpark(w->p, w->token, WEFT__PS_TIMEDOUT)) D.grace = 1;
+        if (w->deadline <= now) weft__unpark(w->p, w->token, WEFT__PS_TIMEDOUT); /* (platform_active) */
     pthread_mutex_unlock(&pw_lock);
 }
 
 void weft__det_io_begin(void) { D.io_pending++; }
 void weft__det_io_end(void) { D.io_pending--; }
-int weft__det_io_pending(void) { return D.io_pending > 0 || D.grace; }
-void weft__det_waited(void) { D.grace = 0; }
+/* Platform threads' activity, as events on one counter: the latest
+ * "active" (one handed work in, or the carrier woke one) after the latest
+ * "parked" (one began to wait) means a platform thread may be about to act. */
+
+static int platform_busy(void) {
+    return atomic_load_explicit(&pev_active, memory_order_relaxed) >
+           atomic_load_explicit(&pev_parked, memory_order_relaxed);
+}
+
+int64_t weft__det_hold_ns(void) {
+    return platform_busy() ? WEFT__DET_GRACE_NS : D.io_pending > 0 ? WEFT__DET_IO_WAIT_NS : 0;
+}
+
+void weft__det_waited(void) { /* the grace ran out: as if it parked */
+    atomic_store_explicit(&pev_parked, atomic_fetch_add(&pev, 1) + 1, memory_order_relaxed);
+}
+
+void weft__det_platform_active(void) {
+    atomic_store_explicit(&pev_active, atomic_fetch_add(&pev, 1) + 1, memory_order_relaxed);
+}
+
+int weft__det_platform_parks(void) {
+    int was = platform_busy();
+    atomic_store_explicit(&pev_parked, atomic_fetch_add(&pev, 1) + 1, memory_order_relaxed);
+    return was;
+}

@@ -71,11 +71,20 @@ void weft__det_note_inject(weft_thread *t);
  * them before it jumps.  Carrier thread only. */
 void weft__det_io_begin(void);
 void weft__det_io_end(void);
-int weft__det_io_pending(void); /* or a platform thread's wait was just ended */
-void weft__det_waited(void);      /* a bounded wait for them passed: the jump may go */
+/* How long (real ns) the idle carrier waits for outside input before the
+ * clock jumps: WEFT__DET_GRACE_NS while a platform thread is active (below),
+ * WEFT__DET_IO_WAIT_NS while I/O is outstanding, else 0. */
+int64_t weft__det_hold_ns(void);
+void weft__det_waited(void);          /* such a wait passed: the jump may go */
+/* A platform thread handed work in, or the carrier woke one: active. */
+void weft__det_platform_active(void);
+/* A platform thread begins to wait in weft; returns 1 if one was active
+ * (the carrier may be holding the clock for it: kick it). */
+int weft__det_platform_parks(void);
 
 #define WEFT__DET_EPOCH 1000000000000LL  /* the virtual clock's start: 1000 s */
 #define WEFT__DET_TICK_NS 1000           /* the clock's advance per scheduling decision */
 #define WEFT__DET_IO_WAIT_NS 5000000     /* how long (real) the idle carrier waits for I/O before a jump */
+#define WEFT__DET_GRACE_NS 20000000      /* ... and for a platform thread it woke */
 
 #endif /* WEFT_SCHED_DET_H */

@@ -624,6 +624,8 @@ static inline void mon_need(void) {
 /* ------------------------------------------------------------------------ */
 
 static void inject_push(weft_thread *t) {
+    /* deterministic mode: only platform threads push here (det.c: grace) */
+    if (__builtin_expect(weft__det_on, 0)) weft__det_platform_active();
     t->next = NULL;
     pthread_mutex_lock(&R.inj_lock);
     if (R.inj_tail) R.inj_tail->next = t;
@@ -953,7 +955,8 @@ static weft_thread *find_work_det(weft__carrier *c) {
         int64_t min = atomic_load(&c->timers.min), pmin = weft__det_pwait_min();
         if (pmin < min) min = pmin;
         int waited = 0;
-        if (min != INT64_MAX && !weft__det_io_pending()) {
+        int64_t hold = min != INT64_MAX ? weft__det_hold_ns() : 0;
+        if (min != INT64_MAX && !hold) {
             weft__det_jump(min);
             continue;
         }
@@ -969,7 +972,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (!work_visible(c) && !atomic_load(&R.stop)) {
             /* a bounded real wait if a jump is due after it, or the
              * stacks' idle trim (real time) */
-            int64_t wait = min != INT64_MAX ? WEFT__DET_IO_WAIT_NS : INT64_MAX;
+            int64_t wait = min != INT64_MAX ? hold : INT64_MAX;
             int64_t trim = weft__stacks_trim_due(&c->stacks);
             if (trim != INT64_MAX) {
                 struct timespec ts;
@@ -1744,7 +1747,11 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 
 /* Publishes the next park of p (seq + 1, kind, WAIT_RUN) and returns it. */
 static uint64_t publish_park(weft_thread *self, weft__parker *p, int kind) {
-    if (!self) kind |= WEFT__PK_PLATFORM;
+    if (!self) {
+        kind |= WEFT__PK_PLATFORM;
+        /* deterministic mode: the carrier may hold the clock for us (det.c) */
+        if (__builtin_expect(weft__det_on, 0) && weft__det_platform_parks() && atomic_load(&R.up)) kick(R.c[0]);
+    }
     uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
     uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
     atomic_store(&p->word, tok); /* seq_cst: pairs with weft_cancel */
@@ -1793,6 +1800,7 @@ static int unpark_claim(weft__parker *p, uint64_t token, int state) {
             /* p is not read past this point unless st was WAIT_PARKED */
             if (WEFT__PW_PLATFORM(cur)) {
                 futex_wake(word_lo(&p->word), INT_MAX);
+                if (__builtin_expect(weft__det_on, 0)) weft__det_platform_active(); /* (det.c: grace) */
                 return 1;
             }
             return st == WEFT__PS_WAIT_PARKED ? 2 : 1;
