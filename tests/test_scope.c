@@ -395,6 +395,7 @@ static int dump_middle(void *arg, void **result) {
 }
 
 TEST(json_dump_shows_scope_tree) {
+    DET_SKIP("polls the dump in real time while an hour's sleep is the only timer: the clock jumps past it");
     int64_t base = live_now();
     weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
     weft_fork(s, dump_middle, NULL);

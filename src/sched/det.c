@@ -46,7 +46,7 @@
  * while vthreads wait for I/O without first giving it WEFT__DET_IO_WAIT_NS
  * (5 ms, real) to complete: a deadline on a read that a platform thread
  * answers soon does not expire merely because the carrier went idle.  A
- * longer grace (WEFT__DET_GRACE_NS, 20 ms real) holds the clock while a
+ * longer grace (WEFT__DET_GRACE_NS, 100 ms real) holds the clock while a
  * platform thread is active: from a hand-in (a spawn, a wake-up of a
  * vthread) or the carrier's waking one (a join, a timed wait the clock
  * ended) until a platform thread begins to wait in weft (a park, which

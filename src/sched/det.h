@@ -85,6 +85,6 @@ int weft__det_platform_parks(void);
 #define WEFT__DET_EPOCH 1000000000000LL  /* the virtual clock's start: 1000 s */
 #define WEFT__DET_TICK_NS 1000           /* the clock's advance per scheduling decision */
 #define WEFT__DET_IO_WAIT_NS 5000000     /* how long (real) the idle carrier waits for I/O before a jump */
-#define WEFT__DET_GRACE_NS 20000000      /* ... and for a platform thread it woke */
+#define WEFT__DET_GRACE_NS 100000000     /* ... and for an active platform thread */
 
 #endif /* WEFT_SCHED_DET_H */
