@@ -1747,11 +1747,7 @@ static void run_from_sched(weft__carrier *c, weft_thread *t) {
 
 /* Publishes the next park of p (seq + 1, kind, WAIT_RUN) and returns it. */
 static uint64_t publish_park(weft_thread *self, weft__parker *p, int kind) {
-    if (!self) {
-        kind |= WEFT__PK_PLATFORM;
-        /* deterministic mode: the carrier may hold the clock for us (det.c) */
-        if (__builtin_expect(weft__det_on, 0) && weft__det_platform_parks() && atomic_load(&R.up)) kick(R.c[0]);
-    }
+    if (!self) kind |= WEFT__PK_PLATFORM;
     uint64_t w = atomic_load_explicit(&p->word, memory_order_relaxed);
     uint64_t tok = (((w >> 8) + 1) << 8) | ((uint64_t)kind << 4) | WEFT__PS_WAIT_RUN;
     atomic_store(&p->word, tok); /* seq_cst: pairs with weft_cancel */
@@ -1865,9 +1861,17 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
             real = 1;
             until = weft__det_real_deadline(deadline);
         }
-        if (det) { /* the carrier times it out on the virtual clock (det.c) */
-            weft__det_pwait_add(&dw);
-            kick(R.c[0]); /* it may sleep with no timer of its own: the jump is due */
+        if (__builtin_expect(weft__det_on, 0) && atomic_load(&R.up)) {
+            /* the carrier times it out on the virtual clock, and may hold
+             * the clock for us while we are active (det.c): registered
+             * first, then "parked", then a kick (the jump may be due) */
+            if (det) weft__det_pwait_add(&dw);
+            int was = weft__det_platform_parks();
+            uint64_t w = atomic_load(&p->word);
+            if (!WEFT__PW_SAME_PARK(w, token) || WEFT__PW_STATE(w) != WEFT__PS_WAIT_RUN)
+                weft__det_platform_active(); /* ended already: we go on at once */
+            else if (was || det)
+                kick(R.c[0]);
         }
         for (;;) {
             uint64_t w = atomic_load(&p->word);
