@@ -182,6 +182,7 @@ static void *outer_owner(void *arg) {
 }
 
 TEST(cancel_owner_cancels_transitively) {
+    DET_SKIP("a platform thread cancels sleepers after a sleep of its own: it races the virtual clock on a loaded machine");
     int64_t base = live_now();
     atomic_store(&inner_cancelled, 0);
     weft_thread *o;
