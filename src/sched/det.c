@@ -115,7 +115,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int weft__det_on;
+_Atomic int weft__det_on;
 static int env_on;      /* $WEFT_DETERMINISTIC held a seed when the library loaded */
 static int clock_set;   /* the clock has been started in this process */
 
@@ -149,7 +149,7 @@ __attribute__((constructor)) static void det_env_at_load(void) {
     env_on = 1;
     clock_set = 1;
     atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
-    weft__det_on = 1;
+    atomic_store_explicit(&weft__det_on, 1, memory_order_relaxed);
 }
 
 /* platform threads' activity (weft__det_platform_*) */
@@ -240,13 +240,13 @@ int weft__det_start(uint64_t seed, const char *tr) {
     D.ovf_head = D.ovf_tail = NULL;
     D.novf = 0;
     D.io_pending = 0;
-    weft__det_on = 1;
+    atomic_store_explicit(&weft__det_on, 1, memory_order_relaxed);
     trace("seed %llu", (unsigned long long)seed);
     return 0;
 }
 
 void weft__det_stop(void) {
-    if (!weft__det_on) return;
+    if (!WEFT__DET_ON()) return;
     /* platform threads still in a timed wait: no carrier runs the clock
      * any more, so their deadlines are due now rather than never */
     pthread_mutex_lock(&pw_lock);
@@ -261,7 +261,7 @@ void weft__det_stop(void) {
     D.n = D.cap = 0;
     D.ovf_head = D.ovf_tail = NULL; /* daemons abandoned at shutdown */
     D.novf = 0;
-    weft__det_on = env_on; /* (the clock stays readable, stopped, until the next start) */
+    atomic_store_explicit(&weft__det_on, env_on, memory_order_relaxed); /* (the clock stays readable, stopped, until the next start) */
 }
 
 void weft__det_fork_child(void) {

@@ -8,10 +8,15 @@
 
 #include "sched.h"
 
-/* 1 between a deterministic weft_init and the matching weft_shutdown.
- * Written only by weft_init / weft_shutdown / the fork child, while no
- * carrier runs; read everywhere (one predictable branch per decision). */
-extern int weft__det_on;
+#include <stdatomic.h>
+
+/* 1 between a deterministic weft_init and the matching weft_shutdown (and
+ * from load with $WEFT_DETERMINISTIC set: det.c).  Written by weft_init /
+ * weft_shutdown while no carrier runs; read everywhere, relaxed (a plain
+ * load: one predictable branch per decision) -- atomic because a platform
+ * thread may read it while another starts the runtime. */
+extern _Atomic int weft__det_on;
+#define WEFT__DET_ON() atomic_load_explicit(&weft__det_on, memory_order_relaxed)
 
 /* weft_init: is the mode asked for (cfg->deterministic, else
  * $WEFT_DETERMINISTIC)?  1 on (*seed, *trace set: trace NULL for none),

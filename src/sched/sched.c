@@ -407,7 +407,7 @@ static int64_t mono_now(void) {
 }
 
 int64_t weft_now(void) {
-    if (__builtin_expect(weft__det_on, 0)) return weft__det_now(); /* virtual time (det.c) */
+    if (__builtin_expect(WEFT__DET_ON(), 0)) return weft__det_now(); /* virtual time (det.c) */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -625,7 +625,7 @@ static inline void mon_need(void) {
 
 static void inject_push(weft_thread *t) {
     /* deterministic mode: only platform threads push here (det.c: grace) */
-    if (__builtin_expect(weft__det_on, 0)) weft__det_platform_active();
+    if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active();
     t->next = NULL;
     pthread_mutex_lock(&R.inj_lock);
     if (R.inj_tail) R.inj_tail->next = t;
@@ -686,7 +686,7 @@ static inline weft_thread *mbox_pop(weft__carrier *c) {
  * injection queue instead, a linked list that needs none: out of memory
  * never loses a runnable vthread. */
 static inline __attribute__((always_inline)) void dq_push(weft__carrier *c, weft_thread *t) {
-    if (__builtin_expect(weft__det_on, 0)) { /* the one carrier's run set (det.c) */
+    if (__builtin_expect(WEFT__DET_ON(), 0)) { /* the one carrier's run set (det.c) */
         weft__det_push(t);
         return;
     }
@@ -728,7 +728,7 @@ void weft__ready(weft_thread *t) {
         wake_if_needed();
         return;
     }
-    if (__builtin_expect(weft__det_on, 0)) { /* no LIFO slot: the seeded pick decides */
+    if (__builtin_expect(WEFT__DET_ON(), 0)) { /* no LIFO slot: the seeded pick decides */
         weft__det_push(t);
         return;
     }
@@ -831,7 +831,7 @@ static weft_thread *pick_det(weft__carrier *c);
 
 static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carrier *c) {
     weft_thread *t;
-    if (__builtin_expect(weft__det_on, 0)) return pick_det(c);
+    if (__builtin_expect(WEFT__DET_ON(), 0)) return pick_det(c);
     if (__builtin_expect(--c->slow_countdown == 0, 0)) {
         c->slow_countdown = SLOW_EVERY;
         if ((t = pick_slow(c))) return t;
@@ -1002,7 +1002,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
 
 /* The sched context's search; returns NULL only when stopping. */
 static weft_thread *find_work(weft__carrier *c) {
-    if (__builtin_expect(weft__det_on, 0)) return find_work_det(c);
+    if (__builtin_expect(WEFT__DET_ON(), 0)) return find_work_det(c);
     for (;;) {
         if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
         weft_thread *t = pick_local(c);
@@ -1796,7 +1796,7 @@ static int unpark_claim(weft__parker *p, uint64_t token, int state) {
             /* p is not read past this point unless st was WAIT_PARKED */
             if (WEFT__PW_PLATFORM(cur)) {
                 futex_wake(word_lo(&p->word), INT_MAX);
-                if (__builtin_expect(weft__det_on, 0)) weft__det_platform_active(); /* (det.c: grace) */
+                if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active(); /* (det.c: grace) */
                 return 1;
             }
             return st == WEFT__PS_WAIT_PARKED ? 2 : 1;
@@ -1852,7 +1852,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
         /* platform thread: sleep on the word itself (deterministic mode:
          * for real, the virtual deadline made a real one, det.c) */
         weft__det_pwait dw = {.p = p, .token = token, .deadline = deadline};
-        int det = __builtin_expect(weft__det_on, 0) && deadline, real = 0;
+        int det = __builtin_expect(WEFT__DET_ON(), 0) && deadline, real = 0;
         int64_t until = deadline; /* (on the clock the loop reads) */
         if (det && !atomic_load(&R.up)) {
             /* no carrier to run the virtual clock (a channel used before
@@ -1861,7 +1861,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
             real = 1;
             until = weft__det_real_deadline(deadline);
         }
-        if (__builtin_expect(weft__det_on, 0) && atomic_load(&R.up)) {
+        if (__builtin_expect(WEFT__DET_ON(), 0) && atomic_load(&R.up)) {
             /* the carrier times it out on the virtual clock, and may hold
              * the clock for us while we are active (det.c): registered
              * first, then "parked", then a kick (the jump may be due) */
@@ -1917,7 +1917,7 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     bump(&c->n_parks);
     /* deterministic mode: an operation the kernel or the pool completes
      * (io.c parks on it with its op as obj) holds back the clock's jump */
-    int det_io = __builtin_expect(weft__det_on, 0) && why == WEFT__WHY_IO && obj;
+    int det_io = __builtin_expect(WEFT__DET_ON(), 0) && why == WEFT__WHY_IO && obj;
     if (det_io) weft__det_io_begin();
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
     if (det_io) weft__det_io_end();
@@ -2291,7 +2291,7 @@ int weft_yield(void) {
         return 0;
     }
     gate_in(c, self);
-    if (__builtin_expect(weft__det_on, 0)) {
+    if (__builtin_expect(WEFT__DET_ON(), 0)) {
         /* the yielder is a candidate too: it joins the run set first, and
          * stays there (as in the yield FIFO) while another runs */
         weft__det_push(self);
@@ -2683,7 +2683,7 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
         if (spin_ns < 0) spin_ns = SPIN_NS;
     }
-    if (!det) weft__det_on = 0; /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
+    if (!det) atomic_store_explicit(&weft__det_on, 0, memory_order_relaxed); /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
     int r = det ? weft__det_start(det_seed, det_trace) : 0;
     if (r < 0) goto fail0;
     if (det) atomic_store(&R.next_id, 1); /* ids are part of the replay */

@@ -96,7 +96,7 @@ static inline weft__waiter *weft__wq_pop(weft__waitq *q) {
  * deterministic mode one the seed draws (det.c). */
 static inline weft__waiter *weft__wq_pop_any(weft__waitq *q) {
     weft__waiter *w = q->head;
-    if (__builtin_expect(weft__det_on, 0) && w && w->next) {
+    if (__builtin_expect(WEFT__DET_ON(), 0) && w && w->next) {
         uint32_t n = 0;
         for (weft__waiter *x = w; x; x = x->next) n++;
         for (uint32_t k = weft__det_choose(n, "mutex-waiter"); k; k--) w = w->next;
