@@ -80,7 +80,48 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               stalled ones; default $WEFT_MAX_COMPENSATE (negative: none),
  *               else twice the carriers.  Negative: stalls are reported but
  *               not compensated.
+ *   deterministic
+ *               deterministic mode (WEFT_DET_*, below); default
+ *               $WEFT_DETERMINISTIC=SEED (unset or empty: off).
+ *   deterministic_seed
+ *               the seed, with deterministic = WEFT_DET_ON (any value, 0
+ *               included).
+ *   trace       deterministic mode: a file that gets one line per
+ *               scheduling decision; default $WEFT_TRACE (unset: none).
+ *
+ * Deterministic mode (for tests: find a race under many seeds, replay it
+ * with one).  One carrier (carriers is ignored), no monitor and no spare
+ * carriers (pin_threshold_ns and max_compensate are ignored), and:
+ *  - the next vthread to run is drawn by a generator seeded with the seed
+ *    among all runnable vthreads, at every decision point: a yield (which
+ *    may pick the yielder again), a block, an exit; so are a select's
+ *    choice among its ready cases and the waiter a mutex unlock wakes
+ *    (weft_cond, weft_sem and weft_rwlock stay FIFO, as documented);
+ *  - virtual time: weft_now() and every sleep, deadline and timer run on
+ *    a clock that starts at 1000 s, advances 1 us per scheduling decision,
+ *    and, when no vthread can run and a timer is pending, jumps to that
+ *    timer -- after giving outstanding I/O 5 ms of real time to complete,
+ *    and a platform thread that is active in the runtime (it just spawned
+ *    or woke a vthread, or was woken, and has not waited in weft since)
+ *    up to 100 ms: sleeps never wait for real.  A platform thread's timed
+ *    wait runs on the virtual clock too (the carrier ends it);
+ *  - I/O completions run when the seeded pick chooses them, but when the
+ *    kernel (or the blocking pool, whose threads are outside the mode)
+ *    completes an operation is real time: a program is deterministic only
+ *    as far as its I/O's timing is;
+ *  - the same seed gives the same interleaving -- and the same trace, byte
+ *    for byte -- for a program whose platform thread spawns one root
+ *    vthread and joins it (weft_main): what platform threads hand in
+ *    arrives in real time, and vthread ids (which restart at 1) are
+ *    deterministic on the same terms.
+ * A vthread that computes without a switch holds the only carrier; tests
+ * that need several carriers or real time cannot run in this mode.
+ * weft_init fails with -EINVAL for a bad deterministic flag or a
+ * $WEFT_DETERMINISTIC that is not an unsigned integer, or with the open's
+ * -errno when the trace cannot be created.
  */
+enum { WEFT_DET_DEFAULT = 0, WEFT_DET_ON = 1, WEFT_DET_OFF = 2 };
+
 typedef struct weft_config {
     int carriers;
     size_t stack_size;
@@ -88,6 +129,9 @@ typedef struct weft_config {
     int hook;
     int64_t pin_threshold_ns;
     int max_compensate;
+    int deterministic;
+    uint64_t deterministic_seed;
+    const char *trace;
 } weft_config;
 
 /*
@@ -254,7 +298,8 @@ WEFT_API int weft_yield(void);
 /* Time, deadlines, cancellation                                             */
 /* ------------------------------------------------------------------------ */
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_config) the
+ * virtual clock, which starts at 1000 s. */
 WEFT_API int64_t weft_now(void);
 
 /*

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds weft three times -- release, ASan+UBSan, TSan -- and runs the whole
 # suite in each, once on the io_uring backend and once on the epoll one
-# (WEFT_IO); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
+# (WEFT_IO) -- the release build also in deterministic mode
+# (WEFT_DETERMINISTIC=1) on each backend; then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
 # 0 skips it).  Usage: scripts/test.sh [release|asan|tsan ...]
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
@@ -61,6 +62,21 @@ for v in "${variants[@]}"; do
       echo "=== $v, io=$io: FAILED ==="
       echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
       exit 1
+    fi
+    # The release build once more in deterministic mode (one carrier,
+    # virtual time, seed 1): tests that need several carriers or real time
+    # skip themselves there (DET_SKIP in tests/harness.h).
+    if [[ $v == release ]]; then
+      echo "=== $v, io=$io, WEFT_DETERMINISTIC=1: test ==="
+      rc=0
+      (cd "build-$v" && WEFT_IO=$io WEFT_DETERMINISTIC=1 ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}) | tee "$log" || rc=$?
+      read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
+      passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
+      if [[ $rc -ne 0 || ${t:-0} -eq 0 ]]; then
+        echo "=== $v, io=$io, deterministic: FAILED ==="
+        echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
+        exit 1
+      fi
     fi
   done
 done

@@ -54,6 +54,22 @@
         _exit(TEST_SKIP_STATUS);                                                      \
     } while (0)
 
+/* Deterministic mode (WEFT_DETERMINISTIC=SEED: one carrier, virtual time,
+ * a seeded order; weft.h).  A test that cannot mean anything there -- it
+ * needs several carriers running at once, or real time passing (a platform
+ * thread that sleeps for real while a vthread waits on the virtual clock,
+ * a vthread that computes until a deadline, the monitor) -- starts with
+ * DET_SKIP("why"): skipped in that mode, said so in one line; run as ever
+ * otherwise.  scripts/test.sh runs the suite once in the mode. */
+__attribute__((unused)) static int test_det_mode(void) {
+    const char *e = getenv("WEFT_DETERMINISTIC");
+    return e && *e;
+}
+#define DET_SKIP(why)                                                                 \
+    do {                                                                              \
+        if (test_det_mode()) SKIP("deterministic mode: %s", why);                     \
+    } while (0)
+
 typedef struct test_entry { const char *name; void (*fn)(void); } test_entry;
 static test_entry test_list[256];
 static int test_count, test_skipped;
@@ -194,6 +210,7 @@ static void usage(FILE *f, const char *prog) {
             "  WEFT_TEST_VERBOSE=1          test_races: print how late each victim ran\n"
             "  WEFT_CHAN_BENCH_ROUNDS=N     test_chan bench_pingpong_figures: round trips\n"
             "  WEFT_TEST_DUMP_UNDER_TSAN=1  test_future: check the dump under TSan too\n"
+            "  WEFT_DETERMINISTIC=SEED      deterministic mode: tests marked DET_SKIP are skipped\n"
             "  and the runtime's own (README): WEFT_STACK_SIZE, WEFT_STACK_GUARD, WEFT_BLOCKING_MAX, ...\n",
             prog, prog, prog, prog, prog, test_timeout_s());
 }

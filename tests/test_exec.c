@@ -487,6 +487,7 @@ TEST(cancel_queued_and_running_fixed) {
 }
 
 TEST(cancel_queued_and_running_virtual) {
+    DET_SKIP("cancels a vthread task while it sleeps, after real time");
     weft_executor *e = weft_executor_virtual();
     cancel_through_future(e);
     CHECK_EQ(weft_executor_close(e), 0);
@@ -625,6 +626,7 @@ static void close_now_cancels(weft_executor *e, int running, int queued) {
 }
 
 TEST(close_now_cancels_queued_and_running) {
+    DET_SKIP("cancels vthread tasks while they sleep, after real time");
     for (int round = 0; round < 5; round++) {
         close_now_cancels(weft_executor_fixed(2, 0, WEFT_REJECT_ABORT), 2, 5);
         close_now_cancels(weft_executor_cached(3, 0), 3, 4);

@@ -137,6 +137,7 @@ static void reset_flags(void) {
 }
 
 TEST(pinned_one_carrier_compensates_and_reports) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
@@ -210,6 +211,7 @@ static void *note_order(void *a) {
 }
 
 TEST(pinned_200ms_others_run_meanwhile) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
@@ -256,6 +258,7 @@ void *monitor_test_outer(void *a) {
 }
 
 TEST(pinned_site_names_the_callers) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
@@ -288,6 +291,7 @@ static void *set_hog_flag(void *a) {
 }
 
 TEST(hog_one_carrier_compensates_and_reports) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
@@ -339,6 +343,7 @@ static void *sampler(void *a) {
 }
 
 TEST(bound_respected) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1, .max_compensate = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
@@ -401,6 +406,7 @@ static void run_fixed_stall(void) {
 }
 
 TEST(no_compensation_when_max_negative) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1, .max_compensate = -1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
@@ -435,6 +441,7 @@ TEST(monitor_off_when_threshold_negative) {
 }
 
 TEST(env_threshold_off_and_log_off) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     /* $WEFT_PIN_THRESHOLD_MS=-1: off, as a negative field */
     setenv("WEFT_PIN_THRESHOLD_MS", "-1", 1);
     weft_config cfg = {.carriers = 1};
@@ -464,6 +471,7 @@ TEST(env_threshold_off_and_log_off) {
 /* ---- several carriers ----------------------------------------------------------- */
 
 TEST(every_carrier_pinned_still_runs_others) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     atomic_store(&stuck_release, 0);
@@ -596,6 +604,7 @@ static void stress_round(int carriers, int rounds) {
 }
 
 TEST(stress_short_stalls_and_spawn_storms) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     if (!getenv("WEFT_TEST_PIN_LOG")) setenv("WEFT_PIN_LOG", "0", 1);
     stress_round(1, SCALE(200) + 20);
     stress_round(2, SCALE(200) + 20);
@@ -610,6 +619,7 @@ static void *daemon_forever(void *a) {
 }
 
 TEST(shutdown_while_compensating) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     setenv("WEFT_PIN_LOG", "0", 1);
     for (int round = 0; round < 3; round++) {
         weft_config cfg = {.carriers = 1};
@@ -639,6 +649,7 @@ TEST(shutdown_while_compensating) {
 /* fork() after spares were made: the child has none of the parent's
  * carriers, and its fresh runtime starts with no spare. */
 TEST(fork_after_compensation) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     setenv("WEFT_PIN_LOG", "0", 1);
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);

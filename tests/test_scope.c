@@ -182,6 +182,7 @@ static void *outer_owner(void *arg) {
 }
 
 TEST(cancel_owner_cancels_transitively) {
+    DET_SKIP("a platform thread cancels sleepers after a sleep of its own: it races the virtual clock on a loaded machine");
     int64_t base = live_now();
     atomic_store(&inner_cancelled, 0);
     weft_thread *o;
@@ -395,6 +396,7 @@ static int dump_middle(void *arg, void **result) {
 }
 
 TEST(json_dump_shows_scope_tree) {
+    DET_SKIP("polls the dump in real time while an hour's sleep is the only timer: the clock jumps past it");
     int64_t base = live_now();
     weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
     weft_fork(s, dump_middle, NULL);

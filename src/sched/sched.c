@@ -192,6 +192,17 @@
  * built or half freed); the prepare handler cannot wait for them, since
  * shutdown may be waiting for the very vthread that forks.
  *
+ * Deterministic mode (det.c, which has the design).  With weft__det_on the
+ * runtime has one carrier and no monitor, and each decision point takes one
+ * predictable branch to det.c: dq_push and weft__ready put the vthread in
+ * det.c's run set (no deque, no LIFO slot), pick_local becomes pick_det (the
+ * injection queue and the mailbox drained into the set, due timers on the
+ * virtual clock fired, completions reaped, then the seeded pick), weft_yield
+ * puts the yielder in the set before the pick, find_work becomes
+ * find_work_det (no stealing or spinning; idle with timers pending, the
+ * clock jumps), weft_now reads the virtual clock, and park_wait counts I/O
+ * parks and has platform threads' timed waits ended by the carrier.
+ *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
@@ -204,6 +215,7 @@
  */
 #include "sched.h"
 #include "deque.h"
+#include "det.h"
 #include "timer.h"
 
 #include <errno.h>
@@ -387,7 +399,15 @@ static inline void bump(_Atomic uint64_t *ctr) {
                           memory_order_relaxed);
 }
 
+/* CLOCK_MONOTONIC whatever the mode (deterministic mode's real waits). */
+static int64_t mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t weft_now(void) {
+    if (__builtin_expect(WEFT__DET_ON(), 0)) return weft__det_now(); /* virtual time (det.c) */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -604,6 +624,8 @@ static inline void mon_need(void) {
 /* ------------------------------------------------------------------------ */
 
 static void inject_push(weft_thread *t) {
+    /* deterministic mode: only platform threads push here (det.c: grace) */
+    if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active();
     t->next = NULL;
     pthread_mutex_lock(&R.inj_lock);
     if (R.inj_tail) R.inj_tail->next = t;
@@ -664,6 +686,10 @@ static inline weft_thread *mbox_pop(weft__carrier *c) {
  * injection queue instead, a linked list that needs none: out of memory
  * never loses a runnable vthread. */
 static inline __attribute__((always_inline)) void dq_push(weft__carrier *c, weft_thread *t) {
+    if (__builtin_expect(WEFT__DET_ON(), 0)) { /* the one carrier's run set (det.c) */
+        weft__det_push(t);
+        return;
+    }
     if (__builtin_expect(weft__dq_push(&c->dq, t) != 0, 0)) inject_push(t);
 }
 
@@ -700,6 +726,10 @@ void weft__ready(weft_thread *t) {
     if (!c) {
         inject_push(t);
         wake_if_needed();
+        return;
+    }
+    if (__builtin_expect(WEFT__DET_ON(), 0)) { /* no LIFO slot: the seeded pick decides */
+        weft__det_push(t);
         return;
     }
     if (c->cur) {
@@ -797,8 +827,11 @@ static weft_thread *pick_slow(weft__carrier *c) {
     return t;
 }
 
+static weft_thread *pick_det(weft__carrier *c);
+
 static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carrier *c) {
     weft_thread *t;
+    if (__builtin_expect(WEFT__DET_ON(), 0)) return pick_det(c);
     if (__builtin_expect(--c->slow_countdown == 0, 0)) {
         c->slow_countdown = SLOW_EVERY;
         if ((t = pick_slow(c))) return t;
@@ -888,8 +921,88 @@ static void stop_spinning(weft__carrier *c) {
 static void flush_live(weft__carrier *c);
 static void retired_sleep(weft__carrier *c, weft__poller *pl);
 
+/* ---- deterministic mode (det.c has the design) ----------------------------
+ * The one carrier's decision: what arrived from outside (the injection
+ * queue, the mailbox: platform threads, the blocking pool) and what is due
+ * (timers on the virtual clock, reaped I/O completions) joins the run set,
+ * then det.c draws the next vthread from it. */
+static weft_thread *pick_det(weft__carrier *c) {
+    weft_thread *t;
+    while ((t = inject_pop(c)) || (t = mbox_pop(c))) {
+        weft__det_note_inject(t);
+        weft__det_push(t);
+    }
+    int64_t now = weft__det_now();
+    if (atomic_load_explicit(&c->timers.min, memory_order_relaxed) <= now) fire_timers(c, &c->timers, now, 1);
+    weft__det_pwait_fire(now); /* platform threads' timed waits */
+    weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_relaxed);
+    if (pl) io_poll(c, pl, 1);
+    return weft__det_pick();
+}
+
+/* find_work in deterministic mode: no stealing or spinning (one carrier);
+ * nothing runnable and timers pending: the clock jumps to the first, after
+ * outstanding I/O had WEFT__DET_IO_WAIT_NS of real time to complete;
+ * nothing at all: sleep in the poller (or on the futex) as find_work does,
+ * until a platform thread, the blocking pool or the kernel hands work in. */
+static weft_thread *find_work_det(weft__carrier *c) {
+    for (;;) {
+        if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
+        weft_thread *t = pick_det(c);
+        if (t) return t;
+        weft__poller *pl = atomic_load_explicit(&c->poller, memory_order_relaxed);
+        if (pl && io_poll(c, pl, 0)) continue;
+        int64_t min = atomic_load(&c->timers.min), pmin = weft__det_pwait_min();
+        if (pmin < min) min = pmin;
+        int waited = 0;
+        int64_t hold = min != INT64_MAX ? weft__det_hold_ns() : 0;
+        if (min != INT64_MAX && !hold) {
+            weft__det_jump(min);
+            continue;
+        }
+        /* the stack allocator's background work, as find_work does it (on
+         * the real clock: memory, not scheduling) */
+        if (weft__stacks_refill() > 0) continue;
+        if (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks)) continue;
+        /* go idle: publish, then look once more (as find_work) */
+        flush_live(c);
+        uint32_t seq = atomic_load(&c->wake_seq);
+        set_idle_bit(c->index);
+        atomic_fetch_add(&R.nidle, 1);
+        if (!work_visible(c) && !atomic_load(&R.stop)) {
+            /* a bounded real wait if a jump is due after it, or the
+             * stacks' idle trim (real time) */
+            int64_t wait = min != INT64_MAX ? hold : INT64_MAX;
+            int64_t trim = weft__stacks_trim_due(&c->stacks);
+            if (trim != INT64_MAX) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t left = trim - ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+                if (left < wait) wait = left > 0 ? left : 0;
+            }
+            int64_t vdl = wait != INT64_MAX ? weft__det_now() + (wait ? wait : 1) : 0;
+            if (pl) {
+                weft_thread *batch[64];
+                int n = weft__poller_wait(pl, vdl, batch, 64); /* (its timeout: vdl - weft_now()) */
+                for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
+                waited = n == 0 && atomic_load(&c->wake_seq) == seq; /* not kicked */
+            } else {
+                futex_wait_until(&c->wake_seq, seq, weft__det_real_deadline(vdl));
+                waited = atomic_load(&c->wake_seq) == seq;
+            }
+        }
+        if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+        else atomic_fetch_sub(&R.nspinning, 1); /* a waker counted us as spinning: we do not spin */
+        if (waited && min != INT64_MAX && !atomic_load_explicit(&R.inj_n, memory_order_relaxed)) {
+            weft__det_waited();
+            weft__det_jump(min); /* the I/O did not come in time: virtual time goes on */
+        }
+    }
+}
+
 /* The sched context's search; returns NULL only when stopping. */
 static weft_thread *find_work(weft__carrier *c) {
+    if (__builtin_expect(WEFT__DET_ON(), 0)) return find_work_det(c);
     for (;;) {
         if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
         weft_thread *t = pick_local(c);
@@ -1708,6 +1821,7 @@ static int unpark_claim(weft__parker *p, uint64_t token, int state) {
             /* p is not read past this point unless st was WAIT_PARKED */
             if (WEFT__PW_PLATFORM(cur)) {
                 futex_wake(word_lo(&p->word), INT_MAX);
+                if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active(); /* (det.c: grace) */
                 return 1;
             }
             return st == WEFT__PS_WAIT_PARKED ? 2 : 1;
@@ -1760,11 +1874,35 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     if (deadline == INT64_MAX) deadline = 0;
     weft_thread *self = p->vt;
     if (!self) {
-        /* platform thread: sleep on the word itself */
+        /* platform thread: sleep on the word itself (deterministic mode:
+         * for real, the virtual deadline made a real one, det.c) */
+        weft__det_pwait dw = {.p = p, .token = token, .deadline = deadline};
+        int det = __builtin_expect(WEFT__DET_ON(), 0) && deadline, real = 0;
+        int64_t until = deadline; /* (on the clock the loop reads) */
+        if (det && !atomic_load(&R.up)) {
+            /* no carrier to run the virtual clock (a channel used before
+             * the runtime starts): the wait is real */
+            det = 0;
+            real = 1;
+            until = weft__det_real_deadline(deadline);
+        }
+        if (__builtin_expect(WEFT__DET_ON(), 0) && atomic_load(&R.up)) {
+            /* the carrier times it out on the virtual clock, and may hold
+             * the clock for us while we are active (det.c): registered
+             * first, then "parked", then a kick (the jump may be due) */
+            if (det) weft__det_pwait_add(&dw);
+            int was = weft__det_platform_parks();
+            uint64_t w = atomic_load(&p->word);
+            if (!WEFT__PW_SAME_PARK(w, token) || WEFT__PW_STATE(w) != WEFT__PS_WAIT_RUN)
+                weft__det_platform_active(); /* ended already: we go on at once */
+            else if (was || det)
+                kick(R.c[0]);
+        }
         for (;;) {
             uint64_t w = atomic_load(&p->word);
             if (!WEFT__PW_SAME_PARK(w, token) || WEFT__PW_STATE(w) != WEFT__PS_WAIT_RUN) break;
-            if (deadline && weft_now() >= deadline) {
+            if (until && (real ? mono_now() : weft_now()) >= until) {
+                if (real) weft__det_clock_reach(deadline); /* the clock nobody else runs */
                 /* end it ourselves, without weft__unpark's futex wake: only
                  * this thread sleeps on its word (a wake walks the futex
                  * hash bucket, which 10,000 sleeping pool threads make
@@ -1772,8 +1910,9 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
                 atomic_compare_exchange_strong(&p->word, &w, (w & ~(uint64_t)0xF) | WEFT__PS_TIMEDOUT);
                 continue;
             }
-            futex_wait_until(word_lo(&p->word), (uint32_t)w, deadline);
+            futex_wait_until(word_lo(&p->word), (uint32_t)w, det ? 0 : until);
         }
+        if (det) weft__det_pwait_del(&dw);
         return outcome(atomic_load(&p->word));
     }
     if (deadline && deadline <= weft_now()) {
@@ -1801,7 +1940,12 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_since, coarse_now(), memory_order_relaxed);
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
+    /* deterministic mode: an operation the kernel or the pool completes
+     * (io.c parks on it with its op as obj) holds back the clock's jump */
+    int det_io = __builtin_expect(WEFT__DET_ON(), 0) && why == WEFT__WHY_IO && obj;
+    if (det_io) weft__det_io_begin();
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
+    if (det_io) weft__det_io_end();
     if (h && WEFT__PW_STATE(atomic_load(&p->word)) != WEFT__PS_TIMEDOUT) {
         /* ended otherwise: its heap entry is dead (counted, dropped later) */
         atomic_fetch_add_explicit(&R.c[self->timer_heap]->timers.dead, 1, memory_order_relaxed);
@@ -2173,6 +2317,15 @@ int weft_yield(void) {
         return 0;
     }
     gate_in(c, self);
+    if (__builtin_expect(WEFT__DET_ON(), 0)) {
+        /* the yielder is a candidate too: it joins the run set first, and
+         * stays there (as in the yield FIFO) while another runs */
+        weft__det_push(self);
+        weft_thread *next = pick_det(c);
+        if (next == self) gate_out(c, self);
+        else switch_to(c, self, next, OP_NONE);
+        return 0;
+    }
     weft_thread *next = pick_local(c);
     if (!next) { /* nothing else to run here */
         gate_out(c, self);
@@ -2488,6 +2641,7 @@ static void fork_child(void) {
     R.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__io_fork_child();
     weft__stacks_fork_child();
+    weft__det_fork_child();
     weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
     R.c = NULL;
     R.n = 0;
@@ -2522,12 +2676,21 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         inherited = R.started_with;
         cfg = &inherited;
     }
-    int n = cfg && cfg->carriers ? cfg->carriers : env_int("WEFT_CARRIERS", (int)sysconf(_SC_NPROCESSORS_ONLN));
+    /* deterministic mode (det.c): one carrier, no monitor, no spares */
+    uint64_t det_seed = 0;
+    const char *det_trace = NULL;
+    int det = weft__det_resolve(cfg, &det_seed, &det_trace);
+    if (det < 0) {
+        pthread_mutex_unlock(&R.init_lock);
+        return det;
+    }
+    if (lazy && R.inherit_cfg) det_trace = NULL; /* a fork child: the trace is the parent's */
+    int n = det ? 1 : cfg && cfg->carriers ? cfg->carriers : env_int("WEFT_CARRIERS", (int)sysconf(_SC_NPROCESSORS_ONLN));
     size_t stack = cfg && cfg->stack_size ? cfg->stack_size : env_size("WEFT_STACK_SIZE", 256 * 1024);
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
 #endif
-    if (n < 1 || n > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0)) {
+    if (n < 1 || n > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
     }
@@ -2537,17 +2700,21 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         long ms = env_long("WEFT_PIN_THRESHOLD_MS", 0);
         thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
     }
-    if (thr < 0) thr = -1;
+    if (thr < 0 || det) thr = -1;
     long maxc = cfg && cfg->max_compensate ? cfg->max_compensate : env_long("WEFT_MAX_COMPENSATE", 2L * n);
-    if (maxc < 0) maxc = 0;
+    if (maxc < 0 || det) maxc = 0;
     if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
     {
         const char *v = getenv("WEFT_SPIN_US");
         spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
         if (spin_ns < 0) spin_ns = SPIN_NS;
     }
-    int r = weft__io_start(cfg ? cfg->io : 0);
+    if (!det) atomic_store_explicit(&weft__det_on, 0, memory_order_relaxed); /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
+    int r = det ? weft__det_start(det_seed, det_trace) : 0;
     if (r < 0) goto fail0;
+    if (det) atomic_store(&R.next_id, 1); /* ids are part of the replay */
+    r = weft__io_start(cfg ? cfg->io : 0);
+    if (r < 0) goto faildet;
     r = weft__stacks_init(stack);
     if (r < 0) goto failio;
     /* every slot a spare may take: R.c never moves while carriers read it */
@@ -2624,7 +2791,9 @@ static int init_runtime(const weft_config *cfg, int lazy) {
     }
     R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0,
                                    .hook = cfg ? cfg->hook : 0,
-                                   .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1};
+                                   .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1,
+                                   .deterministic = det ? WEFT_DET_ON : WEFT_DET_OFF,
+                                   .deterministic_seed = det_seed};
     weft__hook_start(cfg ? cfg->hook : 0);
     R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
@@ -2637,6 +2806,8 @@ fail1:
     weft__stacks_fini();
 failio:
     weft__io_stop();
+faildet:
+    weft__det_stop();
 fail0:
     pthread_mutex_unlock(&R.init_lock);
     return r;
@@ -2710,6 +2881,7 @@ void weft_shutdown(void) {
 #endif
     weft__stacks_fini();
     weft__io_stop();
+    weft__det_stop();
     pthread_mutex_unlock(&R.init_lock);
 }
 

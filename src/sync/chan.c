@@ -101,6 +101,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
+#include "../sched/det.h"
 #include "weft/chan.h"
 
 #include <errno.h>
@@ -607,7 +608,12 @@ static int select_common(weft_case *cases, size_t n, int64_t deadline, int wait,
             r = -EINVAL;
             goto out;
         }
-        size_t j = m ? sel_random() % (m + 1) : 0; /* inside-out Fisher-Yates */
+        /* inside-out Fisher-Yates; deterministic mode, on the carrier: the
+         * seed's draw (det.c), so which ready case is taken replays with it
+         * (a platform thread's select is outside the mode) */
+        size_t j = !m ? 0
+                   : __builtin_expect(WEFT__DET_ON(), 0) && weft__carrier_self() ? weft__det_choose((uint32_t)(m + 1), NULL)
+                                                                              : sel_random() % (m + 1);
         if (j != m) order[m] = order[j];
         order[j] = (uint32_t)i;
         m++;

@@ -216,7 +216,7 @@ out:
 static void mutex_wake_one(weft_mutex *m) {
     weft__wq_lock(&m->q);
     weft__waiter *w;
-    while ((w = weft__wq_pop(&m->q))) {
+    while ((w = weft__wq_pop_any(&m->q))) {
         if (!m->q.head) clear_bits(&m->state, M_WAITERS);
         w->granted = G_WOKEN;
         if (weft__wq_wake(w)) {

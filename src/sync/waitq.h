@@ -15,6 +15,7 @@
 #define WEFT_SYNC_WAITQ_H
 
 #include "../sched/sched.h"
+#include "../sched/det.h"
 
 #include <sched.h>
 
@@ -86,6 +87,20 @@ static inline void weft__wq_remove(weft__waitq *q, weft__waiter *w) {
 
 static inline weft__waiter *weft__wq_pop(weft__waitq *q) {
     weft__waiter *w = q->head;
+    if (w) weft__wq_remove(q, w);
+    return w;
+}
+
+/* Pops the waiter a wake-one serves where the order is the
+ * implementation's choice (weft_mutex is not FIFO): the head, or in
+ * deterministic mode one the seed draws (det.c). */
+static inline weft__waiter *weft__wq_pop_any(weft__waitq *q) {
+    weft__waiter *w = q->head;
+    if (__builtin_expect(WEFT__DET_ON(), 0) && w && w->next) {
+        uint32_t n = 0;
+        for (weft__waiter *x = w; x; x = x->next) n++;
+        for (uint32_t k = weft__det_choose(n, "mutex-waiter"); k; k--) w = w->next;
+    }
     if (w) weft__wq_remove(q, w);
     return w;
 }

@@ -1,0 +1,401 @@
+/*
+ * Deterministic mode (src/sched/det.c, tests/det.h): five classic races,
+ * each written with weft's real API as real code would have it -- a
+ * weft_yield or a blocking call where real code would do I/O or call out --
+ * once with the bug and once fixed.  For each: some seed within NSEEDS
+ * finds the bug, that seed replays it REPRO times out of REPRO, and the
+ * fixed code passes every one of the NSEEDS seeds.  And: the same seed
+ * gives the same trace, byte for byte; the mode's basics (one carrier,
+ * virtual time, ids) hold.
+ */
+#include "harness.h"
+#include "det.h"
+
+#include "weft/chan.h"
+#include "weft/sync.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define NSEEDS 1000
+#define REPRO 100
+#define MS 1000000LL
+
+/* A race: the buggy body must fail under some seed within NSEEDS, fail
+ * again under that seed REPRO times in a row, and the fixed body must pass
+ * all NSEEDS. */
+static void race(const char *name, det_body buggy, det_body fixed) {
+    uint64_t s = det_explore(name, buggy, NULL, NSEEDS);
+    CHECK(s != 0);
+    for (int i = 0; i < REPRO; i++) CHECK_EQ(det_run(buggy, NULL, s, NULL), DET_FAIL);
+    printf("det: %s: seed %llu found it, replayed %d/%d\n", name, (unsigned long long)s, REPRO, REPRO);
+    char fixed_name[64];
+    snprintf(fixed_name, sizeof fixed_name, "%s (fixed)", name);
+    CHECK_EQ(det_explore(fixed_name, fixed, NULL, NSEEDS), 0);
+    printf("det: %s (fixed): %d/%d seeds passed\n", name, NSEEDS, NSEEDS);
+}
+
+static weft_thread *spawn(void *(*fn)(void *), void *arg) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
+    return t;
+}
+
+/* ---- 1. lost update: read, (a call that may switch), write, no lock ---- */
+
+#define LU_WORKERS 3
+#define LU_ROUNDS 4
+static long lu_balance;
+static weft_mutex lu_lock = WEFT_MUTEX_INIT;
+
+static void *lu_deposit_buggy(void *arg) {
+    (void)arg;
+    for (int i = 0; i < LU_ROUNDS; i++) {
+        long b = lu_balance;   /* read */
+        weft_yield();          /* e.g. an audit log write */
+        lu_balance = b + 10;   /* write: another deposit in between is lost */
+    }
+    return NULL;
+}
+
+static void *lu_deposit_fixed(void *arg) {
+    (void)arg;
+    for (int i = 0; i < LU_ROUNDS; i++) {
+        weft_mutex_lock(&lu_lock);
+        long b = lu_balance;
+        weft_yield();
+        lu_balance = b + 10;
+        weft_mutex_unlock(&lu_lock);
+    }
+    return NULL;
+}
+
+static int lu_run(void *(*fn)(void *)) {
+    lu_balance = 0;
+    weft_thread *t[LU_WORKERS];
+    for (int i = 0; i < LU_WORKERS; i++) t[i] = spawn(fn, NULL);
+    for (int i = 0; i < LU_WORKERS; i++) weft_join(t[i], NULL);
+    return lu_balance != 10L * LU_WORKERS * LU_ROUNDS;
+}
+static int lu_buggy(void *a) { (void)a; return lu_run(lu_deposit_buggy); }
+static int lu_fixed(void *a) { (void)a; return lu_run(lu_deposit_fixed); }
+
+TEST(race_lost_update) { race("lost update", lu_buggy, lu_fixed); }
+
+/* ---- 2. check-then-act on a channel: "there is a job, so take it" ---- */
+
+static weft_chan *ca_jobs;
+static _Atomic int ca_starved; /* a consumer that saw a job and found none */
+
+static void *ca_consumer_buggy(void *arg) {
+    (void)arg;
+    if (weft_chan_len(ca_jobs) > 0) {   /* check */
+        weft_yield();                   /* e.g. it logs "taking a job" */
+        int job;
+        if (weft_chan_try_recv(ca_jobs, &job) != 0) atomic_fetch_add(&ca_starved, 1); /* act */
+    }
+    return NULL;
+}
+
+static void *ca_consumer_fixed(void *arg) {
+    (void)arg;
+    int job;
+    if (weft_chan_try_recv(ca_jobs, &job) == 0) { /* check and act in one */
+        weft_yield();
+    }
+    return NULL;
+}
+
+static int ca_run(void *(*fn)(void *)) {
+    CHECK_EQ(weft_chan_make(&ca_jobs, sizeof(int), 4), 0);
+    atomic_store(&ca_starved, 0);
+    int job = 1;
+    weft_thread *t[2];
+    for (int i = 0; i < 2; i++) t[i] = spawn(fn, NULL);
+    CHECK_EQ(weft_chan_send(ca_jobs, &job), 0); /* one job, two consumers */
+    for (int i = 0; i < 2; i++) weft_join(t[i], NULL);
+    weft_chan_free(ca_jobs);
+    return atomic_load(&ca_starved) != 0;
+}
+static int ca_buggy(void *a) { (void)a; return ca_run(ca_consumer_buggy); }
+static int ca_fixed(void *a) { (void)a; return ca_run(ca_consumer_fixed); }
+
+TEST(race_check_then_act_channel) { race("check-then-act on a channel", ca_buggy, ca_fixed); }
+
+/* ---- 3. missed wakeup: a flag tested outside the cond's mutex ---- */
+
+static int mw_ready;
+static weft_mutex mw_lock = WEFT_MUTEX_INIT;
+static weft_cond mw_cond = WEFT_COND_INIT;
+
+static void *mw_waiter_buggy(void *arg) {
+    (void)arg;
+    if (!mw_ready) {                    /* the flag, without the mutex */
+        weft_yield();                   /* e.g. it records that it will wait */
+        weft_mutex_lock(&mw_lock);
+        /* a signal sent since the test is lost: this waits for the next */
+        int r = weft_cond_wait_until(&mw_cond, &mw_lock, weft_now() + 1000 * MS);
+        weft_mutex_unlock(&mw_lock);
+        return (void *)(intptr_t)r;
+    }
+    return NULL;
+}
+
+static void *mw_setter_buggy(void *arg) {
+    (void)arg;
+    weft_yield(); /* it has work of its own first */
+    mw_ready = 1;
+    weft_cond_signal(&mw_cond);
+    return NULL;
+}
+
+static void *mw_waiter_fixed(void *arg) {
+    (void)arg;
+    int r = 0;
+    weft_mutex_lock(&mw_lock);
+    while (!mw_ready && r == 0) {
+        weft_yield();
+        r = weft_cond_wait_until(&mw_cond, &mw_lock, weft_now() + 1000 * MS);
+    }
+    weft_mutex_unlock(&mw_lock);
+    return (void *)(intptr_t)r;
+}
+
+static void *mw_setter_fixed(void *arg) {
+    (void)arg;
+    weft_yield();
+    weft_mutex_lock(&mw_lock);
+    mw_ready = 1;
+    weft_cond_signal(&mw_cond);
+    weft_mutex_unlock(&mw_lock);
+    return NULL;
+}
+
+static int mw_run(void *(*waiter)(void *), void *(*setter)(void *)) {
+    mw_ready = 0;
+    weft_thread *w = spawn(waiter, NULL), *s = spawn(setter, NULL);
+    void *r;
+    weft_join(s, NULL);
+    weft_join(w, &r);
+    return (intptr_t)r == -ETIMEDOUT; /* it slept through the signal */
+}
+static int mw_buggy(void *a) { (void)a; return mw_run(mw_waiter_buggy, mw_setter_buggy); }
+static int mw_fixed(void *a) { (void)a; return mw_run(mw_waiter_fixed, mw_setter_fixed); }
+
+TEST(race_missed_wakeup) { race("missed wakeup", mw_buggy, mw_fixed); }
+
+/* ---- 4. double close: two workers end, each closes the results channel ---- */
+
+static weft_chan *dc_results;
+static int dc_closed;
+static _Atomic int dc_close_errors;
+
+static void *dc_worker_buggy(void *arg) {
+    int v = (int)(intptr_t)arg;
+    weft_chan_send(dc_results, &v);
+    if (!dc_closed) {            /* "the last one out closes" -- checked racily */
+        weft_yield();            /* e.g. it flushes its own stats */
+        dc_closed = 1;
+        if (weft_chan_close(dc_results) != 0) atomic_fetch_add(&dc_close_errors, 1);
+    }
+    return NULL;
+}
+
+static weft_once_t dc_once = WEFT_ONCE_INIT;
+static void dc_close_once(void) {
+    if (weft_chan_close(dc_results) != 0) atomic_fetch_add(&dc_close_errors, 1);
+}
+static void *dc_worker_fixed(void *arg) {
+    int v = (int)(intptr_t)arg;
+    weft_chan_send(dc_results, &v);
+    weft_yield();
+    weft_once(&dc_once, dc_close_once);
+    return NULL;
+}
+
+static int dc_run(void *(*fn)(void *)) {
+    CHECK_EQ(weft_chan_make(&dc_results, sizeof(int), 4), 0);
+    dc_closed = 0;
+    atomic_store(&dc_close_errors, 0);
+    weft_thread *t[2];
+    for (int i = 0; i < 2; i++) t[i] = spawn(fn, (void *)(intptr_t)i);
+    for (int i = 0; i < 2; i++) weft_join(t[i], NULL);
+    weft_chan_free(dc_results);
+    return atomic_load(&dc_close_errors) != 0; /* -EPIPE: it was closed twice */
+}
+static int dc_buggy(void *a) { (void)a; return dc_run(dc_worker_buggy); }
+static int dc_fixed(void *a) { (void)a; return dc_run(dc_worker_fixed); }
+
+TEST(race_double_close) { race("double close", dc_buggy, dc_fixed); }
+
+/* ---- 5. deadline race: a reply that lands as the caller gives up ----
+ * The caller waits for a reply with a deadline; on time-out it hands the
+ * reply buffer back to its pool.  The backend answers in about the same
+ * time.  Buggy: the backend writes into the buffer whatever happened;
+ * fixed: caller and backend settle who owns it with one CAS. */
+
+enum { DL_PENDING, DL_ANSWERED, DL_ABANDONED };
+static struct { _Atomic int state; int released; int written_after_release; int value; } dl;
+static weft_sem dl_done;
+
+static void *dl_backend_buggy(void *arg) {
+    (void)arg;
+    weft_sleep(10 * MS);            /* the backend's latency */
+    if (dl.released) dl.written_after_release = 1;
+    dl.value = 42;                  /* writes the reply: the buffer may be gone */
+    atomic_store(&dl.state, DL_ANSWERED);
+    weft_sem_release(&dl_done);
+    return NULL;
+}
+
+static void *dl_backend_fixed(void *arg) {
+    (void)arg;
+    weft_sleep(10 * MS);
+    int exp = DL_PENDING;
+    if (atomic_compare_exchange_strong(&dl.state, &exp, DL_ANSWERED)) { /* the buffer is still ours */
+        if (dl.released) dl.written_after_release = 1;
+        dl.value = 42;
+        weft_sem_release(&dl_done);
+    }
+    return NULL;
+}
+
+static int dl_caller(int fixed) {
+    int r = weft_sem_acquire_until(&dl_done, weft_now() + 10 * MS); /* the same 10 ms */
+    if (r == -ETIMEDOUT) {
+        weft_yield(); /* e.g. it logs the time-out */
+        if (fixed) {
+            int exp = DL_PENDING;
+            if (!atomic_compare_exchange_strong(&dl.state, &exp, DL_ABANDONED)) {
+                weft_sem_acquire(&dl_done); /* answered meanwhile: take the reply after all */
+                return 0;
+            }
+        }
+        dl.released = 1; /* the buffer goes back to the pool */
+    }
+    return 0;
+}
+
+static int dl_run(void *(*backend)(void *), int fixed) {
+    memset(&dl, 0, sizeof dl);
+    CHECK_EQ(weft_sem_init(&dl_done, 0), 0);
+    weft_thread *b = spawn(backend, NULL);
+    dl_caller(fixed);
+    weft_join(b, NULL);
+    return dl.written_after_release;
+}
+static int dl_buggy(void *a) { (void)a; return dl_run(dl_backend_buggy, 0); }
+static int dl_fixed(void *a) { (void)a; return dl_run(dl_backend_fixed, 1); }
+
+TEST(race_deadline) { race("deadline race", dl_buggy, dl_fixed); }
+
+/* ---- the same seed, the same trace ---- */
+
+/* A body with some of everything: spawns, yields, a mutex, a channel,
+ * a select, sleeps on the virtual clock. */
+static weft_chan *mix_a, *mix_b;
+static void *mix_worker(void *arg) {
+    intptr_t k = (intptr_t)arg;
+    for (int i = 0; i < 5; i++) {
+        weft_mutex_lock(&lu_lock);
+        lu_balance += k;
+        weft_yield();
+        weft_mutex_unlock(&lu_lock);
+        int v = (int)k;
+        weft_chan_send(k & 1 ? mix_a : mix_b, &v);
+        weft_sleep((int64_t)(k + i) * MS);
+    }
+    return NULL;
+}
+static int mix_body(void *arg) {
+    (void)arg;
+    CHECK_EQ(weft_chan_make(&mix_a, sizeof(int), 2), 0);
+    CHECK_EQ(weft_chan_make(&mix_b, sizeof(int), 2), 0);
+    weft_thread *t[6];
+    for (int i = 0; i < 6; i++) t[i] = spawn(mix_worker, (void *)(intptr_t)i);
+    for (int got = 0; got < 30; got++) {
+        int va, vb;
+        weft_case cs[2] = {{.chan = mix_a, .op = WEFT_CASE_RECV, .msg = &va},
+                           {.chan = mix_b, .op = WEFT_CASE_RECV, .msg = &vb}};
+        CHECK(weft_select(cs, 2, 0) >= 0);
+    }
+    for (int i = 0; i < 6; i++) weft_join(t[i], NULL);
+    weft_chan_free(mix_a);
+    weft_chan_free(mix_b);
+    return 0;
+}
+
+static char *read_file(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    return slurp_fd(fd);
+}
+
+TEST(same_seed_same_trace) {
+    char p1[] = "/tmp/weft-det-trace-XXXXXX", p2[] = "/tmp/weft-det-trace-XXXXXX", p3[] = "/tmp/weft-det-trace-XXXXXX";
+    int f1 = mkstemp(p1), f2 = mkstemp(p2), f3 = mkstemp(p3);
+    CHECK(f1 >= 0 && f2 >= 0 && f3 >= 0);
+    close(f1);
+    close(f2);
+    close(f3);
+    CHECK_EQ(det_run(mix_body, NULL, 7, p1), DET_PASS);
+    CHECK_EQ(det_run(mix_body, NULL, 7, p2), DET_PASS);
+    CHECK_EQ(det_run(mix_body, NULL, 8, p3), DET_PASS);
+    char *a = read_file(p1), *b = read_file(p2), *c = read_file(p3);
+    CHECK(strlen(a) > 1000);
+    CHECK(strstr(a, "pick t") != NULL);
+    CHECK(strstr(a, "jump +") != NULL);
+    CHECK_EQ(strcmp(a, b), 0); /* byte for byte */
+    CHECK(strcmp(a, c) != 0);  /* and the seed matters */
+    int lines = 0;
+    for (const char *x = a; *x; x++) lines += *x == '\n';
+    printf("det: seed 7 twice: identical traces (%zu bytes, %d lines); seed 8 differs\n", strlen(a), lines);
+    free(a);
+    free(b);
+    free(c);
+    unlink(p1);
+    unlink(p2);
+    unlink(p3);
+}
+
+/* ---- the mode's basics ---- */
+
+static int basics_body(void *arg) {
+    (void)arg;
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.carriers, 1);
+    CHECK_EQ(weft_id(weft_self()), 1); /* the root: ids restart at 1 */
+    int64_t t0 = weft_now();
+    CHECK_EQ(t0 > 0, 1);
+    struct timespec r0;
+    clock_gettime(CLOCK_MONOTONIC, &r0);
+    CHECK_EQ(weft_sleep(3600LL * 1000 * MS), 0); /* an hour, virtually */
+    struct timespec r1;
+    clock_gettime(CLOCK_MONOTONIC, &r1);
+    CHECK(weft_now() - t0 >= 3600LL * 1000 * MS);
+    CHECK(r1.tv_sec - r0.tv_sec < 5); /* and not for real */
+    /* a deadline expires on the virtual clock too */
+    weft_sem s0;
+    weft_sem_init(&s0, 0);
+    CHECK_EQ(weft_sem_acquire_until(&s0, weft_now() + 60LL * 1000 * MS), -ETIMEDOUT);
+    return 0;
+}
+
+TEST(mode_basics) { CHECK_EQ(det_run(basics_body, NULL, 1, NULL), DET_PASS); }
+
+TEST(config_errors) {
+    weft_config bad = {.deterministic = 7};
+    CHECK_EQ(weft_init(&bad), -EINVAL);
+    setenv("WEFT_DETERMINISTIC", "12x", 1);
+    CHECK_EQ(weft_init(NULL), -EINVAL);
+    unsetenv("WEFT_DETERMINISTIC");
+    weft_config notrace = {.deterministic = WEFT_DET_ON, .trace = "/nonexistent-dir/trace"};
+    CHECK_EQ(weft_init(&notrace), -ENOENT);
+    /* and after those, a good start */
+    weft_config ok = {.deterministic = WEFT_DET_ON, .deterministic_seed = 3};
+    CHECK_EQ(weft_init(&ok), 0);
+    weft_shutdown();
+}
