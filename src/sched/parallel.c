@@ -112,6 +112,13 @@
  * left-to-right fold, for any associative combine.  On error the partials
  * are dropped and *acc is untouched.
  *
+ * Deterministic mode (det.c).  The virtual clock does not move while a
+ * body computes, so no chunk could be timed and no yield would fall due:
+ * there a chunk is `grain` indices, or DET_CHUNK for grain 0, and the
+ * worker yields after every chunk -- a decision point the seed draws at, so
+ * cancellation, deadlines and other vthreads are seen chunk by chunk and
+ * the same seed gives the same chunks.
+ *
  * Who touches what: a worker's lo/hi/started under its lock (owner and
  * thieves); left: written under the lock, read racily by scans; inflight:
  * the owner's, read by thieves; interrupt: set by thieves and the owner's
@@ -121,6 +128,7 @@
  * of the job is written before the helpers are spawned and only read after.
  */
 #include "sched.h"
+#include "det.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -131,6 +139,7 @@
 #define YIELD_NS 1000000  /* a worker yields after this much work */
 #define WAIT_NS 1000000   /* a thief waits at most this long for a chunk in flight to be split */
 #define CHUNK_MAX ((size_t)1 << 40)
+#define DET_CHUNK 256     /* deterministic mode, grain 0: a chunk is this many indices */
 #define SEG_FIRST 4       /* a worker's first segment arrays: room for this many */
 #define ACC_ALIGN 16      /* partials' stride: acc_size rounded up to this */
 
@@ -391,7 +400,8 @@ static void work(par_worker *w, int caller) {
     }
     for (;;) {
         if (atomic_load_explicit(&j->err, memory_order_relaxed)) break;
-        size_t want = j->grain ? j->grain : w->chunk, a, b;
+        int det = atomic_load_explicit(&weft__det_on, memory_order_relaxed);
+        size_t want = j->grain ? j->grain : det ? DET_CHUNK : w->chunk, a, b;
         if (!take(w, want, &a, &b)) {
             if (!steal(w, &start)) break;
             if (seg_open(w, start) < 0) {
@@ -406,7 +416,7 @@ static void work(par_worker *w, int caller) {
         if (w->failed) break;
         if (next < b) give_back(w, next);
         int64_t t1 = weft_now();
-        if (!j->grain) {
+        if (!j->grain && !det) {
             int64_t dt = t1 - t0;
             if (dt < CHUNK_NS / 2 && next - a == w->chunk && w->chunk < CHUNK_MAX) w->chunk *= 2;
             else if (dt > 2 * CHUNK_NS && w->chunk > 1) w->chunk /= 2;
@@ -417,7 +427,7 @@ static void work(par_worker *w, int caller) {
         } else if (weft_cancelled()) {
             break; /* (only this call cancels its helpers, after an error) */
         }
-        if (t1 - last_yield >= YIELD_NS) {
+        if (det || t1 - last_yield >= YIELD_NS) {
             weft_yield();
             t1 = weft_now();
             last_yield = t1;
