@@ -481,7 +481,7 @@ typedef struct weft_group_stats {
     unsigned id;          /* 0: the default group */
     char name[32];
     int carriers;         /* its carriers (the default group: configured, spares not counted) */
-    int compute;          /* WEFT group option */
+    int compute;          /* made with weft_group_opts.compute */
     uint64_t live;        /* its vthreads not finished (the default group: 0, not counted) */
     uint64_t started;     /* vthreads ever spawned into it (the default group: 0, not counted) */
     uint64_t runnable;    /* vthreads queued to run on its carriers */

@@ -9,23 +9,26 @@
 #include "sched.h"
 
 struct weft_group {
+    /* read-mostly: set before the group's carriers start (stop: once) */
+    _Atomic uint64_t *idle_mask;   /* (n + 63) / 64 words, bit gidx; the default group's is R's */
+    weft__carrier **c;             /* by gidx; the default group's is R.c (spares after the configured ones) */
+    int n;                         /* carriers (the default group: configured, spares not counted) */
+    int dflt;                      /* the default group (the runtime's pool) */
+    int compute;                   /* weft_group_opts.compute: no hog events for its carriers */
+    _Atomic int stop;              /* its carriers end (weft_group_close) */
+    uint32_t id;                   /* 0: the default group; then 1, 2 ... */
+    char name[32];
     /* The group's injection queue: its vthreads made runnable away from
      * its carriers (a platform thread, the monitor, another group's
      * carrier, a full deque).  Only this group's carriers pop it. */
-    pthread_mutex_t inj_lock;
+    _Alignas(WEFT__CACHELINE) pthread_mutex_t inj_lock;
     weft_thread *inj_head, *inj_tail;
     _Atomic int64_t inj_n;
     /* Idle carriers, per group: the wake-up protocol of sched.c's top
      * comment ("Waking idle carriers") holds inside each group, with
-     * these counts and this mask (bit gidx of each carrier). */
+     * these counts and the mask above. */
     _Alignas(WEFT__CACHELINE) _Atomic int nidle;
     _Atomic int nspinning;
-    _Atomic uint64_t *idle_mask;   /* (n + 63) / 64 words; the default group's is R's */
-    weft__carrier **c;             /* by gidx; the default group's is R.c (spares after the configured ones) */
-    int n;                         /* carriers (the default group: configured, spares not counted) */
-    int dflt;                      /* the default group (the runtime's pool) */
-    int compute;                   /* WEFT_GROUP_COMPUTE: no hog events for its carriers */
-    _Atomic int stop;              /* its carriers end (weft_group_close) */
     /* life (not for the default group) */
     _Alignas(WEFT__CACHELINE) _Atomic int64_t nlive; /* its vthreads spawned and not finished */
     _Atomic int closing;           /* weft_group_close began: spawns refused */
@@ -33,8 +36,6 @@ struct weft_group {
     pthread_mutex_t lock;          /* closer, closer_token */
     weft__parker *closer;          /* weft_group_close waits here for nlive == 0 */
     uint64_t closer_token;
-    uint32_t id;                   /* 0: the default group; then 1, 2 ... */
-    char name[32];
     weft_group *next;              /* the list of open groups (weft__groups) */
 };
 

@@ -192,6 +192,18 @@
  * built or half freed); the prepare handler cannot wait for them, since
  * shutdown may be waiting for the very vthread that forks.
  *
+ * Carrier groups (group.c has the essay).  Everything above about the
+ * injection queue, the idle counts and mask, stealing and spinning holds
+ * per group: those live in a struct weft_group (group.h), c->grp is the
+ * carrier's and t->grp the vthread's, and the loops over "the carriers"
+ * that serve scheduling (steal_once, work_visible, take_idle) run over
+ * c->grp's.  The default group is R.g0: the configured carriers and the
+ * spares, as before.  A vthread made runnable by a carrier of another
+ * group, or by no carrier, goes to its own group's injection queue with a
+ * wake-up there (enqueue_foreign): it never runs on another group's
+ * carrier.  What iterates every carrier (the monitor, counters, the dump,
+ * shutdown) walks the open groups too, under weft__groups.lock.
+ *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
