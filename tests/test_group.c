@@ -584,3 +584,59 @@ TEST(shutdown_closes_open_groups) {
     CHECK_EQ(atomic_load(&slow_done), 4);
 }
 
+
+/* Without the compute option a group's hog is reported as any other: the
+ * compute test above is not vacuous. */
+static void *hog_once(void *arg) {
+    (void)arg;
+    volatile double x = 0;
+    int64_t until = weft_now() + 150 * 1000000LL;
+    while (weft_now() < until)
+        for (int i = 0; i < 1000; i++) x += i * 0.5;
+    return NULL;
+}
+
+TEST(plain_group_hog_is_reported) {
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_group *g = weft_group_new("plain", 1);
+    CHECK(g);
+    weft_thread *t;
+    weft_attr a = {.name = "grouphog", .group = g};
+    CHECK_EQ(weft_spawn(&t, hog_once, NULL, &a), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    weft_stats st;
+    weft_stats_get(&st);
+    CHECK(st.hogs >= 1);
+    CHECK_EQ(weft_group_close(g), 0);
+}
+
+/* A fork child does not have the parent's groups (nor their carriers): it
+ * starts a fresh runtime and may make its own. */
+TEST(fork_child_starts_without_groups) {
+    weft_group *g = weft_group_new("parent-only", 1);
+    CHECK(g);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* (TSan cannot start threads in a multi-threaded fork's child:
+         * test_fork.c, CHILD_THREADS) */
+        if (TEST_TSAN) _exit(0);
+        weft_group *cg = weft_group_new("child", 1);
+        if (!cg) _exit(10);
+        weft_attr a = {.group = cg};
+        weft_thread *t;
+        if (weft_spawn(&t, brief, cg, &a) != 0) _exit(11);
+        if (weft_join(t, NULL) != 0) _exit(12);
+        if (atomic_load(&wrong)) _exit(13);
+        if (weft_group_close(cg) != 0) _exit(14);
+        weft_shutdown();
+        _exit(0);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+    CHECK_EQ(weft_group_close(g), 0);
+}

@@ -211,7 +211,14 @@ int weft_group_close(weft_group *g) {
     weft_thread *self = weft__self();
     if (self && self->grp == g) return -EDEADLK;
     int expect = 0;
-    if (!atomic_compare_exchange_strong(&g->closing, &expect, 1)) return -EBUSY;
+    if (!atomic_compare_exchange_strong(&g->closing, &expect, 1)) {
+        /* the first close takes this lock before it frees g: so this
+         * call's look at g comes before the free (a call after it is a
+         * use after free, as for any freed object) */
+        pthread_mutex_lock(&g->lock);
+        pthread_mutex_unlock(&g->lock);
+        return -EBUSY;
+    }
     /* wait for nlive 0 (see "Life") */
     for (;;) {
         weft__parker *p;
@@ -231,6 +238,8 @@ int weft_group_close(weft_group *g) {
         g->closer = NULL;
         pthread_mutex_unlock(&g->lock);
     }
+    pthread_mutex_lock(&g->lock); /* (a late weft__group_last_exit or -EBUSY caller is out of g) */
+    pthread_mutex_unlock(&g->lock);
     pthread_mutex_lock(&weft__groups.lock);
     int linked = group_unlink(g);
     pthread_mutex_unlock(&weft__groups.lock);
