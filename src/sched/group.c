@@ -60,7 +60,10 @@
  * sized on purpose, and compensating inside it would break exactly the
  * isolation it exists for (its spare would compete for the CPUs the
  * latency carriers need).  A group's stalls do not count for the default
- * group's compensation.
+ * group's compensation.  (With one default carrier and stall detection
+ * off, pin_threshold_ns < 0, no monitor runs at all -- sched.c's
+ * mon_start -- and a group's stranded work then waits for the computing
+ * vthread to switch, as it would in the default pool.)
  *
  * Which group a spawn goes to: attr->group; else (NULL) the spawning
  * vthread's own group; from a platform thread, the default group.

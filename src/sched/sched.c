@@ -1007,9 +1007,12 @@ static weft_thread *find_work(weft__carrier *c) {
         }
         /* Memory above the stack cache's high-water mark goes back in a lull:
          * only when every other carrier sleeps too, since each batch's TLB
-         * shootdown interrupts the carriers still running.  After an idle
+         * shootdown interrupts the carriers still running (a group's
+         * carrier: its group's and the default group's; other groups'
+         * are not looked at).  After an idle
          * period the deep pages of the stacks kept hot go back as well. */
         if (atomic_load_explicit(&g->nidle, memory_order_relaxed) >= nshared(g) - 1 &&
+            (g->dflt || atomic_load_explicit(&R.g0.nidle, memory_order_relaxed) >= nshared(&R.g0)) &&
             (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks)))
             continue;
         /* go idle: publish, then look once more */
