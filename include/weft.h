@@ -449,7 +449,10 @@ typedef struct weft_group_opts {
  * and weft_group_stats.  Returns the group, or NULL with errno set:
  * EINVAL (carriers < 1), EAGAIN (no carrier index left: the total above),
  * ENOMEM, ESHUTDOWN (weft_shutdown has begun), or a thread's or poller's
- * start error.  Starts the runtime if it is not running.
+ * start error.  Starts the runtime if it is not running.  Called from a
+ * vthread, it holds that vthread's carrier while the threads start (each
+ * makes its ring: well under a millisecond apiece); so does the last step
+ * of weft_group_close, which joins them.
  */
 WEFT_API weft_group *weft_group_new(const char *name, int carriers);
 WEFT_API weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts);

@@ -489,11 +489,17 @@ TEST(stats_and_dump_show_groups) {
     snprintf(line, sizeof line, "group %u \"batchgrp\" (compute): 2 carriers", s.id);
     char role[32];
     snprintf(role, sizeof role, "(group %u)", s.id);
+    char vline[48];
+    snprintf(vline, sizeof vline, "\"statsw\" [group %u]", s.id);
     char *text = dump_showing(WEFT_DUMP_TEXT, "carrier groups:", "group 0 \"default\": 2 carriers", line, role,
-                              "3 live, 3 started", (char *)NULL);
+                              "3 live, 3 started", vline, (char *)NULL);
     free(text);
+    char vjson[48];
+    snprintf(vjson, sizeof vjson, "\"name\":\"statsw\",\"state\"");
+    char gjson[24];
+    snprintf(gjson, sizeof gjson, "\"group\":%u", s.id);
     char *json = dump_showing(WEFT_DUMP_JSON, "\"groups\":[", "\"name\":\"batchgrp\"", "\"compute\":true",
-                              "\"live\":3", (char *)NULL);
+                              "\"live\":3", vjson, gjson, (char *)NULL);
     free(json);
     atomic_store(&stats_hold, 1);
     for (int i = 0; i < 3; i++) CHECK_EQ(weft_join(t[i], NULL), 0);

@@ -152,6 +152,7 @@ static void one(weft__stack *s, void *ctx) {
     int line = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
     int64_t since = (int64_t)ld(&t->block_since), until = (int64_t)ld(&t->block_until);
     int why = __atomic_load_n(&t->why, __ATOMIC_RELAXED);
+    unsigned gid = __atomic_load_n(&t->grp_id, __ATOMIC_RELAXED); /* its carrier group, 0: the default */
     weft__carrier *c = (weft__carrier *)(uintptr_t)ld(&t->carrier);
     const char *top = (const char *)t;
     size_t res = weft__stack_resident(s);
@@ -168,6 +169,7 @@ static void one(weft__stack *s, void *ctx) {
         weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
         if (task) put(o, ",\"container\":\"scope#%" PRIu64 "\"", task->scope->id);
         else put(o, ",\"container\":\"root\"");
+        if (gid) put(o, ",\"group\":%u", gid);
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (rs == WEFT__RS_PARKED) {
             put(o, ",\"waiting_on\":\"%s\",\"since_ns\":%" PRId64, why_name(why), o->now - since);
@@ -181,6 +183,7 @@ static void one(weft__stack *s, void *ctx) {
         return;
     }
     put(o, "#%" PRIu64 " \"%s\" ", id, name);
+    if (gid) put(o, "[group %u] ", gid);
     weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
     if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
     if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));

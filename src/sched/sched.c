@@ -2060,6 +2060,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     __atomic_store_n(&t->carrier, (weft__carrier *)NULL, __ATOMIC_RELAXED);
     t->home = NULL;
     t->grp = g;
+    __atomic_store_n(&t->grp_id, g->id, __ATOMIC_RELAXED); /* (read racily by weft_dump) */
     if (!g->dflt) atomic_fetch_add_explicit(&g->started, 1, memory_order_relaxed);
     t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
     __atomic_store_n(&t->why, (uint8_t)WEFT__WHY_NONE, __ATOMIC_RELAXED);

@@ -121,6 +121,7 @@ struct weft_thread {
     weft__carrier *carrier;          /* carrier it runs or last ran on */
     weft__carrier *home;             /* pinned: the only carrier it runs on */
     weft_group *grp;                 /* its carrier group: it runs on that group's carriers only */
+    uint32_t grp_id;                 /* its id, for the dump (grp may be freed once t has finished) */
     uint32_t flags;
     _Atomic uint8_t rstate;          /* WEFT__RS_*, for the dump */
     uint8_t why;                     /* WEFT__WHY_* of the current block */
