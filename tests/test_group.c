@@ -42,7 +42,8 @@ static void nap_ms(int ms) {
 /* ---- placement across every kind of switch ---------------------------------- */
 
 static weft_group *GA, *GB;
-static atomic_int wrong, rounds_done;
+static atomic_int wrong, rounds_done, lost_wakeups;
+static atomic_int at_park[8]; /* A's vthread k is about to park for the i-th time: i + 1 */
 static weft_thread *a_threads[8];
 static int pipes[8][2];
 
@@ -62,7 +63,9 @@ static void *a_main(void *arg) {
         CHECK_ON(GA);
         weft_sleep(100 * 1000);
         CHECK_ON(GA);
-        weft_park(weft_now() + 1000000000LL); /* B unparks it */
+        atomic_store(&at_park[k], i + 1);
+        /* B unparks it (5 s: only a lost wake-up waits that long) */
+        if (weft_park(weft_now() + 5000000000LL) == -ETIMEDOUT) atomic_fetch_add(&lost_wakeups, 1);
         CHECK_ON(GA);
         char b;
         CHECK_EQ(weft_read(pipes[k][0], &b, 1), 1); /* B writes it */
@@ -79,6 +82,9 @@ static void *b_main(void *arg) {
     for (int i = 0; i < rounds; i++) {
         CHECK_ON(GB);
         weft_sleep(50 * 1000);
+        /* in step with A (a permit does not count: two unparks before
+         * one park would leave A's next park without a wake) */
+        while (atomic_load(&at_park[k]) < i + 1) weft_sleep(20 * 1000);
         CHECK_EQ(weft_unpark(a_threads[k]), 0);
         CHECK_EQ(weft_write(pipes[k][1], "x", 1), 1);
         CHECK_ON(GB);
@@ -108,6 +114,7 @@ TEST(vthreads_run_only_on_their_groups_carriers) {
     for (int k = 0; k < K; k++) CHECK_EQ(weft_join(a_threads[k], NULL), 0);
     CHECK_EQ(atomic_load(&rounds_done), K * SCALE(200));
     CHECK_EQ(atomic_load(&wrong), 0);
+    CHECK_EQ(atomic_load(&lost_wakeups), 0);
     CHECK_EQ(weft_group_close(GA), 0);
     CHECK_EQ(weft_group_close(GB), 0);
     for (int k = 0; k < K; k++) close(pipes[k][0]), close(pipes[k][1]);
@@ -593,17 +600,15 @@ TEST(shutdown_closes_open_groups) {
 
 /* Without the compute option a group's hog is reported as any other: the
  * compute test above is not vacuous. */
+static atomic_int hog_once_stop;
 static void *hog_once(void *arg) {
     (void)arg;
     volatile double x = 0;
-    /* computes until the monitor has reported it (a loaded machine may
-     * not run this thread for a while: that is no hog), 20 s at most */
+    /* computes -- no system call, no lock: the probe must see it run --
+     * until the test has seen the monitor report it, 20 s at most */
     int64_t until = weft_now() + 20000 * 1000000LL;
-    weft_stats st;
-    do {
-        for (int i = 0; i < 100000; i++) x += i * 0.5;
-        weft_stats_get(&st);
-    } while (st.hogs == 0 && weft_now() < until);
+    while (!atomic_load(&hog_once_stop) && weft_now() < until)
+        for (int i = 0; i < 1000; i++) x += i * 0.5;
     return NULL;
 }
 
@@ -615,9 +620,14 @@ TEST(plain_group_hog_is_reported) {
     weft_thread *t;
     weft_attr a = {.name = "grouphog", .group = g};
     CHECK_EQ(weft_spawn(&t, hog_once, NULL, &a), 0);
-    CHECK_EQ(weft_join(t, NULL), 0);
     weft_stats st;
-    weft_stats_get(&st);
+    int64_t until = weft_now() + 20000 * 1000000LL;
+    do {
+        nap_ms(5);
+        weft_stats_get(&st);
+    } while (st.hogs == 0 && weft_now() < until);
+    atomic_store(&hog_once_stop, 1);
+    CHECK_EQ(weft_join(t, NULL), 0);
     CHECK(st.hogs >= 1);
     CHECK_EQ(weft_group_close(g), 0);
 }

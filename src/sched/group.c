@@ -84,7 +84,7 @@
  * heap look-up), but outside the R.nall range, so nothing that iterates
  * the default pool sees them; what iterates every carrier -- the monitor,
  * the counters, the non-daemon count of weft_shutdown, the dump -- walks
- * the group list under weft__groups.lock as well.
+ * the group list as well (under one of its locks: see below).
  *
  * Life.  weft_group_new allocates the group, starts its carriers (each
  * makes its poller on its own thread, as at weft_init; a failure stops
@@ -104,10 +104,13 @@
  *
  * Threads touching what: the group's queue and idle fields as sched.c's
  * top comment says of the default ones; nlive by spawners and exiting
- * vthreads; closer under lock; the list, ngroups, down and R.gidx_used
- * under weft__groups.lock (the monitor holds it for its look at the
- * groups; nothing that holds it takes any scheduler lock but a group's
- * injection queue).
+ * vthreads; closer under g->lock; the list changes under
+ * weft__groups.mon_lock and .lock (in that order), the monitor walks it
+ * under mon_lock (its look may take milliseconds: a stall's probe), the
+ * counters, the dump and weft_shutdown's count under lock; ngroups, down
+ * and R.gidx_used under lock.  Nothing that holds either takes another
+ * scheduler lock but a group's injection queue, a mailbox or a timer
+ * heap's.
  */
 #include "group.h"
 #include "weft/exec.h"
@@ -117,7 +120,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-weft__group_list weft__groups = {.lock = PTHREAD_MUTEX_INITIALIZER};
+weft__group_list weft__groups = {.mon_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint32_t next_gid = 1;
 
 weft_group *weft_group_new(const char *name, int carriers) {
@@ -158,9 +161,11 @@ weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group
     }
     r = weft__group_carriers_start(g);
     if (r < 0) goto fail;
+    pthread_mutex_lock(&weft__groups.mon_lock);
     pthread_mutex_lock(&weft__groups.lock);
     if (weft__groups.down) { /* weft_shutdown began meanwhile */
         pthread_mutex_unlock(&weft__groups.lock);
+        pthread_mutex_unlock(&weft__groups.mon_lock);
         weft__group_carriers_stop(g);
         r = -ESHUTDOWN;
         goto fail;
@@ -169,6 +174,7 @@ weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group
     weft__groups.head = g;
     weft__groups.ngroups++;
     pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
     return g;
 fail:
     pthread_mutex_destroy(&g->inj_lock);
@@ -243,9 +249,11 @@ int weft_group_close(weft_group *g) {
     }
     pthread_mutex_lock(&g->lock); /* (a late weft__group_last_exit or -EBUSY caller is out of g) */
     pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&weft__groups.mon_lock); /* (the monitor is not looking at g after this) */
     pthread_mutex_lock(&weft__groups.lock);
     int linked = group_unlink(g);
     pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
     if (linked) weft__group_carriers_stop(g);
     /* (not linked: weft_shutdown stopped it; it frees nothing it did not
      * unlink) */
@@ -254,12 +262,14 @@ int weft_group_close(weft_group *g) {
 }
 
 void weft__groups_shutdown(void) {
+    pthread_mutex_lock(&weft__groups.mon_lock);
     pthread_mutex_lock(&weft__groups.lock);
     weft__groups.down = 1;
     weft_group *list = weft__groups.head;
     weft__groups.head = NULL;
     weft__groups.ngroups = 0;
     pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
     while (list) {
         weft_group *g = list;
         list = g->next;

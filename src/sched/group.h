@@ -39,9 +39,15 @@ struct weft_group {
     weft_group *next;              /* the list of open groups (weft__groups) */
 };
 
-/* The open groups other than the default one, newest first: the monitor,
- * the counters and the dump walk it under lock. */
+/* The open groups other than the default one, newest first: the monitor
+ * walks it under mon_lock, the counters and the dump under lock. */
 typedef struct weft__group_list {
+    /* The list changes under both locks (mon_lock first); the monitor
+     * walks it under mon_lock alone, so that its slow look (a stall's
+     * probe reads /proc) never holds `lock`, which weft_stats_get, the
+     * dump and spawning code paths take: a vthread calling those would
+     * otherwise block on it and look pinned to the probe. */
+    pthread_mutex_t mon_lock;
     pthread_mutex_t lock;
     weft_group *head;
     int ngroups;

@@ -202,7 +202,7 @@
  * group, or by no carrier, goes to its own group's injection queue with a
  * wake-up there (enqueue_foreign): it never runs on another group's
  * carrier.  What iterates every carrier (the monitor, counters, the dump,
- * shutdown) walks the open groups too, under weft__groups.lock.
+ * shutdown) walks the open groups too (group.h: which lock).
  *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
@@ -1075,15 +1075,15 @@ static int carrier_resting(weft__carrier *v) {
     return carrier_idle(v) || atomic_load(&v->dormant); /* seq_cst: see monitor_main */
 }
 
-/* Every carrier of every group (the groups' under weft__groups.lock). */
+/* Every carrier of every group (the groups' under weft__groups.mon_lock). */
 static int any_busy(void) {
     for (int i = 0, n = nall(); i < n; i++)
         if (!carrier_resting(R.c[i])) return 1;
     int busy = 0;
-    pthread_mutex_lock(&weft__groups.lock);
+    pthread_mutex_lock(&weft__groups.mon_lock); /* (the monitor's lock: see group.h) */
     for (weft_group *g = weft__groups.head; g && !busy; g = g->next)
         for (int i = 0; i < g->n && !busy; i++) busy = !carrier_resting(g->c[i]);
-    pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
     return busy;
 }
 
@@ -1397,13 +1397,13 @@ static void *monitor_main(void *unused) {
         /* the groups' carriers: their stalls are logged, their stranded
          * work moved within the group; spares are the default group's
          * only, so their stalls do not count for compensate */
-        pthread_mutex_lock(&weft__groups.lock);
+        pthread_mutex_lock(&weft__groups.mon_lock);
         for (weft_group *g = weft__groups.head; g; g = g->next) {
             int gs = 0, gw = 0;
             for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &moved, &gs, &gw);
             if (gs) any_group_stall = 1;
         }
-        pthread_mutex_unlock(&weft__groups.lock);
+        pthread_mutex_unlock(&weft__groups.mon_lock);
         fresh = 0;
         if (R.max_comp > 0) compensate(stalled, waiting);
         /* (rescue woke the groups it moved work to) */
@@ -2569,6 +2569,7 @@ static void fork_child(void) {
     R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     R.g0.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__groups.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__groups.mon_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__fork_keep(weft__groups.head); /* the groups, their carriers (in R.c) */
     weft__groups.head = NULL;
     weft__groups.ngroups = 0;
