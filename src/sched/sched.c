@@ -683,8 +683,16 @@ static inline weft_thread *inject_pop(weft__carrier *c) {
  * own group's injection queue, and a carrier of that group is woken by the
  * same protocol as within a group. */
 static void enqueue_foreign(weft_thread *t) {
+    /* t's group, read before the push: once queued, t may run, end and its
+     * slot be reused by a spawn.  And the group must outlive the wake-up
+     * below: a hand-off in flight counts as one of its live vthreads, so
+     * weft_group_close cannot free it meanwhile (the default group is
+     * never freed) */
+    weft_group *g = t->grp;
+    if (!g->dflt) atomic_fetch_add(&g->nlive, 1);
     inject_push(t);
-    wake_if_needed(t->grp);
+    wake_if_needed(g);
+    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
 }
 
 static void mbox_push(weft__carrier *c, weft_thread *t) {
