@@ -297,17 +297,21 @@ static void *hog(void *arg) {
     return NULL;
 }
 
-static atomic_long worst_late_ns;
+static int64_t late_ns[100];
 static void *latency_sleeper(void *arg) {
     (void)arg;
     for (int i = 0; i < 100; i++) {
         int64_t want = weft_now() + 2000000;
         weft_sleep_until(want);
-        int64_t late = weft_now() - want;
-        if (late > atomic_load(&worst_late_ns)) atomic_store(&worst_late_ns, late);
+        late_ns[i] = weft_now() - want;
         CHECK_ON(NULL);
     }
     return NULL;
+}
+
+static int cmp64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 TEST(cpu_group_does_not_delay_latency_sleeper) {
@@ -326,12 +330,17 @@ TEST(cpu_group_does_not_delay_latency_sleeper) {
     CHECK_EQ(weft_join(s, NULL), 0);
     atomic_store(&hogs_stop, 1);
     for (int i = 0; i < 3; i++) CHECK_EQ(weft_join(h[i], NULL), 0);
-    /* 200 sleeps of 2 ms: the sleeper's carrier is its own; only the OS
-     * shares the CPUs.  Sharing a carrier with the hogs would cost up to
-     * 300 ms per sleep.  A loose bound, for a loaded machine. */
-    long worst = atomic_load(&worst_late_ns);
-    if (worst > 90 * 1000000L) fprintf(stderr, "worst lateness %.1f ms\n", worst / 1e6);
-    CHECK(worst < 90 * 1000000L);
+    /* 100 sleeps of 2 ms: the sleeper's carrier is its own; only the OS
+     * shares the CPUs.  Sharing a carrier with the hogs (100 ms between
+     * yields, three of them) would make most sleeps late by tens of ms.
+     * Loose bounds on the median and the 90th percentile, for a loaded
+     * machine (the worst sleep is the OS's: not asserted). */
+    qsort(late_ns, 100, sizeof late_ns[0], cmp64);
+    if (late_ns[50] >= 20 * 1000000L || late_ns[90] >= 60 * 1000000L)
+        fprintf(stderr, "lateness: median %.1f ms, p90 %.1f ms, worst %.1f ms\n", late_ns[50] / 1e6,
+                late_ns[90] / 1e6, late_ns[99] / 1e6);
+    CHECK(late_ns[50] < 20 * 1000000L);
+    CHECK(late_ns[90] < 60 * 1000000L);
     /* compute: no hog event for the group's vthreads */
     weft_stats st;
     weft_stats_get(&st);
