@@ -239,6 +239,7 @@ WEFT_API int weft_hook_active(void);
 /* ------------------------------------------------------------------------ */
 
 typedef struct weft_thread weft_thread;
+typedef struct weft_group weft_group; /* a carrier group: "Carrier groups" below */
 
 /*
  * Spawn attributes; a NULL attr or zero fields mean the defaults.
@@ -247,19 +248,28 @@ typedef struct weft_thread weft_thread;
  *   pinned      run only on the carrier it first runs on (for code that
  *               keeps C thread-locals across blocking calls).
  *   daemon      weft_shutdown does not wait for it.
+ *   group       run only on this carrier group's carriers.  NULL: the
+ *               spawning vthread's own group (a vthread of a group keeps
+ *               its children in it, as Java's custom schedulers do for
+ *               structured forks); from a platform thread, the default
+ *               group.  weft_group_default() names the default group
+ *               explicitly (a group's vthread handing work back to the
+ *               shared pool).
  */
 typedef struct weft_attr {
     const char *name;
     size_t stack_size;
     int pinned;
     int daemon;
+    weft_group *group;
 } weft_attr;
 
 /*
  * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
  * passed to exactly one of weft_join or weft_detach.  If t is NULL the vthread
  * starts detached.  Works from vthreads and platform threads.  Returns 0,
- * -ENOMEM (no memory or address space for a stack) or -EINVAL; in a
+ * -ENOMEM (no memory or address space for a stack), -EINVAL, or
+ * -ESHUTDOWN (attr->group is being closed: weft_group_close); in a
  * ThreadSanitizer build, -EAGAIN while 7,500 vthreads live (TSan counts
  * each as a thread and ends the process past 8,128: README, "Sanitizers").
  */
@@ -447,6 +457,91 @@ WEFT_API int weft_io_backend(void);
 #include "weft/file.h"
 #include "weft/async.h"
 #include "weft/parallel.h"
+
+/* ------------------------------------------------------------------------ */
+/* Carrier groups                                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A carrier group is a set of carriers of its own -- a scheduler of its
+ * own, as Loom's custom schedulers are -- so that CPU-bound work does not
+ * take the carriers that latency-sensitive vthreads need.  The default
+ * group is the runtime's pool (weft_config.carriers, and the monitor's
+ * spares).  A vthread spawned into a group runs only on that group's
+ * carriers, all its life: its wake-ups, timers and I/O completions, from
+ * whatever thread, queue it to a carrier of its group (never run it on
+ * another group's carrier).  Blocking I/O goes through the carrier's own
+ * ring or epoll set, as in the default group.  Groups are fixed in size:
+ * the monitor moves work that a computing vthread strands on one carrier
+ * to the other carriers of the same group, but starts spare carriers for
+ * the default group only.  Carriers in all, default and groups together,
+ * are at most 1024 (less the spares' reserve: 2 x weft_config.carriers by
+ * default).
+ */
+
+/* Options for weft_group_new_opts; zero fields are the defaults. */
+typedef struct weft_group_opts {
+    /* The group's vthreads compute on purpose (batch work, weft_parallel_for
+     * jobs): the monitor logs no hog event for them and counts none in
+     * weft_stats.hogs.  Work they strand on their carrier is still moved
+     * to the group's other carriers, and a carrier blocked in a system
+     * call is still reported as pinned. */
+    int compute;
+} weft_group_opts;
+
+/*
+ * Starts a group of `carriers` carriers (threads named "weft-g<id>.<k>"),
+ * named `name` (copied, up to 31 bytes; NULL: "group-<id>") for weft_dump
+ * and weft_group_stats.  Returns the group, or NULL with errno set:
+ * EINVAL (carriers < 1), EAGAIN (no carrier index left: the total above),
+ * ENOMEM, ESHUTDOWN (weft_shutdown has begun), EOPNOTSUPP (deterministic
+ * mode: its one carrier runs everything), or a thread's or poller's
+ * start error.  Starts the runtime if it is not running.  Called from a
+ * vthread, it holds that vthread's carrier while the threads start (each
+ * makes its ring: well under a millisecond apiece); so does the last step
+ * of weft_group_close, which joins them.
+ */
+WEFT_API weft_group *weft_group_new(const char *name, int carriers);
+WEFT_API weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts);
+
+/*
+ * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,
+ * weft_executor_group's futures fail so), waits until every vthread of g
+ * has finished (daemons too; one that has finished need not have been
+ * joined), then stops its carriers and frees g: the pointer is invalid
+ * afterwards, as after free().  Parks a vthread, blocks a platform thread;
+ * not interrupted by cancellation or deadlines (as weft_scope_close).
+ * Returns 0; -EINVAL for NULL or the default group; -EDEADLK when the
+ * caller is a vthread of g (it would wait for itself); -EBUSY when another
+ * weft_group_close of g is in progress (only the first closes it; close a
+ * group once).  weft_shutdown closes the groups still open, after their
+ * non-daemon vthreads ended.
+ */
+WEFT_API int weft_group_close(weft_group *g);
+
+/* The default group (the runtime's pool; starts the runtime if needed, NULL
+ * if it cannot start), and the calling vthread's group (NULL on a platform
+ * thread). */
+WEFT_API weft_group *weft_group_default(void);
+WEFT_API weft_group *weft_group_self(void);
+
+/* A group as weft_group_stats_get sees it: racy sums, each exact when read
+ * but not all at one instant. */
+typedef struct weft_group_stats {
+    unsigned id;          /* 0: the default group */
+    char name[32];
+    int carriers;         /* its carriers (the default group: configured, spares not counted) */
+    int compute;          /* made with weft_group_opts.compute */
+    uint64_t live;        /* its vthreads not finished (the default group: 0, not counted) */
+    uint64_t started;     /* vthreads ever spawned into it (the default group: 0, not counted) */
+    uint64_t runnable;    /* vthreads queued to run on its carriers */
+    uint64_t switches;    /* switches into a vthread on its carriers */
+    uint64_t steals;      /* vthreads its carriers took from one another */
+} weft_group_stats;
+
+/* Fills *s for g (NULL: the default group).  Returns 0, or -EINVAL for a
+ * NULL s.  weft_dump shows every group (text and JSON). */
+WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
 
 /* ------------------------------------------------------------------------ */
 /* Observe                                                                   */

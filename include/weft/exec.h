@@ -8,6 +8,8 @@
  *
  *   weft_executor_virtual()        a new vthread per task (Java's
  *                                  newVirtualThreadPerTaskExecutor);
+ *                                  weft_executor_group(g) the same, its
+ *                                  vthreads in carrier group g;
  *   weft_executor_fixed(n, cap, p) n platform threads and a FIFO queue of
  *                                  cap tasks (0 = unbounded), policy p when
  *                                  it is full (newFixedThreadPool, or
@@ -86,6 +88,14 @@ WEFT_API weft_executor *weft_executor_fixed(int threads, size_t queue_capacity, 
  * FIFO queue (no rejection).  keep_alive_ns <= 0: 60 s, as Java's. */
 WEFT_API weft_executor *weft_executor_cached(int max_threads, int64_t keep_alive_ns);
 WEFT_API weft_executor *weft_executor_scheduled(int threads);
+/* A virtual executor (a new vthread per task) whose vthreads run in carrier
+ * group g (weft.h, "Carrier groups"); NULL for a NULL g.  Its kind is
+ * "group:<name>".  Close the executor before g: a task submitted while g
+ * closes is refused (its future fails with -ESHUTDOWN), and g must not be
+ * used at all once weft_group_close returned.  (weft_executor_virtual's
+ * vthreads go where weft_spawn with a NULL group puts them: the
+ * submitting vthread's own group, or the default one.) */
+WEFT_API weft_executor *weft_executor_group(weft_group *g);
 
 /*
  * Submits fn(arg).  Returns its future (see "Results and errors" above), or

@@ -111,6 +111,7 @@ struct weft_executor {
     int64_t keep_alive;         /* ns an idle thread above core waits before it ends (0: forever) */
     int policy;
     char label[32];
+    weft_group *group;          /* virtual: the group its vthreads go to (NULL: the submitter's, as weft_spawn) */
     task *qh, *qt;              /* FIFO queue (pools) */
     task **heap;                /* scheduled: min-heap on (when, seq) */
     size_t hn, hcap;
@@ -536,6 +537,19 @@ static weft_executor *ex_new(int kind, const char *label) {
 
 weft_executor *weft_executor_virtual(void) { return ex_new(EX_VIRTUAL, "virtual"); }
 
+/* The virtual executor with its vthreads spawned into g (weft.h, "Carrier
+ * groups"): everything else is the virtual executor's. */
+weft_executor *weft_executor_group(weft_group *g) {
+    if (!g) return NULL;
+    weft_group_stats gs;
+    weft_group_stats_get(g, &gs);
+    char label[32];
+    snprintf(label, sizeof label, "group:%.25s", gs.name);
+    weft_executor *e = ex_new(EX_VIRTUAL, label);
+    if (e) e->group = g;
+    return e;
+}
+
 weft_executor *weft_executor_fixed(int threads, size_t queue_capacity, weft_reject_policy policy) {
     if (threads < 1 || (unsigned)policy > WEFT_REJECT_BLOCK) return NULL;
     char label[32];
@@ -588,7 +602,7 @@ static weft_future *submit_virtual(weft_executor *e, task *t) {
     t->state = T_QUEUED;
     list_link(&e->running, t); /* so that close_now finds it before it starts */
     unlock(e);
-    weft_attr a = {.name = "executor task"};
+    weft_attr a = {.name = "executor task", .group = e->group};
     int r = weft_spawn(NULL, vtask_main, t, &a);
     if (r < 0) {
         lock(e);

@@ -438,7 +438,7 @@ static weft_future *submit(weft_file *f, freq *r) {
         return user;
     }
     if (spawn) {
-        weft_attr a = {.name = "file flusher"};
+        weft_attr a = {.name = "file flusher", .group = weft_group_default()}; /* runtime work: not a group's */
         if (weft_spawn(NULL, flusher_main, f, &a) < 0) flusher_main(f); /* no vthread: do it here */
     }
     return user;

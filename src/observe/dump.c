@@ -152,6 +152,7 @@ static void one(weft__stack *s, void *ctx) {
     int line = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
     int64_t since = (int64_t)ld(&t->block_since), until = (int64_t)ld(&t->block_until);
     int why = __atomic_load_n(&t->why, __ATOMIC_RELAXED);
+    unsigned gid = __atomic_load_n(&t->grp_id, __ATOMIC_RELAXED); /* its carrier group, 0: the default */
     weft__carrier *c = (weft__carrier *)(uintptr_t)ld(&t->carrier);
     const char *top = (const char *)t;
     size_t res = weft__stack_resident(s);
@@ -168,6 +169,7 @@ static void one(weft__stack *s, void *ctx) {
         weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
         if (task) put(o, ",\"container\":\"scope#%" PRIu64 "\"", task->scope->id);
         else put(o, ",\"container\":\"root\"");
+        if (gid) put(o, ",\"group\":%u", gid);
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (rs == WEFT__RS_PARKED) {
             put(o, ",\"waiting_on\":\"%s\",\"since_ns\":%" PRId64, why_name(why), o->now - since);
@@ -181,6 +183,7 @@ static void one(weft__stack *s, void *ctx) {
         return;
     }
     put(o, "#%" PRIu64 " \"%s\" ", id, name);
+    if (gid) put(o, "[group %u] ", gid);
     weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
     if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
     if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
@@ -276,6 +279,49 @@ static void one_executor(const char *label, const weft_executor_stats *s, int sh
     }
 }
 
+/* One carrier's line (or JSON object; first: no comma before it). */
+static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
+    weft__carrier_view v = *vp;
+    int k = v.index;
+    const char *sys = v.stall == WEFT__STALL_PINNED ? weft__syscall_name(v.sysno) : NULL;
+    char sysbuf[48];
+    if (sys) snprintf(sysbuf, sizeof sysbuf, "%s", sys);
+    else if (v.sysno >= 0) snprintf(sysbuf, sizeof sysbuf, "syscall %ld", v.sysno);
+    else snprintf(sysbuf, sizeof sysbuf, "%s", v.sysno == -1 ? "the kernel" : "an unknown call");
+    char gbuf[32];
+    snprintf(gbuf, sizeof gbuf, " (group %u)", v.group);
+    const char *role = v.group ? gbuf : !v.spare ? "" : v.active ? " (spare, compensating)" : " (spare, retired)";
+    if (o->json) {
+        put(o, "%s\n    {\"index\":%d,\"spare\":%s,\"active\":%s,\"state\":\"%s\"", first ? "" : ",", k,
+            v.spare ? "true" : "false", v.active ? "true" : "false",
+            v.stall == WEFT__STALL_PINNED ? "pinned" : v.stall == WEFT__STALL_HOG ? "hog"
+            : v.running ? "running" : v.idle ? "idle" : "scheduling");
+        if (v.group) put(o, ",\"group\":%u", v.group);
+        if (v.running) put(o, ",\"running\":%" PRIu64, v.running);
+        if (v.stall) {
+            put(o, ",\"vthread\":%" PRIu64 ",\"name\":", v.vid);
+            put_str_json(o, v.vname);
+            put(o, ",\"since_ns\":%" PRId64, o->now - v.since);
+            if (v.stall == WEFT__STALL_PINNED) {
+                put(o, ",\"syscall\":");
+                put_str_json(o, sysbuf);
+                put(o, ",\"syscall_nr\":%ld", v.sysno);
+            }
+        }
+        put(o, "}");
+    } else if (v.stall == WEFT__STALL_PINNED) {
+        put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"\n", k, role, sysbuf,
+            (double)(o->now - v.since) / 1e9, v.vid, v.vname);
+    } else if (v.stall == WEFT__STALL_HOG) {
+        put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,
+            (double)(o->now - v.since) / 1e6);
+    } else if (v.running) {
+        put(o, "  carrier %d%s: running vthread #%" PRIu64 "\n", k, role, v.running);
+    } else {
+        put(o, "  carrier %d%s: %s\n", k, role, v.idle ? "idle" : "scheduling");
+    }
+}
+
 /* The carriers: what each is doing, the monitor's stalls ("pinned in
  * <syscall> since <t> by vthread #N", "held by vthread #N for X ms") and
  * its totals (weft.h, "The monitor"). */
@@ -289,45 +335,43 @@ static void carriers(out *o, const weft_stats *st) {
         put(o, "carriers: %" PRIu64 " + %" PRIu64 " spare%s (%" PRIu64 " compensating); monitor: %" PRIu64
                " pinned, %" PRIu64 " hog events\n",
             st->carriers, st->spares, st->spares == 1 ? "" : "s", st->compensating, st->pinned, st->hogs);
+    int listed = 0;
     for (int k = 0; k < n; k++) {
         weft__carrier_view v;
         if (weft__carrier_view_get(k, &v) < 0) break;
-        const char *sys = v.stall == WEFT__STALL_PINNED ? weft__syscall_name(v.sysno) : NULL;
-        char sysbuf[48];
-        if (sys) snprintf(sysbuf, sizeof sysbuf, "%s", sys);
-        else if (v.sysno >= 0) snprintf(sysbuf, sizeof sysbuf, "syscall %ld", v.sysno);
-        else snprintf(sysbuf, sizeof sysbuf, "%s", v.sysno == -1 ? "the kernel" : "an unknown call");
-        const char *role = !v.spare ? "" : v.active ? " (spare, compensating)" : " (spare, retired)";
-        if (o->json) {
-            put(o, "%s\n    {\"index\":%d,\"spare\":%s,\"active\":%s,\"state\":\"%s\"", k ? "," : "", k,
-                v.spare ? "true" : "false", v.active ? "true" : "false",
-                v.stall == WEFT__STALL_PINNED ? "pinned" : v.stall == WEFT__STALL_HOG ? "hog"
-                : v.running ? "running" : v.idle ? "idle" : "scheduling");
-            if (v.running) put(o, ",\"running\":%" PRIu64, v.running);
-            if (v.stall) {
-                put(o, ",\"vthread\":%" PRIu64 ",\"name\":", v.vid);
-                put_str_json(o, v.vname);
-                put(o, ",\"since_ns\":%" PRId64, o->now - v.since);
-                if (v.stall == WEFT__STALL_PINNED) {
-                    put(o, ",\"syscall\":");
-                    put_str_json(o, sysbuf);
-                    put(o, ",\"syscall_nr\":%ld", v.sysno);
-                }
-            }
-            put(o, "}");
-        } else if (v.stall == WEFT__STALL_PINNED) {
-            put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"\n", k, role, sysbuf,
-                (double)(o->now - v.since) / 1e9, v.vid, v.vname);
-        } else if (v.stall == WEFT__STALL_HOG) {
-            put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,
-                (double)(o->now - v.since) / 1e6);
-        } else if (v.running) {
-            put(o, "  carrier %d%s: running vthread #%" PRIu64 "\n", k, role, v.running);
-        } else {
-            put(o, "  carrier %d%s: %s\n", k, role, v.idle ? "idle" : "scheduling");
-        }
+        one_carrier(o, &v, !listed++);
     }
-    if (o->json) put(o, "%s],\n  ", n ? "\n  " : "");
+    /* the carrier groups' carriers, at their own indices (weft.h, "Carrier groups") */
+    for (int k = n; k < WEFT__MAX_CARRIERS; k++) {
+        weft__carrier_view v;
+        if (weft__carrier_view_get(k, &v) == 0) one_carrier(o, &v, !listed++);
+    }
+    if (o->json) put(o, "%s],\n  ", listed ? "\n  " : "");
+}
+
+/* A carrier group: its name, carriers and counters (weft_group_stats). */
+static void one_group(const weft_group_stats *g, const int *idx, int n, void *ctx) {
+    out *o = ctx;
+    if (o->json) {
+        put(o, "%s\n    {\"id\":%u,\"name\":", o->first ? "" : ",", g->id);
+        put_str_json(o, g->name);
+        put(o, ",\"compute\":%s,\"carriers\":[", g->compute ? "true" : "false");
+        for (int i = 0; i < n; i++) put(o, "%s%d", i ? "," : "", idx[i]);
+        put(o, "],\"live\":%" PRIu64 ",\"started\":%" PRIu64 ",\"runnable\":%" PRIu64 ",\"switches\":%" PRIu64
+               ",\"steals\":%" PRIu64 "}",
+            g->live, g->started, g->runnable, g->switches, g->steals);
+    } else {
+        put(o, "  group %u \"%s\"%s: %d carrier%s [", g->id, g->name, g->compute ? " (compute)" : "", g->carriers,
+            g->carriers == 1 ? "" : "s");
+        for (int i = 0; i < n; i++) put(o, "%s%d", i ? " " : "", idx[i]);
+        if (g->id)
+            put(o, "], %" PRIu64 " live, %" PRIu64 " started, ", g->live, g->started);
+        else
+            put(o, "], ");
+        put(o, "%" PRIu64 " runnable, %" PRIu64 " switches, %" PRIu64 " steals\n", g->runnable, g->switches,
+            g->steals);
+    }
+    o->first = 0;
 }
 
 int weft_dump(int fd, int format) {
@@ -347,6 +391,12 @@ int weft_dump(int fd, int format) {
     else
         put(o, "weft thread dump: %" PRIu64 " live vthreads on %" PRIu64 " carriers\n", st.live, st.carriers);
     carriers(o, &st);
+    if (o->json) put(o, "\"groups\":[");
+    else put(o, "carrier groups:\n");
+    o->first = 1;
+    weft__groups_each(one_group, o);
+    if (o->json) put(o, "%s],\n  ", o->first ? "" : "\n  ");
+    o->first = 1;
     if (o->json) put(o, "\"executors\":[");
     weft__executors_each(one_executor, o);
     if (o->json) put(o, "%s],\n  ", o->first ? "" : "\n  ");

@@ -54,9 +54,9 @@
  * the sense of lazy binary splitting: a range is only halved when a worker
  * is hungry, never ahead of time.
  *
- * Workers.  par_workers() says how many: the carriers of the default pool
- * today; the one place to make group-aware when carrier groups land (the
- * caller's group's carriers).  Never more than the pieces the range can be
+ * Workers.  par_workers() says how many: the carriers of the caller's
+ * carrier group (group.c; from a platform thread, the default pool's), and
+ * the helpers inherit that group.  Never more than the pieces the range can be
  * cut into (a 3-index range gets at most 3 workers).  From a vthread: W - 1
  * helpers are spawned (unpinned: the spawn pushes them on this carrier's
  * deque and wakes idle carriers, which steal them) and the caller works as
@@ -178,11 +178,12 @@ struct par_job {
     _Atomic int hungry;   /* workers waiting for a chunk in flight to be split */
 };
 
-/* How many workers a call gets: the carriers of the caller's pool -- the
- * default pool today.  With carrier groups this becomes the caller's
- * group's carrier count, and run_job's spawn attribute gets the caller's
- * group (attr.group), so that the helpers run where the caller may. */
-static int par_workers(void) { return weft__carriers(); }
+/* How many workers a call gets: the carriers of the caller's carrier
+ * group (a platform thread's: the default pool's configured carriers).
+ * run_job's helpers are spawned with no group in their attr, so they
+ * inherit the calling vthread's group (weft.h, weft_attr.group) and run
+ * where the caller may. */
+static int par_workers(void) { return weft__carriers_here(); }
 
 static void set_err(par_job *j, int err) {
     int z = 0;

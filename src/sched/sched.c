@@ -203,6 +203,18 @@
  * clock jumps), weft_now reads the virtual clock, and park_wait counts I/O
  * parks and has platform threads' timed waits ended by the carrier.
  *
+ * Carrier groups (group.c has the essay).  Everything above about the
+ * injection queue, the idle counts and mask, stealing and spinning holds
+ * per group: those live in a struct weft_group (group.h), c->grp is the
+ * carrier's and t->grp the vthread's, and the loops over "the carriers"
+ * that serve scheduling (steal_once, work_visible, take_idle) run over
+ * c->grp's.  The default group is R.g0: the configured carriers and the
+ * spares, as before.  A vthread made runnable by a carrier of another
+ * group, or by no carrier, goes to its own group's injection queue with a
+ * wake-up there (enqueue_foreign): it never runs on another group's
+ * carrier.  What iterates every carrier (the monitor, counters, the dump,
+ * shutdown) walks the open groups too (group.h: which lock).
+ *
  * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
  * by c's OS thread; the yield FIFO too, but for the monitor, through its
  * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
@@ -214,6 +226,7 @@
  * spare) or weft_init, before anything reads them.
  */
 #include "sched.h"
+#include "group.h"
 #include "deque.h"
 #include "det.h"
 #include "timer.h"
@@ -266,6 +279,8 @@ struct weft__carrier {
     void *sched_sp;
     uint64_t rng;
     int index;
+    weft_group *grp;     /* its group (group.c); it runs that group's vthreads only */
+    int gidx;            /* its index in grp->c and grp's idle mask (the default group: index) */
     int spinning;
     _Atomic int shared;  /* takes others' work: steals, the injection queue (a retired spare: 0) */
     int64_t spin_budget; /* this carrier's next spin, ns (see the top comment) */
@@ -317,12 +332,14 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     int n;                     /* carriers configured: R.c[0 .. n-1] */
     _Atomic int nall;          /* and the monitor's spares after them (grows; "Spares") */
     weft__carrier **c;         /* WEFT__MAX_CARRIERS slots, filled up to nall */
-    pthread_mutex_t inj_lock;
-    weft_thread *inj_head, *inj_tail;
-    _Atomic int64_t inj_n;
-    _Alignas(WEFT__CACHELINE) _Atomic int nidle;
-    _Atomic int nspinning;
-    _Atomic uint64_t idle_mask[WEFT__MAX_CARRIERS / 64];
+    /* the default group: the injection queue and the idle carriers of the
+     * configured carriers and spares (group.h) */
+    struct weft_group g0;
+    _Atomic uint64_t idle_mask[WEFT__MAX_CARRIERS / 64]; /* g0's */
+    /* what closed groups' carriers counted (weft__group_carriers_stop) */
+    _Atomic uint64_t gone_started, gone_finished, gone_switches, gone_steals, gone_parks;
+    _Atomic uint64_t gone_nd_started, gone_nd_finished;
+    uint8_t gidx_used[WEFT__MAX_CARRIERS]; /* carrier indices taken by groups (weft__groups.lock) */
     _Atomic int stop;
     _Atomic uint64_t next_id;
     _Atomic int64_t live;
@@ -348,7 +365,8 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
 #ifdef WEFT_TSAN
     _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
 #endif
-} R = {.init_lock = PTHREAD_MUTEX_INITIALIZER, .inj_lock = PTHREAD_MUTEX_INITIALIZER,
+} R = {.init_lock = PTHREAD_MUTEX_INITIALIZER,
+       .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
        .next_id = 1};
 
 /* initial-exec: a plain %fs-relative access even in the shared library (the
@@ -506,8 +524,30 @@ int weft__carriers(void) { return R.n; }
 static inline int nall(void) { return atomic_load_explicit(&R.nall, memory_order_acquire); }
 int weft__carriers_all(void) { return nall(); }
 
-/* Carriers that take shared work: the configured ones and the active spares. */
-static inline int nshared(void) { return R.n + atomic_load_explicit(&R.nactive, memory_order_relaxed); }
+/* Carriers of g that take shared work: the configured ones and the active
+ * spares (the default group), or all of a group's. */
+static inline int nshared(weft_group *g) {
+    return g->dflt ? R.n + atomic_load_explicit(&R.nactive, memory_order_relaxed) : g->n;
+}
+
+/* g's carriers g->c[0 .. gall(g)-1]: spares included for the default group. */
+static inline int gall(weft_group *g) { return g->dflt ? nall() : g->n; }
+
+weft_group *weft__group_default(void) { return &R.g0; }
+
+/* The carriers of the calling vthread's group; of the default group (the
+ * configured ones) on a platform thread or a default-group vthread. */
+int weft__carriers_here(void) {
+    weft_group *g = weft__group_self();
+    return g && !g->dflt ? g->n : R.n;
+}
+
+/* The group a vthread spawned now by the caller goes to when its attr
+ * names none: the caller's own (a vthread), or the default one. */
+weft_group *weft__group_self(void) {
+    weft__carrier *c = weft__carrier_self();
+    return c && c->cur ? c->cur->grp : NULL;
+}
 
 const weft_thread *weft__carrier_running(const weft__carrier *c) {
     return c ? (const weft_thread *)__atomic_load_n(&c->cur, __ATOMIC_RELAXED) : NULL;
@@ -522,25 +562,26 @@ static inline int stale(const weft_thread *t) { return __builtin_expect(t->fork_
 /* idle carriers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void set_idle_bit(int k) {
-    atomic_fetch_or(&R.idle_mask[k / 64], (uint64_t)1 << (k % 64));
+/* Idle bits are per group, at each carrier's gidx (group.h). */
+static void set_idle_bit(weft_group *g, int k) {
+    atomic_fetch_or(&g->idle_mask[k / 64], (uint64_t)1 << (k % 64));
 }
 
-/* Clears bit k; returns 1 if this call cleared it. */
-static int clear_idle_bit(int k) {
+/* Clears bit k of g; returns 1 if this call cleared it. */
+static int clear_idle_bit(weft_group *g, int k) {
     uint64_t b = (uint64_t)1 << (k % 64);
-    return (atomic_fetch_and(&R.idle_mask[k / 64], ~b) & b) != 0;
+    return (atomic_fetch_and(&g->idle_mask[k / 64], ~b) & b) != 0;
 }
 
-/* Takes one sleeping carrier off the idle set, or returns -1. */
-static int take_idle(void) {
-    int words = (nall() + 63) / 64;
+/* Takes one sleeping carrier of g off the idle set, or returns -1. */
+static int take_idle(weft_group *g) {
+    int words = (gall(g) + 63) / 64;
     for (int i = 0; i < words; i++) {
-        uint64_t m = atomic_load(&R.idle_mask[i]);
+        uint64_t m = atomic_load(&g->idle_mask[i]);
         while (m) {
             int k = i * 64 + __builtin_ctzll(m);
-            if (clear_idle_bit(k)) return k;
-            m = atomic_load(&R.idle_mask[i]);
+            if (clear_idle_bit(g, k)) return k;
+            m = atomic_load(&g->idle_mask[i]);
         }
     }
     return -1;
@@ -553,18 +594,18 @@ static void kick(weft__carrier *c) {
     else futex_wake(&c->wake_seq, 1);
 }
 
-/* Wakes one sleeping carrier as a spinner if nobody spins. */
-static void wake_one(void) {
+/* Wakes one sleeping carrier of g as a spinner if nobody of g spins. */
+static void wake_one(weft_group *g) {
     int zero = 0;
-    if (atomic_load(&R.nspinning) != 0 || !atomic_compare_exchange_strong(&R.nspinning, &zero, 1))
+    if (atomic_load(&g->nspinning) != 0 || !atomic_compare_exchange_strong(&g->nspinning, &zero, 1))
         return;
-    int k = take_idle();
+    int k = take_idle(g);
     if (k < 0) {
-        atomic_fetch_sub(&R.nspinning, 1);
+        atomic_fetch_sub(&g->nspinning, 1);
         return;
     }
-    atomic_fetch_sub(&R.nidle, 1);
-    kick(R.c[k]);
+    atomic_fetch_sub(&g->nidle, 1);
+    kick(g->c[k]);
 }
 
 /* A full barrier.  On x86 a locked add to the stack is one, and cheaper
@@ -581,12 +622,12 @@ static inline void full_fence(void) {
 #endif
 }
 
-/* Called after making work visible to other carriers. */
-static inline void wake_if_needed(void) {
+/* Called after making work visible to the other carriers of group g. */
+static inline void wake_if_needed(weft_group *g) {
     full_fence();
-    if (atomic_load_explicit(&R.nspinning, memory_order_relaxed) == 0 &&
-        atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0)
-        wake_one();
+    if (atomic_load_explicit(&g->nspinning, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&g->nidle, memory_order_relaxed) > 0)
+        wake_one(g);
 }
 
 /* Wakes carrier c itself if it sleeps (pinned work arrived for it).  A
@@ -594,10 +635,11 @@ static inline void wake_if_needed(void) {
  * and its last look are the same Dekker pair as the idle bit's. */
 static void wake_carrier(weft__carrier *c) {
     full_fence();
-    if (atomic_load(&R.idle_mask[c->index / 64]) & ((uint64_t)1 << (c->index % 64))) {
-        if (clear_idle_bit(c->index)) {
-            atomic_fetch_sub(&R.nidle, 1);
-            atomic_fetch_add(&R.nspinning, 1); /* it wakes up counted as spinning */
+    weft_group *g = c->grp;
+    if (atomic_load(&g->idle_mask[c->gidx / 64]) & ((uint64_t)1 << (c->gidx % 64))) {
+        if (clear_idle_bit(g, c->gidx)) {
+            atomic_fetch_sub(&g->nidle, 1);
+            atomic_fetch_add(&g->nspinning, 1); /* it wakes up counted as spinning */
             kick(c);
         }
     } else if (__builtin_expect(atomic_load(&c->dormant), 0) && atomic_exchange(&c->dormant, 0)) {
@@ -623,36 +665,56 @@ static inline void mon_need(void) {
 /* queues                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* The injection queue of t's group. */
 static void inject_push(weft_thread *t) {
     /* deterministic mode: only platform threads push here (det.c: grace) */
     if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active();
+    weft_group *g = t->grp;
     t->next = NULL;
-    pthread_mutex_lock(&R.inj_lock);
-    if (R.inj_tail) R.inj_tail->next = t;
-    else R.inj_head = t;
-    R.inj_tail = t;
-    atomic_fetch_add(&R.inj_n, 1);
-    pthread_mutex_unlock(&R.inj_lock);
+    pthread_mutex_lock(&g->inj_lock);
+    if (g->inj_tail) g->inj_tail->next = t;
+    else g->inj_head = t;
+    g->inj_tail = t;
+    atomic_fetch_add(&g->inj_n, 1);
+    pthread_mutex_unlock(&g->inj_lock);
 }
 
-static weft_thread *inject_pop_locked(void) {
-    pthread_mutex_lock(&R.inj_lock);
-    weft_thread *t = R.inj_head;
+static weft_thread *inject_pop_locked(weft_group *g) {
+    pthread_mutex_lock(&g->inj_lock);
+    weft_thread *t = g->inj_head;
     if (t) {
-        R.inj_head = t->next;
-        if (!R.inj_head) R.inj_tail = NULL;
-        atomic_fetch_sub(&R.inj_n, 1);
+        g->inj_head = t->next;
+        if (!g->inj_head) g->inj_tail = NULL;
+        atomic_fetch_sub(&g->inj_n, 1);
     }
-    pthread_mutex_unlock(&R.inj_lock);
+    pthread_mutex_unlock(&g->inj_lock);
     return t;
 }
 
-/* The injection queue for carrier c: not for a retired spare (looked at
- * only when the queue is not empty: nothing more on the empty path). */
+/* The injection queue of carrier c's group: not for a retired spare (looked
+ * at only when the queue is not empty: nothing more on the empty path). */
 static inline weft_thread *inject_pop(weft__carrier *c) {
-    if (atomic_load_explicit(&R.inj_n, memory_order_relaxed) <= 0) return NULL;
+    weft_group *g = c->grp;
+    if (atomic_load_explicit(&g->inj_n, memory_order_relaxed) <= 0) return NULL;
     if (__builtin_expect(!atomic_load_explicit(&c->shared, memory_order_relaxed), 0)) return NULL;
-    return inject_pop_locked();
+    return inject_pop_locked(g);
+}
+
+/* The hand-off between groups (group.c, "Hand-offs"): t, of another group
+ * than the caller's carrier (or made runnable off any carrier), goes to its
+ * own group's injection queue, and a carrier of that group is woken by the
+ * same protocol as within a group. */
+static void enqueue_foreign(weft_thread *t) {
+    /* t's group, read before the push: once queued, t may run, end and its
+     * slot be reused by a spawn.  And the group must outlive the wake-up
+     * below: a hand-off in flight counts as one of its live vthreads, so
+     * weft_group_close cannot free it meanwhile (the default group is
+     * never freed) */
+    weft_group *g = t->grp;
+    if (!g->dflt) atomic_fetch_add(&g->nlive, 1);
+    inject_push(t);
+    wake_if_needed(g);
+    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
 }
 
 static void mbox_push(weft__carrier *c, weft_thread *t) {
@@ -708,14 +770,16 @@ static int enqueue_pinned(weft__carrier *c, weft_thread *t) {
 
 static void enqueue_local(weft__carrier *c, weft_thread *t) {
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
-    if (!enqueue_pinned(c, t)) dq_push(c, t);
+    if (enqueue_pinned(c, t)) return;
+    if (__builtin_expect(t->grp != c->grp, 0)) enqueue_foreign(t); /* never run on another group's carrier */
+    else dq_push(c, t);
 }
 
 /* Queues t, whose park the caller ended, at the back of c's run queue. */
 static void enqueue_fifo(weft__carrier *c, weft_thread *t) {
     int pinned = (t->flags & WEFT__F_PINNED) != 0; /* before t can run */
     enqueue_local(c, t);
-    if (!pinned) wake_if_needed();
+    if (!pinned) wake_if_needed(c->grp);
 }
 
 void weft__ready(weft_thread *t) {
@@ -723,9 +787,8 @@ void weft__ready(weft_thread *t) {
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
     weft__carrier *c = weft__carrier_self();
     if (enqueue_pinned(c, t)) return;
-    if (!c) {
-        inject_push(t);
-        wake_if_needed();
+    if (!c || __builtin_expect(t->grp != c->grp, 0)) {
+        enqueue_foreign(t); /* a platform thread's wake, or another group's */
         return;
     }
     if (__builtin_expect(WEFT__DET_ON(), 0)) { /* no LIFO slot: the seeded pick decides */
@@ -739,7 +802,7 @@ void weft__ready(weft_thread *t) {
     } else {
         dq_push(c, t);
     }
-    wake_if_needed();
+    wake_if_needed(c->grp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -752,7 +815,7 @@ static int unpark_claim(weft__parker *p, uint64_t token, int state);
  * carrier (the monitor): the injection queue, or its home's mailbox. */
 static void enqueue_elsewhere(weft_thread *t) {
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
-    if (!enqueue_pinned(NULL, t)) inject_push(t);
+    if (!enqueue_pinned(NULL, t)) enqueue_foreign(t); /* its group's queue, and a wake-up there */
 }
 
 /* Fires the due timers of heap h; the vthreads whose park they end are
@@ -784,7 +847,7 @@ static int fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block)
         n = 0;
     }
     pthread_mutex_unlock(&h->lock);
-    if (total) wake_if_needed();
+    if (total && c) wake_if_needed(c->grp);
     return total;
 }
 
@@ -803,7 +866,7 @@ static int io_poll(weft__carrier *c, weft__poller *pl, int cheap) {
         for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
         total += n;
     } while (n == 64);
-    if (total) wake_if_needed();
+    if (total) wake_if_needed(c->grp);
     return total;
 }
 
@@ -868,11 +931,12 @@ static uint32_t rnd(weft__carrier *c) {
 
 /* One pass over the other carriers from a random start. */
 static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
-    int n = nall();
+    weft_group *g = c->grp; /* its own group's carriers only */
+    int n = gall(g);
     if (n <= 1) return NULL;
     uint32_t start = rnd(c) % (uint32_t)n;
     for (int i = 0; i < n; i++) {
-        weft__carrier *v = R.c[(start + (uint32_t)i) % (uint32_t)n];
+        weft__carrier *v = g->c[(start + (uint32_t)i) % (uint32_t)n];
         if (v == c) continue;
         for (int tries = 0; tries < 4; tries++) {
             void *batch[STEAL_MAX];
@@ -903,9 +967,10 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
 }
 
 static int work_visible(weft__carrier *c) {
-    if (atomic_load(&R.inj_n) > 0 || atomic_load(&c->mbox_n) > 0) return 1;
-    for (int i = 0, n = nall(); i < n; i++) {
-        weft__carrier *v = R.c[i];
+    weft_group *g = c->grp;
+    if (atomic_load(&g->inj_n) > 0 || atomic_load(&c->mbox_n) > 0) return 1;
+    for (int i = 0, n = gall(g); i < n; i++) {
+        weft__carrier *v = g->c[i];
         if (weft__dq_size(&v->dq) > 0 || atomic_load(&v->lifo)) return 1;
     }
     return atomic_load(&c->timers.min) <= weft_now();
@@ -915,7 +980,7 @@ static void stop_spinning(weft__carrier *c) {
     if (!c->spinning) return;
     c->spinning = 0;
     /* the last spinner to find work makes sure another looks for more */
-    if (atomic_fetch_sub(&R.nspinning, 1) == 1) wake_if_needed();
+    if (atomic_fetch_sub(&c->grp->nspinning, 1) == 1) wake_if_needed(c->grp);
 }
 
 static void flush_live(weft__carrier *c);
@@ -946,6 +1011,7 @@ static weft_thread *pick_det(weft__carrier *c) {
  * nothing at all: sleep in the poller (or on the futex) as find_work does,
  * until a platform thread, the blocking pool or the kernel hands work in. */
 static weft_thread *find_work_det(weft__carrier *c) {
+    weft_group *g = c->grp; /* the default group: the mode has no other */
     for (;;) {
         if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
         weft_thread *t = pick_det(c);
@@ -967,8 +1033,8 @@ static weft_thread *find_work_det(weft__carrier *c) {
         /* go idle: publish, then look once more (as find_work) */
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);
-        set_idle_bit(c->index);
-        atomic_fetch_add(&R.nidle, 1);
+        set_idle_bit(g, c->gidx);
+        atomic_fetch_add(&g->nidle, 1);
         if (!work_visible(c) && !atomic_load(&R.stop)) {
             /* a bounded real wait if a jump is due after it, or the
              * stacks' idle trim (real time) */
@@ -991,9 +1057,9 @@ static weft_thread *find_work_det(weft__carrier *c) {
                 waited = atomic_load(&c->wake_seq) == seq;
             }
         }
-        if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
-        else atomic_fetch_sub(&R.nspinning, 1); /* a waker counted us as spinning: we do not spin */
-        if (waited && min != INT64_MAX && !atomic_load_explicit(&R.inj_n, memory_order_relaxed)) {
+        if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
+        else atomic_fetch_sub(&g->nspinning, 1); /* a waker counted us as spinning: we do not spin */
+        if (waited && min != INT64_MAX && !atomic_load_explicit(&g->inj_n, memory_order_relaxed)) {
             weft__det_waited();
             weft__det_jump(min); /* the I/O did not come in time: virtual time goes on */
         }
@@ -1003,8 +1069,11 @@ static weft_thread *find_work_det(weft__carrier *c) {
 /* The sched context's search; returns NULL only when stopping. */
 static weft_thread *find_work(weft__carrier *c) {
     if (__builtin_expect(WEFT__DET_ON(), 0)) return find_work_det(c);
+    weft_group *g = c->grp; /* the idle protocol below is g's */
     for (;;) {
-        if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
+        if (atomic_load_explicit(&R.stop, memory_order_acquire) ||
+            atomic_load_explicit(&g->stop, memory_order_acquire))
+            return NULL;
         weft_thread *t = pick_local(c);
         if (t) { stop_spinning(c); return t; }
         int64_t now = 0;
@@ -1032,10 +1101,10 @@ static weft_thread *find_work(weft__carrier *c) {
         }
         if (weft__stacks_refill() > 0) continue;
         if (!c->spinning) {
-            int sp = atomic_load(&R.nspinning);
-            if (2 * sp <= nshared() - atomic_load(&R.nidle)) { /* at most half the busy ones, and one at least */
+            int sp = atomic_load(&g->nspinning);
+            if (2 * sp <= nshared(g) - atomic_load(&g->nidle)) { /* at most half the busy ones, and one at least */
                 c->spinning = 1;
-                atomic_fetch_add(&R.nspinning, 1);
+                atomic_fetch_add(&g->nspinning, 1);
             }
         }
         if (c->spinning) {
@@ -1053,6 +1122,7 @@ static weft_thread *find_work(weft__carrier *c) {
                 for (int k = 0; k < 16; k++) cpu_relax();
                 if ((r & 7) == 7 &&
                     ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed) ||
+                     atomic_load_explicit(&g->stop, memory_order_relaxed) ||
                      !atomic_load_explicit(&c->shared, memory_order_relaxed)))
                     break;
             }
@@ -1066,22 +1136,25 @@ static weft_thread *find_work(weft__carrier *c) {
         }
         /* Memory above the stack cache's high-water mark goes back in a lull:
          * only when every other carrier sleeps too, since each batch's TLB
-         * shootdown interrupts the carriers still running.  After an idle
+         * shootdown interrupts the carriers still running (a group's
+         * carrier: its group's and the default group's; other groups'
+         * are not looked at).  After an idle
          * period the deep pages of the stacks kept hot go back as well. */
-        if (atomic_load_explicit(&R.nidle, memory_order_relaxed) >= nshared() - 1 &&
+        if (atomic_load_explicit(&g->nidle, memory_order_relaxed) >= nshared(g) - 1 &&
+            (g->dflt || atomic_load_explicit(&R.g0.nidle, memory_order_relaxed) >= nshared(&R.g0)) &&
             (weft__stacks_trim() || weft__stacks_idle_trim(&c->stacks)))
             continue;
         /* go idle: publish, then look once more */
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);
-        set_idle_bit(c->index);
-        atomic_fetch_add(&R.nidle, 1);
+        set_idle_bit(g, c->gidx);
+        atomic_fetch_add(&g->nidle, 1);
         if (c->spinning) {
             c->spinning = 0;
-            atomic_fetch_sub(&R.nspinning, 1);
+            atomic_fetch_sub(&g->nspinning, 1);
         }
-        if (work_visible(c) || atomic_load(&R.stop)) {
-            if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+        if (work_visible(c) || atomic_load(&R.stop) || atomic_load(&g->stop)) {
+            if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
             else c->spinning = 1; /* a waker counted us as spinning */
             mon_need(); /* busy again (the monitor may have seen us idle) */
             continue;
@@ -1097,15 +1170,15 @@ static weft_thread *find_work(weft__carrier *c) {
              * the next timer ends it */
             weft_thread *batch[64];
             int n = weft__poller_wait(pl, min == INT64_MAX ? 0 : min, batch, 64);
-            if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+            if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
             else c->spinning = 1;
             mon_need();
             for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
-            if (n) wake_if_needed();
+            if (n) wake_if_needed(g);
             continue;
         }
         futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
-        if (clear_idle_bit(c->index)) atomic_fetch_sub(&R.nidle, 1);
+        if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
         else c->spinning = 1;
         mon_need();
     }
@@ -1122,19 +1195,26 @@ static weft_thread *find_work(weft__carrier *c) {
 
 static weft_thread *yq_take(weft__carrier *v);
 
-static int carrier_idle(int k) {
-    return (atomic_load(&R.idle_mask[k / 64]) >> (k % 64)) & 1; /* seq_cst: see monitor_main */
+static int carrier_idle(weft__carrier *v) {
+    weft_group *g = v->grp;
+    return (atomic_load(&g->idle_mask[v->gidx / 64]) >> (v->gidx % 64)) & 1; /* seq_cst: see monitor_main */
 }
 
 /* Asleep, owing the monitor nothing: idle, or a retired spare asleep. */
 static int carrier_resting(weft__carrier *v) {
-    return carrier_idle(v->index) || atomic_load(&v->dormant); /* seq_cst: see monitor_main */
+    return carrier_idle(v) || atomic_load(&v->dormant); /* seq_cst: see monitor_main */
 }
 
+/* Every carrier of every group (the groups' under weft__groups.mon_lock). */
 static int any_busy(void) {
     for (int i = 0, n = nall(); i < n; i++)
         if (!carrier_resting(R.c[i])) return 1;
-    return 0;
+    int busy = 0;
+    pthread_mutex_lock(&weft__groups.mon_lock); /* (the monitor's lock: see group.h) */
+    for (weft_group *g = weft__groups.head; g && !busy; g = g->next)
+        for (int i = 0; i < g->n && !busy; i++) busy = !carrier_resting(g->c[i]);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
+    return busy;
 }
 
 /* Takes from carrier v, which has run one vthread since the last look,
@@ -1252,7 +1332,7 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
         atomic_store(&c->dormant, 0);
         mon_need();
         for (int i = 0; i < n; i++) enqueue_local(c, batch[i]);
-        if (n) wake_if_needed();
+        if (n) wake_if_needed(c->grp);
         return;
     }
     futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
@@ -1268,7 +1348,7 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
  * the monitor may disarm. */
 static void compensate(int stalled, int waiting) {
     int active = atomic_load(&R.nactive), n = nall();
-    if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.nidle) == 0) {
+    if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.g0.nidle) == 0) {
         /* a retired spare, unless it is stalled itself (a vthread pinned
          * to it blocks it): then a new one, while there are fewer than
          * max_comp, else that one anyway (it helps once its stall ends) */
@@ -1353,7 +1433,7 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
     weft__stall_info info;
     int64_t cpu = v->mon_cpu0 >= 0 ? carrier_cpu(v) : -1;
     if (weft__stall_probe(v->tid, cpu >= 0 ? cpu - v->mon_cpu0 : -1, t, &info) < 0) return;
-    if (compute && info.kind == WEFT__STALL_HOG) return; /* computing on purpose (monitor_main) */
+    if (compute && info.kind == WEFT__STALL_HOG) return; /* computing on purpose (mon_look) */
     uint64_t vid = ld64(&t->id);
     uint64_t nw[4];
     for (int i = 0; i < 4; i++) nw[i] = ld64(&t->name_words[i]);
@@ -1393,9 +1473,52 @@ static int work_behind(weft__carrier *v, int64_t now) {
 #else
     int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
 #endif
-    return atomic_load_explicit(&R.inj_n, memory_order_relaxed) > 0 || weft__dq_size(&v->dq) > 0 ||
+    return atomic_load_explicit(&v->grp->inj_n, memory_order_relaxed) > 0 || weft__dq_size(&v->dq) > 0 ||
            atomic_load_explicit(&v->lifo, memory_order_relaxed) || fifo ||
            atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
+}
+
+/* The monitor's look at carrier v (see "The monitor" and "Stalls"). */
+static void mon_look(weft__carrier *v, int64_t now, int fresh, int *moved, int *stalled, int *waiting) {
+    uint64_t prog = progress(v);
+    int stuck = !fresh && prog == v->mon_seen && !carrier_resting(v);
+    if (!stuck) {
+        if (atomic_load_explicit(&v->stall, memory_order_relaxed)) stall_end(v, now);
+        v->mon_seen = prog;
+        v->mon_since = now;
+        v->mon_cpu0 = -1;
+        return;
+    }
+    /* no switch since the last look: one vthread all along (or
+     * the scheduler, between two) */
+    if (R.pin_threshold >= 0) {
+        const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
+        if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
+            /* the CPU it uses from here tells a hog from a thread
+             * the kernel has not run (weft__stall_probe) */
+            if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
+            if (now - v->mon_since >= R.pin_threshold) {
+                /* a parallel worker (WEFT__F_COMPUTE, parallel.c) or a
+                 * vthread of a compute group (group.c) computes on
+                 * purpose: no hog event and no spare for it -- a spare
+                 * would oversubscribe the CPUs it uses -- and no probe
+                 * while its CPU clock runs; blocked in a system call it
+                 * is pinned as any vthread.  (A stale read of a reused
+                 * slot costs at most one look.) */
+                int compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0 || v->grp->compute;
+                int64_t cpu = compute ? carrier_cpu(v) : -1;
+                if (!compute || cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < MON_COMPUTE_NS)
+                    stall_begin(v, t, prog, now, compute);
+            }
+        }
+        if (atomic_load_explicit(&v->stall, memory_order_relaxed)) {
+            (*stalled)++;
+            if (work_behind(v, now)) *waiting = 1;
+        }
+    }
+    /* (with nobody else to take it -- one carrier, no spare active
+     * yet -- moving it would only reorder it) */
+    if (nshared(v->grp) > 1) *moved += rescue(v, now);
 }
 
 static void *monitor_main(void *unused) {
@@ -1415,56 +1538,25 @@ static void *monitor_main(void *unused) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) break;
         int64_t now = weft_now();
-        int moved = 0, stalled = 0, waiting = 0;
+        int moved = 0, stalled = 0, waiting = 0, any_group_stall = 0;
         int n = nall();
-        for (int i = 0; i < n; i++) {
-            weft__carrier *v = R.c[i];
-            uint64_t prog = progress(v);
-            int stuck = !fresh && prog == v->mon_seen && !carrier_resting(v);
-            if (!stuck) {
-                if (atomic_load_explicit(&v->stall, memory_order_relaxed)) stall_end(v, now);
-                v->mon_seen = prog;
-                v->mon_since = now;
-                v->mon_cpu0 = -1;
-                continue;
-            }
-            /* no switch since the last look: one vthread all along (or
-             * the scheduler, between two) */
-            if (R.pin_threshold >= 0) {
-                const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
-                if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
-                    /* the CPU it uses from here tells a hog from a thread
-                     * the kernel has not run (weft__stall_probe) */
-                    if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
-                    if (now - v->mon_since >= R.pin_threshold) {
-                        /* a parallel worker computes on purpose
-                         * (WEFT__F_COMPUTE, parallel.c): no hog event and
-                         * no spare for it -- a spare would oversubscribe
-                         * the CPUs it uses -- and no probe while its CPU
-                         * clock runs; blocked in a system call it is
-                         * pinned as any vthread.  (A stale read of a
-                         * reused slot costs at most one look.) */
-                        int compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0;
-                        int64_t cpu = compute ? carrier_cpu(v) : -1;
-                        if (!compute || cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < MON_COMPUTE_NS)
-                            stall_begin(v, t, prog, now, compute);
-                    }
-                }
-                if (atomic_load_explicit(&v->stall, memory_order_relaxed)) {
-                    stalled++;
-                    if (work_behind(v, now)) waiting = 1;
-                }
-            }
-            /* (with nobody else to take it -- one carrier, no spare active
-             * yet -- moving it would only reorder it) */
-            if (nshared() > 1) moved += rescue(v, now);
+        for (int i = 0; i < n; i++) mon_look(R.c[i], now, fresh, &moved, &stalled, &waiting);
+        /* the groups' carriers: their stalls are logged, their stranded
+         * work moved within the group; spares are the default group's
+         * only, so their stalls do not count for compensate */
+        pthread_mutex_lock(&weft__groups.mon_lock);
+        for (weft_group *g = weft__groups.head; g; g = g->next) {
+            int gs = 0, gw = 0;
+            for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &moved, &gs, &gw);
+            if (gs) any_group_stall = 1;
         }
+        pthread_mutex_unlock(&weft__groups.mon_lock);
         fresh = 0;
         if (R.max_comp > 0) compensate(stalled, waiting);
-        if (moved) wake_if_needed();
-        if (moved || stalled != last_stalled) grace = MON_GRACE_MIN_NS;
+        /* (rescue woke the groups it moved work to) */
+        if (moved || stalled + any_group_stall != last_stalled) grace = MON_GRACE_MIN_NS;
         else grace = grace * 2 < gmax ? grace * 2 : gmax;
-        last_stalled = stalled;
+        last_stalled = stalled + any_group_stall;
         int64_t until = now + grace;
         if (!any_busy()) {
             /* disarm, then look again: a carrier that leaves idle (seq_cst
@@ -1550,7 +1642,7 @@ static inline void yq_append(weft__carrier *c, weft_thread *t) {
 
 static void yield_enqueue(weft__carrier *c, weft_thread *t) {
     yq_append(c, t);
-    if (!c->yq_private || atomic_load_explicit(&R.nidle, memory_order_relaxed) > 0) {
+    if (!c->yq_private || atomic_load_explicit(&c->grp->nidle, memory_order_relaxed) > 0) {
         weft_thread *keep = NULL, *keep_tail = NULL;
         for (weft_thread *x = c->yq_head, *nx; x; x = nx) {
             nx = x->next;
@@ -1565,7 +1657,7 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
         }
         c->yq_head = keep;
         c->yq_tail = keep_tail;
-        wake_if_needed();
+        wake_if_needed(c->grp);
     }
 }
 
@@ -2041,6 +2133,11 @@ static void exit_finish(weft__carrier *c, weft_thread *t) {
     bump(&c->n_finished);
     if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_finished);
     live_add(c, -1);
+    /* its group's last vthread: wake weft_group_close (which stops this
+     * carrier only after it has left this function; nothing here touches
+     * the group after this) */
+    weft_group *g = t->grp;
+    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
@@ -2108,13 +2205,23 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     if ((r = tsan_fiber_reserve()) < 0) return r;
 #endif
     weft__carrier *c = carrier_here(); /* no switch in here */
+    /* its group (group.c, "Which group"): the attr's; else the spawning
+     * vthread's own; the runtime's helpers (weft__spawn_on) the default */
+    weft_group *g = on >= 0 ? &R.g0 : attr && attr->group ? attr->group : c && c->cur ? c->cur->grp : &R.g0;
+    if (!g->dflt) {
+        /* counted before the check: weft_group_close sets closing, then
+         * waits for nlive 0 (both seq_cst): one of the two sees the other */
+        atomic_fetch_add(&g->nlive, 1);
+        if (atomic_load(&g->closing)) {
+            r = -ESHUTDOWN;
+            goto unref;
+        }
+    }
     size_t size = attr ? attr->stack_size : 0;
     weft__stack *s = c && !size ? weft__stack_get_cached(&c->stacks) : NULL;
     if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) {
-#ifdef WEFT_TSAN
-        atomic_fetch_sub(&R.tsan_fibers, 1);
-#endif
-        return -ENOMEM;
+        r = -ENOMEM;
+        goto unref;
     }
     weft_thread *t = (weft_thread *)s;
     /* a freshly populated slot starts its park sequence from seq_base */
@@ -2130,6 +2237,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->next = NULL;
     __atomic_store_n(&t->carrier, (weft__carrier *)NULL, __ATOMIC_RELAXED);
     t->home = NULL;
+    t->grp = g;
+    __atomic_store_n(&t->grp_id, g->id, __ATOMIC_RELAXED); /* (read racily by weft_dump) */
+    if (!g->dflt) atomic_fetch_add_explicit(&g->started, 1, memory_order_relaxed);
     t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
     __atomic_store_n(&t->why, (uint8_t)WEFT__WHY_NONE, __ATOMIC_RELAXED);
     t->park_token = 0;
@@ -2185,14 +2295,19 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
         t->home = R.c[on % R.n];
         t->flags |= WEFT__F_PINNED;
         enqueue_pinned(c, t);
-    } else if (c) {
+    } else if (c && c->grp == g) {
         dq_push(c, t);
-        wake_if_needed();
+        wake_if_needed(g);
     } else {
-        inject_push(t);
-        wake_if_needed();
+        enqueue_foreign(t); /* from a platform thread, or into another group */
     }
     return 0;
+unref:
+#ifdef WEFT_TSAN
+    atomic_fetch_sub(&R.tsan_fibers, 1);
+#endif
+    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
+    return r;
 }
 
 static int join_wait_k(weft_thread *t, void **result, const char *file, int line, int nocancel);
@@ -2332,7 +2447,7 @@ int weft_yield(void) {
         return 0;
     }
     if ((self->flags & WEFT__F_PINNED) ||
-        (c->yq_private && atomic_load_explicit(&R.nidle, memory_order_relaxed) == 0)) {
+        (c->yq_private && atomic_load_explicit(&c->grp->nidle, memory_order_relaxed) == 0)) {
         /* the yield FIFO: only this carrier (and the monitor, through the
          * gate) touches it, so self can be queued before the switch, with
          * no pending work after it */
@@ -2580,6 +2695,8 @@ static weft__carrier *carrier_alloc(int i) {
     if (!c) return NULL;
     memset(c, 0, sizeof *c);
     c->index = i;
+    c->grp = &R.g0; /* (a group's carrier: weft__group_carriers_start sets both) */
+    c->gidx = i;
     c->slow_countdown = SLOW_EVERY;
     atomic_init(&c->shared, 1);
     c->mon_seen = UINT64_MAX; /* the monitor's first look at it only records */
@@ -2638,7 +2755,13 @@ static void fork_child(void) {
     /* a vthread that forked goes on as the child's platform thread */
     tls_carrier = NULL;
     R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    R.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    R.g0.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__groups.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__groups.mon_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    weft__fork_keep(weft__groups.head); /* the groups, their carriers (in R.c) */
+    weft__groups.head = NULL;
+    weft__groups.ngroups = 0;
+    memset(R.gidx_used, 0, sizeof R.gidx_used);
     weft__io_fork_child();
     weft__stacks_fork_child();
     weft__det_fork_child();
@@ -2647,8 +2770,9 @@ static void fork_child(void) {
     R.n = 0;
     atomic_store(&R.nall, 0);
     atomic_store(&R.nactive, 0);
-    R.inj_head = R.inj_tail = NULL;
-    atomic_store(&R.inj_n, 0);
+    R.g0.inj_head = R.g0.inj_tail = NULL;
+    atomic_store(&R.g0.inj_n, 0);
+    R.g0.c = NULL;
     R.mon_started = 0;
     atomic_store(&R.stop, 0);
     if (atomic_load(&R.up)) R.inherit_cfg = 1;
@@ -2735,8 +2859,20 @@ static int init_runtime(const weft_config *cfg, int lazy) {
     R.max_comp = thr < 0 ? 0 : maxc;
     R.pin_log = env_long("WEFT_PIN_LOG", 1) != 0;
     atomic_store(&R.stop, 0);
-    atomic_store(&R.nidle, 0);
-    atomic_store(&R.nspinning, 0);
+    atomic_store(&R.g0.nidle, 0);
+    atomic_store(&R.g0.nspinning, 0);
+    R.g0.c = R.c;
+    R.g0.n = n;
+    atomic_store(&R.gone_started, 0);
+    atomic_store(&R.gone_finished, 0);
+    atomic_store(&R.gone_switches, 0);
+    atomic_store(&R.gone_steals, 0);
+    atomic_store(&R.gone_parks, 0);
+    atomic_store(&R.gone_nd_started, 0);
+    atomic_store(&R.gone_nd_finished, 0);
+    pthread_mutex_lock(&weft__groups.lock);
+    weft__groups.down = 0;
+    pthread_mutex_unlock(&weft__groups.lock);
     for (size_t i = 0; i < WEFT__MAX_CARRIERS / 64; i++) atomic_store(&R.idle_mask[i], 0);
     atomic_store(&R.live, 0);
     atomic_store(&R.peak, 0);
@@ -2830,8 +2966,18 @@ static int64_t nondaemon_live(void) {
     uint64_t fin = 0, st = 0;
     /* (a spare published between the two loops: its starts count, and no
      * finish without its start) */
+    /* (groups: under their lock, so that none closes between the loops;
+     * a closed one's counts are in gone_*) */
+    pthread_mutex_lock(&weft__groups.lock);
+    fin += atomic_load(&R.gone_nd_finished);
     for (int i = 0; i < nall(); i++) fin += atomic_load(&R.c[i]->nd_finished);
+    for (weft_group *g = weft__groups.head; g; g = g->next)
+        for (int i = 0; i < g->n; i++) fin += atomic_load(&g->c[i]->nd_finished);
     for (int i = 0; i < nall(); i++) st += atomic_load(&R.c[i]->nd_started);
+    for (weft_group *g = weft__groups.head; g; g = g->next)
+        for (int i = 0; i < g->n; i++) st += atomic_load(&g->c[i]->nd_started);
+    st += atomic_load(&R.gone_nd_started);
+    pthread_mutex_unlock(&weft__groups.lock);
     st += atomic_load(&R.plat_nd_started);
     return (int64_t)(st - fin);
 }
@@ -2869,12 +3015,13 @@ void weft_shutdown(void) {
     weft__io_drain();
     atomic_store(&R.stop, 1);
     mon_stop(); /* no spare is made after this: nall is final */
+    weft__groups_shutdown(); /* (their carriers see R.stop too) */
     int n = nall();
     for (int i = 0; i < n; i++) kick(R.c[i]);
     for (int i = 0; i < n; i++) pthread_join(R.c[i]->thread, NULL);
     atomic_store(&R.up, 0);
-    R.inj_head = R.inj_tail = NULL;
-    atomic_store(&R.inj_n, 0);
+    R.g0.inj_head = R.g0.inj_tail = NULL;
+    atomic_store(&R.g0.inj_n, 0);
     free_carriers(n);
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     weft__stacks_walk(clean_abandoned, NULL);
@@ -2962,23 +3109,156 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     signal(SIGSEGV, SIG_DFL); /* the fault repeats and kills us as usual */
 }
 
+/* carrier groups (the life of a group: group.c)                            */
+/* ------------------------------------------------------------------------ */
+
+static void group_carriers_free(weft_group *g, int made) {
+    pthread_mutex_lock(&weft__groups.lock);
+    for (int i = 0; i < made; i++) {
+        R.c[g->c[i]->index] = NULL;
+        R.gidx_used[g->c[i]->index] = 0;
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    for (int i = 0; i < made; i++) carrier_free(g->c[i]);
+    free(g->c);
+    free((void *)g->idle_mask);
+    g->c = NULL;
+    g->idle_mask = NULL;
+}
+
+int weft__group_carriers_start(weft_group *g) {
+    int n = g->n, made = 0, started = 0, r = 0;
+    g->c = calloc((size_t)n, sizeof *g->c);
+    g->idle_mask = calloc((size_t)(n + 63) / 64, sizeof *g->idle_mask);
+    if (!g->c || !g->idle_mask) {
+        group_carriers_free(g, 0);
+        return -ENOMEM;
+    }
+    /* Indices: past every slot the monitor's spares may take (R.n +
+     * max_comp), so that both can grow independently; the io layer's
+     * tables and the dump know a carrier by its index.  Taken under the
+     * groups' lock (two groups made at once). */
+    pthread_mutex_lock(&weft__groups.lock);
+    int k = R.n + R.max_comp;
+    for (; made < n; made++) {
+        while (k < WEFT__MAX_CARRIERS && R.gidx_used[k]) k++;
+        if (k >= WEFT__MAX_CARRIERS) { r = -EAGAIN; break; }
+        weft__carrier *c = carrier_alloc(k);
+        if (!c) { r = -ENOMEM; break; }
+        c->grp = g;
+        c->gidx = made;
+        /* one carrier alone: nobody else could run what its FIFO holds */
+        c->yq_private = n == 1 || R.yq_stealable;
+        atomic_store(&c->go, 1);
+        g->c[made] = c;
+        R.gidx_used[k] = 1;
+        R.c[k] = c; /* (vthreads look up their timer heap's carrier by index) */
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    for (int i = 0; i < made && !r; i++) {
+        weft__carrier *c = g->c[i];
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, 256 * 1024);
+        int e = pthread_create(&c->thread, &a, carrier_main, c);
+        pthread_attr_destroy(&a);
+        if (e) { r = -e; break; }
+        started++;
+        char tn[16];
+        snprintf(tn, sizeof tn, "weft-g%u.%d", g->id % 1000, i % 100);
+        pthread_setname_np(c->thread, tn);
+        while (!atomic_load(&c->ready)) futex(&c->ready, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
+        if (c->start_err) r = c->start_err;
+    }
+    if (r) {
+        atomic_store(&g->stop, 1);
+        for (int i = 0; i < started; i++) kick(g->c[i]);
+        for (int i = 0; i < started; i++) pthread_join(g->c[i]->thread, NULL);
+        group_carriers_free(g, made);
+    }
+    return r;
+}
+
+void weft__group_carriers_stop(weft_group *g) {
+    atomic_store(&g->stop, 1);
+    for (int i = 0; i < g->n; i++) kick(g->c[i]);
+    for (int i = 0; i < g->n; i++) pthread_join(g->c[i]->thread, NULL);
+    for (int i = 0; i < g->n; i++) {
+        weft__carrier *c = g->c[i];
+        /* its counts stay in the totals (weft_stats_get, weft_shutdown's
+         * count of non-daemon vthreads) */
+        atomic_fetch_add(&R.gone_started, atomic_load(&c->n_started));
+        atomic_fetch_add(&R.gone_finished, atomic_load(&c->n_finished));
+        atomic_fetch_add(&R.gone_switches, atomic_load(&c->n_switches));
+        atomic_fetch_add(&R.gone_steals, atomic_load(&c->n_steals));
+        atomic_fetch_add(&R.gone_parks, atomic_load(&c->n_parks));
+        atomic_fetch_add(&R.gone_nd_started, atomic_load(&c->nd_started));
+        atomic_fetch_add(&R.gone_nd_finished, atomic_load(&c->nd_finished));
+        /* its cached stacks go back to the shared depot */
+        for (uint32_t j = 0; j < c->stacks.n; j++) weft__stack_put(NULL, c->stacks.s[j]);
+        c->stacks.n = 0;
+    }
+    group_carriers_free(g, g->n);
+}
+
+void weft__group_sum(weft_group *g, uint64_t *switches, uint64_t *steals, uint64_t *runnable) {
+    uint64_t sw = 0, st = 0;
+    int64_t rn = atomic_load_explicit(&g->inj_n, memory_order_relaxed);
+    for (int i = 0, n = gall(g); i < n; i++) {
+        weft__carrier *c = g->c[i];
+        sw += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
+        st += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
+        int64_t q = weft__dq_size(&c->dq);
+        rn += (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
+              (atomic_load_explicit(&c->lifo, memory_order_relaxed) ? 1 : 0);
+    }
+    *switches = sw;
+    *steals = st;
+    *runnable = rn > 0 ? (uint64_t)rn : 0;
+}
+
+int weft__group_carrier_indices(weft_group *g, int *idx, int cap) {
+    int n = gall(g), k = 0;
+    for (int i = 0; i < n && k < cap; i++) idx[k++] = g->c[i]->index;
+    return k;
+}
+
+/* ------------------------------------------------------------------------ */
 /* ------------------------------------------------------------------------ */
 /* counters                                                                  */
 /* ------------------------------------------------------------------------ */
+
+/* Adds carrier c's counters to s (started: its starts only); returns its live delta. */
+static int64_t sum_carrier(weft__counters *s, weft__carrier *c, int started) {
+    if (started) {
+        s->started += atomic_load_explicit(&c->n_started, memory_order_relaxed);
+        return 0;
+    }
+    s->finished += atomic_load_explicit(&c->n_finished, memory_order_relaxed);
+    s->switches += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
+    s->steals += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
+    s->parks += atomic_load_explicit(&c->n_parks, memory_order_relaxed);
+    return atomic_load_explicit(&c->live_delta, memory_order_relaxed);
+}
 
 void weft__counters_sum(weft__counters *s, uint64_t *peak, uint64_t *ncarriers) {
     memset(s, 0, sizeof *s);
     int64_t live = atomic_load(&R.live);
     int n = nall();
-    for (int i = 0; i < n; i++) {
-        weft__carrier *c = R.c[i];
-        s->finished += atomic_load_explicit(&c->n_finished, memory_order_relaxed);
-        s->switches += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
-        s->steals += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
-        s->parks += atomic_load_explicit(&c->n_parks, memory_order_relaxed);
-        live += atomic_load_explicit(&c->live_delta, memory_order_relaxed);
-    }
-    for (int i = 0; i < n; i++) s->started += atomic_load_explicit(&R.c[i]->n_started, memory_order_relaxed);
+    pthread_mutex_lock(&weft__groups.lock); /* the groups' carriers, and what closed ones counted */
+    s->finished += atomic_load(&R.gone_finished);
+    s->switches += atomic_load(&R.gone_switches);
+    s->steals += atomic_load(&R.gone_steals);
+    s->parks += atomic_load(&R.gone_parks);
+    for (int i = 0; i < n; i++) live += sum_carrier(s, R.c[i], 0);
+    for (weft_group *g = weft__groups.head; g; g = g->next)
+        for (int i = 0; i < g->n; i++) live += sum_carrier(s, g->c[i], 0);
+    /* started after finished: a finish implies its start */
+    for (int i = 0; i < n; i++) sum_carrier(s, R.c[i], 1);
+    for (weft_group *g = weft__groups.head; g; g = g->next)
+        for (int i = 0; i < g->n; i++) sum_carrier(s, g->c[i], 1);
+    s->started += atomic_load(&R.gone_started);
+    pthread_mutex_unlock(&weft__groups.lock);
     s->started += atomic_load(&R.plat_started);
     s->pinned = atomic_load(&R.n_pinned);
     s->hogs = atomic_load(&R.n_hogs);
@@ -2990,14 +3270,12 @@ void weft__counters_sum(weft__counters *s, uint64_t *peak, uint64_t *ncarriers) 
     *ncarriers = (uint64_t)R.n;
 }
 
-int weft__carrier_view_get(int k, weft__carrier_view *v) {
-    memset(v, 0, sizeof *v);
-    if (k < 0 || k >= nall()) return -ENOENT;
-    weft__carrier *c = R.c[k];
-    v->index = k;
+static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
+    v->index = c->index;
     v->spare = c->spare;
+    v->group = c->grp->id;
     v->active = atomic_load(&c->shared);
-    v->idle = carrier_idle(k) || atomic_load(&c->dormant);
+    v->idle = carrier_idle(c) || atomic_load(&c->dormant);
     const weft_thread *t = __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE);
     v->running = t ? ld64(&t->id) : 0;
     v->stall = atomic_load_explicit(&c->stall, memory_order_acquire);
@@ -3010,5 +3288,22 @@ int weft__carrier_view_get(int k, weft__carrier_view *v) {
         memcpy(v->vname, nw, 32);
         v->vname[31] = 0;
     }
-    return 0;
+}
+
+int weft__carrier_view_get(int k, weft__carrier_view *v) {
+    memset(v, 0, sizeof *v);
+    if (k < 0 || k >= WEFT__MAX_CARRIERS) return -ENOENT;
+    if (k < nall()) {
+        carrier_view_fill(R.c[k], v);
+        return 0;
+    }
+    /* a group's carrier (its group may close meanwhile: under the lock) */
+    int r = -ENOENT;
+    pthread_mutex_lock(&weft__groups.lock);
+    if (R.gidx_used[k] && R.c[k]) {
+        carrier_view_fill(R.c[k], v);
+        r = 0;
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    return r;
 }

@@ -126,6 +126,8 @@ struct weft_thread {
     weft_thread *next;               /* injection queue / mailbox link */
     weft__carrier *carrier;          /* carrier it runs or last ran on */
     weft__carrier *home;             /* pinned: the only carrier it runs on */
+    weft_group *grp;                 /* its carrier group: it runs on that group's carriers only */
+    uint32_t grp_id;                 /* its id, for the dump (grp may be freed once t has finished) */
     uint32_t flags;
     _Atomic uint8_t rstate;          /* WEFT__RS_*, for the dump */
     uint8_t why;                     /* WEFT__WHY_* of the current block */
@@ -234,6 +236,9 @@ int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, con
  * compensate for stalls have higher indices (weft__carriers_all); code that
  * spreads work over "the carriers" uses this count. */
 int weft__carriers(void);
+/* The carriers of the calling vthread's carrier group (group.c); on a
+ * platform thread, or in the default group, weft__carriers(). */
+int weft__carriers_here(void);
 
 /* A pool that keeps `threads` platform threads: grows the process's futex
  * hash to suit (see sched.c). */
@@ -349,6 +354,7 @@ void weft__stall_log(int begin, int kind, uint64_t vid, const char *vname, int c
 typedef struct weft__carrier_view {
     int index;
     int spare;          /* made by the monitor to compensate */
+    unsigned group;     /* its carrier group's id (0: the default group) */
     int active;         /* takes work from the others (base carriers: always) */
     int idle;           /* asleep with nothing to do (a retired spare: asleep, retired) */
     uint64_t running;   /* id of the vthread running on it, 0 if none */
@@ -358,8 +364,13 @@ typedef struct weft__carrier_view {
     uint64_t vid;       /* stall: the vthread */
     char vname[32];
 } weft__carrier_view;
-/* Fills *v for carrier k (0 <= k < weft__carriers_all()); -ENOENT past the last. */
+/* Fills *v for carrier k (0 <= k < weft__carriers_all(), or a group's
+ * carrier index: weft__group_view); -ENOENT past the last, or for an
+ * index no carrier has. */
 int weft__carrier_view_get(int k, weft__carrier_view *v);
+/* The dump's view of the groups: fn is called for the default group and
+ * each open one, with its stats and its carriers' indices (group.c). */
+int weft__groups_each(void (*fn)(const weft_group_stats *s, const int *idx, int n, void *ctx), void *ctx);
 /* All carriers, spares included (weft__carriers: the configured ones). */
 int weft__carriers_all(void);
 int weft__carrier_index(const weft__carrier *c);

@@ -1,0 +1,349 @@
+/*
+ * Carrier groups (weft.h, "Carrier groups"): sets of carriers of their own,
+ * so that a CPU-bound job cannot take the carriers latency-sensitive
+ * vthreads need -- the pluggable schedulers of Loom, as far as a C
+ * runtime with one scheduler design needs them: not another algorithm per
+ * group, but another set of carriers per group, each scheduled as the
+ * default pool is.
+ *
+ * What a group is.  A struct weft_group (group.h) holds what sched.c's
+ * carrier loop used to keep once for the runtime: an injection queue, the
+ * idle carriers' counts and mask, and the carriers.  Every carrier points
+ * to its group (c->grp) and has an index in it (c->gidx, its idle bit);
+ * every vthread points to its group (t->grp), set at spawn, never changed.
+ * The default group is R.g0 in sched.c: the configured carriers and the
+ * monitor's spares (its c is R.c, gidx the carrier index), so the default
+ * pool runs exactly as before, with one pointer load more on the paths
+ * that read the idle counts.
+ *
+ * Scheduling stays inside a group.  A carrier takes work from its own
+ * deque, slot, mailbox and FIFO, then its group's injection queue, and
+ * steals only from its group's carriers (steal_once loops over c->grp);
+ * it spins and sleeps in its group's idle set; whoever makes work visible
+ * to a group runs the Dekker-style check of sched.c's top comment on that
+ * group's nspinning/nidle (wake_if_needed(g)), and a carrier that goes
+ * idle looks once more at its group's queues (work_visible) after setting
+ * its bit in its group's mask -- the same pair of fences, per group, so no
+ * wake-up is lost inside a group and none is spent on another.
+ *
+ * Hand-offs.  Wherever a vthread is made runnable, the scheduler compares
+ * its group with the group of the carrier doing it (enqueue_local,
+ * weft__ready, spawn):
+ *  - same group: as before (the LIFO slot, the deque);
+ *  - another group, or no carrier (a platform thread, the monitor, the
+ *    blocking pool): the vthread goes to its own group's injection queue
+ *    and wake_if_needed(its group) wakes one of its carriers
+ *    (enqueue_foreign).  So a vthread of group A woken by a vthread of
+ *    group B (a weft_unpark, a mutex release, a channel send, a join),
+ *    or by B's carrier for any reason, is queued to A's carriers and never
+ *    runs on B's carrier: the cost is one lock and maybe one wake-up, as
+ *    a platform thread's wake always paid.
+ * Pinned vthreads go to their home carrier's mailbox, which is always a
+ * carrier of their own group (they are pinned where they run).  I/O: a
+ * vthread's operation is submitted on the ring (or epoll set) of the
+ * carrier it runs on, a carrier of its group, and completed there; each
+ * group carrier has its own poller as every carrier does.  Completions
+ * delivered anywhere else (the io layer's blocking pool, the async
+ * dispatchers, which run in the default group) wake through weft__ready or
+ * the poller's batch, and take the hand-off above.  Timers: a vthread's
+ * deadline sits in the heap of the carrier it parked on (its group's);
+ * the heap is fired by that carrier, by a spinning carrier of the same
+ * group, or by the monitor into the group's injection queue.
+ *
+ * The monitor looks at the groups' carriers as at the default ones: it
+ * moves what a computing vthread strands (slot, FIFO, due timers) to the
+ * injection queue of the carrier's group (a one-carrier group has nobody
+ * to move it to, and keeps it), and reports stalls.  A group made with the
+ * compute option reports no hog (its vthreads compute on purpose); a
+ * pinned carrier (blocked in a system call) is still reported.  Spares are
+ * the default group's only: a group is a fixed set of threads someone
+ * sized on purpose, and compensating inside it would break exactly the
+ * isolation it exists for (its spare would compete for the CPUs the
+ * latency carriers need).  A group's stalls do not count for the default
+ * group's compensation.  (With one default carrier and stall detection
+ * off, pin_threshold_ns < 0, no monitor runs at all -- sched.c's
+ * mon_start -- and a group's stranded work then waits for the computing
+ * vthread to switch, as it would in the default pool.)
+ *
+ * Which group a spawn goes to: attr->group; else (NULL) the spawning
+ * vthread's own group; from a platform thread, the default group.
+ * Inheritance is what keeps a group's work in the group: a job spawned
+ * into a CPU group that forks helpers (weft_fork in a scope, a
+ * weft_executor_virtual, a plain weft_spawn with a name only) keeps them
+ * there, as a vthread created by a thread of a custom Loom scheduler
+ * inherits that scheduler.  weft_group_default() is there to hand work
+ * back to the default pool explicitly.  The runtime's own helpers
+ * (weft__spawn_on: the io layer's dispatchers) always go to the default
+ * group's configured carriers.
+ *
+ * Carrier indices.  A carrier is known by its index to the io layer's
+ * tables, the dump and the timer heaps (t->timer_heap): group carriers
+ * take free indices from R.n + max_compensate up (the slots below are the
+ * default carriers' and the spares'), at most WEFT__MAX_CARRIERS in all:
+ * past that, -EAGAIN.  They are put in R.c at their index (for the timer
+ * heap look-up), but outside the R.nall range, so nothing that iterates
+ * the default pool sees them; what iterates every carrier -- the monitor,
+ * the counters, the non-daemon count of weft_shutdown, the dump -- walks
+ * the group list as well (under one of its locks: see below).
+ *
+ * Life.  weft_group_new allocates the group, starts its carriers (each
+ * makes its poller on its own thread, as at weft_init; a failure stops
+ * and frees those started) and links it into the list.  Spawning into a
+ * group counts it (nlive, seq_cst) and then checks `closing`;
+ * weft_group_close sets `closing` and then waits for nlive 0: one of the
+ * two sees the other, so no vthread starts after the close saw the group
+ * empty.  The last vthread's exit (exit_finish, on a carrier of the
+ * group, after its stack was left) wakes the closer, which takes the
+ * group's lock once (the waker may still be unlocking it), unlinks the
+ * group, stops its carriers (g->stop, a kick, join) -- a carrier still
+ * finishing that exit uses its group until then, so the group is freed
+ * after the joins -- keeps their counters in the runtime's totals, returns
+ * their cached stacks to the shared depot, frees their pollers and
+ * releases their indices.  A vthread that has finished but was not joined
+ * holds nothing of its group (its descriptor stays until weft_join).
+ *
+ * Threads touching what: the group's queue and idle fields as sched.c's
+ * top comment says of the default ones; nlive by spawners and exiting
+ * vthreads; closer under g->lock; the list changes under
+ * weft__groups.mon_lock and .lock (in that order), the monitor walks it
+ * under mon_lock (its look may take milliseconds: a stall's probe), the
+ * counters, the dump and weft_shutdown's count under lock; ngroups, down
+ * and R.gidx_used under lock.  Nothing that holds either takes another
+ * scheduler lock but a group's injection queue, a mailbox or a timer
+ * heap's.
+ */
+#include "group.h"
+#include "det.h"
+#include "weft/exec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+weft__group_list weft__groups = {.mon_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
+static _Atomic uint32_t next_gid = 1;
+
+weft_group *weft_group_new(const char *name, int carriers) {
+    return weft_group_new_opts(name, carriers, NULL);
+}
+
+weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts) {
+    if (carriers < 1 || carriers > WEFT__MAX_CARRIERS) {
+        errno = carriers < 1 ? EINVAL : EAGAIN;
+        return NULL;
+    }
+    int r = weft__ensure_init();
+    if (r < 0) {
+        errno = -r;
+        return NULL;
+    }
+    if (WEFT__DET_ON()) { /* one carrier, one seeded order (det.c): no group's carriers */
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    weft_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    pthread_mutex_init(&g->inj_lock, NULL);
+    pthread_mutex_init(&g->lock, NULL);
+    g->n = carriers;
+    g->compute = opts && opts->compute;
+    g->id = atomic_fetch_add(&next_gid, 1);
+    if (name) {
+        strncpy(g->name, name, sizeof g->name - 1);
+    } else {
+        snprintf(g->name, sizeof g->name, "group-%u", g->id);
+    }
+    pthread_mutex_lock(&weft__groups.lock);
+    int down = weft__groups.down;
+    pthread_mutex_unlock(&weft__groups.lock);
+    if (down) {
+        r = -ESHUTDOWN;
+        goto fail;
+    }
+    r = weft__group_carriers_start(g);
+    if (r < 0) goto fail;
+    pthread_mutex_lock(&weft__groups.mon_lock);
+    pthread_mutex_lock(&weft__groups.lock);
+    if (weft__groups.down) { /* weft_shutdown began meanwhile */
+        pthread_mutex_unlock(&weft__groups.lock);
+        pthread_mutex_unlock(&weft__groups.mon_lock);
+        weft__group_carriers_stop(g);
+        r = -ESHUTDOWN;
+        goto fail;
+    }
+    g->next = weft__groups.head;
+    weft__groups.head = g;
+    weft__groups.ngroups++;
+    pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
+    return g;
+fail:
+    pthread_mutex_destroy(&g->inj_lock);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+    errno = -r;
+    return NULL;
+}
+
+/* Called by the vthread (or failed spawn) that took nlive to 0 while g
+ * closes.  Reads the closer under the lock and wakes it after: the park
+ * word's sequence makes a late wake harmless, and g is not touched after
+ * the unlock (the closer takes the lock once before it frees g). */
+void weft__group_last_exit(weft_group *g) {
+    pthread_mutex_lock(&g->lock);
+    weft__parker *p = g->closer;
+    uint64_t tok = g->closer_token;
+    g->closer = NULL;
+    pthread_mutex_unlock(&g->lock);
+    if (p) weft__unpark(p, tok, WEFT__PS_WOKEN);
+}
+
+static void group_free(weft_group *g) {
+    pthread_mutex_destroy(&g->inj_lock);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+/* Unlinks g (under weft__groups.lock); 0 if it was not in the list. */
+static int group_unlink(weft_group *g) {
+    for (weft_group **pp = &weft__groups.head; *pp; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            weft__groups.ngroups--;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int weft_group_close(weft_group *g) {
+    if (!g || g->dflt) return -EINVAL;
+    weft_thread *self = weft__self();
+    if (self && self->grp == g) return -EDEADLK;
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&g->closing, &expect, 1)) {
+        /* the first close takes this lock before it frees g: so this
+         * call's look at g comes before the free (a call after it is a
+         * use after free, as for any freed object) */
+        pthread_mutex_lock(&g->lock);
+        pthread_mutex_unlock(&g->lock);
+        return -EBUSY;
+    }
+    /* wait for nlive 0 (see "Life") */
+    for (;;) {
+        weft__parker *p;
+        uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_GENERIC);
+        pthread_mutex_lock(&g->lock);
+        if (atomic_load(&g->nlive) == 0) {
+            pthread_mutex_unlock(&g->lock);
+            weft__park_abort(p, tok);
+            (void)weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, g, __FILE__, __LINE__);
+            break;
+        }
+        g->closer = p;
+        g->closer_token = tok;
+        pthread_mutex_unlock(&g->lock);
+        (void)weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, g, __FILE__, __LINE__);
+        pthread_mutex_lock(&g->lock); /* the waker is out of it */
+        g->closer = NULL;
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_lock(&g->lock); /* (a late weft__group_last_exit or -EBUSY caller is out of g) */
+    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&weft__groups.mon_lock); /* (the monitor is not looking at g after this) */
+    pthread_mutex_lock(&weft__groups.lock);
+    int linked = group_unlink(g);
+    pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
+    if (linked) weft__group_carriers_stop(g);
+    /* (not linked: weft_shutdown stopped it; it frees nothing it did not
+     * unlink) */
+    group_free(g);
+    return 0;
+}
+
+void weft__groups_shutdown(void) {
+    pthread_mutex_lock(&weft__groups.mon_lock);
+    pthread_mutex_lock(&weft__groups.lock);
+    weft__groups.down = 1;
+    weft_group *list = weft__groups.head;
+    weft__groups.head = NULL;
+    weft__groups.ngroups = 0;
+    pthread_mutex_unlock(&weft__groups.lock);
+    pthread_mutex_unlock(&weft__groups.mon_lock);
+    while (list) {
+        weft_group *g = list;
+        list = g->next;
+        weft__group_carriers_stop(g);
+        group_free(g);
+    }
+}
+
+weft_group *weft_group_default(void) {
+    if (weft__ensure_init() < 0) return NULL;
+    return weft__group_default();
+}
+
+weft_group *weft_group_self(void) { return weft__group_self(); }
+
+int weft_group_stats_get(weft_group *g, weft_group_stats *s) {
+    if (!s) return -EINVAL;
+    memset(s, 0, sizeof *s);
+    if (!g) {
+        if (!weft__running()) return 0;
+        g = weft__group_default();
+        s->carriers = weft__carriers();
+    } else {
+        s->carriers = g->n;
+    }
+    s->id = g->id;
+    memcpy(s->name, g->name, sizeof s->name);
+    s->compute = g->compute;
+    if (!g->dflt) {
+        int64_t l = atomic_load(&g->nlive);
+        s->live = l > 0 ? (uint64_t)l : 0;
+        s->started = atomic_load_explicit(&g->started, memory_order_relaxed);
+    }
+    if (g->dflt && !weft__running()) return 0;
+    weft__group_sum(g, &s->switches, &s->steals, &s->runnable);
+    return 0;
+}
+
+/* For the dump: calls fn for the default group and every open group, with
+ * its stats and carrier indices, under the groups' lock (fn must not call
+ * into the scheduler's group functions). */
+int weft__groups_each(void (*fn)(const weft_group_stats *s, const int *idx, int n, void *ctx), void *ctx) {
+    if (!weft__running()) return 0;
+    int idx[WEFT__MAX_CARRIERS];
+    weft_group_stats s;
+    int count = 0;
+    weft_group_stats_get(NULL, &s);
+    fn(&s, idx, weft__group_carrier_indices(weft__group_default(), idx, WEFT__MAX_CARRIERS), ctx);
+    count++;
+    pthread_mutex_lock(&weft__groups.lock);
+    /* oldest first: the list is newest first */
+    weft_group *order[64];
+    int k = 0;
+    for (weft_group *g = weft__groups.head; g; g = g->next) {
+        if (k == 64) { /* many groups: newest first from here */
+            weft_group_stats_get(g, &s);
+            fn(&s, idx, weft__group_carrier_indices(g, idx, WEFT__MAX_CARRIERS), ctx);
+            count++;
+            continue;
+        }
+        order[k++] = g;
+    }
+    while (k-- > 0) {
+        weft_group_stats_get(order[k], &s);
+        fn(&s, idx, weft__group_carrier_indices(order[k], idx, WEFT__MAX_CARRIERS), ctx);
+        count++;
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    return count;
+}
+
+/* ---- weft_executor_group: see src/exec/exec.c ---- */
