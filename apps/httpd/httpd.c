@@ -107,6 +107,8 @@ static struct {
     int64_t header_timeout, idle_timeout, send_timeout, drain_timeout, body_timeout;
     int quiet;
     size_t cache_bytes;
+    int cpu_job;          /* CPU_JOB_*: a CPU-bound background job in the process (--cpu-job) */
+    int cpu_job_vthreads; /* its vthreads (0: one per carrier) */
 } O = {.cache_bytes = 64 << 20, .host = "127.0.0.1", .port = "8080", .root = "./www", .model = MODEL_VIRTUAL, .pool_threads = 200,
        .header_timeout = 10 * NS, .idle_timeout = 15 * NS, .send_timeout = 30 * NS, .drain_timeout = 10 * NS,
        .body_timeout = 10 * NS};
@@ -1332,6 +1334,99 @@ static void *signal_watcher(void *unused) {
     return NULL;
 }
 
+/* ---- the CPU-bound background job (--cpu-job) ------------------------------------
+ *
+ * For the "mixed run" of issue 12: HTTP latency while a CPU-bound job runs
+ * in the same process, either in the default carrier group, sharing the
+ * carriers with the connections' vthreads (shared), or in a carrier group
+ * of its own with one carrier and the compute option (group).  The job is
+ * a driver vthread (N with --cpu-job-vthreads) running weft_parallel_reduce
+ * -- the sum of sqrt(i) over 2^22 indices a round, round after round --
+ * whose workers are its group's carriers: all of the default group's
+ * (shared) or the one carrier of its own (group).  The workers yield about
+ * every millisecond (parallel.c), as a well-behaved computation on virtual
+ * threads does; progress (rounds, sums in millions) is printed on stderr
+ * when the server stops.
+ */
+enum { CPU_JOB_OFF, CPU_JOB_SHARED, CPU_JOB_GROUP };
+#define CPU_JOB_ROUND ((size_t)1 << 22)
+static struct {
+    weft_group *group;
+    weft_thread *t[256];
+    int n;
+    atomic_int stop;
+    atomic_long slices, msums;
+    volatile double sink;
+} CJ;
+
+static void cpu_job_body(size_t i, void *acc, void *ctx) {
+    (void)ctx;
+    *(double *)acc += __builtin_sqrt((double)i);
+}
+
+static void cpu_job_combine(void *into, const void *from, void *ctx) {
+    (void)ctx;
+    *(double *)into += *(const double *)from;
+}
+
+static void *cpu_job_main(void *arg) {
+    size_t base = (size_t)(intptr_t)arg << 40;
+    double acc = 0;
+    while (!atomic_load_explicit(&CJ.stop, memory_order_relaxed)) {
+        double round = 0;
+        if (weft_parallel_reduce(base, base + CPU_JOB_ROUND, 0, &round, sizeof round, NULL, cpu_job_body,
+                                 cpu_job_combine, NULL) < 0)
+            break; /* cancelled (shutdown) or no memory */
+        acc += round;
+        base += CPU_JOB_ROUND;
+        atomic_fetch_add_explicit(&CJ.slices, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&CJ.msums, (long)(CPU_JOB_ROUND / 1000000), memory_order_relaxed);
+    }
+    CJ.sink = acc;
+    return NULL;
+}
+
+static int cpu_job_start(void) {
+    if (O.cpu_job == CPU_JOB_OFF) return 0;
+    int n = O.cpu_job_vthreads > 0 ? O.cpu_job_vthreads : 1;
+    if (n > 256) n = 256;
+    if (O.cpu_job == CPU_JOB_GROUP) {
+        weft_group_opts go = {.compute = 1};
+        CJ.group = weft_group_new_opts("cpu-job", 1, &go);
+        if (!CJ.group) {
+            fprintf(stderr, "weft-httpd: --cpu-job group: cannot make its carrier group: %s\n", strerror(errno));
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        /* group NULL (shared): the spawning vthread's group, the default one */
+        weft_attr a = {.name = "cpu-job", .group = CJ.group};
+        int r = weft_spawn(&CJ.t[i], cpu_job_main, (void *)(intptr_t)i, &a);
+        if (r < 0) {
+            fprintf(stderr, "weft-httpd: --cpu-job: cannot start its vthreads: %s\n", strerror(-r));
+            return -1;
+        }
+        CJ.n++;
+    }
+    if (!O.quiet)
+        fprintf(stderr, "weft-httpd: cpu job: %d weft_parallel_reduce driver(s) in %s\n", n,
+                CJ.group ? "its own carrier group (1 carrier)" : "the default carrier group");
+    return 0;
+}
+
+static void cpu_job_stop(void) {
+    if (O.cpu_job == CPU_JOB_OFF) return;
+    atomic_store(&CJ.stop, 1);
+    for (int i = 0; i < CJ.n; i++) weft_join(CJ.t[i], NULL);
+    CJ.n = 0;
+    fprintf(stderr, "weft-httpd: cpu job (%s): %ld rounds, %ld M sqrt\n",
+            O.cpu_job == CPU_JOB_GROUP ? "group" : "shared", atomic_load(&CJ.slices), atomic_load(&CJ.msums));
+    if (CJ.group) {
+        weft_group_close(CJ.group);
+        CJ.group = NULL;
+    }
+}
+
 static int open_listener(void) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res;
@@ -1389,7 +1484,12 @@ static int server(void *unused) {
     weft_attr ra = {.name = "pool-reaper", .daemon = 1};
     if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
     if (O.model == MODEL_ASYNC && weft_timer_async(weft_now() + NS, bp_sweep, NULL, NULL) < 0) return 1;
+    if (cpu_job_start() < 0) {
+        cpu_job_stop();
+        return 1;
+    }
     for (int i = 0; i < nacceptors; i++) weft_join(acceptors[i], NULL);
+    cpu_job_stop(); /* (prints its progress) */
     close(listen_fd);
     int64_t until = weft_now() + O.drain_timeout;
     while (atomic_load(&nconns) > 0 && weft_now() < until && !atomic_load(&drain_cut)) weft_sleep(5 * 1000000);
@@ -1443,6 +1543,13 @@ static void usage(FILE *f) {
             "  --access-log FILE|-    log every request (- is stdout)\n"
             "  --cache-mb N           keep small files (<= 64 KiB) in memory, N MiB at most,\n"
             "                         looked at again once a second (default 64; 0: off)\n"
+            "  --cpu-job shared|group run a CPU-bound background job in the process (default: none):\n"
+            "                         weft_parallel_reduce summing sqrt, round after round, its\n"
+            "                         workers yielding every ~1 ms; shared: in the default carrier\n"
+            "                         group, with the connections; group: in a carrier group of its\n"
+            "                         own, 1 carrier, compute option.  Its progress goes to stderr\n"
+            "                         when the server stops\n"
+            "  --cpu-job-vthreads N   vthreads driving such loops (default 1; at most 256)\n"
             "  --quiet                no start/stop messages on stderr\n"
             "  --help                 this text\n"
             "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n"
@@ -1469,14 +1576,15 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 
 int main(int argc, char **argv) {
     enum { OPT_HOST = 256, OPT_PORT, OPT_ROOT, OPT_MODEL, OPT_CARRIERS, OPT_MAXC, OPT_DELAY, OPT_EVERY, OPT_HT,
-           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT };
+           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT, OPT_CPU, OPT_CPUN };
     static const struct option opts[] = {
         {"host", 1, 0, OPT_HOST}, {"port", 1, 0, OPT_PORT}, {"root", 1, 0, OPT_ROOT},
         {"model", 1, 0, OPT_MODEL}, {"carriers", 1, 0, OPT_CARRIERS}, {"max-conns", 1, 0, OPT_MAXC},
         {"delay-ms", 1, 0, OPT_DELAY}, {"delay-every", 1, 0, OPT_EVERY}, {"header-timeout", 1, 0, OPT_HT},
         {"idle-timeout", 1, 0, OPT_IT}, {"send-timeout", 1, 0, OPT_ST}, {"drain-timeout", 1, 0, OPT_DT},
         {"access-log", 1, 0, OPT_LOG}, {"quiet", 0, 0, OPT_QUIET}, {"help", 0, 0, OPT_HELP},
-        {"cache-mb", 1, 0, OPT_CACHE}, {"body-timeout", 1, 0, OPT_BT}, {0, 0, 0, 0}};
+        {"cache-mb", 1, 0, OPT_CACHE}, {"body-timeout", 1, 0, OPT_BT}, {"cpu-job", 1, 0, OPT_CPU},
+        {"cpu-job-vthreads", 1, 0, OPT_CPUN}, {0, 0, 0, 0}};
     long x;
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -1522,6 +1630,15 @@ int main(int argc, char **argv) {
         case OPT_CACHE:
             if (parse_int(optarg, 0, 1 << 20, &x)) goto bad;
             O.cache_bytes = (size_t)x << 20;
+            break;
+        case OPT_CPU:
+            if (!strcmp(optarg, "shared")) O.cpu_job = CPU_JOB_SHARED;
+            else if (!strcmp(optarg, "group")) O.cpu_job = CPU_JOB_GROUP;
+            else goto bad;
+            break;
+        case OPT_CPUN:
+            if (parse_int(optarg, 1, 256, &x)) goto bad;
+            O.cpu_job_vthreads = (int)x;
             break;
         case OPT_HELP:
         case 'h': usage(stdout); return 0;
