@@ -251,6 +251,8 @@ static int backend_run(char *const argv[], const char *dir, const char *log, uid
             rl.rlim_cur = rl.rlim_max;
             setrlimit(RLIMIT_NOFILE, &rl);
         }
+        unsetenv("WEFT_DETERMINISTIC"); /* a server runs on the real clock */
+        unsetenv("WEFT_TRACE");
         execv(argv[0], argv);
         dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
