@@ -436,7 +436,7 @@ static void work(par_worker *w, int caller) {
         t0 = t1;
     }
     self->par = prev_par;
-    self->flags = (self->flags & ~(uint32_t)WEFT__F_COMPUTE) | prev_compute;
+    weft__compute_end(self, prev_compute);
 }
 
 static void *helper_main(void *arg) {

@@ -1389,6 +1389,16 @@ static void compensate(int stalled, int waiting) {
 
 /* ---- stalls ---- */
 
+void weft__compute_end(weft_thread *self, uint32_t prev) {
+    weft__carrier *c = weft__carrier_self();
+    /* progress first, then the flag (x86's store order; a release store
+     * elsewhere): a monitor that sees the flag gone then sees the progress,
+     * and stall_begin drops what it probed (see progress's second read) */
+    if (c) atomic_store_explicit(&c->slow_turn, atomic_load_explicit(&c->slow_turn, memory_order_relaxed) + 1,
+                                 memory_order_release);
+    __atomic_store_n(&self->flags, (self->flags & ~(uint32_t)WEFT__F_COMPUTE) | prev, __ATOMIC_RELEASE);
+}
+
 static uint64_t progress(weft__carrier *v) {
     /* switches, and the slow turns a lone yielder's picks make: a carrier
      * that does neither is running one vthread's own code all along */

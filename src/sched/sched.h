@@ -239,6 +239,12 @@ int weft__carriers(void);
 /* The carriers of the calling vthread's carrier group (group.c); on a
  * platform thread, or in the default group, weft__carriers(). */
 int weft__carriers_here(void);
+/* The calling vthread self stops computing on purpose: counts as progress
+ * on its carrier, then sets WEFT__F_COMPUTE back to `prev` (0 or the flag),
+ * so that the monitor does not charge what it computed under the flag to
+ * what follows (a late look would otherwise see the flag gone and the CPU
+ * spent: a hog). */
+void weft__compute_end(weft_thread *self, uint32_t prev);
 
 /* A pool that keeps `threads` platform threads: grows the process's futex
  * hash to suit (see sched.c). */
