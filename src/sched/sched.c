@@ -3180,6 +3180,12 @@ int weft__group_carriers_start(weft_group *g) {
         while (!atomic_load(&c->ready)) futex(&c->ready, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
         if (c->start_err) r = c->start_err;
     }
+    /* a carrier starts busy, outside the idle set: if the monitor had
+     * disarmed (every carrier idle), nothing would arm it before this one
+     * first went idle -- and one that runs a vthread at once (spawned into
+     * the group as it started) and computes never does.  Arm it, as
+     * mon_prepare does for the first carriers. */
+    if (!r) mon_need();
     if (r) {
         atomic_store(&g->stop, 1);
         for (int i = 0; i < started; i++) kick(g->c[i]);
