@@ -190,13 +190,6 @@ static void set_err(par_job *j, int err) {
     atomic_compare_exchange_strong(&j->err, &z, err);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static void lock(par_worker *w) {
     for (unsigned spins = 0;;) {
@@ -204,7 +197,7 @@ static void lock(par_worker *w) {
         while (atomic_load_explicit(&w->lock, memory_order_relaxed)) {
             /* the holder runs a few instructions, unless the kernel took its CPU away */
             if (++spins % 128 == 0) sched_yield();
-            else cpu_relax();
+            else weft__cpu_relax();
         }
     }
 }
@@ -281,7 +274,7 @@ static int split_inflight(par_worker *w) {
         if (atomic_load_explicit(&busy->left, memory_order_relaxed) / 2 >= j->split_min) break;
         if (atomic_load_explicit(&busy->inflight, memory_order_relaxed) / 2 < j->split_min) break;
         if (spins < 256) {
-            cpu_relax();
+            weft__cpu_relax();
             continue;
         }
         int64_t now = weft_now();

@@ -404,13 +404,6 @@ weft_thread *weft__self(void) {
     return c ? c->cur : NULL;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    __asm__ volatile("" ::: "memory");
-#endif
-}
 
 static inline void bump(_Atomic uint64_t *ctr) {
     atomic_store_explicit(ctr, atomic_load_explicit(ctr, memory_order_relaxed) + 1,
@@ -1119,7 +1112,7 @@ static weft_thread *find_work(weft__carrier *c) {
                 if (!t && pl && (r & 7) == 4) io_poll(c, pl, 1);
                 if (!t) t = pick_local(c);
                 if (t) break;
-                for (int k = 0; k < 16; k++) cpu_relax();
+                for (int k = 0; k < 16; k++) weft__cpu_relax();
                 if ((r & 7) == 7 &&
                     ((last = weft_now()) >= until || atomic_load_explicit(&R.stop, memory_order_relaxed) ||
                      atomic_load_explicit(&g->stop, memory_order_relaxed) ||
@@ -1692,7 +1685,7 @@ static void yield_enqueue(weft__carrier *c, weft_thread *t) {
  */
 #ifndef WEFT_TSAN
 __attribute__((noinline)) static void yq_wait_thief(weft__carrier *c) {
-    while (atomic_load_explicit(&c->yq_thief, memory_order_acquire)) cpu_relax();
+    while (atomic_load_explicit(&c->yq_thief, memory_order_acquire)) weft__cpu_relax();
 }
 #endif
 static inline __attribute__((always_inline)) void gate_in(weft__carrier *c, weft_thread *self) {
@@ -1702,7 +1695,7 @@ static inline __attribute__((always_inline)) void gate_in(weft__carrier *c, weft
     for (int z = 0; !atomic_compare_exchange_weak_explicit(&c->yq_lock, &z, 1, memory_order_acquire,
                                                          memory_order_relaxed);
          z = 0)
-        cpu_relax();
+        weft__cpu_relax();
 #else
     atomic_signal_fence(memory_order_seq_cst); /* the CPU's order: the thief's membarrier */
     if (__builtin_expect(atomic_load_explicit(&c->yq_thief, memory_order_relaxed), 0)) yq_wait_thief(c);
@@ -2188,7 +2181,7 @@ static void join_lock(weft_thread *t) {
                                                   memory_order_acquire, memory_order_relaxed))
             return;
         if (spins > 100) sched_yield();
-        else cpu_relax();
+        else weft__cpu_relax();
     }
 }
 static void join_unlock(weft_thread *t) {

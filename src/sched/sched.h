@@ -239,6 +239,17 @@ int weft__carriers(void);
 /* The carriers of the calling vthread's carrier group (group.c); on a
  * platform thread, or in the default group, weft__carriers(). */
 int weft__carriers_here(void);
+
+/* A spin-wait's pause (one copy for the scheduler, sync and parallel.c). */
+static inline void weft__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ volatile("" ::: "memory");
+#endif
+}
 /* The calling vthread self stops computing on purpose: counts as progress
  * on its carrier, then sets WEFT__F_COMPUTE back to `prev` (0 or the flag),
  * so that the monitor does not charge what it computed under the flag to

@@ -117,13 +117,6 @@ struct weft_future {
 
 /* ---- the lock bit ------------------------------------------------------- */
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 /* Takes f's lock; returns the state without the lock bit. */
 static uint32_t flock(weft_future *f) {
@@ -135,7 +128,7 @@ static uint32_t flock(weft_future *f) {
             return s;
         /* holders never block: spin, then let a descheduled holder run */
         if (spins > 100) sched_yield();
-        else cpu_relax();
+        else weft__cpu_relax();
     }
 }
 

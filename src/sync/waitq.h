@@ -29,14 +29,6 @@ typedef struct weft__waiter {
                             * under the lock before the unpark that won */
 } weft__waiter;
 
-static inline void weft__cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    __asm__ volatile("" ::: "memory");
-#endif
-}
-
 __attribute__((noinline, unused)) static void weft__wq_lock_slow(weft__waitq *q) {
     for (int spins = 0;; spins++) {
         if (!__atomic_load_n(&q->lock, __ATOMIC_RELAXED) && !__atomic_exchange_n(&q->lock, 1u, __ATOMIC_ACQUIRE))
