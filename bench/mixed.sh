@@ -7,9 +7,12 @@
 #                beside the connections' vthreads
 #   cpu=group    --cpu-job group: the job in a carrier group of its own (1 carrier,
 #                the compute option)
-# One line per run, weft-load's machine-readable line with the mode in front:
-#   experiment=mixed cpu=none|shared|group experiment=load ... p99_ms=... ...
-# and the job's progress as the server printed it on exit ("cpu job (...): N rounds").
+# One line per run (`weft-bench parallel` runs this script and reads them):
+#   experiment=parallel workload=mixed peer=weft cpu=none|shared|group carriers=K
+#   delay_ms=D job_rounds=R concurrency=C ... rps=... p50_ms=... p99_ms=... ...
+# (after job_rounds: weft-load's machine-readable line, without its experiment= and
+# peer=); job_rounds is the CPU job's progress (rounds of 2^22 sqrt) as the server
+# printed it on exit, 0 for cpu=none.
 # The acceptance figure: the group run's p99_ms at most half the shared run's.
 #
 #   SECONDS     each run's length (default 20)
@@ -49,7 +52,15 @@ for mode in none shared group; do
   [ -n "$port" ] || { echo "weft-httpd did not start:" >&2; cat "$tmp/err" >&2; exit 1; }
   line=$("$load" -c "$C" -k -t "$T" --carriers "$LOAD_CARRIERS" -q "http://127.0.0.1:$port/index.html" || true)
   kill -TERM "$pid"
-  wait "$pid" || true
-  echo "experiment=mixed cpu=$mode $line"
-  grep 'cpu job' "$tmp/err" || true
+  st=0
+  wait "$pid" || st=$?
+  case $line in
+    experiment=load*) ;;
+    *) echo "mixed.sh: weft-load gave no result line (cpu=$mode)" >&2; cat "$tmp/err" >&2; exit 1 ;;
+  esac
+  [ "$st" = 0 ] || { echo "mixed.sh: weft-httpd (cpu=$mode) ended with status $st" >&2; cat "$tmp/err" >&2; exit 1; }
+  rounds=$(sed -n 's/.*cpu job ([a-z]*): \([0-9]*\) rounds.*/\1/p' "$tmp/err")
+  line=${line#experiment=load }
+  line=${line#peer=weft-load }
+  echo "experiment=parallel workload=mixed peer=weft cpu=$mode carriers=$CARRIERS delay_ms=$DELAY_MS job_rounds=${rounds:-0} $line"
 done

@@ -21,6 +21,16 @@
  *                   C = --omp-chunk (default 16384 on uniform, 1 on skewed);
  *   java17-streams  bench/parallel/peer.sh: Java 17 parallel streams on a
  *                   common pool of K threads.
+ * And the mixed workload (--workload mixed, in the default set): HTTP
+ * latency while a CPU-bound job runs in the same process -- bench/mixed.sh
+ * runs weft-httpd --delay-ms 10 (beside weft-bench, or $WEFT_HTTPD) under
+ * weft-load -c 300 -k (or $WEFT_LOAD) three times, --cap-s seconds each
+ * (default 20): no job, `--cpu-job shared` (weft_parallel_reduce in the
+ * default carrier group) and `--cpu-job group` (in a group of its own with
+ * one carrier); a line per run
+ *   experiment=parallel workload=mixed peer=weft cpu=none|shared|group ...
+ *   p99_ms=...
+ * then "# mixed" with the group/shared p99 ratio (acceptance: <= 0.5).
  * Every C variant calls the same body (work.c, one object file) through a
  * function pointer per index with an accumulator passed by address: see
  * work.h, "Fairness".  Each peer runs once unmeasured (warm-up: threads
@@ -275,6 +285,60 @@ static int run_java(const par_setup *s, bench_report *rep, bench_result *out) {
     return run_external("java17-streams", cmd, rep, out);
 }
 
+/* ---- mixed: HTTP latency beside a CPU job (bench/mixed.sh) ------------------------ */
+
+static int run_mixed(const bench_opts *o, bench_report *rep) {
+    char dir[PATH_MAX], httpd[PATH_MAX + 32], load[PATH_MAX + 32], cmd[3 * PATH_MAX + 256];
+    const char *src = getenv("WEFT_SOURCE") ? getenv("WEFT_SOURCE") : WEFT_SOURCE_DIR;
+    if (self_dir(dir, sizeof dir) != 0) snprintf(dir, sizeof dir, ".");
+    snprintf(httpd, sizeof httpd, "%s", getenv("WEFT_HTTPD") ? getenv("WEFT_HTTPD") : "");
+    if (!*httpd) snprintf(httpd, sizeof httpd, "%s/../httpd/weft-httpd", dir);
+    snprintf(load, sizeof load, "%s", getenv("WEFT_LOAD") ? getenv("WEFT_LOAD") : "");
+    if (!*load) snprintf(load, sizeof load, "%s/../load/weft-load", dir);
+    if (access(httpd, X_OK) != 0 || access(load, X_OK) != 0) {
+        printf("# skipped mixed: no %s or %s (build weft-httpd and weft-load, or set WEFT_HTTPD and WEFT_LOAD)\n",
+               httpd, load);
+        return -1;
+    }
+    long secs = o->cap_s > 0 ? (long)(o->cap_s + 0.5) : 20;
+    if (secs < 1) secs = 1;
+    int carriers = o->carriers > 0 ? o->carriers : 2;
+    snprintf(cmd, sizeof cmd, "WEFT_HTTPD='%s' WEFT_LOAD='%s' CARRIERS=%d '%s/bench/mixed.sh' %ld", httpd, load,
+             carriers, src, secs);
+    printf("# mixed: %s\n", cmd);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        printf("# skipped mixed: %s\n", strerror(errno));
+        return -1;
+    }
+    char line[2048];
+    double p99[3] = {-1, -1, -1};
+    static const char *modes[3] = {"none", "shared", "group"};
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "experiment=parallel")) continue;
+        line[strcspn(line, "\n")] = 0;
+        printf("%s\n", line);
+        fflush(stdout);
+        report_add_peer_line(rep, line);
+        bench_result b;
+        double v;
+        if (br_parse(&b, line) != 0 || !br_num(&b, "p99_ms", &v)) continue;
+        const char *m = br_get(&b, "cpu");
+        for (int i = 0; m && i < 3; i++)
+            if (!strcmp(m, modes[i])) p99[i] = v;
+    }
+    int st = pclose(f);
+    if (st != 0 || p99[0] < 0 || p99[1] < 0 || p99[2] < 0) {
+        printf("# skipped mixed: bench/mixed.sh did not give its three lines (exit status %d)\n", st);
+        return -1;
+    }
+    printf("# mixed p99_ms none=%.2f shared=%.2f group=%.2f: group/shared=%.3f (acceptance: <= 0.5)\n", p99[0],
+           p99[1], p99[2], p99[1] > 0 ? p99[2] / p99[1] : 0.0);
+    fflush(stdout);
+    return 0;
+}
+
 /* ---- the experiment ------------------------------------------------------------ */
 
 static int wants(const char *peers, const char *p) {
@@ -303,7 +367,7 @@ int exp_parallel(const bench_opts *o, bench_report *rep) {
         fprintf(stderr, "weft-bench parallel: at most 64 --reps\n");
         return -EINVAL;
     }
-    const char *wl = o->workload ? o->workload : "uniform,skewed";
+    const char *wl = o->workload ? o->workload : "uniform,skewed,mixed";
     int any_ok = 0;
     for (int u = 1; u >= 0; u--) {
         if (!strstr(wl, u ? "uniform" : "skewed")) continue;
@@ -355,5 +419,6 @@ int exp_parallel(const bench_opts *o, bench_report *rep) {
         }
         fflush(stdout);
     }
+    if (strstr(wl, "mixed") && run_mixed(o, rep) == 0) any_ok = 1;
     return any_ok ? 0 : -EIO;
 }

@@ -54,7 +54,10 @@
  *                (weft-par-omp, bench/parallel/omp.c) and Java 17 parallel
  *                streams (bench/parallel/peer.sh) on a uniform workload (sum
  *                of sqrt(i), i < 10^9) and a skewed one (a 4096 x 4096
- *                Mandelbrot, a row per index), same run (exp_parallel.c).
+ *                Mandelbrot, a row per index), same run (exp_parallel.c);
+ *                and the mixed run: weft-httpd's HTTP p99 with a CPU job in
+ *                the same process, none / shared pool / own 1-carrier group
+ *                (bench/mixed.sh).
  *   http-db      http-delay with a real database (issue 11): every GET /db
  *                runs SELECT pg_sleep(0.1) through blocking libpq
  *                (examples/http_db.c, models virtual and pool:200) or JDBC
@@ -236,7 +239,7 @@ static void usage(FILE *f) {
           "               else the source tree's www/; ab from PATH;\n"
           "               QUIET_WAIT_S=10: wait at most this long for a quiet host before each load;\n"
           "               --carriers goes to weft-httpd; --cap-s bounds each load, default 300)\n"
-          "  parallel     [--workload uniform,skewed] [-n N=1000000000] [--size S=4096] [--max-iter I=1000]\n"
+          "  parallel     [--workload uniform,skewed,mixed] [-n N=1000000000] [--size S=4096] [--max-iter I=1000]\n"
           "               [--peers \"weft pthreads openmp java17-streams\"] [--reps R=3] [--omp-chunk C]\n"
           "               CPU-bound work over K = --carriers (default CPUs) cores, in one run:\n"
           "               uniform: sum of sqrt(i), i < N; skewed: an S x S Mandelbrot (upper half), a row per\n"
@@ -246,7 +249,10 @@ static void usage(FILE *f) {
           "               (bench/parallel/peer.sh); every C body through a function pointer per\n"
           "               index.  One warm-up, R measured: wall_s (median), wall_min_s, check;\n"
           "               then \"# speed\" lines (peer wall_s / weft wall_s) and \"# scaling\"\n"
-          "               (2 vs 1 carrier); a peer that cannot run here is skipped (# skipped)\n"
+          "               (2 vs 1 carrier); a peer that cannot run here is skipped (# skipped).\n"
+          "               mixed: weft-httpd --delay-ms 10 under weft-load -c 300 -k, --cap-s S (20)\n"
+          "               each, with no CPU job, --cpu-job shared and --cpu-job group (bench/mixed.sh;\n"
+          "               --carriers K, default 2, is the server's default group): \"# mixed\" p99s\n"
           "\n"
           "common options:\n"
           "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
@@ -361,7 +367,7 @@ int main(int argc, char **argv) {
         case OPT_DB_POOL: bad = parse_long(optarg, 1, &o.db_pool); break;
         case OPT_WORKLOAD:
             o.workload = optarg;
-            bad = !strstr(optarg, "uniform") && !strstr(optarg, "skewed");
+            bad = !strstr(optarg, "uniform") && !strstr(optarg, "skewed") && !strstr(optarg, "mixed");
             break;
         case OPT_PEERS: o.peers = optarg; break;
         case OPT_MAX_ITER: bad = parse_long(optarg, 1, &o.max_iter); break;
