@@ -272,7 +272,10 @@ struct weft__carrier {
     uint32_t lifo_streak;
     _Atomic uint32_t slow_turn;     /* (also the monitor's sign of life from a lone yielder) */
     _Atomic int yq_thief;           /* the monitor is taking the yield FIFO */
-    int yq_private;                 /* the FIFO may hold vthreads others could run (set at init) */
+    uint8_t yq_private;             /* the FIFO may hold vthreads others could run (set at init) */
+    uint8_t det;                    /* weft__det_on when the carrier was made: it cannot change
+                                     * while carriers exist; the switch path tests it here, in the
+                                     * line it reads anyway, not in a global */
 #ifdef WEFT_TSAN
     _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
 #endif
@@ -885,9 +888,20 @@ static weft_thread *pick_slow(weft__carrier *c) {
 
 static weft_thread *pick_det(weft__carrier *c);
 
+/* pick_local without the deterministic-mode test, for callers that made it
+ * already (weft_yield, find_work): the switch path pays for one test of
+ * weft__det_on, not two (two atomic loads of the global were 7 of a
+ * yield's ~93 instructions, callgrind on micro switch; now c->det, one
+ * compare in the carrier's first line). */
+static inline __attribute__((always_inline)) weft_thread *pick_local_rt(weft__carrier *c);
+
 static inline __attribute__((always_inline)) weft_thread *pick_local(weft__carrier *c) {
+    if (__builtin_expect(c->det, 0)) return pick_det(c);
+    return pick_local_rt(c);
+}
+
+static inline __attribute__((always_inline)) weft_thread *pick_local_rt(weft__carrier *c) {
     weft_thread *t;
-    if (__builtin_expect(WEFT__DET_ON(), 0)) return pick_det(c);
     if (__builtin_expect(--c->slow_countdown == 0, 0)) {
         c->slow_countdown = SLOW_EVERY;
         if ((t = pick_slow(c))) return t;
@@ -1067,7 +1081,7 @@ static weft_thread *find_work(weft__carrier *c) {
         if (atomic_load_explicit(&R.stop, memory_order_acquire) ||
             atomic_load_explicit(&g->stop, memory_order_acquire))
             return NULL;
-        weft_thread *t = pick_local(c);
+        weft_thread *t = pick_local_rt(c); /* (det: find_work_det, above) */
         if (t) { stop_spinning(c); return t; }
         int64_t now = 0;
         if (atomic_load_explicit(&c->timers.min, memory_order_relaxed) != INT64_MAX) {
@@ -1110,7 +1124,7 @@ static weft_thread *find_work(weft__carrier *c) {
             for (int r = 0;; r++) {
                 t = steal_once(c, r >= 2, (r & 7) == 0 ? (last = weft_now()) : 0);
                 if (!t && pl && (r & 7) == 4) io_poll(c, pl, 1);
-                if (!t) t = pick_local(c);
+                if (!t) t = pick_local_rt(c);
                 if (t) break;
                 for (int k = 0; k < 16; k++) weft__cpu_relax();
                 if ((r & 7) == 7 &&
@@ -2210,8 +2224,11 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     weft__carrier *c = carrier_here(); /* no switch in here */
     /* its group (group.c, "Which group"): the attr's; else the spawning
      * vthread's own; the runtime's helpers (weft__spawn_on) the default */
-    weft_group *g = on >= 0 ? &R.g0 : attr && attr->group ? attr->group : c && c->cur ? c->cur->grp : &R.g0;
-    if (!g->dflt) {
+    weft_group *g;
+    if (__builtin_expect(on < 0 && !(attr && attr->group) && c && c->cur, 1)) g = c->cur->grp;
+    else g = on < 0 && attr && attr->group ? attr->group : &R.g0;
+    const int own = !g->dflt; /* (read once: the atomics below would make the compiler read it again) */
+    if (own) {
         /* counted before the check: weft_group_close sets closing, then
          * waits for nlive 0 (both seq_cst): one of the two sees the other */
         atomic_fetch_add(&g->nlive, 1);
@@ -2242,7 +2259,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->home = NULL;
     t->grp = g;
     __atomic_store_n(&t->grp_id, g->id, __ATOMIC_RELAXED); /* (read racily by weft_dump) */
-    if (!g->dflt) atomic_fetch_add_explicit(&g->started, 1, memory_order_relaxed);
+    if (own) atomic_fetch_add_explicit(&g->started, 1, memory_order_relaxed);
     t->flags = (attr && attr->daemon ? WEFT__F_DAEMON : 0) | (attr && attr->pinned ? WEFT__F_PINNED : 0);
     __atomic_store_n(&t->why, (uint8_t)WEFT__WHY_NONE, __ATOMIC_RELAXED);
     t->park_token = 0;
@@ -2309,7 +2326,7 @@ unref:
 #ifdef WEFT_TSAN
     atomic_fetch_sub(&R.tsan_fibers, 1);
 #endif
-    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
+    if (own && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
     return r;
 }
 
@@ -2435,7 +2452,7 @@ int weft_yield(void) {
         return 0;
     }
     gate_in(c, self);
-    if (__builtin_expect(WEFT__DET_ON(), 0)) {
+    if (__builtin_expect(c->det, 0)) {
         /* the yielder is a candidate too: it joins the run set first, and
          * stays there (as in the yield FIFO) while another runs */
         weft__det_push(self);
@@ -2444,7 +2461,7 @@ int weft_yield(void) {
         else switch_to(c, self, next, OP_NONE);
         return 0;
     }
-    weft_thread *next = pick_local(c);
+    weft_thread *next = pick_local_rt(c); /* (det: above) */
     if (!next) { /* nothing else to run here */
         gate_out(c, self);
         return 0;
@@ -2701,6 +2718,7 @@ static weft__carrier *carrier_alloc(int i) {
     c->grp = &R.g0; /* (a group's carrier: weft__group_carriers_start sets both) */
     c->gidx = i;
     c->slow_countdown = SLOW_EVERY;
+    c->det = WEFT__DET_ON() != 0;
     atomic_init(&c->shared, 1);
     c->mon_seen = UINT64_MAX; /* the monitor's first look at it only records */
     c->mon_cpu0 = -1;
