@@ -298,6 +298,14 @@ WEFT_API uint64_t weft_id(const weft_thread *t);
 /* A vthread's name ("" when it has none). */
 WEFT_API const char *weft_name(const weft_thread *t);
 
+/* Renames the calling vthread (copied, up to 31 bytes; NULL or "": no
+ * name), as weft_attr.name names it at spawn: what weft_dump shows.  A
+ * program that learns what a vthread is for only after it started (the
+ * main vthread of weft_main, a worker taking a job) says so here.  Four
+ * stores: cheap enough for a connection's path.  Returns 0, or -EPERM on
+ * a platform thread. */
+WEFT_API int weft_set_name(const char *name);
+
 /*
  * Lets other runnable vthreads on this carrier run, then continues.  On a
  * platform thread it calls sched_yield().  Returns 0.

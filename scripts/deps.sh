@@ -10,7 +10,7 @@
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
 # to 10 minutes for the lock, saying who holds it.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev
+pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clang libclang-rt-14-dev
       postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev)
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and

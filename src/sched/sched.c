@@ -2278,6 +2278,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_relaxed);
     t->joiner = NULL;
     atomic_store_explicit(&t->block_file, NULL, memory_order_relaxed);
+    atomic_store_explicit(&t->block_pc, NULL, memory_order_relaxed); /* (the slot's last owner's) */
     if (attr && attr->name) {
         char name[32] = {0};
         strncpy(name, attr->name, 31);
@@ -2442,6 +2443,19 @@ uint64_t weft_id(const weft_thread *t) { return t ? t->id : 0; }
 
 const char *weft_name(const weft_thread *t) {
     return t ? (const char *)(const void *)t->name_words : "";
+}
+
+int weft_set_name(const char *name) {
+    weft_thread *self = weft__self();
+    if (!self) return -EPERM;
+    char buf[32] = {0};
+    if (name) strncpy(buf, name, 31);
+    uint64_t nw[4];
+    memcpy(nw, buf, 32);
+    /* word by word: a dump reading meanwhile sees a mix of old and new,
+     * never an unterminated string (the last byte stays 0) */
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&self->name_words[i], nw[i], memory_order_relaxed);
+    return 0;
 }
 
 int weft_yield(void) {

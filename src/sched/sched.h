@@ -153,6 +153,11 @@ struct weft_thread {
     _Atomic int64_t block_since;
     _Atomic int64_t block_until;
     _Atomic(const void *) block_obj;
+    /* the io layer's calls (io.c, exec): the call's return address into
+     * its caller, its fd and operation (IOR_*); valid while why is IO */
+    _Atomic(const void *) block_pc;
+    _Atomic int32_t block_fd;
+    _Atomic uint8_t block_op;
     _Atomic uint64_t name_words[4];  /* name, 31 bytes + NUL */
     /* scopes (src/scope): the task this vthread runs for, the innermost
      * scope it owns (a chain through the scopes), its scopes' deadline */
