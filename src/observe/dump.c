@@ -468,13 +468,19 @@ static int grp_cmp(const void *x, const void *y) {
 #define GROUP_IDS_TEXT 16 /* ids listed per group in text (JSON: all) */
 
 static void groups(out *o) {
-    if (o->json) put(o, ",\n  \"stacks\":[");
-    else put(o, "vthreads by stack (identical stacks together, largest first):\n");
     size_t ng = 0;
     grp *g = NULL;
     if (o->nrec) {
         qsort_r(o->recs, o->nrec, sizeof *o->recs, rec_cmp, o->pool);
         g = malloc(o->nrec * sizeof *g);
+        if (!g) o->short_of_memory = 1;
+    }
+    if (o->json) {
+        if (o->short_of_memory) put(o, ",\n  \"stacks_incomplete\":true");
+        put(o, ",\n  \"stacks\":[");
+    } else {
+        put(o, "vthreads by stack (identical stacks together, largest first):\n");
+        if (o->short_of_memory) put(o, "(memory ran short: some vthreads are missing from the groups)\n");
     }
     if (g) {
         for (size_t i = 0; i < o->nrec; i++) {
@@ -482,8 +488,6 @@ static void groups(out *o) {
             else g[ng++] = (grp){i, 1};
         }
         qsort(g, ng, sizeof *g, grp_cmp);
-    } else if (o->nrec) {
-        o->short_of_memory = 1;
     }
     for (size_t k = 0; k < ng; k++) {
         const vrec *r = &o->recs[g[k].first];
@@ -520,12 +524,7 @@ static void groups(out *o) {
         }
     }
     free(g);
-    if (o->json) {
-        put(o, "%s]", ng ? "\n  " : "");
-        if (o->short_of_memory) put(o, ",\n  \"stacks_incomplete\":true");
-    } else if (o->short_of_memory) {
-        put(o, "(memory ran short: some vthreads are missing from the groups)\n");
-    }
+    if (o->json) put(o, "%s]", ng ? "\n  " : "");
 }
 
 /*
@@ -735,9 +734,10 @@ int weft_dump(int fd, int format) {
     if (o->json) put(o, "\"vthreads\":[");
     weft__stacks_walk(one, o);
     weft__scopes_unlock();
-    if (o->json) put(o, "\n  ]");
+    /* (the JSON still ends in "]}}": the stacks last) */
+    if (o->json) put(o, "\n  ],\n  \"unwinder\":\"%s\"", weft__sym_unwinder());
     groups(o);
-    if (o->json) put(o, ",\n  \"unwinder\":\"%s\"}}\n", weft__sym_unwinder());
+    if (o->json) put(o, "}}\n");
     else put(o, "end of dump: %" PRIu64 " vthreads listed\n", o->count);
     weft__sym_unlock();
     flush(o);
