@@ -102,24 +102,6 @@ static const char *why_name(int why) {
 
 static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
 
-/* A word of another vthread's stack.  The dump reads a parked vthread's
- * frames as a snapshot, racing by design with the vthread once it runs
- * again: nothing orders the read before the vthread's later plain writes
- * to the same words (it may be woken through the kernel: an I/O
- * completion), so ThreadSanitizer is told to forget these reads. */
-#ifdef WEFT_TSAN
-void AnnotateIgnoreReadsBegin(const char *file, int line);
-void AnnotateIgnoreReadsEnd(const char *file, int line);
-static uint64_t stack_ld(const void *p) {
-    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
-    uint64_t v = ld(p);
-    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-    return v;
-}
-#else
-#define stack_ld ld
-#endif
-
 /* JSON-safe copy of a string. */
 static void put_str_json(out *o, const char *s) {
     put(o, "\"");
@@ -701,8 +683,7 @@ static void one_group(const weft_group_stats *g, const int *idx, int n, void *ct
     o->first = 0;
 }
 
-int weft_dump(int fd, int format) {
-    if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
+static int dump_here(int fd, int format) {
     int r;
     out *o = calloc(1, sizeof *o);
     if (!o) return -ENOMEM;
@@ -748,6 +729,50 @@ int weft_dump(int fd, int format) {
     return r;
 }
 
+/* The dump needs room on its stack for libdw (symbolize.c, "Stack room"):
+ * where the caller has less -- a vthread, a small platform thread -- a
+ * thread with a big stack (only touched pages cost) writes it while the
+ * caller waits: a vthread parks in weft_blocking, whose pool thread waits
+ * for it.  If no thread can be made, the dump is written here, frames
+ * named by module+offset only. */
+#define DUMP_STACK ((size_t)16 * 1024 * 1024)
+
+typedef struct dump_job {
+    int fd, format, r;
+} dump_job;
+
+static void *dump_job_main(void *arg) {
+    dump_job *j = arg;
+    j->r = dump_here(j->fd, j->format);
+    return NULL;
+}
+
+static void *dump_elsewhere(void *arg) {
+    dump_job *j = arg;
+    pthread_t th;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, DUMP_STACK);
+    int e = pthread_create(&th, &a, dump_job_main, j);
+    pthread_attr_destroy(&a);
+    if (e) dump_job_main(j);
+    else pthread_join(th, NULL);
+    return NULL;
+}
+
+int weft_dump(int fd, int format) {
+    if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
+    if (weft__sym_stack_left() >= 2 * WEFT__SYM_STACK_NEED) return dump_here(fd, format);
+    dump_job j = {fd, format, 0};
+    if (weft_self()) {
+        int r = weft_blocking(dump_elsewhere, &j, NULL);
+        if (r < 0) return r;
+    } else {
+        dump_elsewhere(&j);
+    }
+    return j.r;
+}
+
 /* ---- dump on a signal --------------------------------------------------- */
 
 /*
@@ -766,10 +791,37 @@ static struct {
     struct sigaction old;
 } SQ = {.lock = PTHREAD_MUTEX_INITIALIZER, .pipe = {-1, -1}};
 
+/*
+ * ThreadSanitizer runs a handler late: when the thread that took the
+ * signal next enters one of its interceptors.  A carrier asleep in
+ * io_uring_enter or a platform thread in a futex wait (raw system calls
+ * it does not see) may never do so, and the dump would never start.  So
+ * a TSan build installs this handler with the C library's own sigaction,
+ * behind TSan's back, and the handler writes with a raw system call
+ * (TSan then sees neither, and nothing of its state is touched from the
+ * signal).
+ */
+#ifdef WEFT_TSAN
+#include <sys/syscall.h>
+static int sq_sigaction(int sig, const struct sigaction *sa, struct sigaction *old) {
+    static int (*fn)(int, const struct sigaction *, struct sigaction *);
+    if (!fn) {
+        void *h = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+        if (h) fn = (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(h, "sigaction");
+        if (!fn) fn = sigaction;
+    }
+    return fn(sig, sa, old);
+}
+#define SQ_WRITE(fd, b, n) syscall(SYS_write, (fd), (b), (n))
+#else
+#define sq_sigaction sigaction
+#define SQ_WRITE(fd, b, n) write((fd), (b), (n))
+#endif
+
 static void sq_handler(int sig) {
     int e = errno;
     char b = 1;
-    if (write(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
+    if (SQ_WRITE(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
     }
     errno = e;
 }
@@ -808,7 +860,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
     pthread_mutex_lock(&SQ.lock);
     int r = 0;
     int old = atomic_load(&SQ.signo);
-    if (old && old != signo) sigaction(old, &SQ.old, NULL);
+    if (old && old != signo) sq_sigaction(old, &SQ.old, NULL);
     atomic_store(&SQ.signo, 0);
     if (signo) {
         if (!SQ.started) {
@@ -824,7 +876,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
             pthread_attr_t a;
             pthread_attr_init(&a);
             pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            pthread_attr_setstacksize(&a, 256 * 1024);
+            pthread_attr_setstacksize(&a, DUMP_STACK); /* libdw's room: the dump runs right here */
             /* the dump thread takes no signals itself */
             sigset_t all, prev;
             sigfillset(&all);
@@ -849,7 +901,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
             sa.sa_handler = sq_handler;
             sa.sa_flags = SA_RESTART;
             sigemptyset(&sa.sa_mask);
-            if (sigaction(signo, &sa, &SQ.old) < 0) {
+            if (sq_sigaction(signo, &sa, &SQ.old) < 0) {
                 r = -errno;
                 goto out;
             }

@@ -42,6 +42,14 @@
  * reader.  The dump shows what runs where, and the monitor's line for a
  * pinned carrier names the blocking call's site (monitor.c).
  *
+ * Stack room.  libdw needs a lot of stack (reading a line table puts
+ * some 150 KiB of arrays on it): more than a vthread's or a 256 KiB
+ * thread's stack can spare.  Every call into libdw first checks that
+ * WEFT__SYM_STACK_NEED bytes are left below it; where they are not, the
+ * address keeps its module+offset (dladdr) and is not cached.  The dump
+ * runs where there is room (dump.c: a thread of its own with a big
+ * stack); the monitor's thread has 2 MiB.
+ *
  * Threads.  libdw is not thread-safe: one mutex guards the Dwfl, the cache
  * and the unwinder's target.  The dump holds it while it writes its
  * stacks (so concurrent dumps take turns); the monitor's symbolizer only
@@ -200,6 +208,31 @@ void weft__sym_lock(void) {
 
 void weft__sym_unlock(void) { pthread_mutex_unlock(&S.lock); }
 
+/* ---- stack room ------------------------------------------------------------------ */
+
+/* Bytes of stack left below the caller's frame: a vthread's own stack, or
+ * the OS thread's (its low end looked up once per thread). */
+size_t weft__sym_stack_left(void) {
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    weft_thread *self = weft__self();
+    if (self) {
+        uintptr_t lo = (uintptr_t)self->stk.lo;
+        return sp > lo ? sp - lo : 0;
+    }
+    static __thread uintptr_t lo;
+    if (!lo) {
+        pthread_attr_t a;
+        void *addr = NULL;
+        size_t size = 0;
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+            if (pthread_attr_getstack(&a, &addr, &size) != 0) addr = NULL;
+            pthread_attr_destroy(&a);
+        }
+        lo = addr ? (uintptr_t)addr : sp; /* unknown: no room, libdw is not called */
+    }
+    return sp > lo ? sp - lo : 0;
+}
+
 /* ---- naming one address ------------------------------------------------------ */
 
 static const char *die_name(Dwarf_Die *d) {
@@ -310,12 +343,21 @@ static int grow(void) {
 }
 
 const weft__sym *weft__sym_get(uintptr_t pc) {
-    static weft__sym bare; /* memory short: the pc alone (lock held: one user) */
+    static weft__sym bare; /* memory or stack short: the pc alone (lock held: one user) */
     if (S.cap) {
         for (size_t k = slot_of(pc, S.cap);; k = (k + 1) & (S.cap - 1)) {
             if (!S.tab[k]) break;
             if (S.tab[k]->pc == pc) return S.tab[k];
         }
+    }
+    if (weft__sym_stack_left() < WEFT__SYM_STACK_NEED) { /* not cached: a thread with room resolves it */
+        bare = (weft__sym){.pc = pc};
+        Dl_info di;
+        if (dladdr((void *)pc, &di) && di.dli_fname) {
+            bare.module = di.dli_fname;
+            bare.mod_off = pc - (uintptr_t)di.dli_fbase;
+        }
+        return &bare;
     }
     weft__sym *s = resolve(pc);
     if (!s || ((S.used + 1) * 2 > S.cap && grow() < 0)) {
@@ -362,6 +404,7 @@ int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max) {
     S.lo = (uintptr_t)__atomic_load_n(&t->stk.lo, __ATOMIC_RELAXED);
     S.hi = (uintptr_t)t;
     if (max <= 0 || !in_stack(sp) || !in_stack(sp + 56) || (sp & 7)) return 0;
+    int room = weft__sym_stack_left() >= WEFT__SYM_STACK_NEED;
     S.r12_15[3] = peek(sp + 8);  /* r15 */
     S.r12_15[2] = peek(sp + 16); /* r14 */
     S.r12_15[1] = peek(sp + 24); /* r13 */
@@ -373,7 +416,7 @@ int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max) {
     S.pcs = pcs;
     S.max = max;
     S.n = 0;
-    if (S.attached) dwfl_getthread_frames(S.d, 1, u_frame, NULL); /* ends with -1 at the stack's end */
+    if (S.attached && room) dwfl_getthread_frames(S.d, 1, u_frame, NULL); /* ends with -1 at the stack's end */
     /* libdw could not get past the first frame: the chain may */
     S.used_fp = S.n < 2;
     if (S.used_fp) S.n = fp_walk((uintptr_t)S.rbp, (uintptr_t)S.rip, pcs, max);
@@ -387,7 +430,8 @@ const char *weft__sym_unwinder(void) { return S.used_fp || !S.attached ? "frame 
 /* weft__symbolize for the monitor's pinned lines: "fn+0x4f (file.c:12)
  * (/path/module+0x1234)" when the lock is free, dladdr's name otherwise. */
 int weft__sym_name(uintptr_t pc, char *buf, size_t cap, int (*fallback)(uintptr_t, char *, size_t)) {
-    if (pthread_mutex_trylock(&S.lock) != 0) return fallback(pc, buf, cap);
+    if (weft__sym_stack_left() < WEFT__SYM_STACK_NEED || pthread_mutex_trylock(&S.lock) != 0)
+        return fallback(pc, buf, cap);
     S.refreshed = 0;
     if (!S.tried) start();
     const weft__sym *s = weft__sym_get(pc);

@@ -33,6 +33,12 @@ typedef struct weft__sym {
     weft__sym_frame f[];
 } weft__sym;
 
+/* Stack that a call into libdw may need: below this much room left, a
+ * frame is not resolved (symbolize.c, "Stack room"). */
+#define WEFT__SYM_STACK_NEED ((size_t)512 * 1024)
+/* Bytes of stack left below the caller (a vthread's, or its OS thread's). */
+size_t weft__sym_stack_left(void);
+
 /* The symbolizer's lock: held around every use of what follows, so that
  * dumps on several threads and the monitor never run libdw at once.  The
  * first lock after start loads the process's modules (lazily: the first

@@ -1616,7 +1616,10 @@ static int mon_start(void) {
     if (R.n == 1 && R.pin_threshold < 0) return 0;
     pthread_attr_t a;
     pthread_attr_init(&a);
-    pthread_attr_setstacksize(&a, 256 * 1024); /* the probe's buffers, dladdr, a spare's start */
+    /* the probe's buffers, dladdr, a spare's start; libdw naming a pinned
+     * call's site (observe/symbolize.c: 150 KiB and more).  Only touched
+     * pages cost memory. */
+    pthread_attr_setstacksize(&a, 2 * 1024 * 1024);
     int e = pthread_create(&R.mon_thread, &a, monitor_main, NULL);
     pthread_attr_destroy(&a);
     if (e) return -e;
