@@ -20,6 +20,7 @@ TEST(stats_count_activity) {
 }
 
 static atomic_int up;
+enum { PARK_SLEEP_LINE = __LINE__ + 3 }; /* the weft_sleep below */
 static void *park_sleep(void *a) {
     atomic_fetch_add(&up, 1);
     weft_sleep(3600LL * 1000000000); /* the macro records this line; cancelled long before the end */
@@ -149,4 +150,44 @@ TEST(dump_on_sigquit) {
     unlink(path);
     weft_cancel(t);
     CHECK_EQ(weft_join(t, NULL), 0);
+}
+
+/* A dump taken on a vthread (its stack has no room for libdw: the dump is
+ * written by a thread of its own while the vthread parks) names frames as
+ * one taken on a platform thread does, and groups identical stacks. */
+static void *dumps_json(void *out) {
+    *(char **)out = dump_to_string(WEFT_DUMP_JSON);
+    return NULL;
+}
+
+TEST(dump_from_a_vthread_names_frames) {
+    DET_SKIP("waits in real time for the sleepers to park");
+    enum { N = 5 };
+    weft_thread *t[N], *d;
+    weft_attr sa = {.name = "sleeper"};
+    atomic_store(&up, 0);
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], park_sleep, NULL, &sa), 0);
+    while (atomic_load(&up) < N) usleep(1000);
+    char *js = NULL;
+    for (int tries = 0; tries < 2000; tries++) { /* until all N show parked at the site */
+        free(js);
+        CHECK_EQ(weft_spawn(&d, dumps_json, &js, NULL), 0);
+        CHECK_EQ(weft_join(d, NULL), 0);
+        if (strstr(js, "{\"count\":5,\"state\":\"parked\",\"waiting_on\":\"sleep\"")) break;
+        usleep(2000);
+    }
+    printf("%.2000s\n", js);
+    CHECK(strstr(js, "{\"count\":5,\"state\":\"parked\",\"waiting_on\":\"sleep\",\"call\":\"weft_sleep_until\"") != NULL);
+    char site[64];
+    snprintf(site, sizeof site, "test_observe.c:%d\",\"site_function\":\"park_sleep\"", PARK_SLEEP_LINE);
+    CHECK(strstr(js, site) != NULL);
+    CHECK(strstr(js, "\"function\":\"park_sleep\",\"offset\":\"0x") != NULL);
+    CHECK(strstr(js, "\"unwinder\":\"libdw\"") != NULL);
+    free(js);
+    char *tx = dump_to_string(WEFT_DUMP_TEXT);
+    CHECK(strstr(tx, "5 vthreads parked on sleep in weft_sleep_until at ") != NULL);
+    CHECK(strstr(tx, "      at park_sleep+0x") != NULL);
+    free(tx);
+    for (int i = 0; i < N; i++) weft_cancel(t[i]);
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
 }
