@@ -26,7 +26,10 @@
  *
  * Running vthreads show their carrier but no stack: a carrier's registers
  * can only be had by stopping it with a signal, which would end a foreign
- * system call early (EINTR); the monitor names a pinned carrier's site.
+ * system call early (EINTR), and a computing vthread's stack changes
+ * under the reader.  A carrier the monitor found pinned shows the site of
+ * the blocking call it is stuck in, as the monitor found and named it
+ * (monitor.c, "The call site"; libdw's names and lines).
  *
  * Groups.  After the full list, the vthreads are grouped by state, wait,
  * call, site and stack, largest group first ("412 vthreads parked on io in
@@ -615,12 +618,18 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
                 put(o, ",\"syscall\":");
                 put_str_json(o, sysbuf);
                 put(o, ",\"syscall_nr\":%ld", v.sysno);
+                if (v.site[0]) {
+                    put(o, ",\"site\":");
+                    put_str_json(o, v.site);
+                }
             }
         }
         put(o, "}");
     } else if (v.stall == WEFT__STALL_PINNED) {
-        put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"\n", k, role, sysbuf,
+        put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"", k, role, sysbuf,
             (double)(o->now - v.since) / 1e9, v.vid, v.vname);
+        if (v.site[0]) put(o, " at %.480s", v.site);
+        put(o, "\n");
     } else if (v.stall == WEFT__STALL_HOG) {
         put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,
             (double)(o->now - v.since) / 1e6);

@@ -57,7 +57,7 @@
  * first return address above sp, in libc.
  *
  * Names.  A frame is printed by weft__symbolize: the default uses libdw
- * (symbolize.c: "fn+0x4f at file.c:12 (/path/module+0x1234)", static
+ * (symbolize.c: "fn+0x4f (file.c:12, /path/module+0x1234)", static
  * functions included), the module offset being what addr2line takes; while
  * a dump holds libdw, or where it knows nothing of the address, dladdr
  * ("fn+0x4f (/path/module+0x1234)"; a program's own functions then need

@@ -39,8 +39,9 @@
  * Running carriers are not unwound: their registers can only be had by
  * stopping the thread with a signal, which would also end a foreign system
  * call early (EINTR), and a computing vthread's stack changes under the
- * reader.  The dump shows what runs where, and the monitor's line for a
- * pinned carrier names the blocking call's site (monitor.c).
+ * reader.  The dump shows what runs where, and for a pinned carrier the
+ * blocking call's site as the monitor found it (monitor.c) and named it
+ * here.
  *
  * Stack room.  libdw needs a lot of stack (reading a line table puts
  * some 150 KiB of arrays on it): more than a vthread's or a 256 KiB
@@ -427,8 +428,8 @@ const char *weft__sym_unwinder(void) { return S.used_fp || !S.attached ? "frame 
 
 /* ---- the monitor's names --------------------------------------------------------- */
 
-/* weft__symbolize for the monitor's pinned lines: "fn+0x4f (file.c:12)
- * (/path/module+0x1234)" when the lock is free, dladdr's name otherwise. */
+/* weft__symbolize for the monitor's pinned lines: "fn+0x4f (file.c:12,
+ * /path/module+0x1234)" when the lock is free, dladdr's name otherwise. */
 int weft__sym_name(uintptr_t pc, char *buf, size_t cap, int (*fallback)(uintptr_t, char *, size_t)) {
     if (weft__sym_stack_left() < WEFT__SYM_STACK_NEED || pthread_mutex_trylock(&S.lock) != 0)
         return fallback(pc, buf, cap);
@@ -444,8 +445,8 @@ int weft__sym_name(uintptr_t pc, char *buf, size_t cap, int (*fallback)(uintptr_
     const char *file = f->file ? strrchr(f->file, '/') : NULL;
     file = file ? file + 1 : f->file;
     char where[160] = "";
-    if (file) snprintf(where, sizeof where, " at %s:%d", file, f->line);
-    k = snprintf(buf, cap, "%s+0x%lx%s (%s+0x%lx)", f->func ? f->func : "?", (unsigned long)f->off, where,
+    if (file) snprintf(where, sizeof where, "%s:%d, ", file, f->line);
+    k = snprintf(buf, cap, "%s+0x%lx (%s%s+0x%lx)", f->func ? f->func : "?", (unsigned long)f->off, where,
                  s->module ? s->module : "?", (unsigned long)s->mod_off);
     pthread_mutex_unlock(&S.lock);
     return k;

@@ -64,7 +64,7 @@ int weft__sym_is_weft_file(const char *file);
  * only inside its bounds: a stale word gives a wrong frame, never a fault. */
 int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max);
 
-/* weft__symbolize for the monitor: "fn+0x4f at file.c:12 (/path/module+0x1234)";
+/* weft__symbolize for the monitor: "fn+0x4f (file.c:12, /path/module+0x1234)";
  * takes the lock only if it is free, else (a dump holds it) or when libdw
  * knows nothing of pc, answers with fallback (dladdr's names). */
 int weft__sym_name(uintptr_t pc, char *buf, size_t cap, int (*fallback)(uintptr_t, char *, size_t));

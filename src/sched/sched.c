@@ -320,6 +320,9 @@ struct weft__carrier {
     _Atomic int64_t stall_since;
     _Atomic uint64_t stall_vid;
     _Atomic uint64_t stall_name[4];
+    /* a pinned stall: its blocking call's site, as the monitor found and
+     * named it ("fn+0x4f (file.c:12, module+0x1234) <- ..."), 511 bytes + NUL */
+    _Atomic uint64_t stall_site[WEFT__SITE_WORDS];
     int spare;                      /* made by the monitor (index >= R.n) */
     int tid;                        /* the carrier's kernel thread id */
     _Atomic uint32_t ready;         /* a spare: its thread made its poller (start_err says how) */
@@ -1458,6 +1461,10 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
      * what we read may be another's) */
     if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
     for (int i = 0; i < 4; i++) atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
+    uint64_t sw[WEFT__SITE_WORDS];
+    info.site[sizeof info.site - 1] = 0;
+    memcpy(sw, info.site, sizeof sw);
+    for (int i = 0; i < WEFT__SITE_WORDS; i++) atomic_store_explicit(&v->stall_site[i], sw[i], memory_order_relaxed);
     char name[32];
     memcpy(name, nw, 32);
     name[31] = 0;
@@ -3331,6 +3338,10 @@ static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
         for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&c->stall_name[i], memory_order_relaxed);
         memcpy(v->vname, nw, 32);
         v->vname[31] = 0;
+        uint64_t sw[WEFT__SITE_WORDS];
+        for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&c->stall_site[i], memory_order_relaxed);
+        memcpy(v->site, sw, sizeof v->site);
+        v->site[sizeof v->site - 1] = 0;
     }
 }
 

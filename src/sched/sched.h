@@ -351,6 +351,7 @@ typedef struct weft__stall_info {
     long sysno;        /* pinned: the system call's number; -1 blocked outside one, -2 unknown */
     char site[512];    /* pinned: "fn+0x4f (/path/module+0x1234) <- ..."; "" if not found */
 } weft__stall_info;
+#define WEFT__SITE_WORDS (512 / 8) /* a site, kept in words a dump reads racily */
 
 /* Classifies carrier thread `tid`, which has been running vthread t
  * without a switch, and for a pinned one walks t's stack to the blocking
@@ -385,6 +386,7 @@ typedef struct weft__carrier_view {
     int64_t since;      /* stall: CLOCK_MONOTONIC ns it began (about: the monitor's look) */
     uint64_t vid;       /* stall: the vthread */
     char vname[32];
+    char site[512];     /* stall: the monitor's site of the blocking call ("" if none: a hog) */
 } weft__carrier_view;
 /* Fills *v for carrier k (0 <= k < weft__carriers_all(), or a group's
  * carrier index: weft__group_view); -ENOENT past the last, or for an
