@@ -725,7 +725,9 @@ static int dump_here(int fd, int format) {
     weft__stacks_walk(one, o);
     weft__scopes_unlock();
     /* (the JSON still ends in "]}}": the stacks last) */
-    if (o->json) put(o, "\n  ],\n  \"unwinder\":\"%s\"", weft__sym_unwinder());
+    if (o->json)
+        put(o, "\n  ],\n  \"unwinder\":\"%s\",\"frame_pointer_walks\":%d", weft__sym_unwinder(),
+            weft__sym_fp_walks());
     groups(o);
     if (o->json) put(o, "}}\n");
     else put(o, "end of dump: %" PRIu64 " vthreads listed\n", o->count);

@@ -89,7 +89,7 @@ static struct {
     Dwfl *d;
     int attached;       /* the unwinder's callbacks are attached to d */
     int refreshed;      /* the module list was read again during this lock */
-    int used_fp;        /* the last stack needed the frame-pointer chain */
+    int fp_walks;       /* stacks walked by the frame-pointer chain during this lock */
     /* pc -> its record: open addressing, a power of 2, at most half full */
     const weft__sym **tab;
     size_t cap, used;
@@ -204,6 +204,7 @@ static void start(void) {
 void weft__sym_lock(void) {
     pthread_mutex_lock(&S.lock);
     S.refreshed = 0;
+    S.fp_walks = 0;
     if (!S.tried) start();
 }
 
@@ -419,12 +420,16 @@ int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max) {
     S.n = 0;
     if (S.attached && room) dwfl_getthread_frames(S.d, 1, u_frame, NULL); /* ends with -1 at the stack's end */
     /* libdw could not get past the first frame: the chain may */
-    S.used_fp = S.n < 2;
-    if (S.used_fp) S.n = fp_walk((uintptr_t)S.rbp, (uintptr_t)S.rip, pcs, max);
+    if (S.n < 2) {
+        S.fp_walks++;
+        S.n = fp_walk((uintptr_t)S.rbp, (uintptr_t)S.rip, pcs, max);
+    }
     return S.n;
 }
 
-const char *weft__sym_unwinder(void) { return S.used_fp || !S.attached ? "frame pointers" : "libdw"; }
+const char *weft__sym_unwinder(void) { return S.attached ? "libdw" : "frame pointers"; }
+
+int weft__sym_fp_walks(void) { return S.fp_walks; }
 
 /* ---- the monitor's names --------------------------------------------------------- */
 

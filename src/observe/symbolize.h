@@ -69,7 +69,10 @@ int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max);
  * knows nothing of pc, answers with fallback (dladdr's names). */
 int weft__sym_name(uintptr_t pc, char *buf, size_t cap, int (*fallback)(uintptr_t, char *, size_t));
 
-/* The unwinder used: "libdw" or "frame pointers" (after a first stack). */
+/* The unwinder: "libdw", or "frame pointers" where libdw's could not be
+ * set up; and how many stacks since the lock was taken libdw could not
+ * walk past their first frame (walked by the frame-pointer chain). */
 const char *weft__sym_unwinder(void);
+int weft__sym_fp_walks(void);
 
 #endif /* WEFT_SYMBOLIZE_H */
