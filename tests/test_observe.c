@@ -191,3 +191,34 @@ TEST(dump_from_a_vthread_names_frames) {
     for (int i = 0; i < N; i++) weft_cancel(t[i]);
     for (int i = 0; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
 }
+
+/* A fork child's dump names its own vthreads' frames: the parent's libdw
+ * state (made by a dump before the fork) is not the child's to use. */
+TEST(dump_in_fork_child_names_frames) {
+    DET_SKIP("the child waits in real time for its sleeper to park");
+    char *d = dump_to_string(WEFT_DUMP_TEXT); /* the parent's symbolizer is set up */
+    free(d);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        weft_thread *t;
+        weft_attr a = {.name = "child-sleeper"};
+        atomic_store(&up, 0);
+        if (weft_spawn(&t, park_sleep, NULL, &a) != 0) _exit(2);
+        while (atomic_load(&up) < 1) usleep(1000);
+        for (int tries = 0; tries < 2000; tries++) {
+            char *tx = dump_to_string(WEFT_DUMP_TEXT);
+            int ok = strstr(tx, "\"child-sleeper\" sleeping") && strstr(tx, "      at park_sleep+0x") &&
+                     strstr(tx, "test_observe.c:");
+            free(tx);
+            if (ok) _exit(0);
+            usleep(2000);
+        }
+        _exit(1);
+    }
+    int st = 0;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
