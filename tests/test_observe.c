@@ -1,5 +1,6 @@
 /* observe: counters and the thread dump. */
 #include "harness.h"
+#include "json.h"
 
 #include <stdatomic.h>
 
@@ -221,4 +222,49 @@ TEST(dump_in_fork_child_names_frames) {
     CHECK_EQ(waitpid(pid, &st, 0), pid);
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
+/* The JSON checker the dump tests rely on (json.h) refuses what is not
+ * JSON, and reads what is; then the whole dump parses with it. */
+TEST(json_checker_and_the_dump) {
+    static const char *bad[] = {"", "{", "{\"a\":}", "{\"a\" 1}", "[1,]", "[1 2]", "\"abc", "\"a\\x\"", "01",
+                                "1.", "-", "tru", "{\"a\":1,}", "\"\\ud800\"", "\"tab\there\"", "[[[[", "{1:2}"};
+    char err[128];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *rest;
+        json *j = json_parse(bad[i], strlen(bad[i]), &rest, err, sizeof err);
+        int whole = j && rest == bad[i] + strlen(bad[i]);
+        if (whole) printf("accepted '%s'\n", bad[i]);
+        CHECK(!whole);
+        json_free(j);
+    }
+    const char *good = " {\"a\":[1,-2.5e3,true,false,null,\"x\\u00e9\\ud83d\\ude00\\n\"],\"b\":{}} ";
+    const char *rest;
+    json *j = json_parse(good, strlen(good), &rest, err, sizeof err);
+    CHECK(j != NULL);
+    CHECK(rest == good + strlen(good));
+    const json *a = json_get(j, "a");
+    CHECK(a && a->type == JSON_ARRAY && a->kids && a->kids->num == 1 && a->kids->next->num == -2500);
+    CHECK(!strcmp(a->kids->next->next->next->next->next->str, "x\xc3\xa9\xf0\x9f\x98\x80\n"));
+    json_free(j);
+    /* a dump with vthreads in it */
+    weft_thread *t;
+    weft_attr sa = {.name = "quote\"and\\slash"};
+    atomic_store(&up, 0);
+    CHECK_EQ(weft_spawn(&t, park_sleep, NULL, &sa), 0);
+    while (atomic_load(&up) < 1) usleep(1000);
+    char *d = dump_to_string(WEFT_DUMP_JSON);
+    j = json_parse(d, strlen(d), &rest, err, sizeof err);
+    if (!j) printf("%s\n", err);
+    CHECK(j != NULL);
+    CHECK(*rest == 0);
+    const json *vs = json_get(json_get(j, "weft_dump"), "vthreads");
+    CHECK(vs && vs->kids);
+    int named = 0;
+    for (const json *v = vs->kids; v; v = v->next) named += !strcmp(json_str(v, "name"), "quote\"and\\slash");
+    CHECK_EQ(named, 1);
+    json_free(j);
+    free(d);
+    weft_cancel(t);
+    CHECK_EQ(weft_join(t, NULL), 0);
 }
