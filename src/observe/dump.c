@@ -346,8 +346,8 @@ static void one(weft__stack *s, void *ctx) {
     vrec r = {.id = id, .state = state, .why = parked ? why : -1, .op = -1};
     int fd = -1;
     if (parked && why == WEFT__WHY_IO && ld(&t->block_pc)) {
-        r.op = __atomic_load_n(&t->block_op, __ATOMIC_RELAXED);
-        fd = __atomic_load_n(&t->block_fd, __ATOMIC_RELAXED);
+        r.op = atomic_load_explicit(&t->block_op, memory_order_relaxed);
+        fd = atomic_load_explicit(&t->block_fd, memory_order_relaxed);
     }
     if (parked) site_of(&r, t, pcs, n);
     char cb[96];
