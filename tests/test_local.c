@@ -474,3 +474,296 @@ TEST(scoped_bindings_nest_and_unwind) {
     for (int i = 0; i < n; i++) join(t[i]);
     free(t);
 }
+
+/* ---- inheritance ------------------------------------------------------------- */
+
+static weft_scoped_key ik = WEFT_SCOPED_KEY("request"), ik2 = WEFT_SCOPED_KEY("user");
+static atomic_int i_go;      /* the forks read only once every rebinding below is made */
+static atomic_int i_other_up; /* an unrelated vthread binds the same key meanwhile */
+
+/* A fork: reads after its opener rebound the key, bound another, and an
+ * unrelated vthread bound the same key. */
+static int i_task(void *arg, void **result) {
+    (void)arg;
+    while (!atomic_load(&i_go)) CHECK_EQ(weft_sleep(100000), 0);
+    CHECK(got(&ik2) == (void *)-1); /* bound by the opener only after the scope opened */
+    *result = got(&ik);
+    CHECK_EQ(weft_yield(), 0);
+    CHECK(got(&ik) == *result); /* and still, after a blocking call */
+    return 0;
+}
+
+static int i_grandchild(void *arg, void **result) {
+    (void)arg;
+    *result = got(&ik);
+    return 0;
+}
+
+static int i_open_inner(void *arg) {
+    void **result = arg;
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(s != NULL);
+    weft_task *g = weft_fork(s, i_grandchild, NULL);
+    CHECK(g != NULL);
+    CHECK_EQ(weft_scope_join(s), 0);
+    *result = weft_task_result(g);
+    weft_scope_close(s);
+    return 0;
+}
+
+/* A fork that rebinds and opens a scope of its own inside the rebinding:
+ * its forks see its binding. */
+static int i_task_nested(void *arg, void **result) {
+    (void)arg;
+    CHECK(got(&ik) == (void *)21);
+    weft_binding b = {&ik, (void *)23};
+    return weft_scoped_run(&b, 1, i_open_inner, result);
+}
+
+typedef struct i_ctx { weft_scope *s; weft_task *late[8]; } i_ctx;
+
+static int i_rebound(void *arg) {
+    i_ctx *c = arg;
+    /* forked inside a rebinding: the forks still see the scope's bindings */
+    for (int i = 0; i < 8; i++) CHECK((c->late[i] = weft_fork(c->s, i_task, NULL)) != NULL);
+    CHECK(got(&ik) == (void *)22);
+    while (!atomic_load(&i_other_up)) CHECK_EQ(weft_sleep(100000), 0);
+    atomic_store(&i_go, 1);
+    CHECK_EQ(weft_scope_join(c->s), 0);
+    return 0;
+}
+
+static int i_other_fn(void *arg) {
+    (void)arg;
+    atomic_store(&i_other_up, 1);
+    while (atomic_load(&i_go) != 2) CHECK_EQ(weft_sleep(100000), 0);
+    CHECK(got(&ik) == (void *)66);
+    return 0;
+}
+static void *i_other(void *arg) {
+    weft_binding b = {&ik, (void *)66};
+    CHECK_EQ(weft_scoped_run(&b, 1, i_other_fn, arg), 0);
+    return NULL;
+}
+
+static void *i_spawned(void *arg) {
+    (void)arg;
+    return got(&ik); /* a spawn inherits nothing */
+}
+static void *i_submitted(void *arg) {
+    (void)arg;
+    return got(&ik);
+}
+
+static int i_in_binding(void *arg) {
+    (void)arg;
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(s != NULL);
+    weft_task *early = weft_fork(s, i_task, NULL);
+    weft_task *nested = weft_fork(s, i_task_nested, NULL);
+    CHECK(early && nested);
+    i_ctx c = {.s = s};
+    weft_binding b[] = {{&ik, (void *)22}, {&ik2, (void *)99}};
+    CHECK_EQ(weft_scoped_run(b, 2, i_rebound, &c), 0);
+    CHECK(weft_task_result(early) == (void *)21);
+    for (int i = 0; i < 8; i++) CHECK(weft_task_result(c.late[i]) == (void *)21);
+    CHECK(weft_task_result(nested) == (void *)23);
+    weft_scope_close(s);
+    /* neither weft_spawn nor an executor carries bindings */
+    weft_thread *t = go(i_spawned, NULL);
+    CHECK(join(t) == (void *)-1);
+    weft_executor *e = weft_executor_virtual();
+    CHECK(e != NULL);
+    weft_future *f = weft_submit(e, i_submitted, NULL);
+    CHECK(f != NULL);
+    void *v = NULL;
+    CHECK_EQ(weft_future_get(f, &v, 0), 0);
+    CHECK(v == (void *)-1);
+    weft_future_free(f);
+    CHECK_EQ(weft_executor_close(e), 0);
+    return 0;
+}
+
+static void *i_opener(void *arg) {
+    (void)arg;
+    weft_binding b = {&ik, (void *)21};
+    CHECK_EQ(weft_scoped_run(&b, 1, i_in_binding, NULL), 0);
+    return NULL;
+}
+
+TEST(scope_forks_see_the_openers_bindings_at_open) {
+    weft_thread *other = go(i_other, NULL);
+    weft_thread *t = go(i_opener, NULL);
+    join(t);
+    atomic_store(&i_go, 2);
+    join(other);
+}
+
+/* A scope opened inside a binding and left open when fn returns: closed
+ * (its fork cancelled and joined) before the binding goes, so the fork
+ * never reads a frame that is gone. */
+static weft_scoped_key lk = WEFT_SCOPED_KEY("left-open");
+static atomic_int l_started, l_done;
+
+static int l_task(void *arg, void **result) {
+    (void)arg;
+    (void)result;
+    atomic_store(&l_started, 1);
+    int r = weft_sleep_until(INT64_MAX); /* until cancelled by the close */
+    CHECK(got(&lk) == (void *)42);    /* the binding is still there */
+    atomic_store(&l_done, 1);
+    return r;
+}
+
+static int l_leaves_open(void *arg) {
+    weft_scope **out = arg;
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(s != NULL);
+    CHECK(weft_fork(s, l_task, NULL) != NULL);
+    while (!atomic_load(&l_started)) CHECK_EQ(weft_yield(), 0);
+    *out = s;
+    return 3; /* without closing s */
+}
+
+static void *l_body(void *arg) {
+    (void)arg;
+    weft_binding b = {&lk, (void *)42};
+    weft_scope *s = NULL;
+    CHECK_EQ(weft_scoped_run(&b, 1, l_leaves_open, &s), 3);
+    CHECK_EQ(atomic_load(&l_done), 1); /* the fork ended before the binding went */
+    CHECK(s != NULL);
+    /* and the scope is gone from this thread's chain: a new one opens at top level */
+    weft_scope *s2 = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(s2 != NULL);
+    weft_scope_close(s2);
+    return NULL;
+}
+
+TEST(scope_left_open_in_a_binding_is_closed_before_it_goes) {
+    join(go(l_body, NULL));
+    char *d = dump_showing(WEFT_DUMP_TEXT, "", (const char *)NULL);
+    CHECK(strstr(d, "open scope") == NULL);
+    free(d);
+}
+
+/* ---- parallel bodies ---------------------------------------------------------- */
+
+static weft_scoped_key pbk = WEFT_SCOPED_KEY("parallel");
+static atomic_long pb_bad, pb_seen;
+
+static void pb_body(size_t i, void *ctx) {
+    (void)i;
+    void *v = NULL;
+    if (weft_scoped_get(&pbk, &v) != 0 || v != ctx) atomic_fetch_add(&pb_bad, 1);
+    atomic_fetch_add(&pb_seen, 1);
+}
+
+static int pb_run(void *arg) {
+    CHECK_EQ(weft_parallel_for(0, 100000, 1, pb_body, arg), 0);
+    return 0;
+}
+
+static void *pb_vthread(void *arg) {
+    weft_binding b = {&pbk, arg};
+    CHECK_EQ(weft_scoped_run(&b, 1, pb_run, arg), 0);
+    return NULL;
+}
+
+TEST(parallel_bodies_see_the_callers_bindings) {
+    static char v1, v2;
+    /* from a vthread (the caller is worker 0) and from a platform thread
+     * (every worker a helper) */
+    join(go(pb_vthread, &v1));
+    weft_binding b = {&pbk, &v2};
+    CHECK_EQ(weft_scoped_run(&b, 1, pb_run, &v2), 0);
+    CHECK_EQ(atomic_load(&pb_seen), 200000);
+    CHECK_EQ(atomic_load(&pb_bad), 0);
+}
+
+/* ---- the dump ---------------------------------------------------------------- */
+
+static weft_scoped_key dk1 = WEFT_SCOPED_KEY("token"), dk2 = WEFT_SCOPED_KEY("user"), dk3 = WEFT_SCOPED_KEY("x");
+static char d_secret[] = "secret-token-value";
+static atomic_int d_release;
+
+static int dd_task(void *arg, void **result) {
+    (void)arg;
+    (void)result;
+    while (!atomic_load(&d_release)) CHECK_EQ(weft_sleep(1000000), 0);
+    return 0;
+}
+
+static int dd_inner(void *arg) {
+    (void)arg;
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    CHECK(s != NULL);
+    CHECK(weft_fork(s, dd_task, NULL) != NULL);
+    CHECK_EQ(weft_scope_join(s), 0);
+    weft_scope_close(s);
+    return 0;
+}
+
+static int dd_rebind(void *arg) {
+    (void)arg;
+    weft_binding r = {&dk3, NULL};
+    return weft_scoped_run(&r, 1, dd_inner, NULL);
+}
+
+static void *dd_body(void *arg) {
+    (void)arg;
+    /* 3 distinct keys: token, user, and x rebound a level further in
+     * (counted once) */
+    weft_binding b[] = {{&dk1, d_secret}, {&dk2, d_secret}, {&dk3, d_secret}};
+    CHECK_EQ(weft_scoped_run(b, 3, dd_rebind, NULL), 0);
+    return NULL;
+}
+
+TEST(dump_counts_bindings_and_never_shows_values) {
+    weft_attr a = {.name = "binder"};
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, dd_body, NULL, &a), 0);
+    /* the binder (parked in the join) and its fork each see 3 keys; the
+     * scope inherits 3 */
+    char *d = dump_showing(WEFT_DUMP_JSON, "\"name\":\"binder\"", "\"inherited_bindings\":3", "\"name\":\"task\"",
+                           (const char *)NULL);
+    const char *b = strstr(d, "\"name\":\"binder\"");
+    const char *end = strchr(b, '}');
+    const char *n = strstr(b, "\"scoped_bindings\":3");
+    CHECK(n && n < end);
+    const char *task = strstr(d, "\"name\":\"task\"");
+    n = strstr(task, "\"scoped_bindings\":3");
+    CHECK(n && n < strchr(task, '}'));
+    CHECK(strstr(d, "secret") == NULL);
+    free(d);
+    d = dump_showing(WEFT_DUMP_TEXT, "[3 scoped bindings]", "3 inherited scoped bindings", (const char *)NULL);
+    CHECK(strstr(d, "secret") == NULL);
+    free(d);
+    atomic_store(&d_release, 1);
+    join(t);
+}
+
+/* ---- daemons abandoned at shutdown ----------------------------------------------- */
+
+static weft_local_key ak;
+static atomic_int a_up, a_dtor;
+static void a_dtor_fn(void *v) {
+    (void)v;
+    atomic_fetch_add(&a_dtor, 1);
+}
+static void *a_daemon(void *arg) {
+    static char v;
+    (void)arg;
+    CHECK_EQ(weft_local_set(ak, &v), 0);
+    atomic_fetch_add(&a_up, 1);
+    (weft_sleep_until)(INT64_MAX);
+    return NULL;
+}
+
+TEST(abandoned_daemons_storage_freed_without_destructors) {
+    CHECK_EQ(weft_local_key_create(&ak, a_dtor_fn), 0);
+    weft_attr d = {.daemon = 1};
+    for (int i = 0; i < 100; i++) CHECK_EQ(weft_spawn(NULL, a_daemon, NULL, &d), 0);
+    while (atomic_load(&a_up) < 100) usleep(100);
+    weft_shutdown(); /* LeakSanitizer (ASan builds) checks the storage went */
+    CHECK_EQ(atomic_load(&a_dtor), 0);
+}
