@@ -108,7 +108,9 @@ WEFT_API int weft_local_set(weft_local_key k, void *value);
  *  - weft_spawn, weft_submit and every executor, weft_blocking, completion
  *    handlers and platform threads start with no bindings: they may outlive
  *    the binding, so a value they need is passed as their argument (as
- *    Java's executors and Thread.start do not carry ScopedValues).
+ *    Java's executors and Thread.start do not carry ScopedValues).  A task
+ *    that WEFT_REJECT_CALLER_RUNS runs on the submitter sees the
+ *    submitter's bindings, being on its thread (as in Java).
  * A scope opened inside a weft_scoped_run must be closed before fn returns
  * (the scope's rule: nothing outlives it).  One left open is closed as fn
  * returns -- cancelling and joining its forks, with one line on stderr --
