@@ -48,7 +48,9 @@
  * function; not at exit() for the main thread, as pthread's).  A daemon
  * vthread still running at weft_shutdown is abandoned: its storage is
  * freed, its destructors are not run.  Code run by weft_blocking, and an
- * executor's platform pool threads, see their own pool thread's storage.
+ * executor's platform pool threads, see their own pool thread's storage;
+ * completion handlers (weft/async.h) see their dispatcher's, which every
+ * handler it runs shares: keep per-operation state in the handler's ctx.
  */
 #ifndef WEFT_LOCAL_H
 #define WEFT_LOCAL_H
