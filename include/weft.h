@@ -19,7 +19,16 @@
  *    thread"): it then blocks that pthread.
  *  - A vthread may resume on another carrier after any blocking call, so a C
  *    thread-local (errno included) read before such a call may not be the one
- *    read after it.  Code that needs C TLS spawns with weft_attr.pinned.
+ *    read after it -- and the compiler may keep a thread-local's address
+ *    (errno's too) across the call.  What is safe instead (weft/local.h):
+ *      errno:                weft's own calls return -errno; read a libc
+ *                            call's errno before the next weft blocking call;
+ *      per-request state:    scoped values (weft_scoped_run / _get: set once
+ *                            for a call tree, inherited by its scopes' forks)
+ *                            or vthread-locals (weft_local_get / _set: a
+ *                            pthread_key_t that follows the vthread);
+ *      code that needs C TLS itself (a library keeping __thread state across
+ *                            blocking calls): spawn it with weft_attr.pinned.
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
@@ -272,6 +281,10 @@ typedef struct weft_attr {
  * -ESHUTDOWN (attr->group is being closed: weft_group_close); in a
  * ThreadSanitizer build, -EAGAIN while 7,500 vthreads live (TSan counts
  * each as a thread and ends the process past 8,128: README, "Sanitizers").
+ * The new vthread inherits nothing of the spawner's vthread-locals or
+ * scoped values (weft/local.h): it may outlive the spawner's bindings, as
+ * Java's Thread.start does not carry ScopedValues.  Pass what it needs in
+ * arg, or fork it in a scope (weft_fork), whose tasks see the bindings.
  */
 WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
 
@@ -451,6 +464,7 @@ WEFT_API int weft_io_backend(void);
 /* weft-layer-includes: one line per layer header (include/weft/...) */
 #include "weft/sync.h"
 #include "weft/scope.h"
+#include "weft/local.h"
 #include "weft/future.h"
 #include "weft/chan.h"
 #include "weft/exec.h"

@@ -99,7 +99,8 @@ enum {
     MICRO_MUTEX = 1 << 6,
     MICRO_SELECT = 1 << 7,
     MICRO_HOOK = 1 << 8,
-    MICRO_ALL = (1 << 9) - 1,
+    MICRO_LOCAL = 1 << 9,
+    MICRO_ALL = (1 << 10) - 1,
 };
 
 typedef struct bench_opts {

@@ -191,7 +191,7 @@ static void usage(FILE *f) {
           "               [--stack-kib K] [--spawner vthread|platform]\n"
           "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
           "  micro        [--only switch|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
-          "               chan-buffered|mutex|select|hook[,...]] [--rounds R] [-n N]\n"
+          "               chan-buffered|mutex|select|hook|local[,...]] [--rounds R] [-n N]\n"
           "               switch: 2 vthreads yield R (5000000) times each on 1 carrier;\n"
           "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
           "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
@@ -202,6 +202,9 @@ static void usage(FILE *f) {
           "               select: R (1000000) values over 4 channels taken by weft_select;\n"
           "               hook: a 1-byte pipe write+read, R (1000000) times on a vthread, as\n"
           "               syscall(2), with libc hooks off, on, and weft_write/weft_read\n"
+          "               local: ns per get, R (50000000) gets each on one vthread, in one run:\n"
+          "               weft_local_get, weft_scoped_get (binding 3 levels up),\n"
+          "               pthread_getspecific, a __thread read\n"
           "  http-delay   [--conc \"C[:N] ...\"] [--requests N=3000] [--models \"virtual async pool:200\"] [--big]\n"
           "               weft-httpd --delay-ms 100 (every request sleeps 100 ms) under ab -r (no\n"
           "               keep-alive), one server per model, warmed up with ab -n 1000 -c 100; default\n"
@@ -284,6 +287,7 @@ static int parse_only(const char *arg, int *bits) {
         {"pingpong", MICRO_PINGPONG}, {"pingpong-cross", MICRO_PINGPONG_CROSS},
         {"chan-pingpong", MICRO_CHAN}, {"chan-buffered", MICRO_CHAN_BUF},
         {"mutex", MICRO_MUTEX}, {"select", MICRO_SELECT}, {"hook", MICRO_HOOK},
+        {"local", MICRO_LOCAL},
     };
     char buf[256];
     snprintf(buf, sizeof buf, "%s", arg);

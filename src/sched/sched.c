@@ -372,10 +372,13 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
        .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
        .next_id = 1};
 
-/* initial-exec: a plain %fs-relative access even in the shared library (the
- * default model there calls __tls_get_addr on every read) */
-#define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
-static WEFT_TLS weft__carrier *tls_carrier;
+/* (sched.h: who may read it directly; exported for weft/local.h's inline
+ * gets, which read it from an asm statement) */
+WEFT_API WEFT_TLS weft__carrier *weft__tls_carrier;
+#define tls_carrier weft__tls_carrier
+_Static_assert(offsetof(struct weft__carrier, cur) == 0, "weft__carrier_cur and weft/local.h read the first field");
+_Static_assert(offsetof(struct weft_thread, locals) == WEFT__THREAD_LOCALS_OFF, "weft/local.h: fix the offset");
+_Static_assert(offsetof(struct weft_thread, scoped) == WEFT__THREAD_SCOPED_OFF, "weft/local.h: fix the offset");
 static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
 /* a platform thread's cancellation (weft__pcancel_*: the executors' pool
  * threads; no other platform thread is ever cancelled) */
@@ -2064,6 +2067,28 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     return outcome(atomic_load(&p->word));
 }
 
+/* Moves the calling vthread to carrier k (sched.h).  A park that has ended
+ * before the switch (WOKEN written by the vthread itself: nobody else knows
+ * the token, and a NOCANCEL park is left alone by weft_cancel) makes
+ * finish_pending queue it at once -- and a pinned vthread goes to its
+ * home's mailbox: home is k for the length of the move. */
+int weft__migrate(int k) {
+    weft__carrier *c = weft__carrier_self();
+    weft_thread *self = c ? c->cur : NULL;
+    if (!self) return -EPERM;
+    if (k < 0 || k >= nall() || !R.c[k] || R.c[k]->grp != self->grp || (self->flags & WEFT__F_PINNED))
+        return -EINVAL;
+    if (R.c[k] == c) return 0;
+    self->home = R.c[k];
+    self->flags |= WEFT__F_PINNED;
+    uint64_t tok = publish_park(self, &self->parker, WEFT__PK_GENERIC | WEFT__PK_NOCANCEL);
+    atomic_store(&self->parker.word, (tok & ~(uint64_t)0xF) | WEFT__PS_WOKEN);
+    switch_out(c, self, OP_PARK);
+    self->flags &= ~(uint32_t)WEFT__F_PINNED;
+    self->home = NULL;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* vthreads                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -2080,6 +2105,9 @@ static void vthread_start(void *arg, void *carrier) {
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
+    /* its locals' destructors, on the vthread itself (they may block), before
+     * anyone's join can return (local.c) */
+    if (self->locals) weft__locals_end(self);
     weft__carrier *c = weft__carrier_self();
     if (__builtin_expect(!c, 0)) /* fn forked and this is the child: no carrier to end on ("Fork") */
         weft__fatal("a vthread's function returned in a child process it forked; the child of a "
@@ -2272,6 +2300,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->scopes = NULL;
     t->scope_deadline = 0;
     t->par = NULL;
+    t->locals = NULL;  /* local.c: nothing set; bindings are not inherited by a spawn */
+    t->scoped = NULL;
+    atomic_store_explicit(&t->scoped_n, 0, memory_order_relaxed);
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;
@@ -3017,6 +3048,13 @@ static void clean_abandoned(weft__stack *s, void *unused) {
 }
 #endif
 
+static void abandon_locals(weft__stack *s, void *unused) {
+    (void)unused;
+    weft_thread *t = (weft_thread *)s;
+    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) != WEFT__RS_FREE && t->locals)
+        weft__locals_abandon(t);
+}
+
 void weft_shutdown(void) {
     if (weft__carrier_self()) { /* it would wait for itself: refuse, loudly */
         fprintf(stderr, "weft: weft_shutdown called from a vthread: ignored (call it from a platform thread)\n");
@@ -3047,6 +3085,8 @@ void weft_shutdown(void) {
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     weft__stacks_walk(clean_abandoned, NULL);
 #endif
+    /* daemons abandoned with local storage: freed, destructors not run */
+    if (atomic_load(&weft__locals_live) > 0) weft__stacks_walk(abandon_locals, NULL);
     weft__stacks_fini();
     weft__io_stop();
     weft__det_stop();
