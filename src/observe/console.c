@@ -49,6 +49,9 @@
  * copies of the sockets it inherited (a client would otherwise never see
  * EOF) and forgets the path without unlinking it -- it is the parent's.
  * weft_init does not start a console in a fork child's inherited runtime.
+ * A process that calls exit() without weft_shutdown removes the file in an
+ * atexit handler; one that crashes leaves it, and the next start replaces
+ * it (nobody listens on it any more).
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
@@ -470,7 +473,19 @@ static void console_fork_child(void) {
     C.running = 0; /* the path is the parent's: never unlinked here */
 }
 
-static void console_register_atfork(void) { pthread_atfork(NULL, NULL, console_fork_child); }
+/* exit() without weft_shutdown (a server whose drain timed out): the file
+ * goes all the same.  (A crash or _exit leaves it: the next start finds it
+ * stale and replaces it.) */
+static void console_atexit(void) {
+    if (!C.running) return;
+    struct stat st;
+    if (lstat(C.path, &st) == 0 && st.st_dev == C.dev && st.st_ino == C.ino) unlink(C.path);
+}
+
+static void console_register_atfork(void) {
+    pthread_atfork(NULL, NULL, console_fork_child);
+    atexit(console_atexit);
+}
 
 int weft__console_start(const char *path) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
