@@ -504,9 +504,9 @@ TEST(streams_and_ignores_input) {
         char *text;
         json_doc *d = read_snapshot(fd, &root, &text);
         const json *cc = json_path(root, "weft_console.carrier_counters");
-        CHECK(cc && cc->n == 2);
+        CHECK(cc && (int)cc->n == (test_det_mode() ? 1 : 2)); /* (deterministic mode: one carrier) */
         double t = json_num(json_path(root, "weft_console.time_ns"), 0);
-        CHECK(t > t_prev);
+        CHECK(test_det_mode() ? t >= t_prev : t > t_prev); /* (virtual time stands still with nothing to run) */
         t_prev = t;
         CHECK(json_path(root, "weft_dump.vthreads") != NULL);
         CHECK(json_path(root, "weft_dump.executors") != NULL);

@@ -693,18 +693,16 @@ int main(int argc, char **argv) {
                 }
             }
             rx_consume(&r, off + len);
-            if (once) {
-                close(fd);
-                return 0;
-            }
+            if (once) goto done;
         }
         if (ended) {
             if (ui) tty_restore();
             if (!got) die("the console closed the connection before a snapshot (another user's console?)");
             fprintf(stderr, "%s: the program has ended (its console closed)\n", prog);
-            return 0;
+            break;
         }
     }
+done:
     if (ui) tty_restore();
     close(fd);
     free(r.buf);
