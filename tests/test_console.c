@@ -528,6 +528,45 @@ TEST(streams_and_ignores_input) {
     rm_dir(dir);
 }
 
+/* A fork child has no console -- the socket is its parent's: its own
+ * runtime starts (no -EADDRINUSE), and its exit leaves the parent's file
+ * and service alone. */
+TEST(fork_child_has_none) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "fork");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        weft_thread *t;
+        void *res = NULL;
+        if (weft_spawn(&t, echo, (void *)&cfg, NULL) != 0) _exit(10);
+        if (weft_join(t, &res) != 0 || res != (void *)&cfg) _exit(11);
+        weft_shutdown();
+        struct stat st;
+        if (lstat(sock, &st) != 0) _exit(12);
+        exit(0); /* (atexit handlers run: the parent's file stays) */
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the fork child ended with 0x%x", st);
+    int fd = connect_path(sock);
+    CHECK(fd >= 0);
+    const json *root;
+    char *text;
+    json_doc *d = read_snapshot(fd, &root, &text);
+    CHECK_EQ((long long)json_num(json_path(root, "weft_console.pid"), 0), getpid());
+    json_free(d);
+    free(text);
+    close(fd);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
 /* What is at the path at start: a stale socket is replaced; a live one, a
  * file, a directory open to others, a path too long are refused, and
  * weft_init fails with the error. */
