@@ -691,6 +691,14 @@ TEST(top_renders_in_tmux) {
         /* the header, the carriers' heading, carrier 0's row, the sleepers */
         char *cap = capture_showing(srv, "weft-top  pid", "CARRIER GROUP STATE", "\n      0     0 ",
                                     "VTHREADS BY CALL SITE", "SLOWEST SLEEPERS 4 asleep", NULL);
+        /* and a later screen: the rates, which need two snapshots ("-/s" before) */
+        int64_t until = now_ms() + IO_TIMEOUT_MS;
+        while (strstr(cap, "(-/s)")) {
+            if (now_ms() > until) FAIL("weft-top never showed a second snapshot's rates:\n%s", cap);
+            free(cap);
+            sleep_ms(100);
+            cap = capture_showing(srv, "weft-top  pid", "CARRIER GROUP STATE", NULL);
+        }
         if (round == 0) {
             printf("%s", cap);
             FILE *f = fopen("/tmp/weft-top-capture.txt", "w");
