@@ -91,7 +91,9 @@ static struct {
     ino_t ino;
     int clients[CON_MAX_CLIENTS]; /* the thread's (and the fork child's handler) */
     int nclients;
-} C = {.lfd = -1, .stop = {-1, -1}};
+    int64_t *cpu[2];              /* the thread's samples (here: a fork child still reaches them) */
+    int mfd;                      /* the thread's snapshot memfd (here: for the fork child to close) */
+} C = {.lfd = -1, .stop = {-1, -1}, .mfd = -1};
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -394,10 +396,10 @@ static void accept_one(void) {
 
 static void *console_main(void *unused) {
     (void)unused;
-    int mfd = memfd_create("weft-console", MFD_CLOEXEC);
+    int mfd = C.mfd = memfd_create("weft-console", MFD_CLOEXEC);
     sample s[2] = {{0}, {0}};
-    s[0].cpu = malloc(WEFT__MAX_CARRIERS * sizeof(int64_t));
-    s[1].cpu = malloc(WEFT__MAX_CARRIERS * sizeof(int64_t));
+    s[0].cpu = C.cpu[0] = malloc(WEFT__MAX_CARRIERS * sizeof(int64_t));
+    s[1].cpu = C.cpu[1] = malloc(WEFT__MAX_CARRIERS * sizeof(int64_t));
     int cur = 0;
     int64_t started_at = weft__started_at();
     int64_t next_at = 0;
@@ -455,7 +457,9 @@ static void *console_main(void *unused) {
         }
     }
     while (C.nclients) drop_client(C.nclients - 1);
+    C.mfd = -1;
     if (mfd >= 0) close(mfd);
+    C.cpu[0] = C.cpu[1] = NULL;
     free(s[0].cpu);
     free(s[1].cpu);
     return NULL;
@@ -470,6 +474,7 @@ static void console_fork_child(void) {
     con_closefd(&C.lfd);
     con_closefd(&C.stop[0]);
     con_closefd(&C.stop[1]);
+    con_closefd(&C.mfd);
     C.running = 0; /* the path is the parent's: never unlinked here */
 }
 
