@@ -375,7 +375,16 @@ static void drop_client(int i) {
 /* A new connection: served if its peer is the process's uid or root. */
 static void accept_one(void) {
     int fd = accept4(C.lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return; /* (EAGAIN, ECONNABORTED, EMFILE: the next poll says) */
+    if (fd < 0) {
+        /* out of descriptors or memory: the connection waits in the
+         * backlog, and poll would say so again at once -- pause instead of
+         * spinning */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            struct timespec ts = {0, 100 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        return;
+    }
     struct ucred cr;
     socklen_t l = sizeof cr;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 || (cr.uid != geteuid() && cr.uid != 0)) {
@@ -418,7 +427,10 @@ static void *console_main(void *unused) {
             timeout = left <= 0 ? 0 : (int)(left / 1000000 + 1);
         }
         int r = poll(pf, (nfds_t)n, timeout);
-        if (r < 0 && errno != EINTR) break;
+        if (r < 0 && errno != EINTR) {
+            fprintf(stderr, "weft: console: poll failed (%s): the console stops serving\n", strerror(errno));
+            break;
+        }
         if (r > 0 && pf[0].revents) break; /* weft__console_stop */
         /* bytes from clients are dropped: the console takes no commands */
         for (int i = n - 1; r > 0 && i >= 2; i--) {
