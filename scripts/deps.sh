@@ -11,7 +11,8 @@
 # to 10 minutes for the lock, saying who holds it.
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev
-      postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev)
+      postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev
+      tmux) # tmux: test_console draws weft-top in a detached session
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
   # its Java peer the JDK here, Java 17 on Debian 12: bench/parallel/peer.sh)

@@ -365,6 +365,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
     weft_config started_with;  /* the running runtime's configuration (io: as asked) */
     int inherit_cfg;           /* a fork child: its lazy start uses started_with */
+    int64_t started_at;        /* CLOCK_MONOTONIC ns at weft_init (the console's uptime) */
 #ifdef WEFT_TSAN
     _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
 #endif
@@ -2967,11 +2968,16 @@ static int init_runtime(const weft_config *cfg, int lazy) {
             fprintf(stderr, "weft: carrier %d cannot start its I/O poller: %s\n", i, strerror(-r));
         }
     }
+    /* the live console (observe/console.c): a fork child has none -- the
+     * socket is its parent's ("Fork") */
+    R.started_at = weft_now();
+    if (started == n && r == 0 && !(lazy && R.inherit_cfg)) r = weft__console_start(cfg ? cfg->console : NULL);
     if (started == n && r == 0) {
         r = mon_start();
         if (r < 0) fprintf(stderr, "weft: cannot start the monitor thread: %s\n", strerror(-r));
     }
     if (started < n || r < 0) {
+        weft__console_stop();
         atomic_store(&R.stop, 1);
         for (int i = 0; i < started; i++) kick(R.c[i]);
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
@@ -3070,6 +3076,7 @@ void weft_shutdown(void) {
         nanosleep(&ts, NULL);
     }
     weft__hook_stop(); /* the vthreads left are daemons: abandoned */
+    weft__console_stop(); /* its snapshots read the carriers: it ends first */
     /* the blocking pool's threads wake vthreads: they end before carriers do */
     weft__io_drain();
     atomic_store(&R.stop, 1);
@@ -3356,6 +3363,52 @@ static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
         v->vname[31] = 0;
     }
 }
+
+static void carrier_counters_fill(weft__carrier *c, weft__carrier_counters *o) {
+    o->index = c->index;
+    o->group = c->grp->id;
+    o->spare = c->spare;
+    o->active = atomic_load_explicit(&c->shared, memory_order_relaxed);
+    o->switches = atomic_load_explicit(&c->n_switches, memory_order_relaxed);
+    o->steals = atomic_load_explicit(&c->n_steals, memory_order_relaxed);
+    o->parks = atomic_load_explicit(&c->n_parks, memory_order_relaxed);
+    o->started = atomic_load_explicit(&c->n_started, memory_order_relaxed);
+    o->finished = atomic_load_explicit(&c->n_finished, memory_order_relaxed);
+    int64_t q = weft__dq_size(&c->dq);
+    o->runnable = (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
+                  (atomic_load_explicit(&c->lifo, memory_order_relaxed) != NULL);
+    o->cpu_ns = -1;
+    o->tid = 0;
+    /* tid and the CPU clock are the carrier thread's first writes, before
+     * it publishes ready (release) */
+    if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
+        o->tid = c->tid;
+        struct timespec ts;
+        if (c->cpuclk_ok && clock_gettime(c->cpuclk, &ts) == 0)
+            o->cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+}
+
+int weft__carrier_counters_get(int k, weft__carrier_counters *o) {
+    memset(o, 0, sizeof *o);
+    if (k < 0 || k >= WEFT__MAX_CARRIERS) return -ENOENT;
+    if (k < nall()) {
+        carrier_counters_fill(R.c[k], o);
+        return 0;
+    }
+    int r = -ENOENT;
+    pthread_mutex_lock(&weft__groups.lock); /* (as weft__carrier_view_get) */
+    if (R.gidx_used[k] && R.c[k]) {
+        carrier_counters_fill(R.c[k], o);
+        r = 0;
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    return r;
+}
+
+int64_t weft__injected(void) { return atomic_load_explicit(&R.g0.inj_n, memory_order_relaxed); }
+
+int64_t weft__started_at(void) { return R.started_at; }
 
 int weft__carrier_view_get(int k, weft__carrier_view *v) {
     memset(v, 0, sizeof *v);

@@ -376,6 +376,14 @@ int weft__ensure_init(void);
  * value belongs to an ancestor's runtime, which does not exist here. */
 unsigned weft__fork_gen(void);
 void weft__dump_env(void); /* observe: WEFT_DUMP_ON_SIGQUIT */
+/* observe/console.c: the live console (weft.h, "The live console").
+ * start: from weft_init, under its lock, once the carriers run; path: the
+ * configuration's (NULL: $WEFT_CONSOLE).  Returns 0 (no console asked
+ * for, or one serving), or -errno after one line on stderr.  stop: from
+ * weft_shutdown, before the carriers stop (and from weft_init's failure
+ * path); does nothing when none runs. */
+int weft__console_start(const char *path);
+void weft__console_stop(void);
 int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -441,6 +449,30 @@ typedef struct weft__carrier_view {
  * carrier index: weft__group_view); -ENOENT past the last, or for an
  * index no carrier has. */
 int weft__carrier_view_get(int k, weft__carrier_view *v);
+/* A carrier's own counters, for the live console (observe/console.c):
+ * cumulative, each written only by the carrier itself, read racily.  The
+ * console reads them about once a second while a client is connected;
+ * nothing on the carrier's paths pays for them beyond what it counted
+ * already.  runnable: its deque, mailbox and LIFO slot (not its private
+ * yield FIFO, which only it may walk).  cpu_ns: its thread's CPU time
+ * (clock_gettime of the thread's CPU clock: one system call), -1 when
+ * unknown. */
+typedef struct weft__carrier_counters {
+    int index;
+    int tid;
+    unsigned group;
+    int spare, active;
+    uint64_t switches, steals, parks, started, finished;
+    int64_t runnable;
+    int64_t cpu_ns;
+} weft__carrier_counters;
+/* As weft__carrier_view_get, for the counters. */
+int weft__carrier_counters_get(int k, weft__carrier_counters *out);
+/* Vthreads waiting in the default group's injection queue (racy). */
+int64_t weft__injected(void);
+/* CLOCK_MONOTONIC ns when the running runtime started (weft_init). */
+int64_t weft__started_at(void);
+
 /* The dump's view of the groups: fn is called for the default group and
  * each open one, with its stats and its carriers' indices (group.c). */
 int weft__groups_each(void (*fn)(const weft_group_stats *s, const int *idx, int n, void *ctx), void *ctx);
