@@ -119,9 +119,30 @@ static int lines_read(lines *L, const char *path) {
         const char *s = buf + strspn(buf, " \t");
         if (*s == '#') {
             if (strncmp(s, "# machine ", 10) == 0) {
-                int dup = 0;
-                for (int i = 0; i < L->nmachine && !dup; i++) dup = strcmp(L->machine[i], s + 10) == 0;
-                if (!dup) r = push_str(&L->machine, &L->nmachine, &L->capmachine, s + 10);
+                /* one entry per machine: the facts without date=, then "\t" and the dates */
+                char facts[1024], date[64] = "";
+                snprintf(facts, sizeof facts, "%s", s + 10);
+                char *d = strstr(facts, " date=");
+                if (d) {
+                    char *end = d + 6 + strcspn(d + 6, " ");
+                    snprintf(date, sizeof date, "%.*s", (int)(end - d - 6), d + 6);
+                    memmove(d, end, strlen(end) + 1);
+                }
+                int k;
+                size_t fl = strlen(facts);
+                for (k = 0; k < L->nmachine; k++)
+                    if (strncmp(L->machine[k], facts, fl) == 0 && L->machine[k][fl] == '\t') break;
+                if (k == L->nmachine) {
+                    char entry[1100];
+                    snprintf(entry, sizeof entry, "%s\t%s", facts, date);
+                    r = push_str(&L->machine, &L->nmachine, &L->capmachine, entry);
+                } else if (date[0]) {
+                    size_t ol = strlen(L->machine[k]);
+                    char *grown = realloc(L->machine[k], ol + strlen(date) + 2);
+                    if (!grown) { r = -ENOMEM; continue; }
+                    snprintf(grown + ol, strlen(date) + 2, " %s", date);
+                    L->machine[k] = grown;
+                }
             } else {
                 r = push_str(&L->comment, &L->ncomment, &L->capcomment, s);
             }
@@ -350,7 +371,7 @@ static void bar_chart(FILE *f, const char *title, const char *axis_label, const 
         if (top > hi) hi = top;
         if (b->v > 0 && b->v < lo) lo = b->v;
     }
-    if (nbars == 0 || hi <= 0) {
+    if (nbars == 0 || hi <= 0 || (logx && !isfinite(lo))) {
         fputs("<p class=\"missing\">No data for this chart in the lines.</p>\n</figure>\n", f);
         return;
     }
@@ -571,7 +592,9 @@ static void line_chart(FILE *f, const char *title, const char *ylabel, const cat
         int pts = 0;
         for (int i = 0; i < C->ncat; i++) pts += S->has[i];
         if (!pts) continue;
-        const char *dash = S->kind == K_BOUND ? " stroke-dasharray=\"7 4\"" : S->dash ? " stroke-dasharray=\"3 3\"" : "";
+        const char *dash = S->kind == K_BOUND ? (strncmp(S->name, "ab", 2) == 0 ? " stroke-dasharray=\"2 3\"" : " stroke-dasharray=\"8 4\"")
+                           : S->dash ? " stroke-dasharray=\"3 3\"" : "";
+        const char *stroke = S->kind != K_BOUND ? S->color : strncmp(S->name, "ab", 2) == 0 ? "#a61e1e" : "#222";
         fprintf(f, "<path d=\"");
         int pen = 0;
         for (int i = 0; i < C->ncat; i++) {
@@ -579,7 +602,7 @@ static void line_chart(FILE *f, const char *title, const char *ylabel, const cat
             fprintf(f, "%s%.1f %.1f", pen ? "L" : "M", XCAT(i), YPOS(S->y[i]));
             pen = 1;
         }
-        fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s/>\n", S->kind == K_BOUND ? "#222" : S->color,
+        fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s/>\n", stroke,
                 S->kind == K_WEFT ? "2.5" : "1.6", dash);
         for (int i = 0; i < C->ncat; i++)
             if (S->has[i] && S->kind != K_BOUND)
@@ -587,7 +610,7 @@ static void line_chart(FILE *f, const char *title, const char *ylabel, const cat
                         S->kind == K_ART ? "2.5" : "3.5", S->color);
         double ly = T + 8 + 19 * leg++;
         fprintf(f, "\n<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"%s/>",
-                L + PW + 14, ly, L + PW + 40, ly, S->kind == K_BOUND ? "#222" : S->color, dash);
+                L + PW + 14, ly, L + PW + 40, ly, stroke, dash);
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" class=\"legend\">", L + PW + 46, ly + 4);
         html_esc(f, S->name);
         fputs("</text>\n", f);
@@ -685,11 +708,12 @@ static void label_of(char *out, size_t len, const bench_result *r, const char *p
     static const char *const extra[] = {"executor", "mode", "workload", "cpu", "carriers", "pool"};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0] && (size_t)n < len; i++) {
         const char *v = br_get(r, extra[i]);
-        if (!v || (strcmp(extra[i], "mode") == 0 && strstr(peer, v))) continue;
+        if (!v || (strcmp(extra[i], "mode") == 0 && strncmp(peer, "weft", 4) != 0 && strstr(peer, v))) continue;
         if (strcmp(extra[i], "executor") == 0 && strcmp(v, "virtual") == 0) continue;
         if (strcmp(extra[i], "carriers") == 0 && !is(r, "experiment", "parallel")) continue;
         if (strcmp(extra[i], "workload") == 0) continue; /* the chart's group says it */
-        n += snprintf(out + n, len - (size_t)n, " %s", v);
+        if (strcmp(extra[i], "carriers") == 0) n += snprintf(out + n, len - (size_t)n, " carriers=%s", v);
+        else n += snprintf(out + n, len - (size_t)n, " %s", v);
     }
     if (size_key && (size_t)n < len) {
         const char *v = br_get(r, size_key);
@@ -819,18 +843,18 @@ static void http_charts(FILE *f, const lines *L, const char *wexp, const char *p
                        line_rank(r));
             if (weft && !pass) {
                 const char *lim = br_get(r, "limit_rps"), *abc = br_get(r, "ab_ceiling_rps");
-                if (lim) series_put(series_get(X, "Little's-law limit (C / delay)", K_BOUND), ci, lim, 0);
+                if (lim) series_put(series_get(X, "Little's-law limit", K_BOUND), ci, lim, 0);
                 if (abc && strtod(abc, NULL) > 0)
-                    series_put(series_get(X, "ab's ceiling (1 + ceil((n-1)/C) delays)", K_BOUND), ci, abc, 0);
+                    series_put(series_get(X, "ab's ceiling", K_BOUND), ci, abc, 0);
             }
         }
         if (article) {
             int any = X->ncat > 0;
             for (size_t a = 0; any && a < sizeof ART_JAVA21 / sizeof ART_JAVA21[0]; a++) {
                 int ci = cat_index(X, ART_JAVA21[a].c, ART_JAVA21[a].n, 1);
-                series_put(series_get(X, "article: virtual threads (Java 21)", K_ART), ci,
+                series_put(series_get(X, "article: virtual (Java 21)", K_ART), ci,
                            pass ? ART_JAVA21[a].p95_virtual : ART_JAVA21[a].rps_virtual, 0);
-                series_put(series_get(X, "article: platform, pool of 200 (Java 21)", K_ART), ci,
+                series_put(series_get(X, "article: pool of 200 (Java 21)", K_ART), ci,
                            pass ? ART_JAVA21[a].p95_platform : ART_JAVA21[a].rps_platform, 0);
             }
             /* the two article series get colours of their own */
@@ -839,6 +863,13 @@ static void http_charts(FILE *f, const lines *L, const char *wexp, const char *p
                     X->s[s].color = strstr(X->s[s].name, "virtual") ? "#868e96" : "#c0a080";
         }
         cat_sort(X);
+        /* legend order: weft, peers, the article, the bounds (stable) */
+        for (int i = 1; i < X->nser; i++)
+            for (int j = i; j > 0 && X->s[j - 1].kind > X->s[j].kind; j--) {
+                series t = X->s[j];
+                X->s[j] = X->s[j - 1];
+                X->s[j - 1] = t;
+            }
     }
     char title[256];
     snprintf(title, sizeof title, "%s: requests per second against concurrency (higher is better)", what);
@@ -893,11 +924,6 @@ static void sec_http(FILE *f, const lines *L) {
     }
 }
 
-static int size5(const bench_result *r) {
-    const char *s = br_get(r, "size");
-    return !s || strcmp(s, "5") == 0;
-}
-
 static void sec_file(FILE *f, const lines *L) {
     section(f, "file", "Java 7 NIO.2 file channels: 5-byte writes per second",
             "weft-bench file-write (write(2), weft_file_write from 1 and 100 vthreads, asynchronous with futures "
@@ -923,7 +949,6 @@ static void sec_file(FILE *f, const lines *L) {
         B->n = 0;
         missing(f, "no file-write lines", "bench/compare.sh file-write");
     }
-    (void)size5;
     bar_chart(f, "Writes per second (mean +- standard deviation; higher is better)", "writes per second", B, 0);
     free(B);
     fputs("</section>\n", f);
@@ -1044,15 +1069,21 @@ static void sec_parallel(FILE *f, const lines *L) {
     fputs("</section>\n", f);
 }
 
-static void sec_machine(FILE *f, const lines *L, const char *from) {
+static void sec_machine(FILE *f, lines *L, const char *from) {
     fputs("<section id=\"machine\">\n<h2>The machine and the commands</h2>\n", f);
     if (L->nmachine == 0) {
         fputs("<p class=\"missing\">No data: no \"# machine\" line (weft-bench prints one at its start).</p>\n", f);
     } else {
-        fputs("<table class=\"data\"><tr><th>weft-bench's \"# machine\" lines</th></tr>\n", f);
+        fputs("<table class=\"data mach\"><tr><th>the machine (weft-bench's \"# machine\" lines)</th>"
+              "<th>date= of each such line</th></tr>\n", f);
         for (int i = 0; i < L->nmachine; i++) {
-            fputs("<tr><td class=\"lines mach\">", f);
+            char *tab = strchr(L->machine[i], '\t');
+            fputs("<tr><td class=\"lines\">", f);
+            *tab = '\0';
             html_esc(f, L->machine[i]);
+            fputs("</td><td class=\"lines\">", f);
+            html_esc(f, tab + 1);
+            *tab = '\t';
             fputs("</td></tr>\n", f);
         }
         fputs("</table>\n", f);
@@ -1086,7 +1117,7 @@ static const char CSS[] =
     ".grid{stroke:#ddd;stroke-width:1}.axis{stroke:#222;stroke-width:1}.whisker{stroke:#111;stroke-width:1.3;fill:none}"
     ".artbar{stroke:#555;stroke-width:.6;stroke-dasharray:3 2}.legend{font-size:12px}"
     "table.data{border-collapse:collapse;font-size:11.5px;margin-top:6px}"
-    "table.data td,table.data th{border:1px solid #bbb;padding:2px 6px;text-align:right}"
+    "table.data td,table.data th{border:1px solid #bbb;padding:2px 6px;text-align:right}table.mach td{text-align:left}"
     "table.data th{background:#eee}td.art{font-style:italic;color:#555}"
     "pre.lines{font-size:10.5px;white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:6px;"
     "border:1px solid #ddd}"
@@ -1095,7 +1126,7 @@ static const char CSS[] =
     "@media print{body{margin:0;max-width:none}h2{break-after:avoid}a{color:#111;text-decoration:none}"
     "*{-webkit-print-color-adjust:exact;print-color-adjust:exact}}";
 
-static int write_html(const char *out, const lines *L, const char *from) {
+static int write_html(const char *out, lines *L, const char *from) {
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     FILE *f = fopen(tmp, "w");
@@ -1116,8 +1147,10 @@ static int write_html(const char *out, const lines *L, const char *from) {
                "computed.</p>\n");
     fputs("<nav><a href=\"#loom\">threads and sleep-tasks</a> \xc2\xb7 <a href=\"#java21\">HTTP with a 100 ms wait</a>"
           " \xc2\xb7 <a href=\"#file\">file writes</a> \xc2\xb7 <a href=\"#micro\">micro</a> \xc2\xb7 "
-          "<a href=\"#parallel\">parallel</a> \xc2\xb7 <a href=\"#machine\">machine and commands</a></nav>\n",
+          "<a href=\"#parallel\">parallel</a> \xc2\xb7 ",
           f);
+    if (count_exp(L, "http-db")) fputs("<a href=\"#httpdb\">HTTP with a database</a> \xc2\xb7 ", f);
+    fputs("<a href=\"#machine\">machine and commands</a></nav>\n", f);
     sec_loom(f, L);
     sec_http(f, L);
     sec_file(f, L);
@@ -1157,10 +1190,13 @@ static void utc_now(char *out, size_t len) {
 
 /* bench/compare.sh EXP with stdout appended to fd; its exit status, or -errno. */
 static int run_compare(const char *script, const char *exp, int fd, const char *self) {
+    if (setenv("WEFT_BENCH", self, 1) != 0) return -errno;
     posix_spawn_file_actions_t fa;
     if (posix_spawn_file_actions_init(&fa) != 0) return -ENOMEM;
-    posix_spawn_file_actions_adddup2(&fa, fd, STDOUT_FILENO);
-    if (setenv("WEFT_BENCH", self, 1) != 0) return -errno;
+    if (posix_spawn_file_actions_adddup2(&fa, fd, STDOUT_FILENO) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        return -ENOMEM;
+    }
     char *argv[] = {(char *)script, (char *)exp, NULL};
     pid_t pid;
     int e = posix_spawn(&pid, script, &fa, NULL, argv, environ);
