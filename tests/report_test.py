@@ -306,7 +306,8 @@ def png_ihdr(path):
 def chromium_render(chrome, url, png, tmp, size):
     home = tempfile.mkdtemp(prefix="home-", dir=tmp)
     env = dict(os.environ, HOME=home, XDG_CONFIG_HOME=home, XDG_CACHE_HOME=home)
-    cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--user-data-dir=" + home,
+    cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+           "--user-data-dir=" + home,
            "--enable-logging=stderr", "--v=0", "--screenshot=" + png, "--window-size=" + size, url]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240, env=env)
     console = [l for l in r.stdout.splitlines() if ":CONSOLE" in l or "Uncaught" in l]
