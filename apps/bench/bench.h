@@ -79,6 +79,11 @@ int report_add_peer_line(bench_report *rep, const char *line);
 int report_add_peer_file(bench_report *rep, const char *path);
 void report_print(const bench_report *rep);
 
+/* `weft-bench report DIR [--from FILE] [--only EXP,...]` (html_report.c):
+ * argv[0] is "report".  0, 1 when it could not write the page, 2 for a
+ * usage error. */
+int bench_html_report_main(int argc, char **argv);
+
 /* ------------------------------------------------------------------------ */
 /* Options                                                                   */
 /* ------------------------------------------------------------------------ */

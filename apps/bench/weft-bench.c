@@ -65,6 +65,10 @@
  *                pool of --db-pool (200) connections; PostgreSQL started by
  *                bench/pg.sh for the run.  The same keys as http-delay.
  *
+ *   report       weft-bench report DIR [--from FILE] [--only EXP,...]: every
+ *                experiment through bench/compare.sh (or the lines saved in
+ *                FILE), drawn into DIR/report.html (html_report.c).
+ *
  * Output: first a "# machine ..." line, then for every result ONE line
  *   experiment=E peer=weft status=ok key=value ...
  * in the form run.sh prints for the peers, then a table per result with the
@@ -256,6 +260,11 @@ static void usage(FILE *f) {
           "               mixed: weft-httpd --delay-ms 10 under weft-load -c 300 -k, --cap-s S (20)\n"
           "               each, with no CPU job, --cpu-job shared and --cpu-job group (bench/mixed.sh;\n"
           "               --carriers K, default 2, is the server's default group): \"# mixed\" p99s\n"
+          "  report DIR [--from FILE] [--only EXP[,EXP...]]\n"
+          "               DIR/report.html: every experiment drawn against its peers and the articles'\n"
+          "               figures (inline SVG, no script; prints), the machine facts and the commands;\n"
+          "               runs each experiment through bench/compare.sh into DIR/lines.txt (long), or\n"
+          "               draws the lines saved in FILE (html_report.c)\n"
           "\n"
           "common options:\n"
           "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
@@ -336,11 +345,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(argv[1], "report") == 0) return bench_html_report_main(argc - 1, argv + 1);
     const struct experiment *x = NULL;
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel, or report; see --help)\n", argv[1]);
         return 2;
     }
 
