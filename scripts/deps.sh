@@ -6,12 +6,14 @@
 #                            hiredis, libcurl (the tests start their own servers)
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context, Java,
 #                            ab, wrk, nginx; for http-db PostgreSQL's JDBC driver)
+# man-db and groff-base render the man pages for their test (tests/docs_test.sh man).
 # A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
 # to 10 minutes for the lock, saying who holds it.
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev
-      postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev)
+      postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev
+      man-db groff-base)
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
   # its Java peer the JDK here, Java 17 on Debian 12: bench/parallel/peer.sh)
