@@ -19,7 +19,16 @@
  *    thread"): it then blocks that pthread.
  *  - A vthread may resume on another carrier after any blocking call, so a C
  *    thread-local (errno included) read before such a call may not be the one
- *    read after it.  Code that needs C TLS spawns with weft_attr.pinned.
+ *    read after it -- and the compiler may keep a thread-local's address
+ *    (errno's too) across the call.  What is safe instead (weft/local.h):
+ *      errno:                weft's own calls return -errno; read a libc
+ *                            call's errno before the next weft blocking call;
+ *      per-request state:    scoped values (weft_scoped_run / _get: set once
+ *                            for a call tree, inherited by its scopes' forks)
+ *                            or vthread-locals (weft_local_get / _set: a
+ *                            pthread_key_t that follows the vthread);
+ *      code that needs C TLS itself (a library keeping __thread state across
+ *                            blocking calls): spawn it with weft_attr.pinned.
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
@@ -88,6 +97,10 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               included).
  *   trace       deterministic mode: a file that gets one line per
  *               scheduling decision; default $WEFT_TRACE (unset: none).
+ *   console     the live console's Unix socket (see "The live console"
+ *               under "Observe"): a path, or "1" for the default path
+ *               /tmp/weft-<uid>/<pid>.sock; default $WEFT_CONSOLE (unset,
+ *               empty or "0": no console).
  *
  * Deterministic mode (for tests: find a race under many seeds, replay it
  * with one).  One carrier (carriers is ignored), no monitor and no spare
@@ -132,6 +145,7 @@ typedef struct weft_config {
     int deterministic;
     uint64_t deterministic_seed;
     const char *trace;
+    const char *console;
 } weft_config;
 
 /*
@@ -272,6 +286,10 @@ typedef struct weft_attr {
  * -ESHUTDOWN (attr->group is being closed: weft_group_close); in a
  * ThreadSanitizer build, -EAGAIN while 7,500 vthreads live (TSan counts
  * each as a thread and ends the process past 8,128: README, "Sanitizers").
+ * The new vthread inherits nothing of the spawner's vthread-locals or
+ * scoped values (weft/local.h): it may outlive the spawner's bindings, as
+ * Java's Thread.start does not carry ScopedValues.  Pass what it needs in
+ * arg, or fork it in a scope (weft_fork), whose tasks see the bindings.
  */
 WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
 
@@ -459,6 +477,7 @@ WEFT_API int weft_io_backend(void);
 /* weft-layer-includes: one line per layer header (include/weft/...) */
 #include "weft/sync.h"
 #include "weft/scope.h"
+#include "weft/local.h"
 #include "weft/future.h"
 #include "weft/chan.h"
 #include "weft/exec.h"
@@ -646,6 +665,40 @@ WEFT_API int weft_dump(int fd, int format);
  * the environment does the same at weft_init, writing to stderr.
  */
 WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
+
+/*
+ * The live console.  With weft_config.console or $WEFT_CONSOLE set,
+ * weft_init serves a read-only snapshot of the runtime on a Unix socket,
+ * for `weft-top PID|SOCKET` (and any program that speaks its framing: one
+ * line "weft-console 1 <bytes>\n", then that many bytes of one JSON
+ * object -- {"weft_console":{...},"weft_dump":{...}} -- every second while
+ * the client stays connected; weft-top(1) describes the fields).
+ *  - It costs nothing while nobody is connected: one platform thread
+ *    ("weft-console") blocked in poll(2) on the socket; no counter, clock
+ *    read or branch is added to any scheduling path.  The per-carrier
+ *    figures (busy %, runnable, steals, parks) are the counters the
+ *    carriers keep anyway and their threads' CPU clocks, read when a
+ *    snapshot is taken.
+ *  - The path "1" means /tmp/weft-<uid>/<pid>.sock, where weft-top finds it
+ *    from the pid alone; the directory is made 0700 and must be the
+ *    caller's, not a link, with no access for others.  Another path: its
+ *    directory must not be writable by others unless sticky (as /tmp).
+ *  - The socket is made 0600 (before listen(2): nobody can connect while
+ *    its mode is the umask's), and each connection's peer is checked with
+ *    SO_PEERCRED: only the process's own effective uid, and root (who can
+ *    read the process's memory anyway), are served; any other is closed
+ *    at once without a byte (one line on stderr says so).
+ *  - A socket file left by a process that died is replaced; one that a
+ *    live process serves is an error (-EADDRINUSE), as is a path that
+ *    exists and is not a socket (-EEXIST) or a directory that fails the
+ *    check above (-EPERM): weft_init fails, after one line on stderr.
+ *  - Read-only: bytes a client sends are read and thrown away; nothing it
+ *    sends changes anything.  At most 16 clients at once (more are closed);
+ *    one that does not take its snapshot within 2 s is dropped, so a stuck
+ *    client never holds anything in the runtime.
+ *  - weft_shutdown closes the socket and removes its file.  A fork child
+ *    has no console (the socket is its parent's).
+ */
 
 /* ------------------------------------------------------------------------ */
 /* Call-site capture                                                         */

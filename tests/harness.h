@@ -210,6 +210,7 @@ static void usage(FILE *f, const char *prog) {
             "  WEFT_TEST_VERBOSE=1          test_races: print how late each victim ran\n"
             "  WEFT_CHAN_BENCH_ROUNDS=N     test_chan bench_pingpong_figures: round trips\n"
             "  WEFT_TEST_DUMP_UNDER_TSAN=1  test_future: check the dump under TSan too\n"
+            "  WEFT_TEST_MIGRATIONS=N       test_local: moves per vthread (default 10000; sanitizers less)\n"
             "  WEFT_DETERMINISTIC=SEED      deterministic mode: tests marked DET_SKIP are skipped\n"
             "  and the runtime's own (README): WEFT_STACK_SIZE, WEFT_STACK_GUARD, WEFT_BLOCKING_MAX, ...\n",
             prog, prog, prog, prog, prog, test_timeout_s());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/install_test.sh CMAKE BINARY_DIR CC
+# tests/install_test.sh CMAKE BINARY_DIR CC [SOURCE_DIR]
 #
 # What a user does with an installed weft, end to end: installs the built tree
 # BINARY_DIR to a fresh temporary prefix, then moves that prefix elsewhere (an
@@ -12,10 +12,13 @@
 # Each program spawns a vthread, joins it and prints its result.  The test
 # adds no flags of its own: what a sanitizer build of the library needs from
 # its consumers (-fsanitize=... at link time) must come from weft.pc and the
-# CMake targets.  The temporary directory is removed on exit.
+# CMake targets.  With SOURCE_DIR, it also checks that every man page of
+# SOURCE_DIR/docs/man is installed in the prefix's man1, that man finds it
+# there by name and that it renders without a warning (man-db and groff,
+# scripts/deps.sh).  The temporary directory is removed on exit.
 set -euo pipefail
-[[ $# -eq 3 ]] || { echo "usage: $0 CMAKE BINARY_DIR CC" >&2; exit 2; }
-cmake=$1 bin=$2 cc=$3
+[[ $# -eq 3 || $# -eq 4 ]] || { echo "usage: $0 CMAKE BINARY_DIR CC [SOURCE_DIR]" >&2; exit 2; }
+cmake=$1 bin=$2 cc=$3 src=${4:-}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/weft-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -124,4 +127,23 @@ EOF
     out=$(timeout 60 "$prefix/bin/weft-run" "$tmp/plain" 2>"$log") || fail "weft-run: exit status $?"
     [[ $out == "$want" ]] || fail "weft-run: printed '$out', want '$want'"
     echo "ok     weft-run, installed and moved"
+fi
+
+# --- man pages ------------------------------------------------------------
+if [[ -n $src ]]; then
+    pages=("$src"/docs/man/*.1)
+    [[ -e ${pages[0]} ]] || fail "no man pages in $src/docs/man"
+    command -v man >/dev/null || fail "man is not installed (Debian: man-db; scripts/deps.sh)"
+    mandir=$(find "$prefix" -type d -name man1 -path '*/man/man1' | head -1)
+    [[ -n $mandir ]] || fail "no man/man1 under the prefix"
+    for page in "${pages[@]}"; do
+        name=$(basename "$page" .1)
+        [[ -f $mandir/$name.1 ]] || fail "man page $name.1 not installed in $mandir"
+        cmp -s "$page" "$mandir/$name.1" || fail "$mandir/$name.1 differs from $page"
+        found=$(man --manpath="$(dirname "$mandir")" -w "$name" 2>"$log") || fail "man -w $name: not found in $(dirname "$mandir")"
+        [[ $found == "$mandir/$name.1"* ]] || fail "man -w $name found $found, not $mandir/$name.1"
+        warn=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings=w -l "$mandir/$name.1" 2>&1 >/dev/null)
+        [[ -z $warn ]] || fail "man -l $name.1 warns: $warn"
+    done
+    echo "ok     ${#pages[@]} man pages installed in share/man/man1, found by man, rendered without warnings"
 fi

@@ -79,6 +79,11 @@ int report_add_peer_line(bench_report *rep, const char *line);
 int report_add_peer_file(bench_report *rep, const char *path);
 void report_print(const bench_report *rep);
 
+/* `weft-bench report DIR [--from FILE] [--only EXP,...]` (html_report.c):
+ * argv[0] is "report".  0, 1 when it could not write the page, 2 for a
+ * usage error. */
+int bench_html_report_main(int argc, char **argv);
+
 /* ------------------------------------------------------------------------ */
 /* Options                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -99,7 +104,8 @@ enum {
     MICRO_MUTEX = 1 << 6,
     MICRO_SELECT = 1 << 7,
     MICRO_HOOK = 1 << 8,
-    MICRO_ALL = (1 << 9) - 1,
+    MICRO_LOCAL = 1 << 9,
+    MICRO_ALL = (1 << 10) - 1,
 };
 
 typedef struct bench_opts {

@@ -569,6 +569,153 @@ static int micro_hook(const bench_opts *o, bench_report *rep) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* local: what a per-request value costs to read                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One vthread of a 1-carrier runtime reads a value R times four ways, in
+ * one run: weft_local_get, weft_scoped_get with the key bound 3
+ * weft_scoped_run levels up (two other keys bound in between, so the get
+ * walks three frames), pthread_getspecific, and a plain __thread read.
+ * Every loop has the same two empty asm statements per get: the first
+ * takes the key as an input/output register and clobbers memory, so the
+ * compiler can neither hoist the get out of the loop nor reuse an earlier
+ * result (for the __thread read: a fresh load each time); the second
+ * consumes the value.  No blocking call happens inside a loop, so the
+ * __thread read and pthread_getspecific are right there (not after a
+ * migration: that is what they cannot do).  The four take turns in blocks
+ * of a million gets, so that load from elsewhere weighs on all alike.
+ * ns_per_get = the variant's time / R; x_thread_read: that divided by the
+ * __thread read's (same run).
+ */
+enum { LOCAL_WEFT, LOCAL_SCOPED, LOCAL_PTHREAD, LOCAL_TLS, LOCAL_MODES };
+static const char *const local_mode_name[LOCAL_MODES] = {"weft_local_get", "weft_scoped_get", "pthread_getspecific",
+                                                         "thread_read"};
+#define LOCAL_DEFAULT_ROUNDS 50000000L
+
+static __thread void *local_tls;
+static weft_scoped_key local_sk = WEFT_SCOPED_KEY("bench"), local_sk2 = WEFT_SCOPED_KEY("bench-2"),
+                       local_sk3 = WEFT_SCOPED_KEY("bench-3");
+static char local_value; /* its address is the value every variant reads */
+
+typedef struct local_run {
+    long rounds;
+    weft_local_key wk;
+    pthread_key_t pk;
+    double ns[LOCAL_MODES];
+    int bad; /* a get read the wrong value */
+} local_run;
+
+#define LOCAL_BLOCK 1000000L /* gets per timed block; the modes take turns block by block */
+
+#define LOCAL_LOOP(mode, key, get, n)                                                     \
+    do {                                                                                  \
+        int64_t t0_ = weft_now();                                                         \
+        for (long i_ = 0; i_ < (n); i_++) {                                               \
+            __asm__ volatile("" : "+r"(key) : : "memory");                                \
+            void *v_ = (get);                                                             \
+            __asm__ volatile("" : : "r"(v_));                                             \
+        }                                                                                 \
+        ns[mode] += weft_now() - t0_;                                                     \
+    } while (0)
+
+static inline void *scoped_get_value(weft_scoped_key *k) {
+    void *v = NULL;
+    (void)weft_scoped_get(k, &v);
+    return v;
+}
+
+/* The innermost level: every variant's loop. */
+static int local_loops(void *arg) {
+    local_run *l = arg;
+    weft_local_key wk = l->wk;
+    pthread_key_t pk = l->pk;
+    weft_scoped_key *sk = &local_sk;
+    void *tls_key = NULL; /* (the __thread read has no key: this stands in, as the asm's operand) */
+    local_tls = &local_value;
+    if (pthread_setspecific(pk, &local_value) != 0) l->bad = 1;
+    if (weft_local_get(wk) != &local_value || scoped_get_value(sk) != &local_value ||
+        pthread_getspecific(pk) != &local_value || local_tls != &local_value)
+        l->bad = 1;
+    /* the four take turns, a block each, so that a machine whose load
+     * changes during the run weighs on all of them alike; a warm-up block
+     * of each first */
+    int64_t ns[LOCAL_MODES] = {0};
+    for (long done = -LOCAL_BLOCK; done < l->rounds; done += LOCAL_BLOCK) {
+        long n = l->rounds - done < LOCAL_BLOCK ? l->rounds - done : LOCAL_BLOCK;
+        if (done < 0) n = LOCAL_BLOCK / 10;
+        LOCAL_LOOP(LOCAL_WEFT, wk, weft_local_get(wk), n);
+        LOCAL_LOOP(LOCAL_SCOPED, sk, scoped_get_value(sk), n);
+        LOCAL_LOOP(LOCAL_PTHREAD, pk, pthread_getspecific(pk), n);
+        LOCAL_LOOP(LOCAL_TLS, tls_key, local_tls, n);
+        if (done < 0) memset(ns, 0, sizeof ns);
+    }
+    for (int m = 0; m < LOCAL_MODES; m++) l->ns[m] = (double)ns[m] / (double)l->rounds;
+    (void)tls_key;
+    return 0;
+}
+
+static int local_level2(void *arg) {
+    weft_binding b = {&local_sk3, &local_sk3};
+    return weft_scoped_run(&b, 1, local_loops, arg);
+}
+
+static int local_level1(void *arg) {
+    weft_binding b = {&local_sk2, &local_sk2};
+    return weft_scoped_run(&b, 1, local_level2, arg);
+}
+
+static void *local_body(void *arg) {
+    local_run *l = arg;
+    if (weft_local_set(l->wk, &local_value) != 0) l->bad = 1;
+    weft_binding b = {&local_sk, &local_value};
+    if (weft_scoped_run(&b, 1, local_level1, l) != 0) l->bad = 1;
+    return NULL;
+}
+
+static int micro_local(const bench_opts *o, bench_report *rep) {
+    /* the vthread computes on purpose, seconds without a switch: no
+     * monitor reports (it would call it a hog) */
+    weft_config cfg = {.carriers = 1, .pin_threshold_ns = -1};
+    int r = weft_init(&cfg);
+    if (r < 0) {
+        fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
+        return r;
+    }
+    local_run l = {.rounds = o->rounds ? o->rounds : LOCAL_DEFAULT_ROUNDS};
+    if ((r = weft_local_key_create(&l.wk, NULL)) < 0) {
+        fprintf(stderr, "weft-bench: weft_local_key_create: %s\n", strerror(-r));
+        weft_shutdown();
+        return r;
+    }
+    if ((r = pthread_key_create(&l.pk, NULL)) != 0) {
+        fprintf(stderr, "weft-bench: pthread_key_create: %s\n", strerror(r));
+        weft_local_key_delete(l.wk);
+        weft_shutdown();
+        return -r;
+    }
+    weft_thread *t;
+    weft_attr a = {.name = "local"};
+    if ((r = spawn_or_say(&t, local_body, &l, &a)) < 0) return r;
+    if ((r = join_capped(t, cap_deadline(o), "local")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
+    weft_shutdown();
+    weft_local_key_delete(l.wk);
+    pthread_key_delete(l.pk);
+    for (int m = 0; m < LOCAL_MODES; m++) {
+        bench_result res;
+        br_init(&res, "local", "weft");
+        br_set(&res, "status", "%s", l.bad ? "failed" : "ok");
+        br_set(&res, "get", "%s", local_mode_name[m]);
+        if (m == LOCAL_SCOPED) br_setl(&res, "levels_up", 3);
+        br_setl(&res, "gets", l.rounds);
+        br_setf(&res, "ns_per_get", 2, l.ns[m]);
+        if (l.ns[LOCAL_TLS] > 0) br_setf(&res, "x_thread_read", 2, l.ns[m] / l.ns[LOCAL_TLS]);
+        if ((r = report_add_weft(rep, &res)) < 0) return r;
+    }
+    return 0;
+}
+
 int exp_micro(const bench_opts *o, bench_report *rep) {
     static const struct {
         int bit;
@@ -584,6 +731,7 @@ int exp_micro(const bench_opts *o, bench_report *rep) {
         {MICRO_MUTEX, "mutex", micro_mutex},
         {MICRO_SELECT, "select", micro_select},
         {MICRO_HOOK, "hook", micro_hook},
+        {MICRO_LOCAL, "local", micro_local},
     };
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
         if (!(o->micro & benches[i].bit)) continue;

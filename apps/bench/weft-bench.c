@@ -65,6 +65,10 @@
  *                pool of --db-pool (200) connections; PostgreSQL started by
  *                bench/pg.sh for the run.  The same keys as http-delay.
  *
+ *   report       weft-bench report DIR [--from FILE] [--only EXP,...]: every
+ *                experiment through bench/compare.sh (or the lines saved in
+ *                FILE), drawn into DIR/report.html (html_report.c).
+ *
  * Output: first a "# machine ..." line, then for every result ONE line
  *   experiment=E peer=weft status=ok key=value ...
  * in the form run.sh prints for the peers, then a table per result with the
@@ -191,7 +195,7 @@ static void usage(FILE *f) {
           "               [--stack-kib K] [--spawner vthread|platform]\n"
           "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
           "  micro        [--only switch|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
-          "               chan-buffered|mutex|select|hook[,...]] [--rounds R] [-n N]\n"
+          "               chan-buffered|mutex|select|hook|local[,...]] [--rounds R] [-n N]\n"
           "               switch: 2 vthreads yield R (5000000) times each on 1 carrier;\n"
           "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
           "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
@@ -202,6 +206,9 @@ static void usage(FILE *f) {
           "               select: R (1000000) values over 4 channels taken by weft_select;\n"
           "               hook: a 1-byte pipe write+read, R (1000000) times on a vthread, as\n"
           "               syscall(2), with libc hooks off, on, and weft_write/weft_read\n"
+          "               local: ns per get, R (50000000) gets each on one vthread, in one run:\n"
+          "               weft_local_get, weft_scoped_get (binding 3 levels up),\n"
+          "               pthread_getspecific, a __thread read\n"
           "  http-delay   [--conc \"C[:N] ...\"] [--requests N=3000] [--models \"virtual async pool:200\"] [--big]\n"
           "               weft-httpd --delay-ms 100 (every request sleeps 100 ms) under ab -r (no\n"
           "               keep-alive), one server per model, warmed up with ab -n 1000 -c 100; default\n"
@@ -253,6 +260,11 @@ static void usage(FILE *f) {
           "               mixed: weft-httpd --delay-ms 10 under weft-load -c 300 -k, --cap-s S (20)\n"
           "               each, with no CPU job, --cpu-job shared and --cpu-job group (bench/mixed.sh;\n"
           "               --carriers K, default 2, is the server's default group): \"# mixed\" p99s\n"
+          "  report DIR [--from FILE] [--only EXP[,EXP...]]\n"
+          "               DIR/report.html: every experiment drawn against its peers and the articles'\n"
+          "               figures (inline SVG, no script; prints), the machine facts and the commands;\n"
+          "               runs each experiment through bench/compare.sh into DIR/lines.txt (long), or\n"
+          "               draws the lines saved in FILE (html_report.c)\n"
           "\n"
           "common options:\n"
           "  --carriers K        weft carriers (default: $WEFT_CARRIERS, else the CPUs; switch uses 1)\n"
@@ -284,6 +296,7 @@ static int parse_only(const char *arg, int *bits) {
         {"pingpong", MICRO_PINGPONG}, {"pingpong-cross", MICRO_PINGPONG_CROSS},
         {"chan-pingpong", MICRO_CHAN}, {"chan-buffered", MICRO_CHAN_BUF},
         {"mutex", MICRO_MUTEX}, {"select", MICRO_SELECT}, {"hook", MICRO_HOOK},
+        {"local", MICRO_LOCAL},
     };
     char buf[256];
     snprintf(buf, sizeof buf, "%s", arg);
@@ -332,11 +345,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(argv[1], "report") == 0) return bench_html_report_main(argc - 1, argv + 1);
     const struct experiment *x = NULL;
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel, or report; see --help)\n", argv[1]);
         return 2;
     }
 

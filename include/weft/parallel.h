@@ -22,6 +22,15 @@
  * every millisecond of work, so other vthreads on the same carriers still
  * run, a little later.
  *
+ * Scoped values and locals (weft/local.h).  Every body sees the caller's
+ * scoped-value bindings (weft_scoped_get), whichever worker runs it: the
+ * workers are joined before the call returns, so they cannot outlive the
+ * bindings.  (Java's parallel streams carry no ScopedValues to their pool
+ * threads: there only the bodies the caller itself runs see them.)
+ * Vthread-locals are per worker: weft_local_get in a body reads the storage
+ * of the worker running it, so keep per-call state in ctx (or in a
+ * reduction's accumulator), not in locals.
+ *
  * Nesting.  A body may call weft_parallel_for/_reduce itself: the inner call
  * spreads over the same carriers (its workers are vthreads, not threads),
  * its caller helps with it, and nothing waits for a carrier that cannot come.

@@ -35,6 +35,11 @@
  * call, site and stack, largest group first ("412 vthreads parked on io in
  * weft_recv at httpd.c:318 (conn_main)"), as Go's goroutine profile with
  * debug=1 does; JSON has both, "vthreads" and "stacks".
+ *
+ * Scoped values: each vthread shows how many keys it sees bound
+ * (weft_thread.scoped_n, kept by the vthread as it binds and unbinds: the
+ * frames themselves, on its stack, are not walked) and each scope how many
+ * its forks inherit; the values never appear (they may be secrets).
  */
 #define _GNU_SOURCE
 #include "../scope/scope.h"
@@ -334,6 +339,7 @@ static void one(weft__stack *s, void *ctx) {
     int64_t since = (int64_t)ld(&t->block_since), until = (int64_t)ld(&t->block_until);
     int why = __atomic_load_n(&t->why, __ATOMIC_RELAXED);
     unsigned gid = __atomic_load_n(&t->grp_id, __ATOMIC_RELAXED); /* its carrier group, 0: the default */
+    unsigned scoped_n = atomic_load_explicit(&t->scoped_n, memory_order_relaxed);
     weft__carrier *c = (weft__carrier *)(uintptr_t)ld(&t->carrier);
     size_t res = weft__stack_resident(s);
     int running = rs == WEFT__RS_RUNNABLE && weft__carrier_running(c) == t;
@@ -362,6 +368,9 @@ static void one(weft__stack *s, void *ctx) {
         if (task) put(o, ",\"container\":\"scope#%" PRIu64 "\"", task->scope->id);
         else put(o, ",\"container\":\"root\"");
         if (gid) put(o, ",\"group\":%u", gid);
+        /* how many scoped-value keys it sees bound -- never their values,
+         * which may be secrets (a token, a user) */
+        put(o, ",\"scoped_bindings\":%u", scoped_n);
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (parked) {
             put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(why));
@@ -384,6 +393,7 @@ static void one(weft__stack *s, void *ctx) {
         if (gid) put(o, "[group %u] ", gid);
         weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
         if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
+        if (scoped_n) put(o, "[%u scoped binding%s] ", scoped_n, scoped_n == 1 ? "" : "s");
         if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
         else if (parked) {
             if (why == WEFT__WHY_SLEEP && until)
@@ -544,6 +554,8 @@ static void containers(out *o) {
             else put(o, ",\"owner\":\"platform thread\"");
             put(o, ",\"policy\":\"%s\",\"state\":\"%s\",\"tasks\":%d,\"running\":%d", policy_name(s->policy),
                 shut ? "shutdown" : "open", s->ntasks, running);
+            /* the opener's scoped-value bindings its forks inherit: a count */
+            put(o, ",\"inherited_bindings\":%u", s->inherited);
             if (s->deadline) put(o, ",\"deadline_in_ns\":%" PRId64, s->deadline - o->now);
             put(o, ",\"threads\":[");
             int first = 1;
@@ -558,6 +570,7 @@ static void containers(out *o) {
                 s->owner ? "" : "a platform thread");
             if (s->owner) put(o, "#%" PRIu64, s->owner_id);
             put(o, ", %d task%s, %d running%s", s->ntasks, s->ntasks == 1 ? "" : "s", running, shut ? ", shut down" : "");
+            if (s->inherited) put(o, ", %u inherited scoped binding%s", s->inherited, s->inherited == 1 ? "" : "s");
             if (s->deadline) put(o, ", deadline in %.3f s", (double)(s->deadline - o->now) / 1e9);
             put(o, "\n");
         }

@@ -79,6 +79,17 @@
  * carrier run within about a millisecond; with nothing else to run a yield
  * costs a few nanoseconds.  The caller's flag is restored on return.
  *
+ * Scoped values and locals (weft/local.h).  Every body sees the caller's
+ * scoped-value bindings, on whichever worker it runs: each helper adopts
+ * the caller's innermost frame before its first body, and the caller joins
+ * every helper before returning, so the frames (on the caller's stack,
+ * inside its weft_scoped_run calls) outlive every read.  Java's parallel
+ * streams run bodies on pool threads that do not carry ScopedValues, so a
+ * body there sees them only when the calling thread runs it; here the
+ * answer does not depend on which worker took an index.  Vthread-locals
+ * are per worker (a helper's own, freed as it ends): a body must not keep
+ * state in them.
+ *
  * Nesting.  A body may call weft_parallel_for again.  The inner call is an
  * ordinary call from a vthread: the body's worker becomes worker 0 of the
  * inner job, W - 1 new helpers are spawned, and the inner call returns once
@@ -168,6 +179,7 @@ struct par_job {
     size_t split_min;     /* a started piece is split only from 2 x this */
     int n;                /* workers */
     par_worker *w;
+    const weft__sframe *bindings; /* the caller's scoped values: every body sees them */
     void (*body)(size_t, void *);
     void (*rbody)(size_t, void *, void *);
     void (*init)(void *, void *);
@@ -433,6 +445,7 @@ static void work(par_worker *w, int caller) {
 }
 
 static void *helper_main(void *arg) {
+    weft__scoped_adopt(((par_worker *)arg)->job->bindings); /* (the caller joins us before its frames go) */
     work(arg, 0);
     return NULL;
 }
@@ -500,6 +513,7 @@ static int run_job(par_job *j, size_t begin, size_t end, void *acc,
     if (j->deadline == INT64_MAX) j->deadline = 0;
     atomic_init(&j->err, 0);
     atomic_init(&j->hungry, 0);
+    j->bindings = weft__scoped_current();
     j->w = aligned_alloc(WEFT__CACHELINE, sizeof(par_worker) * (size_t)nw);
     weft_thread **h = calloc((size_t)nw, sizeof *h);
     if (!j->w || !h) {

@@ -368,6 +368,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
     weft_config started_with;  /* the running runtime's configuration (io: as asked) */
     int inherit_cfg;           /* a fork child: its lazy start uses started_with */
+    int64_t started_at;        /* CLOCK_MONOTONIC ns at weft_init (the console's uptime) */
 #ifdef WEFT_TSAN
     _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
 #endif
@@ -375,10 +376,13 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
        .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
        .next_id = 1};
 
-/* initial-exec: a plain %fs-relative access even in the shared library (the
- * default model there calls __tls_get_addr on every read) */
-#define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
-static WEFT_TLS weft__carrier *tls_carrier;
+/* (sched.h: who may read it directly; exported for weft/local.h's inline
+ * gets, which read it from an asm statement) */
+WEFT_API WEFT_TLS weft__carrier *weft__tls_carrier;
+#define tls_carrier weft__tls_carrier
+_Static_assert(offsetof(struct weft__carrier, cur) == 0, "weft__carrier_cur and weft/local.h read the first field");
+_Static_assert(offsetof(struct weft_thread, locals) == WEFT__THREAD_LOCALS_OFF, "weft/local.h: fix the offset");
+_Static_assert(offsetof(struct weft_thread, scoped) == WEFT__THREAD_SCOPED_OFF, "weft/local.h: fix the offset");
 static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
 /* a platform thread's cancellation (weft__pcancel_*: the executors' pool
  * threads; no other platform thread is ever cancelled) */
@@ -2074,6 +2078,28 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     return outcome(atomic_load(&p->word));
 }
 
+/* Moves the calling vthread to carrier k (sched.h).  A park that has ended
+ * before the switch (WOKEN written by the vthread itself: nobody else knows
+ * the token, and a NOCANCEL park is left alone by weft_cancel) makes
+ * finish_pending queue it at once -- and a pinned vthread goes to its
+ * home's mailbox: home is k for the length of the move. */
+int weft__migrate(int k) {
+    weft__carrier *c = weft__carrier_self();
+    weft_thread *self = c ? c->cur : NULL;
+    if (!self) return -EPERM;
+    if (k < 0 || k >= nall() || !R.c[k] || R.c[k]->grp != self->grp || (self->flags & WEFT__F_PINNED))
+        return -EINVAL;
+    if (R.c[k] == c) return 0;
+    self->home = R.c[k];
+    self->flags |= WEFT__F_PINNED;
+    uint64_t tok = publish_park(self, &self->parker, WEFT__PK_GENERIC | WEFT__PK_NOCANCEL);
+    atomic_store(&self->parker.word, (tok & ~(uint64_t)0xF) | WEFT__PS_WOKEN);
+    switch_out(c, self, OP_PARK);
+    self->flags &= ~(uint32_t)WEFT__F_PINNED;
+    self->home = NULL;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* vthreads                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -2090,6 +2116,9 @@ static void vthread_start(void *arg, void *carrier) {
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
+    /* its locals' destructors, on the vthread itself (they may block), before
+     * anyone's join can return (local.c) */
+    if (self->locals) weft__locals_end(self);
     weft__carrier *c = weft__carrier_self();
     if (__builtin_expect(!c, 0)) /* fn forked and this is the child: no carrier to end on ("Fork") */
         weft__fatal("a vthread's function returned in a child process it forked; the child of a "
@@ -2282,6 +2311,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->scopes = NULL;
     t->scope_deadline = 0;
     t->par = NULL;
+    t->locals = NULL;  /* local.c: nothing set; bindings are not inherited by a spawn */
+    t->scoped = NULL;
+    atomic_store_explicit(&t->scoped_n, 0, memory_order_relaxed);
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;
@@ -2960,11 +2992,16 @@ static int init_runtime(const weft_config *cfg, int lazy) {
             fprintf(stderr, "weft: carrier %d cannot start its I/O poller: %s\n", i, strerror(-r));
         }
     }
+    /* the live console (observe/console.c): a fork child has none -- the
+     * socket is its parent's ("Fork") */
+    R.started_at = weft_now();
+    if (started == n && r == 0 && !(lazy && R.inherit_cfg)) r = weft__console_start(cfg ? cfg->console : NULL);
     if (started == n && r == 0) {
         r = mon_start();
         if (r < 0) fprintf(stderr, "weft: cannot start the monitor thread: %s\n", strerror(-r));
     }
     if (started < n || r < 0) {
+        weft__console_stop();
         atomic_store(&R.stop, 1);
         for (int i = 0; i < started; i++) kick(R.c[i]);
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
@@ -3041,6 +3078,13 @@ static void clean_abandoned(weft__stack *s, void *unused) {
 }
 #endif
 
+static void abandon_locals(weft__stack *s, void *unused) {
+    (void)unused;
+    weft_thread *t = (weft_thread *)s;
+    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) != WEFT__RS_FREE && t->locals)
+        weft__locals_abandon(t);
+}
+
 void weft_shutdown(void) {
     if (weft__carrier_self()) { /* it would wait for itself: refuse, loudly */
         fprintf(stderr, "weft: weft_shutdown called from a vthread: ignored (call it from a platform thread)\n");
@@ -3056,6 +3100,7 @@ void weft_shutdown(void) {
         nanosleep(&ts, NULL);
     }
     weft__hook_stop(); /* the vthreads left are daemons: abandoned */
+    weft__console_stop(); /* its snapshots read the carriers: it ends first */
     /* the blocking pool's threads wake vthreads: they end before carriers do */
     weft__io_drain();
     atomic_store(&R.stop, 1);
@@ -3071,6 +3116,8 @@ void weft_shutdown(void) {
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     weft__stacks_walk(clean_abandoned, NULL);
 #endif
+    /* daemons abandoned with local storage: freed, destructors not run */
+    if (atomic_load(&weft__locals_live) > 0) weft__stacks_walk(abandon_locals, NULL);
     weft__stacks_fini();
     weft__io_stop();
     weft__det_stop();
@@ -3344,6 +3391,52 @@ static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
         v->site[sizeof v->site - 1] = 0;
     }
 }
+
+static void carrier_counters_fill(weft__carrier *c, weft__carrier_counters *o) {
+    o->index = c->index;
+    o->group = c->grp->id;
+    o->spare = c->spare;
+    o->active = atomic_load_explicit(&c->shared, memory_order_relaxed);
+    o->switches = atomic_load_explicit(&c->n_switches, memory_order_relaxed);
+    o->steals = atomic_load_explicit(&c->n_steals, memory_order_relaxed);
+    o->parks = atomic_load_explicit(&c->n_parks, memory_order_relaxed);
+    o->started = atomic_load_explicit(&c->n_started, memory_order_relaxed);
+    o->finished = atomic_load_explicit(&c->n_finished, memory_order_relaxed);
+    int64_t q = weft__dq_size(&c->dq);
+    o->runnable = (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
+                  (atomic_load_explicit(&c->lifo, memory_order_relaxed) != NULL);
+    o->cpu_ns = -1;
+    o->tid = 0;
+    /* tid and the CPU clock are the carrier thread's first writes, before
+     * it publishes ready (release) */
+    if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
+        o->tid = c->tid;
+        struct timespec ts;
+        if (c->cpuclk_ok && clock_gettime(c->cpuclk, &ts) == 0)
+            o->cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+}
+
+int weft__carrier_counters_get(int k, weft__carrier_counters *o) {
+    memset(o, 0, sizeof *o);
+    if (k < 0 || k >= WEFT__MAX_CARRIERS) return -ENOENT;
+    if (k < nall()) {
+        carrier_counters_fill(R.c[k], o);
+        return 0;
+    }
+    int r = -ENOENT;
+    pthread_mutex_lock(&weft__groups.lock); /* (as weft__carrier_view_get) */
+    if (R.gidx_used[k] && R.c[k]) {
+        carrier_counters_fill(R.c[k], o);
+        r = 0;
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    return r;
+}
+
+int64_t weft__injected(void) { return atomic_load_explicit(&R.g0.inj_n, memory_order_relaxed); }
+
+int64_t weft__started_at(void) { return R.started_at; }
 
 int weft__carrier_view_get(int k, weft__carrier_view *v) {
     memset(v, 0, sizeof *v);

@@ -153,11 +153,6 @@ struct weft_thread {
     _Atomic int64_t block_since;
     _Atomic int64_t block_until;
     _Atomic(const void *) block_obj;
-    /* the io layer's calls (io.c, exec): the call's return address into
-     * its caller, its fd and operation (IOR_*); valid while why is IO */
-    _Atomic(const void *) block_pc;
-    _Atomic int32_t block_fd;
-    _Atomic uint8_t block_op;
     _Atomic uint64_t name_words[4];  /* name, 31 bytes + NUL */
     /* scopes (src/scope): the task this vthread runs for, the innermost
      * scope it owns (a chain through the scopes), its scopes' deadline */
@@ -167,14 +162,41 @@ struct weft_thread {
     /* parallel.c: the parallel worker this vthread runs bodies for (the
      * innermost, when nested), or NULL; the vthread's own */
     void *par;
+    /* local.c: the vthread's local storage (NULL until it sets a value;
+     * freed as it ends), the innermost scoped-value frame it sees (on a
+     * binder's stack: its own, or its scope's opener's) and how many keys
+     * that frame binds (for the dump: written by the vthread, read racily) */
+    struct weft__locals *locals;
+    const struct weft__sframe *scoped;
+    _Atomic uint32_t scoped_n;
     /* tooling */
     void *tsan_fiber;
     void *asan_fake;
+    /* dump: the io layer's calls (io.c, exec): the call's return address
+     * into its caller, its fd and operation (IOR_*); valid while why is IO.
+     * (Last: weft/local.h reads locals and scoped at fixed offsets.) */
+    _Atomic(const void *) block_pc;
+    _Atomic int32_t block_fd;
+    _Atomic uint8_t block_op;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
 
 /* ---- carrier-local state ------------------------------------------------ */
+
+/* initial-exec: a plain %fs-relative access even in the shared library (the
+ * default model there calls __tls_get_addr on every read) */
+#define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* The calling OS thread's carrier (NULL: a platform thread).  Read it
+ * directly only in a function that cannot switch (no park, no yield, no
+ * call that may make one) between the read and the last use: the compiler
+ * may keep a TLS address across a call, and after a park the vthread may
+ * be on another carrier.  Anywhere else: weft__carrier_self(). */
+extern WEFT_API WEFT_TLS weft__carrier *weft__tls_carrier;
+/* A carrier's first field is the vthread it runs (sched.c asserts it), so
+ * that the fast paths of local.c read it without the carrier's layout. */
+static inline weft_thread *weft__carrier_cur(const weft__carrier *c) { return *(weft_thread *const *)c; }
 
 /* Reads the carrier of the calling OS thread.  Not inlined and not pure, so
  * the compiler cannot keep its result (or the TLS address) across a switch:
@@ -241,6 +263,12 @@ int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, con
  * compensate for stalls have higher indices (weft__carriers_all); code that
  * spreads work over "the carriers" uses this count. */
 int weft__carriers(void);
+/* Moves the calling vthread to carrier k of its own group (index as
+ * weft__carrier_index): it switches out and resumes there.  Returns 0
+ * (also when it is on k already), -EPERM on a platform thread, -EINVAL
+ * for a bad k or a pinned vthread.  For tests that need a migration on
+ * demand (tests/test_local.c: locals across 10,000 moves). */
+int weft__migrate(int k);
 /* The carriers of the calling vthread's carrier group (group.c); on a
  * platform thread, or in the default group, weft__carriers(). */
 int weft__carriers_here(void);
@@ -282,6 +310,35 @@ void **weft__platform_scopes(void);
  * more to do) or 2: the vthread p->vt had switched away and the caller must
  * make it runnable (weft__ready, or hand it to the scheduler's poll). */
 int weft__unpark_kind(weft__parker *p, int kind);
+
+/* ---- vthread-local storage and scoped values (local.c) -------------------
+ *
+ * A scoped-value frame (weft__sframe, laid out in weft/local.h for the
+ * inline gets): the bindings one weft_scoped_run made, on its caller's
+ * stack for the extent of the call, linked to the frame that was innermost
+ * when it began.  Immutable while linked.  A thread sees the
+ * chain from its innermost frame (weft_thread.scoped; a platform thread's
+ * own in local.c); a scope's forks and a parallel loop's helpers see their
+ * opener's, captured at open (the opener's frame outlives them: scope.c,
+ * "Scoped values"). */
+/* The calling thread's innermost frame (NULL: none). */
+const weft__sframe *weft__scoped_current(void);
+/* Makes f the calling vthread's chain (a scope's fork, a parallel helper:
+ * before it runs any user code). */
+void weft__scoped_adopt(const weft__sframe *f);
+static inline uint32_t weft__sframe_total(const weft__sframe *f) { return f ? f->total : 0; }
+/* Set by the scope layer: weft_scoped_run calls it as fn returns, before
+ * frame f goes, to close the scopes opened inside f and left open. */
+extern void (*_Atomic weft__scoped_exit_hook)(const weft__sframe *f);
+/* A vthread ends (vthread_start, on the vthread, after fn returned):
+ * runs its locals' destructors, then frees its storage. */
+void weft__locals_end(weft_thread *self);
+/* weft_shutdown, after the carriers stopped: frees the storage of the
+ * daemons it abandons (their destructors do not run). */
+void weft__locals_abandon(weft_thread *t);
+/* vthreads holding local storage now (weft_shutdown walks the stacks only
+ * when some do). */
+extern _Atomic long weft__locals_live;
 
 /* ---- the poller (implemented by the io layer, src/io) ---------------------
  *
@@ -325,6 +382,14 @@ int weft__ensure_init(void);
  * value belongs to an ancestor's runtime, which does not exist here. */
 unsigned weft__fork_gen(void);
 void weft__dump_env(void); /* observe: WEFT_DUMP_ON_SIGQUIT */
+/* observe/console.c: the live console (weft.h, "The live console").
+ * start: from weft_init, under its lock, once the carriers run; path: the
+ * configuration's (NULL: $WEFT_CONSOLE).  Returns 0 (no console asked
+ * for, or one serving), or -errno after one line on stderr.  stop: from
+ * weft_shutdown, before the carriers stop (and from weft_init's failure
+ * path); does nothing when none runs. */
+int weft__console_start(const char *path);
+void weft__console_stop(void);
 int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -392,6 +457,30 @@ typedef struct weft__carrier_view {
  * carrier index: weft__group_view); -ENOENT past the last, or for an
  * index no carrier has. */
 int weft__carrier_view_get(int k, weft__carrier_view *v);
+/* A carrier's own counters, for the live console (observe/console.c):
+ * cumulative, each written only by the carrier itself, read racily.  The
+ * console reads them about once a second while a client is connected;
+ * nothing on the carrier's paths pays for them beyond what it counted
+ * already.  runnable: its deque, mailbox and LIFO slot (not its private
+ * yield FIFO, which only it may walk).  cpu_ns: its thread's CPU time
+ * (clock_gettime of the thread's CPU clock: one system call), -1 when
+ * unknown. */
+typedef struct weft__carrier_counters {
+    int index;
+    int tid;
+    unsigned group;
+    int spare, active;
+    uint64_t switches, steals, parks, started, finished;
+    int64_t runnable;
+    int64_t cpu_ns;
+} weft__carrier_counters;
+/* As weft__carrier_view_get, for the counters. */
+int weft__carrier_counters_get(int k, weft__carrier_counters *out);
+/* Vthreads waiting in the default group's injection queue (racy). */
+int64_t weft__injected(void);
+/* CLOCK_MONOTONIC ns when the running runtime started (weft_init). */
+int64_t weft__started_at(void);
+
 /* The dump's view of the groups: fn is called for the default group and
  * each open one, with its stats and its carriers' indices (group.c). */
 int weft__groups_each(void (*fn)(const weft_group_stats *s, const int *idx, int n, void *ctx), void *ctx);

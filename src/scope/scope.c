@@ -35,6 +35,21 @@
  * runs, joins every vthread (uncancellable), unlinks it from the registry
  * and its owner's chain, and frees it.
  *
+ * Scoped values (weft/local.h, sched/local.c).  A scope captures its
+ * opener's innermost scoped-value frame at open, and each task's vthread
+ * adopts it before running fn: forks see the opener's bindings as they were
+ * at open.  The frames live on the opener's stack, inside the
+ * weft_scoped_run calls that made them, so the scope must end before the
+ * innermost of them returns.  Structured code does that (a scope is closed
+ * by its opener, before it returns from the function that opened it); for
+ * code that does not, weft_scoped_run calls scoped_exit as its fn returns,
+ * which closes -- with one line on stderr -- every scope of the calling
+ * thread opened inside that frame and still open.  Those are exactly the
+ * innermost ones of its chain whose captured frame is that frame (scopes
+ * opened inside a nested binding were closed by its own return first), so
+ * close waits for their forks before the frame goes.  A task's own leftover
+ * scopes are closed by task_main the same way, before its vthread ends.
+ *
  * Fork.  In a child process the scopes open at the fork belong to the
  * parent's runtime: their tasks' vthreads are not in the child, and their
  * locks may have been held by threads that are not either.  A pthread_atfork
@@ -111,6 +126,19 @@ static void cancel_tree_locked(weft_scope *s, int external) {
     pthread_mutex_unlock(&s->lock);
 }
 
+/* weft_scoped_run's frame f ends (sched/local.c): close what was opened
+ * inside it and left open (see "Scoped values"). */
+static void scoped_exit(const weft__sframe *f) {
+    weft_scope **head = owned_head();
+    while (*head && (*head)->bindings == f) {
+        static _Atomic int told;
+        if (!atomic_exchange(&told, 1))
+            fprintf(stderr, "weft: weft_scoped_run returned with scope #%llu, opened inside it, still open: "
+                            "closing it\n", (unsigned long long)(*head)->id);
+        weft_scope_close(*head);
+    }
+}
+
 static void cancel_hook(weft_thread *t) {
     pthread_mutex_lock(&R);
     cancel_owned_locked(t);
@@ -140,8 +168,12 @@ weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
     weft_thread *self = weft__self();
     s->owner = self;
     s->owner_id = self ? weft_id(self) : 0;
+    s->bindings = weft__scoped_current();
+    s->inherited = weft__sframe_total(s->bindings);
     if (!atomic_load_explicit(&weft__cancel_hook, memory_order_relaxed))
         atomic_store_explicit(&weft__cancel_hook, cancel_hook, memory_order_release);
+    if (!atomic_load_explicit(&weft__scoped_exit_hook, memory_order_relaxed))
+        atomic_store_explicit(&weft__scoped_exit_hook, scoped_exit, memory_order_release);
     weft_scope **head = owned_head();
     pthread_mutex_lock(&R);
     s->owner_prev = *head;
@@ -164,6 +196,7 @@ static void *task_main(void *arg) {
     weft_scope *s = t->scope;
     weft_thread *self = weft__self();
     self->scope_deadline = s->deadline;
+    weft__scoped_adopt(s->bindings); /* the opener's bindings at open */
     atomic_store_explicit(&self->task, t, memory_order_relaxed);
     void *result = NULL;
     int rc = t->fn(t->arg, &result);

@@ -42,6 +42,10 @@ struct weft_scope {
     weft_task *winner;        /* FIRST_SUCCESS */
     weft__parker *joiner;
     uint64_t joiner_token;
+    /* the opener's scoped-value bindings at open: its forks see them (on
+     * the opener's stack, which outlives the scope: scope.c) */
+    const weft__sframe *bindings;
+    uint32_t inherited;       /* keys they bind (for the dump) */
 };
 
 /* For weft_dump: the registry of open scopes, walked under its lock. */

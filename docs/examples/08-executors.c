@@ -1,0 +1,84 @@
+/* 08-executors.c -- executors: submit a task, get a future; a virtual
+ * executor, a bounded pool of platform threads, and a scheduled one. */
+#include <weft.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static void *cube(void *arg) {
+    intptr_t i = (intptr_t)arg;
+    return (void *)(i * i * i);
+}
+
+static int ticks;
+static void *tick(void *arg) {
+    /* a periodic task runs until it returns non-NULL */
+    return ++ticks == 3 ? (void *)"done" : NULL;
+}
+
+/* submits n tasks to e, adds up their results; 0 or -errno */
+static int sum_cubes(weft_executor *e, int n, long *sum) {
+    weft_future *f[64];
+    int r = 0;
+    *sum = 0;
+    for (int i = 0; i < n; i++) {
+        f[i] = weft_submit(e, cube, (void *)(intptr_t)i);
+        if (!f[i]) { /* NULL only for a bad argument or no memory */
+            while (i-- > 0) weft_future_free(f[i]);
+            return -ENOMEM;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        void *v;
+        int g = weft_future_get(f[i], &v, 0); /* a refused task's future has failed */
+        if (g < 0 && r == 0) r = g;
+        if (g == 0) *sum += (intptr_t)v;
+        weft_future_free(f[i]);
+    }
+    return r;
+}
+
+static int run(void *arg) {
+    long sum;
+    int r;
+
+    /* a new vthread per task */
+    weft_executor *virt = weft_executor_virtual();
+    if (!virt) return -ENOMEM;
+    r = sum_cubes(virt, 64, &sum);
+    weft_executor_close(virt); /* waits for every task, frees the executor */
+    if (r < 0) return r;
+    printf("virtual: sum of cubes %ld\n", sum);
+
+    /* 2 platform threads, a queue of 4; a full queue makes the submitter
+     * run the task itself (CALLER_RUNS), so nothing is refused */
+    weft_executor *pool = weft_executor_fixed(2, 4, WEFT_REJECT_CALLER_RUNS);
+    if (!pool) return -ENOMEM;
+    r = sum_cubes(pool, 64, &sum);
+    if (r == 0) printf("%s: sum of cubes %ld\n", weft_executor_kind(pool), sum); /* "fixed:2" */
+    weft_executor_close(pool);
+    if (r < 0) return r;
+
+    /* a scheduled executor: once after 10 ms, and every 5 ms until done */
+    weft_executor *sched = weft_executor_scheduled(1);
+    if (!sched) return -ENOMEM;
+    weft_future *once = weft_schedule(sched, cube, (void *)(intptr_t)3, 10 * 1000000);
+    weft_future *every = weft_schedule_every(sched, tick, NULL, 0, 5 * 1000000, 1);
+    void *a = NULL, *b = NULL;
+    r = -ENOMEM;
+    if (once && every && (r = weft_future_get(once, &a, 0)) == 0) r = weft_future_get(every, &b, 0);
+    weft_future_free(once);
+    weft_future_free(every);
+    weft_executor_close(sched);
+    if (r < 0) return r;
+    printf("scheduled: %ld, then %d ticks and \"%s\"\n", (long)(intptr_t)a, ticks, (const char *)b);
+    return 0;
+}
+
+int main(void) {
+    int r = weft_main(run, NULL);
+    if (r < 0) fprintf(stderr, "executors: %s\n", strerror(-r));
+    return r == 0 ? 0 : 1;
+}

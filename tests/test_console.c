@@ -1,0 +1,722 @@
+/*
+ * The live console (weft.h, "The live console"; src/observe/console.c) and
+ * weft-top (apps/top/weft-top.c).
+ *
+ * End to end: the real weft-httpd, started with WEFT_CONSOLE, with clients
+ * parked in its --delay-ms sleep; weft-top --once --json against it (by
+ * PID and by path), its output parsed with weft-top's own JSON reader
+ * (apps/top/json.c) and checked for the server's carriers and vthreads;
+ * weft-top's screen in a detached tmux session (capture-pane shows the
+ * header and a carrier row; q and Ctrl-C end it); the socket refusing
+ * another uid (as root: a child that becomes nobody).  In process: the
+ * socket's mode, a stale socket replaced, a live one / a file / an open
+ * directory refused, the file removed at shutdown, the stream of
+ * snapshots, and client bytes ignored.
+ *
+ * Nothing asserts speed.  Waits are bounded (a snapshot must come within
+ * IO_TIMEOUT_MS) so that a console that never answers fails instead of
+ * hanging.  The in-process tests run no vthreads while snapshots are
+ * taken: under TSan, the dump's racy reads of parked vthreads are reported
+ * (see test_future's note) -- those are the server's business here.
+ */
+#include "harness.h"
+
+#include "../apps/top/json.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+
+#ifdef WEFT_HTTPD_PATH
+#define HAVE_APPS 1
+#else
+#define HAVE_APPS 0
+#define WEFT_HTTPD_PATH "weft-httpd"
+#define WEFT_TOP_PATH "weft-top"
+#define WEFT_SOURCE_DIR "."
+#endif
+
+#define NEED_APPS()                                                            \
+    do {                                                                       \
+        if (!HAVE_APPS) SKIP("built without the weft-httpd and weft-top targets"); \
+    } while (0)
+
+#define IO_TIMEOUT_MS (TEST_SANITIZED ? 30000 : 10000)
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+#define FAIL(...)                                                              \
+    do {                                                                       \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fprintf(stderr, "\n");                                                 \
+        fflush(stderr);                                                        \
+        _exit(1);                                                              \
+    } while (0)
+
+/* A private directory under /tmp, removed (with what is left in it) by
+ * rm_dir at the end of a test that passes; a failed test leaves it for a
+ * look, named after the test. */
+static void make_dir(char *out, size_t cap, const char *what) {
+    snprintf(out, cap, "/tmp/weft-test-console-%s-XXXXXX", what);
+    CHECK(mkdtemp(out) != NULL);
+}
+
+static void rm_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* ---- reading the console --------------------------------------------------- */
+
+static int connect_path(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+/* Reads exactly n bytes within the deadline; returns n, or what came
+ * before EOF / the deadline. */
+static size_t read_full(int fd, char *buf, size_t n, int64_t until) {
+    size_t got = 0;
+    while (got < n) {
+        int left = (int)(until - now_ms());
+        if (left <= 0) break;
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, left) <= 0) continue;
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    return got;
+}
+
+/* One snapshot frame from the console (fails the test without one); the
+ * caller frees *text.  Returns its parsed document. */
+static json_doc *read_snapshot(int fd, const json **root, char **text) {
+    int64_t until = now_ms() + IO_TIMEOUT_MS;
+    char line[64];
+    size_t n = 0;
+    while (n < sizeof line - 1) {
+        if (read_full(fd, line + n, 1, until) != 1) FAIL("no snapshot frame from the console");
+        if (line[n++] == '\n') break;
+    }
+    line[n] = 0;
+    unsigned ver;
+    unsigned long long bytes;
+    if (sscanf(line, "weft-console %u %llu", &ver, &bytes) != 2 || ver != 1) FAIL("bad frame line '%s'", line);
+    CHECK(bytes > 0 && bytes < (1ull << 31));
+    char *buf = malloc(bytes + 1);
+    CHECK(buf != NULL);
+    if (read_full(fd, buf, bytes, until) != bytes) FAIL("a snapshot shorter than its frame said (%llu)", bytes);
+    buf[bytes] = 0;
+    char err[160];
+    json_doc *d = json_parse(buf, bytes, root, err, sizeof err);
+    if (!d) FAIL("the snapshot does not parse: %s\n%s", err, buf);
+    *text = buf;
+    return d;
+}
+
+/* ---- the server and weft-top as processes --------------------------------- */
+
+typedef struct server {
+    pid_t pid;
+    int port;
+} server;
+
+/* weft-httpd on a free port, serving the repository's www/, with
+ * WEFT_CONSOLE=console (NULL: none) and two carriers; extra arguments
+ * after, NULL-terminated. */
+__attribute__((sentinel)) static void server_start(server *s, const char *console, ...) {
+    const char *argv[24] = {WEFT_HTTPD_PATH, "--port", "0", "--root", WEFT_SOURCE_DIR "/www", "--carriers", "2"};
+    int n = 7;
+    va_list ap;
+    va_start(ap, console);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 22) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    int p[2];
+    CHECK(pipe2(p, O_CLOEXEC) == 0);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test must not leave it */
+        if (getppid() != parent) _exit(127);
+        dup2(p[1], 1);
+        /* the server is another process on the real clock (as test_httpd) */
+        unsetenv("WEFT_DETERMINISTIC");
+        unsetenv("WEFT_TRACE");
+        if (console) setenv("WEFT_CONSOLE", console, 1);
+        else unsetenv("WEFT_CONSOLE");
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    s->pid = pid;
+    char line[256];
+    size_t len = 0;
+    int64_t until = now_ms() + (TEST_SANITIZED ? 60000 : 20000);
+    while (len < sizeof line - 1 && now_ms() < until) {
+        struct pollfd pf = {p[0], POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0) continue;
+        ssize_t r = read(p[0], line + len, sizeof line - 1 - len);
+        if (r <= 0) break;
+        len += (size_t)r;
+        line[len] = 0;
+        char *colon = strchr(line, '\n') ? strrchr(line, ':') : NULL;
+        if (colon) {
+            s->port = atoi(colon + 1);
+            close(p[0]);
+            if (strncmp(line, "listening on ", 13) || s->port <= 0) FAIL("the server printed '%s'", line);
+            return;
+        }
+    }
+    kill(pid, SIGKILL);
+    FAIL("the server did not say it listens");
+}
+
+/* SIGTERM, and its exit status must be 0 (a sanitizer report fails it) --
+ * or 3 with cut_ok: the drain cut connections still in the delay. */
+static void server_stop(server *s, int cut_ok) {
+    CHECK_EQ(kill(s->pid, SIGTERM), 0);
+    int st = 0;
+    int64_t until = now_ms() + IO_TIMEOUT_MS * 2;
+    for (;;) {
+        pid_t r = waitpid(s->pid, &st, WNOHANG);
+        if (r == s->pid) break;
+        if (now_ms() > until) {
+            kill(s->pid, SIGKILL);
+            FAIL("the server did not exit on SIGTERM");
+        }
+        sleep_ms(10);
+    }
+    if (!WIFEXITED(st) || (WEXITSTATUS(st) && !(cut_ok && WEXITSTATUS(st) == 3)))
+        FAIL("the server ended with status 0x%x", st);
+}
+
+/* k clients that each send one request and wait for its answer (which the
+ * server's --delay-ms holds back): connection vthreads parked in a sleep.
+ * They run in one child process, killed by kill_clients. */
+static pid_t clients_start(int port, int k) {
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int *fds = calloc((size_t)k, sizeof *fds);
+    for (int i = 0; i < k; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (connect(fds[i], (struct sockaddr *)&a, sizeof a) < 0) _exit(2);
+        const char *req = "GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n";
+        if (write(fds[i], req, strlen(req)) < 0) _exit(3);
+    }
+    for (;;) pause(); /* the responses are not read: the server sleeps first anyway */
+}
+
+static void clients_stop(pid_t pid) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+}
+
+/* Runs weft-top with args, its stdout into a string (the caller frees);
+ * *status gets its exit status. */
+__attribute__((sentinel)) static char *run_top(int *status, ...) {
+    const char *argv[8] = {WEFT_TOP_PATH};
+    int n = 1;
+    va_list ap;
+    va_start(ap, status);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 7) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char path[] = "/tmp/weft-test-top-out-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 1);
+        alarm(IO_TIMEOUT_MS / 1000 + 5);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    *status = st;
+    return slurp_fd(fd);
+}
+
+/* vthreads in the snapshot whose "waiting_on" is why (NULL: all). */
+static int count_vthreads(const json *root, const char *why) {
+    const json *vts = json_path(root, "weft_dump.vthreads");
+    CHECK(vts && vts->type == JSON_ARR);
+    int n = 0;
+    for (const json *v = vts->first; v; v = v->next) {
+        CHECK(json_num(json_get(v, "id"), 0) >= 1);
+        CHECK(json_str(json_get(v, "state"), NULL) != NULL);
+        if (!why || !strcmp(json_str(json_get(v, "waiting_on"), ""), why)) n++;
+    }
+    return n;
+}
+
+/* The checks a snapshot of the server must pass: its pid, two carriers
+ * with their counters, and at least `sleepers` vthreads in the delay. */
+static void check_server_snapshot(const json *root, pid_t pid, int sleepers) {
+    CHECK_EQ((long long)json_num(json_path(root, "weft_console.pid"), 0), pid);
+    CHECK_EQ((long long)json_num(json_path(root, "weft_console.version"), 0), 1);
+    CHECK(!strcmp(json_str(json_path(root, "weft_console.program"), ""), "weft-httpd"));
+    const json *cc = json_path(root, "weft_console.carrier_counters");
+    CHECK(cc && cc->type == JSON_ARR);
+    CHECK_EQ(cc->n, 2);
+    int k = 0;
+    for (const json *c = cc->first; c; c = c->next, k++) {
+        CHECK_EQ((long long)json_num(json_get(c, "index"), -1), k);
+        const json *b = json_get(c, "busy_pct");
+        CHECK(b && b->type == JSON_NUM && b->num >= 0 && b->num <= 100);
+        CHECK(json_num(json_get(c, "switches"), -1) >= 0);
+        CHECK(json_num(json_get(c, "steals"), -1) >= 0);
+        CHECK(json_num(json_get(c, "parks"), -1) >= 0);
+        CHECK(json_num(json_get(c, "runnable"), -1) >= 0);
+        CHECK(json_num(json_get(c, "tid"), 0) > 0);
+    }
+    const json *cs = json_path(root, "weft_dump.carrier_states");
+    CHECK(cs && cs->n == 2);
+    int live = (int)json_num(json_path(root, "weft_console.stats.live"), -1);
+    int listed = count_vthreads(root, NULL);
+    CHECK(listed >= 1 + sleepers);
+    CHECK(live >= 1);
+    int asleep = count_vthreads(root, "sleep");
+    if (asleep < sleepers) FAIL("%d vthreads in the delay's sleep, expected %d", asleep, sleepers);
+}
+
+/* A snapshot (weft-top --once --json ARG) showing at least `sleepers`
+ * vthreads asleep: taken again until the clients' connections are all in
+ * the delay (they connect while the test goes on). */
+static char *top_json_showing(const char *arg, pid_t pid, int sleepers, json_doc **d, const json **root) {
+    int64_t until = now_ms() + IO_TIMEOUT_MS;
+    for (;;) {
+        int st;
+        char *out = run_top(&st, "--once", "--json", arg, NULL);
+        if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("weft-top --once --json %s: status 0x%x: %s", arg, st, out);
+        char err[160];
+        *d = json_parse(out, strlen(out), root, err, sizeof err);
+        if (!*d) FAIL("weft-top's JSON does not parse: %s\n%s", err, out);
+        if (count_vthreads(*root, "sleep") >= sleepers || now_ms() > until) {
+            check_server_snapshot(*root, pid, sleepers);
+            return out;
+        }
+        json_free(*d);
+        free(out);
+        sleep_ms(50);
+    }
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+/* The acceptance line: weft-top --once --json against a running weft-httpd
+ * lists its carriers and vthreads -- by PID (found through the server's
+ * WEFT_CONSOLE) and by the socket's path. */
+TEST(top_once_json_lists_httpd) {
+    NEED_APPS();
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "json");
+    snprintf(sock, sizeof sock, "%s/httpd.sock", dir);
+    server s;
+    server_start(&s, sock, "--delay-ms", "60000", "--drain-timeout", "1", NULL);
+    struct stat st;
+    CHECK_EQ(stat(sock, &st), 0);
+    CHECK(S_ISSOCK(st.st_mode));
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    enum { K = 6 };
+    pid_t cl = clients_start(s.port, K);
+    char pidarg[16];
+    snprintf(pidarg, sizeof pidarg, "%d", (int)s.pid);
+    json_doc *d;
+    const json *root;
+    char *out = top_json_showing(pidarg, s.pid, K, &d, &root);
+    printf("weft-top --once --json %s: %zu bytes, %d vthreads, %d asleep in the delay\n", pidarg, strlen(out),
+           count_vthreads(root, NULL), count_vthreads(root, "sleep"));
+    json_free(d);
+    free(out);
+    out = top_json_showing(sock, s.pid, K, &d, &root);
+    json_free(d);
+    free(out);
+    /* the text form, once: the header and both carriers' rows */
+    int stt;
+    out = run_top(&stt, "--once", pidarg, NULL);
+    CHECK(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+    printf("%s", out);
+    CHECK(strstr(out, "weft-top  pid ") != NULL);
+    CHECK(strstr(out, "CARRIER") != NULL);
+    CHECK(strstr(out, "SLOWEST SLEEPERS") != NULL);
+    free(out);
+    clients_stop(cl);
+    /* the drain cuts the sleeping connections and the server _exits: the
+     * socket file stays behind, as after a crash ... */
+    server_stop(&s, 1);
+    CHECK_EQ(lstat(sock, &st), 0);
+    /* ... and the next server on that path finds it stale and replaces it */
+    server_start(&s, sock, NULL);
+    out = top_json_showing(sock, s.pid, 0, &d, &root);
+    json_free(d);
+    free(out);
+    /* removed at shutdown */
+    server_stop(&s, 0);
+    CHECK(lstat(sock, &st) < 0 && errno == ENOENT);
+    rm_dir(dir);
+}
+
+/* WEFT_CONSOLE=1: the default path /tmp/weft-<uid>/<pid>.sock, which
+ * weft-top finds from the pid; a pid that serves no console is a clear
+ * error. */
+TEST(default_path_by_pid) {
+    NEED_APPS();
+    server s;
+    server_start(&s, "1", NULL);
+    char sock[128];
+    snprintf(sock, sizeof sock, "/tmp/weft-%u/%d.sock", (unsigned)geteuid(), (int)s.pid);
+    struct stat st;
+    CHECK_EQ(stat(sock, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/weft-%u", (unsigned)geteuid());
+    CHECK_EQ(lstat(dir, &st), 0);
+    CHECK(S_ISDIR(st.st_mode) && (st.st_mode & 077) == 0 && st.st_uid == geteuid());
+    char pidarg[16];
+    snprintf(pidarg, sizeof pidarg, "%d", (int)s.pid);
+    json_doc *d;
+    const json *root;
+    char *out = top_json_showing(pidarg, s.pid, 0, &d, &root);
+    json_free(d);
+    free(out);
+    server_stop(&s, 0);
+    CHECK(lstat(sock, &st) < 0 && errno == ENOENT);
+    /* a server without a console */
+    server_start(&s, NULL, NULL);
+    snprintf(pidarg, sizeof pidarg, "%d", (int)s.pid);
+    int status;
+    out = run_top(&status, "--once", "--json", pidarg, NULL);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    CHECK_EQ(strlen(out), 0);
+    free(out);
+    server_stop(&s, 0);
+}
+
+/* The socket refuses another user: the file is 0600 (connect: EACCES), and
+ * with the file opened up by hand, SO_PEERCRED still refuses (the
+ * connection closes with no byte sent).  The owner is served. */
+TEST(refuses_another_uid) {
+    if (geteuid() != 0) SKIP("needs root to become a second uid (nobody, 65534)");
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "uid");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    for (int open_up = 0; open_up < 2; open_up++) {
+        if (open_up) {
+            CHECK_EQ(chmod(dir, 0755), 0);
+            CHECK_EQ(chmod(sock, 0666), 0);
+        }
+        fflush(NULL);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            /* (a plain child: it touches no weft call) */
+            if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0) _exit(10);
+            int fd = connect_path(sock);
+            if (!open_up) _exit(fd == -EACCES ? 0 : 11);
+            if (fd < 0) _exit(12); /* the file is open to all now: the kernel lets it connect */
+            char b[64];
+            size_t got = read_full(fd, b, sizeof b, now_ms() + IO_TIMEOUT_MS);
+            _exit(got == 0 ? 0 : 13); /* closed without a byte */
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the second uid's check (opened up: %d) ended with 0x%x", open_up, st);
+    }
+    /* and the owner is served */
+    int fd = connect_path(sock);
+    CHECK(fd >= 0);
+    const json *root;
+    char *text;
+    json_doc *d = read_snapshot(fd, &root, &text);
+    CHECK_EQ((long long)json_num(json_path(root, "weft_console.pid"), 0), getpid());
+    json_free(d);
+    free(text);
+    close(fd);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+static void *echo(void *arg) { return arg; }
+
+/* Snapshots keep coming (one a second) while the client stays; what it
+ * sends changes nothing; counters are there for every carrier. */
+TEST(streams_and_ignores_input) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "stream");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock, .carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    int fd = connect_path(sock);
+    CHECK(fd >= 0);
+    const char *junk = "quit\nshutdown\n{\"cmd\":\"stop\"}\n";
+    CHECK(write(fd, junk, strlen(junk)) == (ssize_t)strlen(junk));
+    double t_prev = 0;
+    for (int i = 0; i < 3; i++) {
+        const json *root;
+        char *text;
+        json_doc *d = read_snapshot(fd, &root, &text);
+        const json *cc = json_path(root, "weft_console.carrier_counters");
+        CHECK(cc && (int)cc->n == (test_det_mode() ? 1 : 2)); /* (deterministic mode: one carrier) */
+        double t = json_num(json_path(root, "weft_console.time_ns"), 0);
+        CHECK(test_det_mode() ? t >= t_prev : t > t_prev); /* (virtual time stands still with nothing to run) */
+        t_prev = t;
+        CHECK(json_path(root, "weft_dump.vthreads") != NULL);
+        CHECK(json_path(root, "weft_dump.executors") != NULL);
+        CHECK(json_path(root, "weft_dump.containers") != NULL);
+        json_free(d);
+        free(text);
+        if (i == 0) CHECK(write(fd, junk, strlen(junk)) == (ssize_t)strlen(junk));
+    }
+    close(fd);
+    /* the runtime is unharmed: a vthread runs and ends */
+    weft_thread *t;
+    void *res = NULL;
+    CHECK_EQ(weft_spawn(&t, echo, (void *)&cfg, NULL), 0);
+    CHECK_EQ(weft_join(t, &res), 0);
+    CHECK(res == (void *)&cfg);
+    weft_shutdown();
+    struct stat st;
+    CHECK(lstat(sock, &st) < 0 && errno == ENOENT);
+    rm_dir(dir);
+}
+
+/* A fork child has no console -- the socket is its parent's: its own
+ * runtime starts (no -EADDRINUSE), and its exit leaves the parent's file
+ * and service alone. */
+TEST(fork_child_has_none) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "fork");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* (TSan cannot start threads in a multi-threaded fork's child: see
+         * test_fork; there the child checks only its exit) */
+        weft_thread *t;
+        void *res = NULL;
+        if (!TEST_TSAN && weft_spawn(&t, echo, (void *)&cfg, NULL) != 0) _exit(10);
+        if (!TEST_TSAN && (weft_join(t, &res) != 0 || res != (void *)&cfg)) _exit(11);
+        if (!TEST_TSAN) weft_shutdown();
+        struct stat st;
+        if (lstat(sock, &st) != 0) _exit(12);
+        exit(0); /* (atexit handlers run: the parent's file stays) */
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the fork child ended with 0x%x", st);
+    int fd = connect_path(sock);
+    CHECK(fd >= 0);
+    const json *root;
+    char *text;
+    json_doc *d = read_snapshot(fd, &root, &text);
+    CHECK_EQ((long long)json_num(json_path(root, "weft_console.pid"), 0), getpid());
+    json_free(d);
+    free(text);
+    close(fd);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+/* What is at the path at start: a stale socket is replaced; a live one, a
+ * file, a directory open to others, a path too long are refused, and
+ * weft_init fails with the error. */
+TEST(stale_replaced_live_refused) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "stale");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock};
+    /* stale: bound, never listened, closed */
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+    CHECK_EQ(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    close(s);
+    CHECK_EQ(weft_init(&cfg), 0);
+    struct stat st;
+    CHECK_EQ(stat(sock, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    weft_shutdown();
+    CHECK(lstat(sock, &st) < 0);
+    /* live: someone listens there */
+    s = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK_EQ(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(s, 4), 0);
+    CHECK_EQ(weft_init(&cfg), -EADDRINUSE);
+    CHECK_EQ(stat(sock, &st), 0); /* not touched */
+    close(s);
+    unlink(sock);
+    /* a regular file */
+    int f = open(sock, O_CREAT | O_WRONLY, 0600);
+    CHECK(f >= 0);
+    close(f);
+    CHECK_EQ(weft_init(&cfg), -EEXIST);
+    CHECK_EQ(stat(sock, &st), 0);
+    CHECK(S_ISREG(st.st_mode));
+    unlink(sock);
+    /* a directory anyone may write into, without the sticky bit */
+    CHECK_EQ(chmod(dir, 0777), 0);
+    CHECK_EQ(weft_init(&cfg), -EPERM);
+    CHECK_EQ(chmod(dir, 0700), 0);
+    /* a path longer than a Unix socket's */
+    char longp[300];
+    memset(longp, 'x', sizeof longp);
+    memcpy(longp, "/tmp/", 5);
+    longp[sizeof longp - 1] = 0;
+    cfg.console = longp;
+    CHECK_EQ(weft_init(&cfg), -ENAMETOOLONG);
+    /* "0" and "": no console */
+    cfg.console = "0";
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+/* weft-top's screen, in a detached tmux session against weft-httpd: the
+ * header and a carrier row show (the capture is kept in
+ * /tmp/weft-top-capture.txt); q quits, and so does Ctrl-C, and the
+ * terminal is given back as it was (the shell after it finds its normal
+ * screen and canonical mode with echo). */
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    fflush(NULL);
+    int st = system(cmd);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) fprintf(stderr, "(%s: status 0x%x)\n", cmd, st);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The pane's text now (a private tmux server: -L, nobody's sessions touched). */
+static char *capture(const char *srv) {
+    char path[] = "/tmp/weft-test-capture-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    sh("tmux -L %s capture-pane -p -t %s > %s 2>/dev/null", srv, srv, path);
+    unlink(path);
+    return slurp_fd(fd);
+}
+
+/* Captures until every string shows; fails after IO_TIMEOUT_MS. */
+__attribute__((sentinel)) static char *capture_showing(const char *srv, ...) {
+    int64_t until = now_ms() + IO_TIMEOUT_MS;
+    for (;;) {
+        char *cap = capture(srv);
+        const char *missing = NULL;
+        va_list ap;
+        va_start(ap, srv);
+        for (const char *n; !missing && (n = va_arg(ap, const char *));)
+            if (!strstr(cap, n)) missing = n;
+        va_end(ap);
+        if (!missing) return cap;
+        if (now_ms() > until) {
+            sh("tmux -L %s kill-server 2>/dev/null", srv);
+            FAIL("the tmux pane never showed '%s':\n%s", missing, cap);
+        }
+        free(cap);
+        sleep_ms(100);
+    }
+}
+
+TEST(top_renders_in_tmux) {
+    NEED_APPS();
+    if (sh("command -v tmux >/dev/null 2>&1") != 0) SKIP("tmux is not installed (scripts/deps.sh installs it)");
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "tmux");
+    snprintf(sock, sizeof sock, "%s/httpd.sock", dir);
+    server s;
+    server_start(&s, sock, "--delay-ms", "60000", "--drain-timeout", "1", NULL);
+    pid_t cl = clients_start(s.port, 4);
+    char srv[64];
+    for (int round = 0; round < 2; round++) {
+        /* a server of its own per round: one just killed may still answer */
+        snprintf(srv, sizeof srv, "weft-top-test-%d-%d", (int)getpid(), round);
+        /* weft-top, then what the terminal looks like after it */
+        CHECK_EQ(sh("tmux -L %s new-session -d -s %s -x 132 -y 40 "
+                    "\"%s %d; echo weft-top-ended; stty -a | tr ' ;' '\\n\\n' | grep -qx icanon && "
+                    "stty -a | tr ' ;' '\\n\\n' | grep -qx echo && echo tty-restored; sleep 60\"",
+                    srv, srv, WEFT_TOP_PATH, (int)s.pid),
+                 0);
+        /* the header, the carriers' heading, carrier 0's row, the sleepers */
+        char *cap = capture_showing(srv, "weft-top  pid", "CARRIER GROUP STATE", "\n      0     0 ",
+                                    "VTHREADS BY CALL SITE", "SLOWEST SLEEPERS 4 asleep", NULL);
+        /* and a later screen: the rates, which need two snapshots ("-/s" before) */
+        int64_t until = now_ms() + IO_TIMEOUT_MS;
+        while (strstr(cap, "(-/s)")) {
+            if (now_ms() > until) FAIL("weft-top never showed a second snapshot's rates:\n%s", cap);
+            free(cap);
+            sleep_ms(100);
+            cap = capture_showing(srv, "weft-top  pid", "CARRIER GROUP STATE", NULL);
+        }
+        if (round == 0) {
+            printf("%s", cap);
+            FILE *f = fopen("/tmp/weft-top-capture.txt", "w");
+            CHECK(f != NULL);
+            fputs(cap, f);
+            fclose(f);
+        }
+        free(cap);
+        /* round 0: q quits; round 1: Ctrl-C (SIGINT) */
+        CHECK_EQ(sh("tmux -L %s send-keys -t %s %s", srv, srv, round ? "C-c" : "q"), 0);
+        cap = capture_showing(srv, "weft-top-ended", "tty-restored", NULL);
+        CHECK(strstr(cap, "CARRIER GROUP STATE") == NULL); /* the alternate screen is gone */
+        free(cap);
+        sh("tmux -L %s kill-server 2>/dev/null", srv);
+    }
+    clients_stop(cl);
+    server_stop(&s, 1);
+    rm_dir(dir);
+}
