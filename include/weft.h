@@ -316,6 +316,14 @@ WEFT_API uint64_t weft_id(const weft_thread *t);
 /* A vthread's name ("" when it has none). */
 WEFT_API const char *weft_name(const weft_thread *t);
 
+/* Renames the calling vthread (copied, up to 31 bytes; NULL or "": no
+ * name), as weft_attr.name names it at spawn: what weft_dump shows.  A
+ * program that learns what a vthread is for only after it started (the
+ * main vthread of weft_main, a worker taking a job) says so here.  Four
+ * stores: cheap enough for a connection's path.  Returns 0, or -EPERM on
+ * a platform thread. */
+WEFT_API int weft_set_name(const char *name);
+
 /*
  * Lets other runnable vthreads on this carrier run, then continues.  On a
  * platform thread it calls sched_yield().  Returns 0.
@@ -630,13 +638,22 @@ enum { WEFT_DUMP_TEXT = 0, WEFT_DUMP_JSON = 1 };
  * X ms"; spares marked as such) with the monitor's totals, then every live
  * vthread with its id, name, state
  * (running on carrier k, runnable, parked on <what> since <t>, sleeping until
- * <t>), the source location of its blocking call, its stack use and, for a
- * parked one, a backtrace (frame pointers; symbol names where the program
- * exports them, e.g. linked with -rdynamic); then every live executor with
- * its counters (weft/exec.h).  WEFT_DUMP_JSON writes the same
- * as one JSON object.  Returns 0, -EINVAL for an unknown format, or a
- * negative errno from write(2).  Safe to call while vthreads run: it reads a
- * racy snapshot and never stops them.
+ * <t>), for a parked one the call it waits in ("call": weft_recv with its
+ * "fd", weft_mutex_lock ...), the source location of that call ("site",
+ * "site_function") and its stack, frame by frame ("backtrace": function,
+ * offset, file, line, module, module_offset; inlined functions as frames
+ * of their own, "inlined": true), named with libdw -- static functions
+ * too, no -rdynamic needed; unwound by DWARF call frame information, so
+ * code built without frame pointers is walked -- and its stack use; then
+ * the vthreads grouped by identical stack, largest group first ("stacks":
+ * count, call, site, ids, backtrace); and every live executor with its
+ * counters (weft/exec.h).  WEFT_DUMP_JSON writes the same as one JSON
+ * object.  The first dump of a process reads its modules' symbols
+ * (cached for the next).  Returns 0, -EINVAL for an unknown format, or a
+ * negative errno from write(2).  Safe to call while vthreads run: it reads
+ * a racy snapshot and never stops them; dumps on several threads take
+ * turns.  Called on a vthread, it parks while a thread with room for
+ * libdw's stack writes it.
  */
 WEFT_API int weft_dump(int fd, int format);
 
@@ -690,7 +707,9 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
 /*
  * The blocking calls record where they were called from, for weft_dump.  The
  * macros below pass __FILE__ and __LINE__; the real functions stay callable
- * as (weft_sleep)(ns) or through pointers.
+ * as (weft_sleep)(ns) or through pointers.  The I/O calls (weft_read ...
+ * weft_close) record their return address, fd and operation instead; any
+ * other wait is placed by its stack's first frame outside weft.
  */
 WEFT_API int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
 WEFT_API int weft__join_at(weft_thread *t, void **result, const char *file, int line);

@@ -12,7 +12,7 @@
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
 # to 10 minutes for the lock, saying who holds it.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev clang libclang-rt-14-dev
+pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clang libclang-rt-14-dev
       postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev
       tmux # tmux: test_console draws weft-top in a detached session
       python3 chromium # tests/report_test.py: weft-bench report's page, rendered headless

@@ -150,9 +150,9 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     int got = await_flag(&ran); /* only a spare can run it */
     /* the stall as the dump shows it, while it lasts */
     char *text = got ? dump_showing(WEFT_DUMP_TEXT, "pinned in nanosleep since", "by vthread #", "\"sleeper\"",
-                                    "(spare, compensating)", NULL) : NULL;
+                                    "(spare, compensating)", "\" at monitor_test_sleeper+0x" /* the site */, NULL) : NULL;
     char *json = got ? dump_showing(WEFT_DUMP_JSON, "\"state\":\"pinned\"", "\"syscall\":\"nanosleep\"",
-                                    "\"compensating\":1", NULL) : NULL;
+                                    "\"compensating\":1", "\"site\":\"monitor_test_sleeper+0x", NULL) : NULL;
     weft_stats mid;
     stats(&mid);
     atomic_store(&sl_flag, 1);
@@ -184,6 +184,8 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     CHECK_EQ(count_lines(log, "weft: pinned:", " blocked in ", (char *)NULL), 1);
     CHECK_EQ(count_lines(log, "weft: pinned:", id, "blocked in nanosleep (syscall", "on carrier 0",
                          "at monitor_test_sleeper+0x", "test_monitor+0x", (char *)NULL), 1);
+    /* named by libdw: the site's file and line too (no dump held it then) */
+    CHECK_EQ(count_lines(log, "weft: pinned:", id, "at monitor_test_sleeper+0x", " (test_monitor.c:", (char *)NULL), 1);
     CHECK_EQ(count_lines(log, "weft: pinned:", id, "released carrier 0 after", (char *)NULL), 1);
     CHECK_EQ(count_lines(log, "weft: hog:", (char *)NULL), 0);
     free(text);

@@ -1,5 +1,6 @@
 /* observe: counters and the thread dump. */
 #include "harness.h"
+#include "json.h"
 
 #include <stdatomic.h>
 
@@ -20,6 +21,7 @@ TEST(stats_count_activity) {
 }
 
 static atomic_int up;
+enum { PARK_SLEEP_LINE = __LINE__ + 3 }; /* the weft_sleep below */
 static void *park_sleep(void *a) {
     atomic_fetch_add(&up, 1);
     weft_sleep(3600LL * 1000000000); /* the macro records this line; cancelled long before the end */
@@ -147,6 +149,122 @@ TEST(dump_on_sigquit) {
     CHECK_EQ(weft_dump_on_signal(SIGQUIT, fd, 9), -EINVAL);
     close(fd);
     unlink(path);
+    weft_cancel(t);
+    CHECK_EQ(weft_join(t, NULL), 0);
+}
+
+/* A dump taken on a vthread (its stack has no room for libdw: the dump is
+ * written by a thread of its own while the vthread parks) names frames as
+ * one taken on a platform thread does, and groups identical stacks. */
+static void *dumps_json(void *out) {
+    *(char **)out = dump_to_string(WEFT_DUMP_JSON);
+    return NULL;
+}
+
+TEST(dump_from_a_vthread_names_frames) {
+    DET_SKIP("waits in real time for the sleepers to park");
+    enum { N = 5 };
+    weft_thread *t[N], *d;
+    weft_attr sa = {.name = "sleeper"};
+    atomic_store(&up, 0);
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], park_sleep, NULL, &sa), 0);
+    while (atomic_load(&up) < N) usleep(1000);
+    char *js = NULL;
+    for (int tries = 0; tries < 2000; tries++) { /* until all N show parked at the site */
+        free(js);
+        CHECK_EQ(weft_spawn(&d, dumps_json, &js, NULL), 0);
+        CHECK_EQ(weft_join(d, NULL), 0);
+        if (strstr(js, "{\"count\":5,\"state\":\"parked\",\"waiting_on\":\"sleep\"")) break;
+        usleep(2000);
+    }
+    printf("%.2000s\n", js);
+    CHECK(strstr(js, "{\"count\":5,\"state\":\"parked\",\"waiting_on\":\"sleep\",\"call\":\"weft_sleep_until\"") != NULL);
+    char site[64];
+    snprintf(site, sizeof site, "test_observe.c:%d\",\"site_function\":\"park_sleep\"", PARK_SLEEP_LINE);
+    CHECK(strstr(js, site) != NULL);
+    CHECK(strstr(js, "\"function\":\"park_sleep\",\"offset\":\"0x") != NULL);
+    CHECK(strstr(js, "\"unwinder\":\"libdw\"") != NULL);
+    free(js);
+    char *tx = dump_to_string(WEFT_DUMP_TEXT);
+    CHECK(strstr(tx, "5 vthreads parked on sleep in weft_sleep_until at ") != NULL);
+    CHECK(strstr(tx, "      at park_sleep+0x") != NULL);
+    free(tx);
+    for (int i = 0; i < N; i++) weft_cancel(t[i]);
+    for (int i = 0; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+}
+
+/* A fork child's dump names its own vthreads' frames: the parent's libdw
+ * state (made by a dump before the fork) is not the child's to use. */
+TEST(dump_in_fork_child_names_frames) {
+    DET_SKIP("the child waits in real time for its sleeper to park");
+    char *d = dump_to_string(WEFT_DUMP_TEXT); /* the parent's symbolizer is set up */
+    free(d);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        weft_thread *t;
+        weft_attr a = {.name = "child-sleeper"};
+        atomic_store(&up, 0);
+        if (weft_spawn(&t, park_sleep, NULL, &a) != 0) _exit(2);
+        while (atomic_load(&up) < 1) usleep(1000);
+        for (int tries = 0; tries < 2000; tries++) {
+            char *tx = dump_to_string(WEFT_DUMP_TEXT);
+            int ok = strstr(tx, "\"child-sleeper\" sleeping") && strstr(tx, "      at park_sleep+0x") &&
+                     strstr(tx, "test_observe.c:");
+            free(tx);
+            if (ok) _exit(0);
+            usleep(2000);
+        }
+        _exit(1);
+    }
+    int st = 0;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
+/* The JSON checker the dump tests rely on (json.h) refuses what is not
+ * JSON, and reads what is; then the whole dump parses with it. */
+TEST(json_checker_and_the_dump) {
+    static const char *bad[] = {"", "{", "{\"a\":}", "{\"a\" 1}", "[1,]", "[1 2]", "\"abc", "\"a\\x\"", "01",
+                                "1.", "-", "tru", "{\"a\":1,}", "\"\\ud800\"", "\"tab\there\"", "[[[[", "{1:2}"};
+    char err[128];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *rest;
+        json *j = json_parse(bad[i], strlen(bad[i]), &rest, err, sizeof err);
+        int whole = j && rest == bad[i] + strlen(bad[i]);
+        if (whole) printf("accepted '%s'\n", bad[i]);
+        CHECK(!whole);
+        json_free(j);
+    }
+    const char *good = " {\"a\":[1,-2.5e3,true,false,null,\"x\\u00e9\\ud83d\\ude00\\n\"],\"b\":{}} ";
+    const char *rest;
+    json *j = json_parse(good, strlen(good), &rest, err, sizeof err);
+    CHECK(j != NULL);
+    CHECK(rest == good + strlen(good));
+    const json *a = json_get(j, "a");
+    CHECK(a && a->type == JSON_ARRAY && a->kids && a->kids->num == 1 && a->kids->next->num == -2500);
+    CHECK(!strcmp(a->kids->next->next->next->next->next->str, "x\xc3\xa9\xf0\x9f\x98\x80\n"));
+    json_free(j);
+    /* a dump with vthreads in it */
+    weft_thread *t;
+    weft_attr sa = {.name = "quote\"and\\slash"};
+    atomic_store(&up, 0);
+    CHECK_EQ(weft_spawn(&t, park_sleep, NULL, &sa), 0);
+    while (atomic_load(&up) < 1) usleep(1000);
+    char *d = dump_to_string(WEFT_DUMP_JSON);
+    j = json_parse(d, strlen(d), &rest, err, sizeof err);
+    if (!j) printf("%s\n", err);
+    CHECK(j != NULL);
+    CHECK(*rest == 0);
+    const json *vs = json_get(json_get(j, "weft_dump"), "vthreads");
+    CHECK(vs && vs->kids);
+    int named = 0;
+    for (const json *v = vs->kids; v; v = v->next) named += !strcmp(json_str(v, "name"), "quote\"and\\slash");
+    CHECK_EQ(named, 1);
+    json_free(j);
+    free(d);
     weft_cancel(t);
     CHECK_EQ(weft_join(t, NULL), 0);
 }

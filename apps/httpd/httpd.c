@@ -5,7 +5,10 @@
  * Shape.  weft_main runs the server: it opens the docroot (O_PATH) and the
  * listening socket, prints "listening on HOST:PORT", starts a signal
  * watcher (a vthread reading a signalfd) and one acceptor vthread per
- * carrier.  Each accepted connection is served by serve_conn(), the same
+ * carrier.  Every vthread has a name for the thread dump (SIGQUIT writes
+ * one to stderr; WEFT_DUMP_ON_SIGQUIT=json for JSON): "main", "watcher",
+ * "acceptor 0" ..., "conn 127.0.0.1:53412" (the peer, formatted by hand:
+ * the connection path stays cheap), "pool-reaper", "cpu-job".  Each accepted connection is served by serve_conn(), the same
  * code for every model:
  *   virtual   a detached vthread per connection (the default);
  *   thread    a detached pthread per connection (the first article's
@@ -1101,6 +1104,43 @@ typedef struct accepted {
     struct sockaddr_storage peer;
 } accepted;
 
+/* A connection vthread's name, "conn 127.0.0.1:53412" (the dump shows
+ * it): written by hand for IPv4, the common case on the connection path,
+ * which must stay cheap (snprintf and inet_ntop cost more than the rest of
+ * the spawn); inet_ntop for IPv6 ("conn [::1]:53412", cut at 31 bytes).
+ * out holds 32 bytes. */
+static char *put_u(char *p, unsigned v) {
+    char d[10];
+    int n = 0;
+    do d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) && n < 10);
+    while (n) *p++ = d[--n];
+    return p;
+}
+
+static void conn_name(char *out, const struct sockaddr_storage *peer) {
+    char *p = out;
+    memcpy(p, "conn ", 5);
+    p += 5;
+    if (peer->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
+        const unsigned char *b = (const unsigned char *)&in->sin_addr;
+        for (int i = 0; i < 4; i++) {
+            p = put_u(p, b[i]);
+            *p++ = i < 3 ? '.' : ':';
+        }
+        p = put_u(p, ntohs(in->sin_port));
+        *p = 0;
+    } else if (peer->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
+        char host[INET6_ADDRSTRLEN];
+        if (!inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host)) host[0] = 0;
+        snprintf(p, 32 - 5, "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+    } else {
+        memcpy(p, "?", 2);
+    }
+}
+
 /* A connection's vthread or pthread (it owns the malloc'd accepted). */
 static void *conn_main(void *arg) {
     accepted a = *(accepted *)arg;
@@ -1205,7 +1245,10 @@ static int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
     a->at = at;
     a->peer = *peer;
     if (O.model == MODEL_VIRTUAL) {
-        int r = weft_spawn(NULL, conn_main, a, NULL);
+        char name[32];
+        conn_name(name, peer);
+        weft_attr wa = {.name = name};
+        int r = weft_spawn(NULL, conn_main, a, &wa);
         if (r < 0) free(a);
         return r;
     }
@@ -1456,6 +1499,12 @@ static int open_listener(void) {
 }
 
 static int server(void *unused) {
+    weft_set_name("main");
+    /* SIGQUIT writes a thread dump to stderr, as a JVM's does, unless
+     * WEFT_DUMP_ON_SIGQUIT chose otherwise (weft_init armed it then) */
+    const char *dq = getenv("WEFT_DUMP_ON_SIGQUIT");
+    if ((!dq || !*dq) && weft_dump_on_signal(SIGQUIT, 2, WEFT_DUMP_TEXT) < 0)
+        fprintf(stderr, "weft-httpd: cannot arm the thread dump on SIGQUIT\n");
     /* signals arrive through a signalfd read by a vthread */
     sigset_t ss;
     sigemptyset(&ss);
@@ -1470,7 +1519,9 @@ static int server(void *unused) {
     if (nacceptors > 64) nacceptors = 64;
     if (nacceptors < 1) nacceptors = 1;
     for (int i = 0; i < nacceptors; i++) {
-        weft_attr aa = {.name = "acceptor"};
+        char an[32];
+        snprintf(an, sizeof an, "acceptor %d", i);
+        weft_attr aa = {.name = an};
         if (weft_spawn(&acceptors[i], acceptor_main, (void *)(intptr_t)i, &aa) < 0) {
             fprintf(stderr, "weft-httpd: cannot start acceptors\n");
             return 1;
@@ -1479,7 +1530,7 @@ static int server(void *unused) {
     /* after the acceptors: it reads acceptors[] (a signal that came
      * meanwhile waits in the signalfd) */
     weft_thread *sw, *reaper = NULL;
-    weft_attr sa = {.name = "signals", .daemon = 1};
+    weft_attr sa = {.name = "watcher", .daemon = 1}; /* of SIGTERM and SIGINT */
     if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
     weft_attr ra = {.name = "pool-reaper", .daemon = 1};
     if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
@@ -1553,6 +1604,10 @@ static void usage(FILE *f) {
             "  --quiet                no start/stop messages on stderr\n"
             "  --help                 this text\n"
             "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n"
+            "SIGQUIT writes a thread dump to stderr: every vthread (\"conn 127.0.0.1:53412\",\n"
+            "\"acceptor 0\", \"watcher\", \"main\") with its state, blocking call and site, and\n"
+            "its stack with file:line; then the vthreads grouped by stack.  In JSON with\n"
+            "WEFT_DUMP_ON_SIGQUIT=json.\n"
             "Exit status: 0 after a clean stop (every connection finished), 3 when the\n"
             "drain cut connections (its timeout, or a second signal), 1 when it cannot\n"
             "start, 2 for a bad option.\n");

@@ -55,6 +55,13 @@
  * operations per call on a word of its own fd (no other call contends for
  * it unless it uses the same fd).
  *
+ * The call site.  For weft_dump, a vthread's call stores in its own
+ * descriptor the public call's return address (its caller's site), the fd
+ * and the operation (exec: three relaxed stores, nothing else on the
+ * path); weft_close, whose waits are naps, stores the same.  The dump
+ * reads them while the vthread is parked on I/O and names the site with
+ * libdw (src/observe/symbolize.c).
+ *
  * The blocking pool.  Up to WEFT_BLOCKING_MAX (default 64) platform threads,
  * started on demand, leaving after 10 s idle; a FIFO of jobs under one
  * mutex.  A job never waits behind another while the pool may grow: a
@@ -383,6 +390,11 @@ static ssize_t exec(weft__ioreq *rq) {
     if (rq->op != IOR_POLL && rq->n > (1u << 30)) rq->n = 1u << 30; /* results are int32 in a CQE */
     weft_thread *self = weft__self();
     if (!self || !weft__poller_self()) return platform_exec(rq, deadline);
+    /* for the dump: what this call waits for, and where it was made
+     * (relaxed stores to the vthread's own descriptor, read racily) */
+    atomic_store_explicit(&self->block_pc, rq->pc, memory_order_relaxed);
+    atomic_store_explicit(&self->block_fd, rq->fd, memory_order_relaxed);
+    atomic_store_explicit(&self->block_op, (uint8_t)rq->op, memory_order_relaxed);
     if (weft_cancelled()) return -ECANCELED;
     if (deadline && deadline <= weft_now()) return -ETIMEDOUT;
     int err;
@@ -410,83 +422,90 @@ static ssize_t exec(weft__ioreq *rq) {
 /* the API                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The public call's return address: the site the dump names (see "The
+ * call site" above).  Read in the public function itself, so that neither
+ * inlining nor a tail call inside weft moves it. */
+#define CALLER __builtin_return_address(0)
+
 ssize_t weft_read(int fd, void *buf, size_t n) {
-    weft__ioreq rq = {.op = IOR_READ, .fd = fd, .buf = buf, .n = n};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_READ, .fd = fd, .buf = buf, .n = n};
     return exec(&rq);
 }
 ssize_t weft_write(int fd, const void *buf, size_t n) {
-    weft__ioreq rq = {.op = IOR_WRITE, .fd = fd, .buf = (void *)buf, .n = n};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_WRITE, .fd = fd, .buf = (void *)buf, .n = n};
     return exec(&rq);
 }
-ssize_t weft_write_all(int fd, const void *buf, size_t n) {
+static ssize_t write_all_at(int fd, const void *buf, size_t n, const void *pc) {
     size_t done = 0;
     while (done < n) {
-        ssize_t r = weft_write(fd, (const char *)buf + done, n - done);
+        weft__ioreq rq = {.pc = pc, .op = IOR_WRITE, .fd = fd, .buf = (char *)buf + done, .n = n - done};
+        ssize_t r = exec(&rq);
         if (r < 0) return done ? (ssize_t)done : r;
         if (r == 0) return done ? (ssize_t)done : -EIO;
         done += (size_t)r;
     }
     return (ssize_t)done;
 }
+ssize_t weft_write_all(int fd, const void *buf, size_t n) { return write_all_at(fd, buf, n, CALLER); }
 ssize_t weft_pread(int fd, void *buf, size_t n, off_t off) {
     if (off < 0) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_PREAD, .fd = fd, .buf = buf, .n = n, .off = off};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_PREAD, .fd = fd, .buf = buf, .n = n, .off = off};
     return exec(&rq);
 }
 ssize_t weft_pwrite(int fd, const void *buf, size_t n, off_t off) {
     if (off < 0) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_PWRITE, .fd = fd, .buf = (void *)buf, .n = n, .off = off};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_PWRITE, .fd = fd, .buf = (void *)buf, .n = n, .off = off};
     return exec(&rq);
 }
 ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt) {
     if (iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_READV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_READV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
     return exec(&rq);
 }
 ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt) {
     if (iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_WRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_WRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt};
     return exec(&rq);
 }
 ssize_t weft_preadv(int fd, const struct iovec *iov, int iovcnt, off_t off) {
     if (off < 0 || iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_PREADV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_PREADV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
     return exec(&rq);
 }
 ssize_t weft_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t off) {
     if (off < 0 || iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_PWRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_PWRITEV, .fd = fd, .iov = iov, .iovcnt = iovcnt, .off = off};
     return exec(&rq);
 }
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags) {
-    weft__ioreq rq = {.op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
     return exec(&rq);
 }
 ssize_t weft_send(int fd, const void *buf, size_t n, int flags) {
-    weft__ioreq rq = {.op = IOR_SEND, .fd = fd, .buf = (void *)buf, .n = n, .flags = flags};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_SEND, .fd = fd, .buf = (void *)buf, .n = n, .flags = flags};
     return exec(&rq);
 }
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags) {
     if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen, .flags = flags};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen, .flags = flags};
     return (int)exec(&rq);
 }
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen) {
-    weft__ioreq rq = {.op = IOR_CONNECT, .fd = fd, .addr = (struct sockaddr *)addr, .caddrlen = addrlen};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_CONNECT, .fd = fd, .addr = (struct sockaddr *)addr, .caddrlen = addrlen};
     return (int)exec(&rq);
 }
 int weft_poll(int fd, int events, int64_t deadline_ns) {
     if (deadline_ns < 0) return -EINVAL;
-    weft__ioreq rq = {.op = IOR_POLL, .fd = fd, .events = events, .n = (size_t)deadline_ns};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_POLL, .fd = fd, .events = events, .n = (size_t)deadline_ns};
     return (int)exec(&rq);
 }
 int weft_fsync(int fd) {
-    weft__ioreq rq = {.op = IOR_FSYNC, .fd = fd};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_FSYNC, .fd = fd};
     return (int)exec(&rq);
 }
 
 int weft_fdatasync(int fd) {
-    weft__ioreq rq = {.op = IOR_FDATASYNC, .fd = fd};
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_FDATASYNC, .fd = fd};
     return (int)exec(&rq);
 }
 
@@ -498,6 +517,12 @@ static void interrupt_fd(int fd) {
 
 int weft_close(int fd) {
     if (fd < 0) return -EBADF;
+    weft_thread *self = weft__self();
+    if (self) { /* for the dump, should the close wait (below) */
+        atomic_store_explicit(&self->block_pc, CALLER, memory_order_relaxed);
+        atomic_store_explicit(&self->block_fd, fd, memory_order_relaxed);
+        atomic_store_explicit(&self->block_op, (uint8_t)IOR_CLOSE, memory_order_relaxed);
+    }
     /* create: a call's fd_enter may be making fd's chunk right now */
     _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
     if (u) {
@@ -543,15 +568,17 @@ int weft_close(int fd) {
 ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
     if (!off) return -EINVAL;
     if (n == 0) return 0;
+    const void *pc = CALLER; /* the dump's call site, for the waits below */
     int fl = fcntl(out, F_GETFL);
     if (fl < 0) return -errno;
     if (!(fl & O_NONBLOCK) && weft_self()) {
         /* a blocking socket would hold the carrier: copy through a buffer */
         char buf[16384];
         size_t want = n < sizeof buf ? n : sizeof buf;
-        ssize_t r = weft_pread(in, buf, want, *off);
+        weft__ioreq rq = {.pc = pc, .op = IOR_PREAD, .fd = in, .buf = buf, .n = want, .off = *off};
+        ssize_t r = exec(&rq);
         if (r <= 0) return r;
-        ssize_t w = weft_write_all(out, buf, (size_t)r);
+        ssize_t w = write_all_at(out, buf, (size_t)r, pc);
         if (w > 0) *off += w;
         return w;
     }
@@ -566,7 +593,8 @@ ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
         if (r >= 0) return r;
         if (e == EINTR) continue;
         if (e != EAGAIN) return -e;
-        int p = weft_poll(out, POLLOUT, 0);
+        weft__ioreq rq = {.pc = pc, .op = IOR_POLL, .fd = out, .events = POLLOUT};
+        int p = (int)exec(&rq);
         if (p < 0) return p;
     }
 }

@@ -107,8 +107,10 @@ enum {
     IOR_READ, IOR_WRITE, IOR_PREAD, IOR_PWRITE, IOR_READV, IOR_WRITEV, IOR_RECV, IOR_SEND,
     IOR_ACCEPT, IOR_CONNECT, IOR_POLL, IOR_FSYNC,
     IOR_PREADV, IOR_PWRITEV, IOR_FDATASYNC, /* positioned vectors; fdatasync */
+    IOR_CLOSE, /* never a request: weft_close's waits, as the dump names them */
 };
 typedef struct weft__ioreq {
+    const void *pc; /* the public call's return address: its call site, for the dump */
     int op;
     int fd;
     void *buf;

@@ -8,9 +8,33 @@
  * anything pointing into a stack is bounds-checked before it is followed:
  * the dump is a consistent-enough snapshot, never a crash.
  *
- * For a parked vthread the saved stack pointer leads to the frame that
- * weft__ctx_switch pushed (see switch_x86_64.S: saved rbp at sp[6], return
- * address at sp[7]); from there the frame-pointer chain gives a backtrace.
+ * For a parked vthread the saved stack pointer leads to the registers that
+ * weft__ctx_switch pushed (switch_x86_64.S); symbolize.c unwinds from
+ * there with libdw's DWARF unwinder (the frame-pointer chain where libdw
+ * cannot) and names every frame: function+offset, file:line, the functions
+ * inlined there, module+offset.  Names are looked up only here, while the
+ * dump is written, under the symbolizer's lock (concurrent dumps take
+ * turns), never in a signal handler: the dump on SIGQUIT is written by a
+ * thread of its own (below).
+ *
+ * The call site.  The blocking calls behind macros record __FILE__ and
+ * __LINE__ (weft.h); the io calls record their return address, fd and
+ * operation (io.c, exec: three stores); any other wait is placed by its
+ * stack: the first frame outside weft's own sources.  So every parked
+ * vthread shows which call it waits in ("call") and where that was made
+ * ("site", "site_function").
+ *
+ * Running vthreads show their carrier but no stack: a carrier's registers
+ * can only be had by stopping it with a signal, which would end a foreign
+ * system call early (EINTR), and a computing vthread's stack changes
+ * under the reader.  A carrier the monitor found pinned shows the site of
+ * the blocking call it is stuck in, as the monitor found and named it
+ * (monitor.c, "The call site"; libdw's names and lines).
+ *
+ * Groups.  After the full list, the vthreads are grouped by state, wait,
+ * call, site and stack, largest group first ("412 vthreads parked on io in
+ * weft_recv at httpd.c:318 (conn_main)"), as Go's goroutine profile with
+ * debug=1 does; JSON has both, "vthreads" and "stacks".
  *
  * Scoped values: each vthread shows how many keys it sees bound
  * (weft_thread.scoped_n, kept by the vthread as it binds and unbinds: the
@@ -20,6 +44,8 @@
 #define _GNU_SOURCE
 #include "../scope/scope.h"
 #include "../exec/exec.h"
+#include "../io/io.h"
+#include "symbolize.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -43,6 +69,12 @@ typedef struct out {
     int first;
     int64_t now;
     uint64_t count;
+    /* every vthread listed, kept for the groups at the end */
+    struct vrec *recs;
+    size_t nrec, caprec;
+    uintptr_t *pool; /* their stacks' pcs */
+    size_t npool, cappool;
+    int short_of_memory; /* some vthreads left out of the groups */
 } out;
 
 static void flush(out *o) {
@@ -78,24 +110,6 @@ static const char *why_name(int why) {
 
 static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
 
-/* A word of another vthread's stack.  The dump reads a parked vthread's
- * frames as a snapshot, racing by design with the vthread once it runs
- * again: nothing orders the read before the vthread's later plain writes
- * to the same words (it may be woken through the kernel: an I/O
- * completion), so ThreadSanitizer is told to forget these reads. */
-#ifdef WEFT_TSAN
-void AnnotateIgnoreReadsBegin(const char *file, int line);
-void AnnotateIgnoreReadsEnd(const char *file, int line);
-static uint64_t stack_ld(const void *p) {
-    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
-    uint64_t v = ld(p);
-    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-    return v;
-}
-#else
-#define stack_ld ld
-#endif
-
 /* JSON-safe copy of a string. */
 static void put_str_json(out *o, const char *s) {
     put(o, "\"");
@@ -108,38 +122,207 @@ static void put_str_json(out *o, const char *s) {
     put(o, "\"");
 }
 
-static void backtrace_of(out *o, weft_thread *t, const char *top) {
-    uint64_t sp = ld(&t->sp);
-    const char *lo = t->stk.lo;
-    if (sp < (uint64_t)(uintptr_t)lo || sp + 64 > (uint64_t)(uintptr_t)top) return;
-    const uint64_t *frame = (const uint64_t *)(uintptr_t)sp;
-    uint64_t fp = stack_ld(&frame[6]), pc = stack_ld(&frame[7]);
-    if (o->json) put(o, ",\"backtrace\":[");
-    for (int depth = 0; depth < 32 && pc; depth++) {
-        Dl_info di;
-        const char *sym = NULL;
-        uintptr_t off = 0;
-        if (dladdr((void *)(uintptr_t)pc, &di) && di.dli_sname) {
-            sym = di.dli_sname;
-            off = (uintptr_t)pc - (uintptr_t)di.dli_saddr;
+/* ---- stacks, call sites, groups ---------------------------------------- */
+
+#define MAX_FRAMES 48
+
+/* What the dump knows of one vthread, kept for the groups at the end. */
+typedef struct vrec {
+    uint64_t id;
+    const char *state;
+    int why;          /* parked: WEFT__WHY_*, else -1 */
+    int op;           /* io: IOR_*, else -1 */
+    const char *call; /* the blocking call (a function's name or a table's) */
+    const char *sfile; /* its call site */
+    int sline;
+    const char *sfunc;
+    size_t at;        /* its pcs in the dump's pool */
+    int n;
+} vrec;
+
+static const char *io_call_name(int op) {
+    static const char *names[] = {
+        [IOR_READ] = "weft_read",       [IOR_WRITE] = "weft_write",   [IOR_PREAD] = "weft_pread",
+        [IOR_PWRITE] = "weft_pwrite",   [IOR_READV] = "weft_readv",   [IOR_WRITEV] = "weft_writev",
+        [IOR_RECV] = "weft_recv",       [IOR_SEND] = "weft_send",     [IOR_ACCEPT] = "weft_accept",
+        [IOR_CONNECT] = "weft_connect", [IOR_POLL] = "weft_poll",     [IOR_FSYNC] = "weft_fsync",
+        [IOR_PREADV] = "weft_preadv",   [IOR_PWRITEV] = "weft_pwritev", [IOR_FDATASYNC] = "weft_fdatasync",
+        [IOR_CLOSE] = "weft_close",
+    };
+    return op >= 0 && op < (int)(sizeof names / sizeof names[0]) && names[op] ? names[op] : "I/O";
+}
+
+/* The call a wait of kind why comes from, when its stack does not say. */
+static const char *why_call_name(int why) {
+    static const char *names[WEFT__WHY_COUNT] = {
+        "", "weft_sleep", "weft_join", "weft_park", "I/O", "weft_mutex_lock", "weft_cond_wait",
+        "weft_sem_acquire", "weft_rwlock", "weft_latch_await", "weft_once", "weft_chan_send", "weft_chan_recv",
+        "weft_select", "weft_future_get", "weft_scope_join", "weft_blocking", "an executor's wait",
+        "async completions"};
+    return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
+}
+
+/* A weft function's name as the user wrote the call: "weft__mutex_lock_at"
+ * (behind the weft_mutex_lock macro) is weft_mutex_lock. */
+static const char *call_label(const char *raw, char *buf, size_t cap) {
+    if (!raw || strncmp(raw, "weft__", 6)) return raw ? raw : "?";
+    snprintf(buf, cap, "weft_%s", raw + 6);
+    size_t l = strlen(buf);
+    if (l > 8 && !strcmp(buf + l - 3, "_at")) buf[l - 3] = 0;
+    return buf;
+}
+
+static void put_hex_json(out *o, const char *key, uintptr_t v) { put(o, ",\"%s\":\"0x%" PRIxPTR "\"", key, v); }
+
+/* The frames of pcs: in JSON, objects (a comma before each but the first);
+ * in text, one "at" line each. */
+static void put_frames(out *o, const uintptr_t *pcs, int n) {
+    int first = 1;
+    for (int i = 0; i < n; i++) {
+        const weft__sym *s = weft__sym_get(pcs[i]);
+        if (!s->n) { /* unresolved: the address, and where it lies */
+            if (o->json) {
+                put(o, "%s{\"pc\":\"0x%" PRIxPTR "\"", first ? "" : ",", pcs[i]);
+                if (s->module) {
+                    put(o, ",\"module\":");
+                    put_str_json(o, s->module);
+                    put_hex_json(o, "module_offset", s->mod_off);
+                }
+                put(o, "}");
+            } else if (s->module) {
+                put(o, "      at 0x%" PRIxPTR " (%s+0x%" PRIxPTR ")\n", pcs[i], s->module, s->mod_off);
+            } else {
+                put(o, "      at 0x%" PRIxPTR "\n", pcs[i]);
+            }
+            first = 0;
+            continue;
         }
-        if (o->json) {
-            put(o, "%s{\"pc\":\"0x%" PRIx64 "\"", depth ? "," : "", pc);
-            if (sym) { put(o, ",\"symbol\":"); put_str_json(o, sym); }
-            put(o, "}");
-        } else if (sym) {
-            put(o, "      at %s+0x%zx (0x%" PRIx64 ")\n", sym, (size_t)off, pc);
-        } else {
-            put(o, "      at 0x%" PRIx64 "\n", pc);
+        for (int k = 0; k < s->n; k++) {
+            const weft__sym_frame *f = &s->f[k];
+            if (o->json) {
+                put(o, "%s{\"pc\":\"0x%" PRIxPTR "\",\"function\":", first ? "" : ",", pcs[i]);
+                if (f->func) put_str_json(o, f->func);
+                else put(o, "null");
+                if (!f->inlined && f->func) put_hex_json(o, "offset", f->off);
+                if (f->file) {
+                    put(o, ",\"file\":");
+                    put_str_json(o, f->file);
+                    put(o, ",\"line\":%d", f->line);
+                }
+                if (s->module) {
+                    put(o, ",\"module\":");
+                    put_str_json(o, s->module);
+                    put_hex_json(o, "module_offset", s->mod_off);
+                }
+                if (f->inlined) put(o, ",\"inlined\":true");
+                put(o, "}");
+            } else {
+                put(o, "      at %s", f->func ? f->func : "??");
+                if (!f->inlined && f->func) put(o, "+0x%" PRIxPTR, f->off);
+                if (f->file) put(o, " (%s:%d)", f->file, f->line);
+                if (f->inlined) put(o, " [inlined]\n");
+                else if (s->module) put(o, " [%s+0x%" PRIxPTR "]\n", s->module, s->mod_off);
+                else put(o, "\n");
+            }
+            first = 0;
         }
-        if (fp < (uint64_t)(uintptr_t)lo || fp + 16 > (uint64_t)(uintptr_t)top || (fp & 7)) break;
-        const uint64_t *f = (const uint64_t *)(uintptr_t)fp;
-        uint64_t nfp = stack_ld(&f[0]);
-        pc = stack_ld(&f[1]);
-        if (nfp <= fp) break; /* frames go up the stack */
-        fp = nfp;
     }
-    if (o->json) put(o, "]");
+}
+
+/* Where a parked vthread's blocking call was made, and which call it is:
+ * the site its macro recorded (__FILE__:__LINE__), unless that is inside
+ * weft; else the io call's return address (io.c records it); else the
+ * first frame of its stack outside weft's own code.  The call: an io
+ * operation's name; else the weft function that frame called (a hooked
+ * libc function's name, say); else the kind of wait's. */
+static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n) {
+    const char *bf = (const char *)(uintptr_t)ld(&t->block_file);
+    int bl = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
+    int outside = -1; /* the first frame outside weft */
+    for (int i = 0; i < n && outside < 0; i++) {
+        const weft__sym *s = weft__sym_get(pcs[i]);
+        if (!s->weft && s->n) outside = i;
+    }
+    r->sfile = NULL;
+    r->sline = 0;
+    r->sfunc = NULL;
+    const weft__sym *bs = NULL;
+    if (r->why == WEFT__WHY_IO) {
+        uintptr_t bpc = (uintptr_t)ld(&t->block_pc);
+        if (bpc) bs = weft__sym_get(bpc);
+        if (bs && (bs->weft || !bs->n)) bs = NULL;
+    }
+    if (bf && !weft__sym_is_weft_file(bf)) {
+        r->sfile = bf;
+        r->sline = bl;
+        if (outside >= 0) r->sfunc = weft__sym_get(pcs[outside])->f[0].func;
+    } else if (bs) {
+        r->sfile = bs->f[0].file;
+        r->sline = bs->f[0].line;
+        r->sfunc = bs->f[0].func;
+    } else if (outside >= 0) {
+        const weft__sym *s = weft__sym_get(pcs[outside]);
+        r->sfile = s->f[0].file;
+        r->sline = s->f[0].line;
+        r->sfunc = s->f[0].func;
+    } else if (bf) {
+        r->sfile = bf;
+        r->sline = bl;
+    }
+    if (r->op >= 0) {
+        r->call = io_call_name(r->op);
+    } else {
+        r->call = why_call_name(r->why);
+        if (outside > 0) {
+            const weft__sym *c = weft__sym_get(pcs[outside - 1]);
+            const char *fn = c->n ? c->f[c->n - 1].func : NULL;
+            if (fn && !strncmp(fn, "weft_", 5)) r->call = fn;
+        }
+    }
+}
+static void put_site_json(out *o, const vrec *r) {
+    if (r->sfile) {
+        put(o, ",\"site\":");
+        char b[600];
+        snprintf(b, sizeof b, "%s:%d", r->sfile, r->sline);
+        put_str_json(o, b);
+    }
+    if (r->sfunc) {
+        put(o, ",\"site_function\":");
+        put_str_json(o, r->sfunc);
+    }
+}
+
+static void put_site_text(out *o, const vrec *r) {
+    if (r->sfile) put(o, " at %s:%d", r->sfile, r->sline);
+    if (r->sfunc) put(o, " (%s)", r->sfunc);
+}
+
+/* Keeps r (and its n pcs) for the groups. */
+static void keep(out *o, const vrec *r, const uintptr_t *pcs, int n) {
+    if (o->nrec == o->caprec) {
+        size_t cap = o->caprec ? 2 * o->caprec : 256;
+        vrec *v = realloc(o->recs, cap * sizeof *v);
+        if (!v) goto short_of_memory;
+        o->recs = v;
+        o->caprec = cap;
+    }
+    if (o->npool + (size_t)n > o->cappool) {
+        size_t cap = o->cappool ? 2 * o->cappool : 4096;
+        while (cap < o->npool + (size_t)n) cap *= 2;
+        uintptr_t *p = realloc(o->pool, cap * sizeof *p);
+        if (!p) goto short_of_memory;
+        o->pool = p;
+        o->cappool = cap;
+    }
+    o->recs[o->nrec] = *r;
+    o->recs[o->nrec].at = o->npool;
+    if (n) memcpy(o->pool + o->npool, pcs, (size_t)n * sizeof *pcs);
+    o->npool += (size_t)n;
+    o->nrec++;
+    return;
+short_of_memory:
+    o->short_of_memory = 1;
 }
 
 static void one(weft__stack *s, void *ctx) {
@@ -153,19 +336,28 @@ static void one(weft__stack *s, void *ctx) {
     memcpy(name, nw, 32);
     name[31] = 0;
     uint64_t id = ld(&t->id);
-    const char *file = (const char *)(uintptr_t)ld(&t->block_file);
-    int line = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
     int64_t since = (int64_t)ld(&t->block_since), until = (int64_t)ld(&t->block_until);
     int why = __atomic_load_n(&t->why, __ATOMIC_RELAXED);
     unsigned gid = __atomic_load_n(&t->grp_id, __ATOMIC_RELAXED); /* its carrier group, 0: the default */
     unsigned scoped_n = atomic_load_explicit(&t->scoped_n, memory_order_relaxed);
     weft__carrier *c = (weft__carrier *)(uintptr_t)ld(&t->carrier);
-    const char *top = (const char *)t;
     size_t res = weft__stack_resident(s);
     int running = rs == WEFT__RS_RUNNABLE && weft__carrier_running(c) == t;
     const char *state = rs == WEFT__RS_NEW ? "new" : running ? "running"
                       : rs == WEFT__RS_RUNNABLE ? "runnable" : rs == WEFT__RS_PARKED ? "parked"
                       : rs == WEFT__RS_DONE ? "done" : "?";
+    int parked = rs == WEFT__RS_PARKED;
+    uintptr_t pcs[MAX_FRAMES];
+    int n = parked ? weft__sym_stack(t, pcs, MAX_FRAMES) : 0;
+    vrec r = {.id = id, .state = state, .why = parked ? why : -1, .op = -1};
+    int fd = -1;
+    if (parked && why == WEFT__WHY_IO && ld(&t->block_pc)) {
+        r.op = atomic_load_explicit(&t->block_op, memory_order_relaxed);
+        fd = atomic_load_explicit(&t->block_fd, memory_order_relaxed);
+    }
+    if (parked) site_of(&r, t, pcs, n);
+    char cb[96];
+    const char *call = parked ? call_label(r.call, cb, sizeof cb) : NULL;
     o->count++;
     if (o->json) {
         put(o, "%s\n    {\"id\":%" PRIu64 ",\"name\":", o->first ? "" : ",", id);
@@ -180,34 +372,154 @@ static void one(weft__stack *s, void *ctx) {
          * which may be secrets (a token, a user) */
         put(o, ",\"scoped_bindings\":%u", scoped_n);
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
-        if (rs == WEFT__RS_PARKED) {
-            put(o, ",\"waiting_on\":\"%s\",\"since_ns\":%" PRId64, why_name(why), o->now - since);
+        if (parked) {
+            put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(why));
+            put_str_json(o, call);
+            if (r.op >= 0) put(o, ",\"fd\":%d", fd);
+            put(o, ",\"since_ns\":%" PRId64, o->now - since);
             if (until) put(o, ",\"until_ns\":%" PRId64, until - o->now);
-            if (file) { put(o, ",\"site\":"); char b[512]; snprintf(b, sizeof b, "%s:%d", file, line); put_str_json(o, b); }
+            put_site_json(o, &r);
         }
         put(o, ",\"stack_size\":%zu,\"stack_resident\":%zu", s->size, res);
-        if (rs == WEFT__RS_PARKED) backtrace_of(o, t, top);
+        if (parked) {
+            put(o, ",\"backtrace\":[");
+            put_frames(o, pcs, n);
+            put(o, "]");
+        }
         put(o, "}");
         o->first = 0;
-        return;
+    } else {
+        put(o, "#%" PRIu64 " \"%s\" ", id, name);
+        if (gid) put(o, "[group %u] ", gid);
+        weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
+        if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
+        if (scoped_n) put(o, "[%u scoped binding%s] ", scoped_n, scoped_n == 1 ? "" : "s");
+        if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
+        else if (parked) {
+            if (why == WEFT__WHY_SLEEP && until)
+                put(o, "sleeping for %.3f s more (since %.3f s)", (double)(until - o->now) / 1e9,
+                    (double)(o->now - since) / 1e9);
+            else
+                put(o, "parked on %s since %.3f s", why_name(why), (double)(o->now - since) / 1e9);
+            put(o, " in %s", call);
+            if (r.op >= 0) put(o, " (fd %d)", fd);
+            put_site_text(o, &r);
+            put(o, "\n");
+        } else put(o, "%s\n", state);
+        put(o, "    stack %zu KiB reserved, %zu KiB resident\n", s->size / 1024, res / 1024);
+        if (parked) put_frames(o, pcs, n);
     }
-    put(o, "#%" PRIu64 " \"%s\" ", id, name);
-    if (gid) put(o, "[group %u] ", gid);
-    weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
-    if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
-    if (scoped_n) put(o, "[%u scoped binding%s] ", scoped_n, scoped_n == 1 ? "" : "s");
-    if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
-    else if (rs == WEFT__RS_PARKED) {
-        if (why == WEFT__WHY_SLEEP && until)
-            put(o, "sleeping for %.3f s more (since %.3f s)", (double)(until - o->now) / 1e9,
-                (double)(o->now - since) / 1e9);
-        else
-            put(o, "parked on %s since %.3f s", why_name(why), (double)(o->now - since) / 1e9);
-        if (file) put(o, " at %s:%d", file, line);
-        put(o, "\n");
-    } else put(o, "%s\n", state);
-    put(o, "    stack %zu KiB reserved, %zu KiB resident\n", s->size / 1024, res / 1024);
-    if (rs == WEFT__RS_PARKED) backtrace_of(o, t, top);
+    r.n = n;
+    keep(o, &r, pcs, n);
+}
+
+/*
+ * Groups: the vthreads whose state, wait, call, site and stack are the
+ * same, largest group first, as Go's goroutine profile (debug=1) prints
+ * them: "412 vthreads parked on io in weft_recv at .../httpd.c:318
+ * (conn_main)", the stack once, and the vthreads' ids.  Made from what the
+ * walk kept (every vthread listed, unless memory ran short: then said).
+ */
+static int str_cmp(const char *a, const char *b) {
+    if (a == b) return 0;
+    if (!a) return -1;
+    if (!b) return 1;
+    return strcmp(a, b);
+}
+
+/* equal but for the id: the same group */
+static int rec_key_cmp(const vrec *a, const vrec *b, const uintptr_t *pool) {
+    int d;
+    if ((d = strcmp(a->state, b->state))) return d;
+    if (a->why != b->why) return a->why < b->why ? -1 : 1;
+    if (a->op != b->op) return a->op < b->op ? -1 : 1;
+    if ((d = str_cmp(a->call, b->call))) return d;
+    if ((d = str_cmp(a->sfile, b->sfile))) return d;
+    if (a->sline != b->sline) return a->sline < b->sline ? -1 : 1;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    for (int i = 0; i < a->n; i++) {
+        uintptr_t x = pool[a->at + (size_t)i], y = pool[b->at + (size_t)i];
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return 0;
+}
+
+static int rec_cmp(const void *x, const void *y, void *pool) {
+    const vrec *a = x, *b = y;
+    int d = rec_key_cmp(a, b, pool);
+    return d ? d : a->id < b->id ? -1 : a->id > b->id;
+}
+
+typedef struct grp {
+    size_t first, count;
+} grp;
+
+static int grp_cmp(const void *x, const void *y) {
+    const grp *a = x, *b = y;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    return a->first < b->first ? -1 : a->first > b->first;
+}
+
+#define GROUP_IDS_TEXT 16 /* ids listed per group in text (JSON: all) */
+
+static void groups(out *o) {
+    size_t ng = 0;
+    grp *g = NULL;
+    if (o->nrec) {
+        qsort_r(o->recs, o->nrec, sizeof *o->recs, rec_cmp, o->pool);
+        g = malloc(o->nrec * sizeof *g);
+        if (!g) o->short_of_memory = 1;
+    }
+    if (o->json) {
+        if (o->short_of_memory) put(o, ",\n  \"stacks_incomplete\":true");
+        put(o, ",\n  \"stacks\":[");
+    } else {
+        put(o, "vthreads by stack (identical stacks together, largest first):\n");
+        if (o->short_of_memory) put(o, "(memory ran short: some vthreads are missing from the groups)\n");
+    }
+    if (g) {
+        for (size_t i = 0; i < o->nrec; i++) {
+            if (ng && !rec_key_cmp(&o->recs[g[ng - 1].first], &o->recs[i], o->pool)) g[ng - 1].count++;
+            else g[ng++] = (grp){i, 1};
+        }
+        qsort(g, ng, sizeof *g, grp_cmp);
+    }
+    for (size_t k = 0; k < ng; k++) {
+        const vrec *r = &o->recs[g[k].first];
+        char cb[96];
+        const char *call = r->why >= 0 ? call_label(r->call, cb, sizeof cb) : NULL;
+        if (o->json) {
+            put(o, "%s\n    {\"count\":%zu,\"state\":\"%s\"", k ? "," : "", g[k].count, r->state);
+            if (r->why >= 0) {
+                put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(r->why));
+                put_str_json(o, call);
+                put_site_json(o, r);
+            }
+            put(o, ",\"ids\":[");
+            for (size_t i = 0; i < g[k].count; i++) put(o, "%s%" PRIu64, i ? "," : "", o->recs[g[k].first + i].id);
+            put(o, "]");
+            if (r->why >= 0) {
+                put(o, ",\"backtrace\":[");
+                put_frames(o, o->pool + r->at, r->n);
+                put(o, "]");
+            }
+            put(o, "}");
+        } else {
+            put(o, "%zu vthread%s %s", g[k].count, g[k].count == 1 ? "" : "s", r->state);
+            if (r->why >= 0) {
+                put(o, " on %s in %s", why_name(r->why), call);
+                put_site_text(o, r);
+            }
+            put(o, ":");
+            for (size_t i = 0; i < g[k].count && i < GROUP_IDS_TEXT; i++)
+                put(o, " #%" PRIu64, o->recs[g[k].first + i].id);
+            if (g[k].count > GROUP_IDS_TEXT) put(o, " ...");
+            put(o, "\n");
+            put_frames(o, o->pool + r->at, r->n);
+        }
+    }
+    free(g);
+    if (o->json) put(o, "%s]", ng ? "\n  " : "");
 }
 
 /*
@@ -319,12 +631,18 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
                 put(o, ",\"syscall\":");
                 put_str_json(o, sysbuf);
                 put(o, ",\"syscall_nr\":%ld", v.sysno);
+                if (v.site[0]) {
+                    put(o, ",\"site\":");
+                    put_str_json(o, v.site);
+                }
             }
         }
         put(o, "}");
     } else if (v.stall == WEFT__STALL_PINNED) {
-        put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"\n", k, role, sysbuf,
+        put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"", k, role, sysbuf,
             (double)(o->now - v.since) / 1e9, v.vid, v.vname);
+        if (v.site[0]) put(o, " at %.480s", v.site);
+        put(o, "\n");
     } else if (v.stall == WEFT__STALL_HOG) {
         put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,
             (double)(o->now - v.since) / 1e6);
@@ -387,8 +705,7 @@ static void one_group(const weft_group_stats *g, const int *idx, int n, void *ct
     o->first = 0;
 }
 
-int weft_dump(int fd, int format) {
-    if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
+static int dump_here(int fd, int format) {
     int r;
     out *o = calloc(1, sizeof *o);
     if (!o) return -ENOMEM;
@@ -414,17 +731,70 @@ int weft_dump(int fd, int format) {
     weft__executors_each(one_executor, o);
     if (o->json) put(o, "%s],\n  ", o->first ? "" : "\n  ");
     o->first = 1;
+    weft__sym_lock(); /* one dump at a time names frames (symbolize.c) */
     weft__scopes_lock(); /* scopes and their tasks stay while we look */
     containers(o);
     if (o->json) put(o, "\"vthreads\":[");
     weft__stacks_walk(one, o);
     weft__scopes_unlock();
-    if (o->json) put(o, "\n  ]}}\n");
+    /* (the JSON still ends in "]}}": the stacks last) */
+    if (o->json)
+        put(o, "\n  ],\n  \"unwinder\":\"%s\",\"frame_pointer_walks\":%d", weft__sym_unwinder(),
+            weft__sym_fp_walks());
+    groups(o);
+    if (o->json) put(o, "}}\n");
     else put(o, "end of dump: %" PRIu64 " vthreads listed\n", o->count);
+    weft__sym_unlock();
     flush(o);
     r = o->err;
+    free(o->recs);
+    free(o->pool);
     free(o);
     return r;
+}
+
+/* The dump needs room on its stack for libdw (symbolize.c, "Stack room"):
+ * where the caller has less -- a vthread, a small platform thread -- a
+ * thread with a big stack (only touched pages cost) writes it while the
+ * caller waits: a vthread parks in weft_blocking, whose pool thread waits
+ * for it.  If no thread can be made, the dump is written here, frames
+ * named by module+offset only. */
+#define DUMP_STACK ((size_t)16 * 1024 * 1024)
+
+typedef struct dump_job {
+    int fd, format, r;
+} dump_job;
+
+static void *dump_job_main(void *arg) {
+    dump_job *j = arg;
+    j->r = dump_here(j->fd, j->format);
+    return NULL;
+}
+
+static void *dump_elsewhere(void *arg) {
+    dump_job *j = arg;
+    pthread_t th;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, DUMP_STACK);
+    int e = pthread_create(&th, &a, dump_job_main, j);
+    pthread_attr_destroy(&a);
+    if (e) dump_job_main(j);
+    else pthread_join(th, NULL);
+    return NULL;
+}
+
+int weft_dump(int fd, int format) {
+    if (format != WEFT_DUMP_TEXT && format != WEFT_DUMP_JSON) return -EINVAL;
+    if (weft__sym_stack_left() >= 2 * WEFT__SYM_STACK_NEED) return dump_here(fd, format);
+    dump_job j = {fd, format, 0};
+    if (weft_self()) {
+        int r = weft_blocking(dump_elsewhere, &j, NULL);
+        if (r < 0) return r;
+    } else {
+        dump_elsewhere(&j);
+    }
+    return j.r;
 }
 
 /* ---- dump on a signal --------------------------------------------------- */
@@ -445,10 +815,37 @@ static struct {
     struct sigaction old;
 } SQ = {.lock = PTHREAD_MUTEX_INITIALIZER, .pipe = {-1, -1}};
 
+/*
+ * ThreadSanitizer runs a handler late: when the thread that took the
+ * signal next enters one of its interceptors.  A carrier asleep in
+ * io_uring_enter or a platform thread in a futex wait (raw system calls
+ * it does not see) may never do so, and the dump would never start.  So
+ * a TSan build installs this handler with the C library's own sigaction,
+ * behind TSan's back, and the handler writes with a raw system call
+ * (TSan then sees neither, and nothing of its state is touched from the
+ * signal).
+ */
+#ifdef WEFT_TSAN
+#include <sys/syscall.h>
+static int sq_sigaction(int sig, const struct sigaction *sa, struct sigaction *old) {
+    static int (*fn)(int, const struct sigaction *, struct sigaction *);
+    if (!fn) {
+        void *h = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+        if (h) fn = (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(h, "sigaction");
+        if (!fn) fn = sigaction;
+    }
+    return fn(sig, sa, old);
+}
+#define SQ_WRITE(fd, b, n) syscall(SYS_write, (fd), (b), (n))
+#else
+#define sq_sigaction sigaction
+#define SQ_WRITE(fd, b, n) write((fd), (b), (n))
+#endif
+
 static void sq_handler(int sig) {
     int e = errno;
     char b = 1;
-    if (write(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
+    if (SQ_WRITE(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
     }
     errno = e;
 }
@@ -487,7 +884,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
     pthread_mutex_lock(&SQ.lock);
     int r = 0;
     int old = atomic_load(&SQ.signo);
-    if (old && old != signo) sigaction(old, &SQ.old, NULL);
+    if (old && old != signo) sq_sigaction(old, &SQ.old, NULL);
     atomic_store(&SQ.signo, 0);
     if (signo) {
         if (!SQ.started) {
@@ -503,7 +900,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
             pthread_attr_t a;
             pthread_attr_init(&a);
             pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            pthread_attr_setstacksize(&a, 256 * 1024);
+            pthread_attr_setstacksize(&a, DUMP_STACK); /* libdw's room: the dump runs right here */
             /* the dump thread takes no signals itself */
             sigset_t all, prev;
             sigfillset(&all);
@@ -528,7 +925,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
             sa.sa_handler = sq_handler;
             sa.sa_flags = SA_RESTART;
             sigemptyset(&sa.sa_mask);
-            if (sigaction(signo, &sa, &SQ.old) < 0) {
+            if (sq_sigaction(signo, &sa, &SQ.old) < 0) {
                 r = -errno;
                 goto out;
             }

@@ -56,10 +56,12 @@
  * statically linked program, whose libc is in the same module, gets the
  * first return address above sp, in libc.
  *
- * Names.  A frame is printed by weft__symbolize: the default uses dladdr
- * ("fn+0x4f (/path/module+0x1234)"; a program's own functions need
- * -rdynamic), the module offset being what addr2line takes.  A symbolizer
- * with file:line (libdw) can replace it without touching the rest.
+ * Names.  A frame is printed by weft__symbolize: the default uses libdw
+ * (symbolize.c: "fn+0x4f (file.c:12, /path/module+0x1234)", static
+ * functions included), the module offset being what addr2line takes; while
+ * a dump holds libdw, or where it knows nothing of the address, dladdr
+ * ("fn+0x4f (/path/module+0x1234)"; a program's own functions then need
+ * -rdynamic).
  *
  * Costs: per stall, one or three small /proc reads, one walk of the loaded
  * objects' headers, a few hundred words of stack and a few dladdr calls;
@@ -68,6 +70,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
+#include "symbolize.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -248,7 +251,13 @@ static int dladdr_symbolize(uintptr_t pc, char *buf, size_t cap) {
     return snprintf(buf, cap, "0x%lx (%s+0x%lx)", (unsigned long)pc, mod, moff);
 }
 
-weft__symbolizer weft__symbolize = dladdr_symbolize;
+/* libdw's names, file and line (symbolize.c), or dladdr's while a dump
+ * holds the symbolizer */
+static int libdw_symbolize(uintptr_t pc, char *buf, size_t cap) {
+    return weft__sym_name(pc, buf, cap, dladdr_symbolize);
+}
+
+weft__symbolizer weft__symbolize = libdw_symbolize;
 
 /* ---- the call site ---------------------------------------------------------------- */
 

@@ -320,6 +320,9 @@ struct weft__carrier {
     _Atomic int64_t stall_since;
     _Atomic uint64_t stall_vid;
     _Atomic uint64_t stall_name[4];
+    /* a pinned stall: its blocking call's site, as the monitor found and
+     * named it ("fn+0x4f (file.c:12, module+0x1234) <- ..."), 511 bytes + NUL */
+    _Atomic uint64_t stall_site[WEFT__SITE_WORDS];
     int spare;                      /* made by the monitor (index >= R.n) */
     int tid;                        /* the carrier's kernel thread id */
     _Atomic uint32_t ready;         /* a spare: its thread made its poller (start_err says how) */
@@ -1462,6 +1465,10 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
      * what we read may be another's) */
     if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
     for (int i = 0; i < 4; i++) atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
+    uint64_t sw[WEFT__SITE_WORDS];
+    info.site[sizeof info.site - 1] = 0;
+    memcpy(sw, info.site, sizeof sw);
+    for (int i = 0; i < WEFT__SITE_WORDS; i++) atomic_store_explicit(&v->stall_site[i], sw[i], memory_order_relaxed);
     char name[32];
     memcpy(name, nw, 32);
     name[31] = 0;
@@ -1620,7 +1627,10 @@ static int mon_start(void) {
     if (R.n == 1 && R.pin_threshold < 0) return 0;
     pthread_attr_t a;
     pthread_attr_init(&a);
-    pthread_attr_setstacksize(&a, 256 * 1024); /* the probe's buffers, dladdr, a spare's start */
+    /* the probe's buffers, dladdr, a spare's start; libdw naming a pinned
+     * call's site (observe/symbolize.c: 150 KiB and more).  Only touched
+     * pages cost memory. */
+    pthread_attr_setstacksize(&a, 2 * 1024 * 1024);
     int e = pthread_create(&R.mon_thread, &a, monitor_main, NULL);
     pthread_attr_destroy(&a);
     if (e) return -e;
@@ -2310,6 +2320,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_relaxed);
     t->joiner = NULL;
     atomic_store_explicit(&t->block_file, NULL, memory_order_relaxed);
+    atomic_store_explicit(&t->block_pc, NULL, memory_order_relaxed); /* (the slot's last owner's) */
     if (attr && attr->name) {
         char name[32] = {0};
         strncpy(name, attr->name, 31);
@@ -2474,6 +2485,19 @@ uint64_t weft_id(const weft_thread *t) { return t ? t->id : 0; }
 
 const char *weft_name(const weft_thread *t) {
     return t ? (const char *)(const void *)t->name_words : "";
+}
+
+int weft_set_name(const char *name) {
+    weft_thread *self = weft__self();
+    if (!self) return -EPERM;
+    char buf[32] = {0};
+    if (name) strncpy(buf, name, 31);
+    uint64_t nw[4];
+    memcpy(nw, buf, 32);
+    /* word by word: a dump reading meanwhile sees a mix of old and new,
+     * never an unterminated string (the last byte stays 0) */
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&self->name_words[i], nw[i], memory_order_relaxed);
+    return 0;
 }
 
 int weft_yield(void) {
@@ -3361,6 +3385,10 @@ static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
         for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&c->stall_name[i], memory_order_relaxed);
         memcpy(v->vname, nw, 32);
         v->vname[31] = 0;
+        uint64_t sw[WEFT__SITE_WORDS];
+        for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&c->stall_site[i], memory_order_relaxed);
+        memcpy(v->site, sw, sizeof v->site);
+        v->site[sizeof v->site - 1] = 0;
     }
 }
 

@@ -172,6 +172,12 @@ struct weft_thread {
     /* tooling */
     void *tsan_fiber;
     void *asan_fake;
+    /* dump: the io layer's calls (io.c, exec): the call's return address
+     * into its caller, its fd and operation (IOR_*); valid while why is IO.
+     * (Last: weft/local.h reads locals and scoped at fixed offsets.) */
+    _Atomic(const void *) block_pc;
+    _Atomic int32_t block_fd;
+    _Atomic uint8_t block_op;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -410,6 +416,7 @@ typedef struct weft__stall_info {
     long sysno;        /* pinned: the system call's number; -1 blocked outside one, -2 unknown */
     char site[512];    /* pinned: "fn+0x4f (/path/module+0x1234) <- ..."; "" if not found */
 } weft__stall_info;
+#define WEFT__SITE_WORDS (512 / 8) /* a site, kept in words a dump reads racily */
 
 /* Classifies carrier thread `tid`, which has been running vthread t
  * without a switch, and for a pinned one walks t's stack to the blocking
@@ -444,6 +451,7 @@ typedef struct weft__carrier_view {
     int64_t since;      /* stall: CLOCK_MONOTONIC ns it began (about: the monitor's look) */
     uint64_t vid;       /* stall: the vthread */
     char vname[32];
+    char site[512];     /* stall: the monitor's site of the blocking call ("" if none: a hog) */
 } weft__carrier_view;
 /* Fills *v for carrier k (0 <= k < weft__carriers_all(), or a group's
  * carrier index: weft__group_view); -ENOENT past the last, or for an
