@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 static void *ret_arg(void *a) { return a; }
 
@@ -277,6 +278,37 @@ TEST(shutdown_abandons_daemons_waits_for_others) {
     CHECK_EQ(weft_detach(t), 0);
     while (!atomic_load(&daemon_started)) weft_yield();
     weft_shutdown(); /* must return although the daemon sleeps forever */
+}
+
+/* A platform thread wakes the last vthread, which ends, and weft_shutdown
+ * begins at once: shutdown must not free the carriers while the waker is
+ * still kicking one (a file channel's handler counting a latch down did,
+ * TSan saw eventfd_write against the poller's close).  Repeated: the window
+ * is a few instructions wide. */
+static weft_latch sw_latch;
+static void *sw_waiter(void *a) {
+    (void)a;
+    weft_latch_await(&sw_latch);
+    return NULL;
+}
+static void *sw_waker(void *a) {
+    (void)a;
+    weft_latch_count_down(&sw_latch);
+    return NULL;
+}
+
+TEST(shutdown_while_a_platform_thread_wakes) {
+    int rounds = TEST_TSAN ? 100 : 300;
+    for (int i = 0; i < rounds; i++) {
+        CHECK_EQ(weft_latch_init(&sw_latch, 1), 0);
+        weft_thread *t;
+        CHECK_EQ(weft_spawn(&t, sw_waiter, NULL, NULL), 0);
+        CHECK_EQ(weft_detach(t), 0);
+        pthread_t p;
+        CHECK_EQ(pthread_create(&p, NULL, sw_waker, NULL), 0);
+        weft_shutdown(); /* waits for the waiter, which the waker releases */
+        pthread_join(p, NULL);
+    }
 }
 
 static atomic_int pinned_ok;

@@ -351,6 +351,12 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Atomic int64_t live;
     _Atomic uint64_t peak;
     _Atomic uint64_t plat_started, plat_nd_started; /* spawned on platform threads */
+    /* platform threads inside weft__ready now: the vthread they made
+     * runnable may run, end and let weft_shutdown begin before they have
+     * kicked a carrier; shutdown waits for this to be 0 before it frees
+     * the carriers (a file channel's handler counting a latch down,
+     * TSan: eventfd_write against the poller's close) */
+    _Atomic int plat_waking;
     /* the monitor (see "The monitor" above) */
     _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
@@ -789,8 +795,14 @@ void weft__ready(weft_thread *t) {
     if (stale(t)) return; /* a parent's vthread, woken in a fork child: it does not exist here */
     atomic_store_explicit(&t->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed);
     weft__carrier *c = weft__carrier_self();
+    if (!c) { /* a platform thread: counted until its wake-up is complete (plat_waking) */
+        atomic_fetch_add(&R.plat_waking, 1);
+        if (!enqueue_pinned(NULL, t)) enqueue_foreign(t);
+        atomic_fetch_sub(&R.plat_waking, 1);
+        return;
+    }
     if (enqueue_pinned(c, t)) return;
-    if (!c || __builtin_expect(t->grp != c->grp, 0)) {
+    if (__builtin_expect(t->grp != c->grp, 0)) {
         enqueue_foreign(t); /* a platform thread's wake, or another group's */
         return;
     }
@@ -2361,8 +2373,12 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     } else if (c && c->grp == g) {
         dq_push(c, t);
         wake_if_needed(g);
+    } else if (!c) { /* from a platform thread: as weft__ready's (plat_waking) */
+        atomic_fetch_add(&R.plat_waking, 1);
+        enqueue_foreign(t);
+        atomic_fetch_sub(&R.plat_waking, 1);
     } else {
-        enqueue_foreign(t); /* from a platform thread, or into another group */
+        enqueue_foreign(t); /* into another group */
     }
     return 0;
 unref:
@@ -3099,6 +3115,9 @@ void weft_shutdown(void) {
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* a platform thread that woke the last of them may still be kicking a
+     * carrier (plat_waking); a few microseconds at most */
+    while (atomic_load(&R.plat_waking) > 0) sched_yield();
     weft__hook_stop(); /* the vthreads left are daemons: abandoned */
     weft__console_stop(); /* its snapshots read the carriers: it ends first */
     /* the blocking pool's threads wake vthreads: they end before carriers do */
