@@ -2845,6 +2845,9 @@ static void fork_parent(void) {
 static void fork_child(void) {
     R.fork_gen++;
     atomic_store(&fh_slots, 0); /* the child's futex hash is a new, default one */
+    /* the parent's platform threads mid-wake-up (a spawn whose vthread
+     * forked before its spawner had returned) are not in the child */
+    atomic_store(&R.plat_waking, 0);
     /* a vthread that forked goes on as the child's platform thread */
     tls_carrier = NULL;
     R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
