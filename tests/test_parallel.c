@@ -332,7 +332,10 @@ static void check_error_stops(size_t n, size_t grain, size_t fail_at, int nworke
     CHECK(atomic_load(&f.failed));
     long after = atomic_load(&f.after);
     if (grain == 1) CHECK(after <= nworkers - 1); /* each other worker: at most its chunk in flight */
-    CHECK(atomic_load(&f.calls) < (long)n);
+    /* fewer than n ran -- unless the failing index came last of all, which
+     * the one near the end may (other workers can finish everything else
+     * first when its worker is held up: TSan on a loaded machine did) */
+    if (fail_at < n - n / 8) CHECK(atomic_load(&f.calls) < (long)n);
     /* nothing runs once the call returned */
     long calls = atomic_load(&f.calls);
     weft_sleep(5 * MS);
