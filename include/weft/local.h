@@ -199,7 +199,10 @@ static inline void *weft__local_get_fast(weft_local_key k) {
     if (__builtin_expect(!t, 0)) return (weft_local_get)(k); /* a platform thread's own storage */
     const struct weft__locals *L = *(const struct weft__locals *const *)(t + WEFT__THREAD_LOCALS_OFF);
     unsigned i = k & WEFT__LOCAL_IDX_MASK;
-    return L && i < L->cap && L->s[i].key == k ? L->s[i].value : (void *)0;
+    /* the hit laid out straight (a get in a loop takes no branch but the
+     * loop's: 1.04-1.12 ns a get before, on the switch micro's machine) */
+    if (__builtin_expect(L && i < L->cap, 1) && __builtin_expect(L->s[i].key == k, 1)) return L->s[i].value;
+    return (void *)0;
 }
 
 static inline int weft__scoped_get_fast(weft_scoped_key *key, void **value) {
