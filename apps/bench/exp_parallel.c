@@ -221,10 +221,12 @@ out:
 
 /* ---- external peers --------------------------------------------------------- */
 
-/* Runs cmd; its lines with "experiment=parallel" are printed and kept
- * (out, at most one).  0 when it gave one; -1 otherwise (the reason on
- * stderr and a "# skipped" line). */
-static int run_external(const char *peer, const char *cmd, bench_report *rep, bench_result *out) {
+/* Runs cmd (after a "# PEER: CMD" line); each of its lines with
+ * "experiment=parallel" is printed, kept in rep and, parsed, handed to fn.
+ * Returns pclose's status, or -1 when it could not start (with a
+ * "# skipped" line). */
+static int run_lines(const char *peer, const char *cmd, bench_report *rep,
+                     void (*fn)(const bench_result *b, void *ctx), void *ctx) {
     printf("# %s: %s\n", peer, cmd);
     fflush(stdout);
     FILE *f = popen(cmd, "r");
@@ -232,18 +234,37 @@ static int run_external(const char *peer, const char *cmd, bench_report *rep, be
         printf("# skipped %s: %s\n", peer, strerror(errno));
         return -1;
     }
-    char line[1024];
-    int got = 0;
+    char line[2048];
     while (fgets(line, sizeof line, f)) {
         if (!strstr(line, "experiment=parallel")) continue;
         line[strcspn(line, "\n")] = 0;
         printf("%s\n", line);
         fflush(stdout);
         report_add_peer_line(rep, line);
-        if (!got && br_parse(out, line) == 0) got = 1;
+        bench_result b;
+        if (br_parse(&b, line) == 0) fn(&b, ctx);
     }
-    int st = pclose(f);
-    if (!got || st != 0) {
+    return pclose(f);
+}
+
+typedef struct first_line {
+    bench_result *out;
+    int got;
+} first_line;
+
+static void keep_first(const bench_result *b, void *ctx) {
+    first_line *fl = ctx;
+    if (!fl->got) *fl->out = *b;
+    fl->got = 1;
+}
+
+/* run_lines for a peer that prints one result: kept in out.  0 when it
+ * gave one; -1 otherwise (the reason on stderr and a "# skipped" line). */
+static int run_external(const char *peer, const char *cmd, bench_report *rep, bench_result *out) {
+    first_line fl = {out, 0};
+    int st = run_lines(peer, cmd, rep, keep_first, &fl);
+    if (st == -1) return -1;
+    if (!fl.got || st != 0) {
         printf("# skipped %s: it gave no result line (exit status %d)\n", peer, st);
         return -1;
     }
@@ -287,6 +308,16 @@ static int run_java(const par_setup *s, bench_report *rep, bench_result *out) {
 
 /* ---- mixed: HTTP latency beside a CPU job (bench/mixed.sh) ------------------------ */
 
+/* run_lines' fn for mixed.sh: each run's p99 by its cpu= mode */
+static void mixed_p99(const bench_result *b, void *ctx) {
+    static const char *const modes[3] = {"none", "shared", "group"};
+    double *p99 = ctx, v;
+    const char *m = br_get(b, "cpu");
+    if (!m || !br_num(b, "p99_ms", &v)) return;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(m, modes[i])) p99[i] = v;
+}
+
 static int run_mixed(const bench_opts *o, bench_report *rep) {
     char dir[PATH_MAX], httpd[PATH_MAX + 32], load[PATH_MAX + 32], cmd[3 * PATH_MAX + 256];
     const char *src = getenv("WEFT_SOURCE") ? getenv("WEFT_SOURCE") : WEFT_SOURCE_DIR;
@@ -305,30 +336,9 @@ static int run_mixed(const bench_opts *o, bench_report *rep) {
     int carriers = o->carriers > 0 ? o->carriers : 2;
     snprintf(cmd, sizeof cmd, "WEFT_HTTPD='%s' WEFT_LOAD='%s' CARRIERS=%d '%s/bench/mixed.sh' %ld", httpd, load,
              carriers, src, secs);
-    printf("# mixed: %s\n", cmd);
-    fflush(stdout);
-    FILE *f = popen(cmd, "r");
-    if (!f) {
-        printf("# skipped mixed: %s\n", strerror(errno));
-        return -1;
-    }
-    char line[2048];
     double p99[3] = {-1, -1, -1};
-    static const char *modes[3] = {"none", "shared", "group"};
-    while (fgets(line, sizeof line, f)) {
-        if (!strstr(line, "experiment=parallel")) continue;
-        line[strcspn(line, "\n")] = 0;
-        printf("%s\n", line);
-        fflush(stdout);
-        report_add_peer_line(rep, line);
-        bench_result b;
-        double v;
-        if (br_parse(&b, line) != 0 || !br_num(&b, "p99_ms", &v)) continue;
-        const char *m = br_get(&b, "cpu");
-        for (int i = 0; m && i < 3; i++)
-            if (!strcmp(m, modes[i])) p99[i] = v;
-    }
-    int st = pclose(f);
+    int st = run_lines("mixed", cmd, rep, mixed_p99, p99);
+    if (st == -1) return -1;
     if (st != 0 || p99[0] < 0 || p99[1] < 0 || p99[2] < 0) {
         printf("# skipped mixed: bench/mixed.sh did not give its three lines (exit status %d)\n", st);
         return -1;
