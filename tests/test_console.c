@@ -20,6 +20,7 @@
  * (see test_future's note) -- those are the server's business here.
  */
 #include "harness.h"
+#include "proc.h"
 
 #include "../apps/top/json.h"
 
@@ -47,26 +48,7 @@
 
 #define IO_TIMEOUT_MS (TEST_SANITIZED ? 30000 : 10000)
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
-}
-
-#define FAIL(...)                                                              \
-    do {                                                                       \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
-        fprintf(stderr, __VA_ARGS__);                                          \
-        fprintf(stderr, "\n");                                                 \
-        fflush(stderr);                                                        \
-        _exit(1);                                                              \
-    } while (0)
+/* now_ms, sleep_ms, FAIL: proc.h */
 
 /* A private directory under /tmp, removed (with what is left in it) by
  * rm_dir at the end of a test that passes; a failed test leaves it for a

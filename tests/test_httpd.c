@@ -20,6 +20,7 @@
  * process is gone, however it ended.
  */
 #include "harness.h"
+#include "proc.h"
 #include "json.h"
 
 #include <arpa/inet.h>
@@ -57,26 +58,7 @@
 /* added to the time bounds in sanitizer builds (the server is slower) */
 #define SLACK_MS (TEST_SANITIZED ? 2000 : 0)
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
-}
-
-#define FAIL(...)                                                              \
-    do {                                                                       \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
-        fprintf(stderr, __VA_ARGS__);                                          \
-        fprintf(stderr, "\n");                                                 \
-        fflush(stderr);                                                        \
-        _exit(1);                                                              \
-    } while (0)
+/* now_ms, sleep_ms, FAIL: proc.h */
 
 /* ------------------------------------------------------------------------ */
 /* temporary directories and their guardian                                  */
