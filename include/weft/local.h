@@ -35,8 +35,9 @@
  * Values start NULL in every thread; nothing is inherited (weft_spawn, a
  * scope's fork, an executor's task each start empty).  Storage is made on
  * a thread's first set of a non-NULL value: threads that set nothing cost
- * nothing.  A get is a few loads (no lock, no hash): cheaper than
- * pthread_getspecific (weft-bench micro --only local).
+ * nothing.  A get is two loads (no lock, no hash, no branch), inlined:
+ * about a __thread read, cheaper than pthread_getspecific (weft-bench
+ * micro --only local).
  *
  * Destructors, as pthread's: when a vthread's function returns -- on the
  * vthread itself (it may block), before weft_join of it returns -- each
@@ -72,8 +73,9 @@ WEFT_API int weft_local_key_create(weft_local_key *k, void (*destructor)(void *)
  */
 WEFT_API int weft_local_key_delete(weft_local_key k);
 
-/* The calling thread's value for k; NULL when it set none (or k is not a
- * key). */
+/* The calling thread's value for k; NULL when it set none.  k must be a
+ * live key (as pthread_getspecific's: a deleted key reads whatever the
+ * next key made at its index holds). */
 WEFT_API void *weft_local_get(weft_local_key k);
 
 /* Sets the calling thread's value for k.  Returns 0, -EINVAL (k is not a
@@ -149,27 +151,32 @@ WEFT_API int weft_scoped_get(weft_scoped_key *key, void **value);
 
 /* ---- The gets' inline fast path ------------------------------------------
  *
- * Not API: what the two gets above read, laid out here so that a get on a
- * vthread compiles to a few loads in the caller instead of a call (a call
- * alone costs more than pthread_getspecific's whole body).  The layout may
- * change with any version of weft (rebuild against its header); the
- * library asserts at build time that it matches (src/sched/sched.c).
+ * Not API: what the two gets above read, laid out here so that a get
+ * compiles to a few loads in the caller instead of a call (a call alone
+ * costs more than pthread_getspecific's whole body).  The layout may change
+ * with any version of weft (rebuild against its header); the library
+ * asserts at build time what it can (src/sched/sched.c, local.c).
  *
- * The calling OS thread's carrier is read by an asm volatile statement,
- * never by a C access to a __thread variable: the compiler may keep a
- * thread-local's address (or the thread pointer) in a register across a
- * call, and after a blocking call the vthread may be on another carrier --
- * the very hazard this header is about.  An asm volatile statement is
- * executed where it stands, every time.  Its operand is the carrier's
- * first field, the vthread it runs (NULL on a platform thread, whose
- * storage the out-of-line function reads).  x86-64 with GCC or Clang; other
- * targets (or WEFT_NO_INLINE_GETS defined) call the functions.
+ * Locals.  Every OS thread has a window: an array of one value per key
+ * index, as big as the key table, whose pages are touched only where keys
+ * are used.  A carrier's window holds the values of the vthread it runs
+ * (the scheduler copies them in as it lets the vthread run and clears them
+ * as it stops: nothing for a vthread that set nothing); a platform
+ * thread's is its storage (or a shared empty one until it sets anything).
+ * A key's bits 3..16 are its index times 8, the byte offset of its slot,
+ * so a get is the window's address from the thread pointer, then the slot.
+ *
+ * Scoped values: the vthread running on the calling OS thread's carrier
+ * (the carrier's first field) and its innermost frame, at a fixed offset.
+ *
+ * Thread-locals are read by an asm volatile statement, never by a C access
+ * to a __thread variable: the compiler may keep a thread-local's address
+ * (or the thread pointer) in a register across a call, and after a
+ * blocking call the vthread may be on another carrier -- the very hazard
+ * this header is about.  An asm volatile statement is executed where it
+ * stands, every time.  x86-64 with GCC or Clang; other targets (or
+ * WEFT_NO_INLINE_GETS defined) call the functions.
  */
-struct weft__locals {                 /* a thread's storage: index -> (key, value) */
-    unsigned cap;
-    unsigned pad_;
-    struct weft__local_pair { weft_local_key key; void *value; } s[];
-};
 typedef struct weft__sframe {         /* one weft_scoped_run's bindings, on its caller's stack */
     const struct weft__sframe *prev;  /* the frame that was innermost when it began */
     const weft_scoped_key *k0;        /* the first binding, inline */
@@ -178,8 +185,7 @@ typedef struct weft__sframe {         /* one weft_scoped_run's bindings, on its 
     unsigned total;                   /* distinct keys bound through the chain from here */
     const weft_binding *more;
 } weft__sframe;
-#define WEFT__LOCAL_IDX_MASK 0x3fffu   /* a key's low bits: its index (the rest: a generation) */
-#define WEFT__THREAD_LOCALS_OFF 312    /* offsetof(struct weft_thread, locals) */
+#define WEFT__LOCAL_SLOT_MASK 0x1fff8u /* a key's slot offset in a window: index * 8 (the rest: a generation) */
 #define WEFT__THREAD_SCOPED_OFF 320    /* offsetof(struct weft_thread, scoped) */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(WEFT_NO_INLINE_GETS)
@@ -195,14 +201,14 @@ static inline const char *weft__vthread_now(void) {
 }
 
 static inline void *weft__local_get_fast(weft_local_key k) {
-    const char *t = weft__vthread_now();
-    if (__builtin_expect(!t, 0)) return (weft_local_get)(k); /* a platform thread's own storage */
-    const struct weft__locals *L = *(const struct weft__locals *const *)(t + WEFT__THREAD_LOCALS_OFF);
-    unsigned i = k & WEFT__LOCAL_IDX_MASK;
-    /* the hit laid out straight (a get in a loop takes no branch but the
-     * loop's: 1.04-1.12 ns a get before, on the switch micro's machine) */
-    if (__builtin_expect(L && i < L->cap, 1) && __builtin_expect(L->s[i].key == k, 1)) return L->s[i].value;
-    return (void *)0;
+    long off; /* the window pointer's offset from the thread pointer: the same in
+               * every thread, so not volatile (the compiler may keep it) */
+    const char *w;
+    __asm__("movq weft__tls_window@gottpoff(%%rip), %0" : "=r"(off));
+    __asm__ volatile("movq %%fs:(%1), %0" : "=r"(w) : "r"(off));
+    /* (a relaxed atomic load is a plain mov; it tells a TSan build that
+     * key_delete's clear of the slot is no race) */
+    return __atomic_load_n((void *const *)(w + (k & WEFT__LOCAL_SLOT_MASK)), __ATOMIC_RELAXED);
 }
 
 static inline int weft__scoped_get_fast(weft_scoped_key *key, void **value) {

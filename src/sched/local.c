@@ -5,46 +5,71 @@
  * carrier, whose thread-locals are not its own).
  *
  * Keys.  A process-wide table of KEYS_MAX slots, each holding the live key
- * value and its destructor; a key is (generation << IDX_BITS) | index, so
- * never 0, and a slot that is deleted and made again gives a new value:
- * storage left under the old one is never read through the new one (a get
- * compares the whole key).  Creating and deleting take a mutex (rare);
- * freed indices are reused in FIFO order, so a slot's generation (18 bits)
- * wraps only after 2^18 reuses of that very index.  As pthread_key_delete,
- * deleting runs no destructor and leaves values where they are; a deleted
- * key must not be used again (set answers -EINVAL; get may still answer
- * the caller's own old value: UB in pthread, harmless here).
+ * value and its destructor; a key is (generation << 17) | (index << 3) --
+ * its index times 8 is its slot's byte offset in a window, below -- so
+ * never 0, and a slot that is deleted and made again gives a new value.
+ * Creating and deleting take a mutex (rare); freed indices are reused in
+ * FIFO order.  As pthread_key_delete, deleting runs no destructor and
+ * leaves the values; a deleted key must not be used again (set answers
+ * -EINVAL; get reads its index's slot, which is the next key's once the
+ * index is reused -- UB in pthread too).
  *
- * Storage.  Per thread, an array indexed by key index: {key, value} pairs,
- * allocated by the first set of a non-NULL value and grown (doubling) to
- * the highest index set -- a million vthreads that set nothing cost
- * nothing, one that sets key 3 costs 8 pairs.  A vthread's array hangs off
- * its descriptor (weft_thread.locals), so it follows the vthread from
- * carrier to carrier; a platform thread's hangs off a __thread pointer.
- * Only the owning thread touches its array, so nothing in it is atomic.
- * A get: the carrier's TLS pointer, its current vthread, the array, a
- * bounds check and a compare -- no lock, no hash, no atomic RMW.  On a
- * vthread it is inlined into the caller (weft/local.h, "The gets' inline
- * fast path"): a call alone cost more than pthread_getspecific's body
- * (measured: 1.25 ns out of line, 0.86 inline, pthread_getspecific 1.1,
- * a bare __thread load 0.17 -- weft-bench micro --only local).  The
- * carrier is read there by an asm statement, which the compiler neither
- * hoists nor caches across a call, unlike a C access to a __thread
- * variable.  Rejected: a TLS pointer to the running vthread's array,
- * which would save one load per get but cost every context switch a load
- * and a store; and a get without the bounds check (every array the size
- * of the key table: 256 KiB per vthread that sets anything).
+ * Windows: what a get reads.  Each OS thread's weft__tls_window points at
+ * an array of KEYS_MAX values, one per index (128 KiB of address space,
+ * mapped MAP_NORESERVE: only pages where used keys lie are ever touched;
+ * keys are handed out from index 0 up, so a program's few keys share the
+ * first page).  A get is that TLS load and one indexed load: no lock, no
+ * hash, no bounds check (every index has a slot), no branch -- inlined
+ * into the caller (weft/local.h), about the cost of a __thread read.
+ *  - A platform thread's window is its storage: a shared all-NULL one
+ *    (zero_slots) until its first set of a non-NULL value maps its own.
+ *  - A carrier's window holds the values of the vthread it runs: the
+ *    scheduler copies them in as the vthread's code starts to run
+ *    (gate_out, weft__locals_enter) and clears them as it stops (gate_in,
+ *    weft__locals_leave); a vthread that set nothing costs the switch one
+ *    load and a not-taken branch each way.
+ * A vthread's own storage is a small array of (index, key, value) entries,
+ * allocated by its first set of a non-NULL value and grown by doubling --
+ * a million vthreads that set nothing cost nothing, one that sets one key
+ * costs 72 bytes -- and hangs off its descriptor (weft_thread.locals), so
+ * it follows the vthread from carrier to carrier.  Only the vthread
+ * touches it.  A set writes the entry and the window slot.
+ *
+ * Deleted keys and windows.  A carrier copies in only entries whose key is
+ * still the live key of their index (a parked vthread may hold entries of
+ * keys deleted since).  weft_local_key_delete clears the index's slot in
+ * every window (all are on a list, W), so that once it returns no window
+ * holds a value under the index and the next key made there reads NULL
+ * everywhere.  A copy-in that read the key as live just before the delete
+ * could write the slot after a clear: each copy-in makes its window's
+ * `copying` count odd before it reads the keys and even when done; the
+ * deleter stores the key's deletion, runs membarrier(2) (a full barrier on
+ * every CPU running us: the asymmetric Dekker of sched.c's yield FIFO),
+ * then clears each window's slot once the copy-in it finds there (an odd
+ * count) is over -- any copy-in begun after the barrier sees the key
+ * deleted.  Without membarrier (or under TSan, which does not model it)
+ * both sides use sequentially consistent atomics instead.
+ *
+ * This replaced a first design (issue 14's first session) in which a get
+ * read the carrier's TLS pointer, its current vthread, the vthread's array,
+ * its bounds and the slot's key: 5.2x a __thread read on one machine,
+ * 2.2-3.1x on another, where the issue asks <= 2x.  A get that reads a
+ * per-thread pointer and checks a slot (bounds and key) measured 2.0-2.3x
+ * at best (weft-bench micro --only local, aligned loops): the checks, not
+ * the loads, were the cost, and the window has none.  Its price is paid
+ * by vthreads that use locals: a copy in and a clear per entry per switch.
  *
  * Destructors (pthread's rule).  When a vthread's function returns, still
  * on the vthread (they may block) and before any weft_join of it returns,
  * every non-NULL value whose key is live with a destructor is taken out
- * (its pair set to NULL) and the destructor called with it; if destructors
- * set values again the pass repeats, up to DTOR_ROUNDS passes
+ * (its entry and slot set to NULL) and the destructor called with it; if
+ * destructors set values again the pass repeats, up to DTOR_ROUNDS passes
  * (PTHREAD_DESTRUCTOR_ITERATIONS); what is left after that is dropped.
- * Then the array is freed.  A platform thread's run the same way at its
- * exit, from a pthread key destructor.  A daemon vthread still running at
- * weft_shutdown is abandoned: its array is freed, its destructors do not
- * run (it never returned: its values may be in use on its stack).
+ * Then the storage is freed.  A platform thread's run the same way over
+ * its window at its exit, from a pthread key destructor, and its window is
+ * unmapped.  A daemon vthread still running at weft_shutdown is abandoned:
+ * its storage is freed, its destructors do not run (it never returned: its
+ * values may be in use on its stack).
  *
  * Scoped values (JEP 506).  weft_scoped_run pushes a frame (sched.h,
  * weft__sframe) on its caller's stack: the bindings (copied, duplicates
@@ -68,18 +93,28 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define IDX_BITS 14
 #define KEYS_MAX (1u << IDX_BITS)          /* 16384 keys at once */
 #define IDX_MASK (KEYS_MAX - 1)
-#define GEN_MAX ((1u << (32 - IDX_BITS)) - 1)
+#define IDX_SHIFT 3                        /* index * 8: its slot's byte offset */
+#define GEN_SHIFT (IDX_SHIFT + IDX_BITS)   /* 17 */
+#define GEN_MAX ((1u << (32 - GEN_SHIFT)) - 1)
+#define KEY_IDX(k) (((k) >> IDX_SHIFT) & IDX_MASK)
 #define DTOR_ROUNDS 4                      /* PTHREAD_DESTRUCTOR_ITERATIONS */
 #define SCOPED_ON_STACK 8                  /* bindings copied without malloc */
+#define WINDOW_BYTES ((size_t)KEYS_MAX * sizeof(void *))
 
-typedef struct weft__locals weft__locals; /* (laid out in weft/local.h, for the inline get) */
+_Static_assert(WEFT__LOCAL_SLOT_MASK == (IDX_MASK << IDX_SHIFT), "weft/local.h: the slot mask");
+_Static_assert((1u << IDX_SHIFT) == sizeof(void *), "an index times 8 is its slot's offset");
 
 static struct {
     pthread_mutex_t lock;
@@ -89,21 +124,141 @@ static struct {
     uint32_t gen[KEYS_MAX];          /* last generation handed out per index */
 } K = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* The live key of each index (0: none) and its destructor: read by sets
- * and by destructor passes on any thread, written under K.lock. */
+/* The live key of each index (0: none) and its destructor: read by sets,
+ * copy-ins and destructor passes on any thread, written under K.lock. */
 static struct {
     _Atomic weft_local_key key;
     void (*_Atomic dtor)(void *);
 } keys[KEYS_MAX];
 
+/* A vthread's storage: entries in the order first set. */
+typedef struct lentry {
+    uint32_t idx;
+    weft_local_key key; /* the key it was set under (live, or deleted since) */
+    void *value;
+} lentry;
+struct weft__locals {
+    uint32_t n, cap;
+    lentry e[];
+};
+typedef struct weft__locals weft__locals;
+
+/* A window (see the top comment), on the list W while it exists. */
+struct weft__window {
+    void *_Atomic *slots;      /* KEYS_MAX, mapped */
+    _Atomic unsigned copying;  /* a carrier's: odd while in weft__locals_enter */
+    uint32_t hw;               /* a platform thread's: 1 + the highest index it set */
+    struct weft__window *next, *prev;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    weft__window *head;
+} W = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 _Atomic long weft__locals_live;
 
-static WEFT_TLS weft__locals *tls_plocals;          /* a platform thread's storage */
+/* The shared empty window: read, never written (.bss: its pages are the
+ * zero page until read, and only the first is, in practice). */
+static void *zero_slots[KEYS_MAX];
+/* what the inline get reads (weft/local.h): this OS thread's window */
+WEFT_API WEFT_TLS void *const *weft__tls_window = (void *const *)zero_slots;
+
+static WEFT_TLS weft__window *tls_pwin;             /* a platform thread's own window, once it set a value */
 static WEFT_TLS const weft__sframe *tls_scoped;     /* a platform thread's innermost frame */
-static pthread_key_t plat_key;                      /* runs tls_plocals' destructors at exit */
+static pthread_key_t plat_key;                      /* runs tls_pwin's destructors at exit */
 static pthread_once_t plat_once = PTHREAD_ONCE_INIT;
 
 void (*_Atomic weft__scoped_exit_hook)(const weft__sframe *f);
+
+/* Where the calling OS thread's window pointer is.  Not inlined: callers
+ * call it again after anything that may switch (a destructor). */
+__attribute__((noinline)) static void *const **window_tls(void) { return &weft__tls_window; }
+
+/* The deleter's side of the copy-in race (top comment): 1 when
+ * membarrier(PRIVATE_EXPEDITED) is ours, so copy-ins may use plain
+ * stores; decided at the first window made, before any copy-in. */
+#ifndef WEFT_TSAN
+static int fast_dekker;
+#endif
+static pthread_once_t dekker_once = PTHREAD_ONCE_INIT;
+static void dekker_decide(void) {
+#ifndef WEFT_TSAN
+    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    fast_dekker = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+                  syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+}
+
+static weft__window *window_new(void) {
+    pthread_once(&dekker_once, dekker_decide);
+    weft__window *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    void *m = mmap(NULL, WINDOW_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        free(w);
+        return NULL;
+    }
+    w->slots = m;
+    pthread_mutex_lock(&W.lock);
+    w->next = W.head;
+    if (W.head) W.head->prev = w;
+    W.head = w;
+    pthread_mutex_unlock(&W.lock);
+    return w;
+}
+
+static void window_free(weft__window *w) {
+    pthread_mutex_lock(&W.lock);
+    if (w->prev) w->prev->next = w->next;
+    else W.head = w->next;
+    if (w->next) w->next->prev = w->prev;
+    pthread_mutex_unlock(&W.lock);
+    munmap((void *)w->slots, WINDOW_BYTES);
+    free(w);
+}
+
+weft__window *weft__window_carrier_attach(void) {
+    weft__window *w = window_new();
+    /* (a carrier without one -- no memory -- keeps the empty window: its
+     * vthreads' sets fail with -ENOMEM) */
+    if (w) weft__tls_window = (void *const *)w->slots; /* the carrier's own thread, at its start */
+    return w;
+}
+
+void weft__window_carrier_detach(weft__window *w) {
+    weft__tls_window = (void *const *)zero_slots; /* at the carrier thread's end */
+    if (w) window_free(w);
+}
+
+static inline void slot_put(weft__window *w, uint32_t i, void *v) {
+    atomic_store_explicit(&w->slots[i], v, memory_order_relaxed);
+}
+
+void weft__locals_enter(weft__window *w, const weft_thread *t) {
+    if (!w) return;
+    const weft__locals *L = t->locals;
+    /* (only this carrier writes its count) */
+    unsigned seq = atomic_load_explicit(&w->copying, memory_order_relaxed) + 1; /* odd: copying */
+#ifndef WEFT_TSAN
+    if (fast_dekker) {
+        atomic_store_explicit(&w->copying, seq, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst); /* the CPU's order: the deleter's membarrier */
+    } else
+#endif
+        atomic_store(&w->copying, seq);
+    for (uint32_t j = 0; j < L->n; j++) {
+        const lentry *e = &L->e[j];
+        if (e->value && atomic_load(&keys[e->idx].key) == e->key) slot_put(w, e->idx, e->value);
+    }
+    atomic_store_explicit(&w->copying, seq + 1, memory_order_release);
+}
+
+void weft__locals_leave(weft__window *w, const weft_thread *t) {
+    if (!w) return;
+    const weft__locals *L = t->locals;
+    for (uint32_t j = 0; j < L->n; j++) slot_put(w, L->e[j].idx, NULL);
+}
 
 /* ------------------------------------------------------------------------ */
 /* keys                                                                      */
@@ -125,7 +280,7 @@ int weft_local_key_create(weft_local_key *k, void (*destructor)(void *)) {
     }
     uint32_t g = K.gen[idx] == GEN_MAX ? 1 : K.gen[idx] + 1; /* never 0: no key is 0 */
     K.gen[idx] = g;
-    weft_local_key key = (g << IDX_BITS) | idx;
+    weft_local_key key = (g << GEN_SHIFT) | (idx << IDX_SHIFT);
     atomic_store_explicit(&keys[idx].dtor, destructor, memory_order_relaxed);
     atomic_store_explicit(&keys[idx].key, key, memory_order_release);
     pthread_mutex_unlock(&K.lock);
@@ -133,15 +288,38 @@ int weft_local_key_create(weft_local_key *k, void (*destructor)(void *)) {
     return 0;
 }
 
+/* No window holds a value under index i once this returns (top comment:
+ * "Deleted keys and windows").  Called with keys[i].key already 0 (a
+ * sequentially consistent store).  A copy-in that began before the
+ * barrier may have read the key as live: each window is cleared only once
+ * the copy-in it was in then (odd count) is over; one that begins after
+ * the barrier reads the key as deleted and copies nothing there. */
+static void windows_clear(uint32_t i) {
+    pthread_mutex_lock(&W.lock);
+#ifndef WEFT_TSAN
+    if (fast_dekker) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+#endif
+    /* (otherwise both sides' sequentially consistent accesses order it) */
+    for (weft__window *w = W.head; w; w = w->next) {
+        unsigned s = atomic_load(&w->copying);
+        if (s & 1)
+            for (int spins = 0; atomic_load_explicit(&w->copying, memory_order_acquire) == s; spins++)
+                if (spins > 1000) sched_yield();
+        slot_put(w, i, NULL);
+    }
+    pthread_mutex_unlock(&W.lock);
+}
+
 int weft_local_key_delete(weft_local_key k) {
-    uint32_t idx = k & IDX_MASK;
+    uint32_t idx = KEY_IDX(k);
     pthread_mutex_lock(&K.lock);
     if (!k || atomic_load_explicit(&keys[idx].key, memory_order_relaxed) != k) {
         pthread_mutex_unlock(&K.lock);
         return -EINVAL;
     }
-    atomic_store_explicit(&keys[idx].key, 0, memory_order_relaxed);
+    atomic_store(&keys[idx].key, 0);
     atomic_store_explicit(&keys[idx].dtor, NULL, memory_order_relaxed);
+    windows_clear(idx);
     K.free_ring[(K.free_head + K.free_n) % KEYS_MAX] = (uint16_t)idx;
     K.free_n++;
     pthread_mutex_unlock(&K.lock);
@@ -158,68 +336,89 @@ static void plat_key_make(void) {
     if (pthread_key_create(&plat_key, plat_exit) != 0) plat_key = (pthread_key_t)-1;
 }
 
+/* (the inline get's body, for callers built without it) */
 void *(weft_local_get)(weft_local_key k) {
-    /* no switch in here: the TLS pointer may be read directly (sched.h) */
-    weft__carrier *c = weft__tls_carrier;
-    weft_thread *t = c ? weft__carrier_cur(c) : NULL;
-    const weft__locals *L = t ? t->locals : tls_plocals;
-    uint32_t i = k & IDX_MASK;
-    if (L && i < L->cap && L->s[i].key == k) return L->s[i].value;
-    return NULL;
+    void *const *w = *window_tls();
+    return w[KEY_IDX(k)];
 }
 
-/* Grows *slot to hold index i; NULL when out of memory (nothing changed). */
-static weft__locals *grow(weft__locals **slot, uint32_t i, int platform) {
-    weft__locals *L = *slot;
-    uint32_t cap = L ? L->cap : 0;
-    uint32_t ncap = cap ? cap * 2 : 8;
-    while (ncap <= i) ncap *= 2;
-    if (ncap > KEYS_MAX) ncap = KEYS_MAX;
-    weft__locals *N = realloc(L, sizeof *N + (size_t)ncap * sizeof N->s[0]);
-    if (!N) return NULL;
-    memset(&N->s[cap], 0, (size_t)(ncap - cap) * sizeof N->s[0]);
-    N->cap = ncap;
-    *slot = N;
-    if (!L) {
-        if (platform) {
-            /* a non-NULL value of plat_key makes pthread call plat_exit */
-            pthread_once(&plat_once, plat_key_make);
-            if (plat_key != (pthread_key_t)-1) pthread_setspecific(plat_key, N);
-        } else {
+/* The calling platform thread's window, made if need be (NULL: no memory). */
+static weft__window *plat_window(void) {
+    if (tls_pwin) return tls_pwin;
+    weft__window *w = window_new();
+    if (!w) return NULL;
+    tls_pwin = w;
+    weft__tls_window = (void *const *)w->slots;
+    /* a non-NULL value of plat_key makes pthread call plat_exit */
+    pthread_once(&plat_once, plat_key_make);
+    if (plat_key != (pthread_key_t)-1) pthread_setspecific(plat_key, w);
+    return w;
+}
+
+/* t's entry for index i, made if need be; NULL when out of memory. */
+static lentry *entry_for(weft_thread *t, uint32_t i) {
+    weft__locals *L = t->locals;
+    if (L)
+        for (uint32_t j = 0; j < L->n; j++)
+            if (L->e[j].idx == i) return &L->e[j];
+    if (!L || L->n == L->cap) {
+        uint32_t ncap = L ? L->cap * 2 : 4;
+        weft__locals *N = realloc(L, sizeof *N + (size_t)ncap * sizeof N->e[0]);
+        if (!N) return NULL;
+        if (!L) {
+            N->n = 0;
             atomic_fetch_add_explicit(&weft__locals_live, 1, memory_order_relaxed);
         }
+        N->cap = ncap;
+        t->locals = L = N;
     }
-    return N;
+    lentry *e = &L->e[L->n++];
+    e->idx = i;
+    e->key = 0;
+    e->value = NULL;
+    return e;
 }
 
 int weft_local_set(weft_local_key k, void *value) {
-    uint32_t i = k & IDX_MASK;
+    uint32_t i = KEY_IDX(k);
     if (!k || atomic_load_explicit(&keys[i].key, memory_order_relaxed) != k) return -EINVAL;
     weft__carrier *c = weft__tls_carrier; /* no switch in here */
     weft_thread *t = c ? weft__carrier_cur(c) : NULL;
-    weft__locals **slot = t ? &t->locals : &tls_plocals;
-    weft__locals *L = *slot;
-    if (!L || i >= L->cap) {
-        if (!value) return 0; /* nothing stored there: NULL it stays, and nothing is allocated */
-        if (!(L = grow(slot, i, !t))) return -ENOMEM;
+    if (!t) {
+        if (c) return -EPERM; /* the scheduler's own context: no user code runs there */
+        if (!tls_pwin && !value) return 0; /* NULL it stays, and nothing is made */
+        weft__window *w = plat_window();
+        if (!w) return -ENOMEM;
+        slot_put(w, i, value);
+        if (i + 1 > w->hw) w->hw = i + 1;
+        return 0;
     }
-    L->s[i].key = k;
-    L->s[i].value = value;
+    weft__window *w = weft__carrier_window(c);
+    if (!w) return -ENOMEM;
+    if (!value && !t->locals) return 0;
+    lentry *e = entry_for(t, i);
+    if (!e) return -ENOMEM;
+    e->key = k;
+    e->value = value;
+    slot_put(w, i, value);
     return 0;
 }
 
-/* pthread's destructor passes over *slot, then frees it.  *slot may be
- * reallocated by a destructor's set: re-read after every call.  The slot
- * itself stays put (a descriptor field, or a platform thread's TLS). */
-static void run_destructors(weft__locals **slot) {
+/* pthread's destructor passes over t's storage, then frees it.  Runs on t,
+ * which a destructor may move to another carrier: its window is looked up
+ * afresh after every call.  A destructor's set may grow the storage. */
+static void vthread_destructors(weft_thread *t) {
     for (int round = 0; round < DTOR_ROUNDS; round++) {
         int called = 0;
-        for (uint32_t i = 0; *slot && i < (*slot)->cap; i++) {
-            weft__locals *L = *slot;
-            weft_local_key k = L->s[i].key;
-            void *v = L->s[i].value;
-            if (!k || !v) continue;
-            L->s[i].value = NULL;
+        for (uint32_t j = 0; j < t->locals->n; j++) {
+            lentry *e = &t->locals->e[j];
+            weft_local_key k = e->key;
+            void *v = e->value;
+            if (!v) continue;
+            uint32_t i = e->idx;
+            e->value = NULL;
+            weft__window *w = weft__carrier_window(weft__carrier_self());
+            if (w) slot_put(w, i, NULL);
             void (*d)(void *) = atomic_load_explicit(&keys[i].dtor, memory_order_relaxed);
             /* a key deleted (or deleted and made again) since: no destructor */
             if (!d || atomic_load_explicit(&keys[i].key, memory_order_acquire) != k) continue;
@@ -228,12 +427,14 @@ static void run_destructors(weft__locals **slot) {
         }
         if (!called) break;
     }
-    free(*slot);
-    *slot = NULL;
+    weft__window *w = weft__carrier_window(weft__carrier_self());
+    if (w) weft__locals_leave(w, t); /* what is left is dropped */
+    free(t->locals);
+    t->locals = NULL;
 }
 
 void weft__locals_end(weft_thread *self) {
-    run_destructors(&self->locals);
+    vthread_destructors(self);
     atomic_fetch_sub_explicit(&weft__locals_live, 1, memory_order_relaxed);
 }
 
@@ -243,11 +444,30 @@ void weft__locals_abandon(weft_thread *t) {
     atomic_fetch_sub_explicit(&weft__locals_live, 1, memory_order_relaxed);
 }
 
+/* A platform thread's exit (pthread calls it for plat_key): the destructor
+ * passes over its window, then the window goes.  (A destructor that sets a
+ * value again after that makes a new window and sets plat_key again:
+ * pthread then comes back, as it should.) */
 static void plat_exit(void *unused) {
     (void)unused;
-    /* (a destructor that sets a value again reallocates tls_plocals and
-     * calls pthread_setspecific: pthread then comes back, as it should) */
-    if (tls_plocals) run_destructors(&tls_plocals);
+    weft__window *w = tls_pwin;
+    if (!w) return;
+    for (int round = 0; round < DTOR_ROUNDS; round++) {
+        int called = 0;
+        for (uint32_t i = 0; i < w->hw; i++) {
+            void *v = atomic_load_explicit(&w->slots[i], memory_order_relaxed);
+            if (!v) continue;
+            slot_put(w, i, NULL);
+            void (*d)(void *) = atomic_load_explicit(&keys[i].dtor, memory_order_relaxed);
+            if (!d || !atomic_load_explicit(&keys[i].key, memory_order_acquire)) continue;
+            d(v);
+            called = 1;
+        }
+        if (!called) break;
+    }
+    tls_pwin = NULL;
+    weft__tls_window = (void *const *)zero_slots;
+    window_free(w);
 }
 
 /* ------------------------------------------------------------------------ */

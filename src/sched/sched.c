@@ -276,6 +276,7 @@ struct weft__carrier {
     uint8_t det;                    /* weft__det_on when the carrier was made: it cannot change
                                      * while carriers exist; the switch path tests it here, in the
                                      * line it reads anyway, not in a global */
+    weft__window *win;              /* local.c: the window of the vthread it runs (its thread's) */
 #ifdef WEFT_TSAN
     _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
 #endif
@@ -387,7 +388,6 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
 WEFT_API WEFT_TLS weft__carrier *weft__tls_carrier;
 #define tls_carrier weft__tls_carrier
 _Static_assert(offsetof(struct weft__carrier, cur) == 0, "weft__carrier_cur and weft/local.h read the first field");
-_Static_assert(offsetof(struct weft_thread, locals) == WEFT__THREAD_LOCALS_OFF, "weft/local.h: fix the offset");
 _Static_assert(offsetof(struct weft_thread, scoped) == WEFT__THREAD_SCOPED_OFF, "weft/local.h: fix the offset");
 static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
 /* a platform thread's cancellation (weft__pcancel_*: the executors' pool
@@ -1731,6 +1731,8 @@ __attribute__((noinline)) static void yq_wait_thief(weft__carrier *c) {
 static inline __attribute__((always_inline)) void gate_in(weft__carrier *c, weft_thread *self) {
     c->pending = self;
     __atomic_store_n(&c->cur, (weft_thread *)NULL, __ATOMIC_RELAXED);
+    /* its vthread-locals leave the carrier's window (local.c) */
+    if (__builtin_expect(self->locals != NULL, 0)) weft__locals_leave(c->win, self);
 #ifdef WEFT_TSAN
     for (int z = 0; !atomic_compare_exchange_weak_explicit(&c->yq_lock, &z, 1, memory_order_acquire,
                                                          memory_order_relaxed);
@@ -1747,6 +1749,8 @@ static inline __attribute__((always_inline)) void gate_out(weft__carrier *c, wef
     atomic_store_explicit(&c->yq_lock, 0, memory_order_release);
 #endif
     __atomic_store_n(&c->cur, t, __ATOMIC_RELEASE);
+    /* its vthread-locals into the carrier's window (local.c) */
+    if (__builtin_expect(t->locals != NULL, 0)) weft__locals_enter(c->win, t);
 }
 #ifdef WEFT_TSAN
 static int yq_lock_thief(weft__carrier *v) {
@@ -2735,6 +2739,7 @@ static void *carrier_main(void *arg) {
         tls_carrier = NULL;
         return NULL;
     }
+    c->win = weft__window_carrier_attach(); /* (before any vthread runs here) */
     /* a spare runs once published (R.nall): every carrier its vthreads'
      * counters live on is one the others iterate */
     while (!atomic_load(&c->go)) futex(&c->go, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
@@ -2744,11 +2749,15 @@ static void *carrier_main(void *arg) {
         run_from_sched(c, t);
     }
     flush_live(c);
+    weft__window_carrier_detach(c->win);
+    c->win = NULL;
     ss.ss_flags = SS_DISABLE;
     sigaltstack(&ss, NULL);
     tls_carrier = NULL;
     return NULL;
 }
+
+weft__window *weft__carrier_window(const weft__carrier *c) { return c ? c->win : NULL; }
 
 static int env_int(const char *name, int def) {
     const char *v = getenv(name);

@@ -163,7 +163,8 @@ struct weft_thread {
      * innermost, when nested), or NULL; the vthread's own */
     void *par;
     /* local.c: the vthread's local storage (NULL until it sets a value;
-     * freed as it ends), the innermost scoped-value frame it sees (on a
+     * freed as it ends; copied into its carrier's window while it runs),
+     * the innermost scoped-value frame it sees (on a
      * binder's stack: its own, or its scope's opener's) and how many keys
      * that frame binds (for the dump: written by the vthread, read racily) */
     struct weft__locals *locals;
@@ -339,6 +340,19 @@ void weft__locals_abandon(weft_thread *t);
 /* vthreads holding local storage now (weft_shutdown walks the stacks only
  * when some do). */
 extern _Atomic long weft__locals_live;
+/* A carrier's window (local.c: what the inline weft_local_get reads): made
+ * and attached to its OS thread by the carrier's thread as it starts
+ * (NULL: no memory; its vthreads' sets then fail), dropped as it ends. */
+typedef struct weft__window weft__window;
+weft__window *weft__window_carrier_attach(void);
+void weft__window_carrier_detach(weft__window *w);
+/* Vthread t, whose locals are not NULL, starts (enter) or stops (leave)
+ * running on the carrier whose window is w: its values are copied in or
+ * cleared (the scheduler's gate_out and gate_in). */
+void weft__locals_enter(weft__window *w, const weft_thread *t);
+void weft__locals_leave(weft__window *w, const weft_thread *t);
+/* Carrier c's window (sched.c). */
+weft__window *weft__carrier_window(const weft__carrier *c);
 
 /* ---- the poller (implemented by the io layer, src/io) ---------------------
  *
