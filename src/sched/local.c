@@ -37,17 +37,20 @@
  *
  * Deleted keys and windows.  A carrier copies in only entries whose key is
  * still the live key of their index (a parked vthread may hold entries of
- * keys deleted since).  weft_local_key_delete clears the index's slot in
+ * keys deleted since): every delete bumps key_epoch, and a copy-in that
+ * finds its storage checked at an older epoch drops the dead entries
+ * first (purge), so the common copy-in is a store per entry and looks at
+ * no key.  weft_local_key_delete clears the index's slot in
  * every window (all are on a list, W), so that once it returns no window
  * holds a value under the index and the next key made there reads NULL
  * everywhere.  A copy-in that read the key as live just before the delete
  * could write the slot after a clear: each copy-in makes its window's
  * `copying` count odd before it reads the keys and even when done; the
- * deleter stores the key's deletion, runs membarrier(2) (a full barrier on
+ * deleter stores the key's deletion and the new epoch, runs membarrier(2) (a full barrier on
  * every CPU running us: the asymmetric Dekker of sched.c's yield FIFO),
  * then clears each window's slot once the copy-in it finds there (an odd
- * count) is over -- any copy-in begun after the barrier sees the key
- * deleted.  Without membarrier (or under TSan, which does not model it)
+ * count) is over -- any copy-in begun after the barrier sees the new
+ * epoch, and the key deleted.  Without membarrier (or under TSan, which does not model it)
  * both sides use sequentially consistent atomics instead.
  *
  * This replaced a first design (issue 14's first session) in which a get
@@ -139,8 +142,13 @@ typedef struct lentry {
 } lentry;
 struct weft__locals {
     uint32_t n, cap;
+    unsigned long epoch; /* key_epoch when its entries were last checked live */
     lentry e[];
 };
+
+/* Bumped by every key_delete: a storage checked at the current epoch holds
+ * no entry of a deleted key, and a copy-in copies it without looking. */
+static _Atomic unsigned long key_epoch;
 typedef struct weft__locals weft__locals;
 
 /* A window (see the top comment), on the list W while it exists. */
@@ -235,9 +243,20 @@ static inline void slot_put(weft__window *w, uint32_t i, void *v) {
     atomic_store_explicit(&w->slots[i], v, memory_order_relaxed);
 }
 
-void weft__locals_enter(weft__window *w, const weft_thread *t) {
+/* Drops L's entries whose key is no longer live (deleted since they were
+ * set), as of epoch ep.  Runs for the storage's owner (its vthread, or the
+ * carrier about to run it). */
+__attribute__((noinline)) static void purge(weft__locals *L, unsigned long ep) {
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < L->n; j++)
+        if (atomic_load(&keys[L->e[j].idx].key) == L->e[j].key) L->e[m++] = L->e[j];
+    L->n = m;
+    L->epoch = ep;
+}
+
+void weft__locals_enter(weft__window *w, weft_thread *t) {
     if (!w) return;
-    const weft__locals *L = t->locals;
+    weft__locals *L = t->locals;
     /* (only this carrier writes its count) */
     unsigned seq = atomic_load_explicit(&w->copying, memory_order_relaxed) + 1; /* odd: copying */
 #ifndef WEFT_TSAN
@@ -247,17 +266,19 @@ void weft__locals_enter(weft__window *w, const weft_thread *t) {
     } else
 #endif
         atomic_store(&w->copying, seq);
-    for (uint32_t j = 0; j < L->n; j++) {
-        const lentry *e = &L->e[j];
-        if (e->value && atomic_load(&keys[e->idx].key) == e->key) slot_put(w, e->idx, e->value);
-    }
+    unsigned long ep = atomic_load(&key_epoch);
+    if (__builtin_expect(L->epoch != ep, 0)) purge(L, ep);
+    void *_Atomic *slots = w->slots;
+    for (uint32_t j = 0, n = L->n; j < n; j++)
+        atomic_store_explicit(&slots[L->e[j].idx], L->e[j].value, memory_order_relaxed);
     atomic_store_explicit(&w->copying, seq + 1, memory_order_release);
 }
 
 void weft__locals_leave(weft__window *w, const weft_thread *t) {
     if (!w) return;
     const weft__locals *L = t->locals;
-    for (uint32_t j = 0; j < L->n; j++) slot_put(w, L->e[j].idx, NULL);
+    void *_Atomic *slots = w->slots;
+    for (uint32_t j = 0, n = L->n; j < n; j++) atomic_store_explicit(&slots[L->e[j].idx], NULL, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -319,6 +340,7 @@ int weft_local_key_delete(weft_local_key k) {
     }
     atomic_store(&keys[idx].key, 0);
     atomic_store_explicit(&keys[idx].dtor, NULL, memory_order_relaxed);
+    atomic_fetch_add(&key_epoch, 1); /* copy-ins from now on check their entries first */
     windows_clear(idx);
     K.free_ring[(K.free_head + K.free_n) % KEYS_MAX] = (uint16_t)idx;
     K.free_n++;
@@ -367,6 +389,7 @@ static lentry *entry_for(weft_thread *t, uint32_t i) {
         if (!N) return NULL;
         if (!L) {
             N->n = 0;
+            N->epoch = atomic_load(&key_epoch); /* (entries are set live: none stale yet) */
             atomic_fetch_add_explicit(&weft__locals_live, 1, memory_order_relaxed);
         }
         N->cap = ncap;

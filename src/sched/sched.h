@@ -349,7 +349,7 @@ void weft__window_carrier_detach(weft__window *w);
 /* Vthread t, whose locals are not NULL, starts (enter) or stops (leave)
  * running on the carrier whose window is w: its values are copied in or
  * cleared (the scheduler's gate_out and gate_in). */
-void weft__locals_enter(weft__window *w, const weft_thread *t);
+void weft__locals_enter(weft__window *w, weft_thread *t);
 void weft__locals_leave(weft__window *w, const weft_thread *t);
 /* Carrier c's window (sched.c). */
 weft__window *weft__carrier_window(const weft__carrier *c);
