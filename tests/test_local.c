@@ -154,10 +154,29 @@ static _Atomic weft_local_key ch_key;
 static atomic_int ch_stop;
 static atomic_long ch_bad, ch_reads, ch_sets;
 static void *ch_token(long me, weft_local_key k) { return (void *)(uintptr_t)(((uint64_t)k << 8) | (uint64_t)me << 1 | 1); }
+static void *ch_body(void *arg);
+/* a short-lived reader: its storage is made while keys churn */
+static void *ch_child(void *arg) {
+    long me = (long)(intptr_t)arg;
+    long bad = 0;
+    for (int r = 0; r < 4; r++) {
+        weft_local_key k = atomic_load(&ch_key);
+        void *v = weft_local_get(k);
+        if (v && v != ch_token(me, k)) bad++;
+        (void)weft_local_set(k, ch_token(me, k));
+        weft_yield();
+        k = atomic_load(&ch_key);
+        v = weft_local_get(k);
+        if (v && v != ch_token(me, k)) bad++;
+    }
+    atomic_fetch_add(&ch_bad, bad);
+    return NULL;
+}
 static void *ch_body(void *arg) {
     long me = (long)(intptr_t)arg;
     long reads = 0, sets = 0, bad = 0;
-    while (!atomic_load(&ch_stop)) {
+    for (long turn = 0; !atomic_load(&ch_stop); turn++) {
+        if (turn % 64 == 0) join(go(ch_child, (void *)(intptr_t)(me + CH_THREADS)));
         weft_local_key k = atomic_load(&ch_key);
         void *v = weft_local_get(k);
         if (v && v != ch_token(me, k)) bad++;

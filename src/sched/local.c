@@ -228,8 +228,7 @@ static void window_free(weft__window *w) {
 
 weft__window *weft__window_carrier_attach(void) {
     weft__window *w = window_new();
-    /* (a carrier without one -- no memory -- keeps the empty window: its
-     * vthreads' sets fail with -ENOMEM) */
+    /* (NULL: no memory; the carrier does not start) */
     if (w) weft__tls_window = (void *const *)w->slots; /* the carrier's own thread, at its start */
     return w;
 }
@@ -255,7 +254,6 @@ __attribute__((noinline)) static void purge(weft__locals *L, unsigned long ep) {
 }
 
 void weft__locals_enter(weft__window *w, weft_thread *t) {
-    if (!w) return;
     weft__locals *L = t->locals;
     /* (only this carrier writes its count) */
     unsigned seq = atomic_load_explicit(&w->copying, memory_order_relaxed) + 1; /* odd: copying */
@@ -275,7 +273,6 @@ void weft__locals_enter(weft__window *w, weft_thread *t) {
 }
 
 void weft__locals_leave(weft__window *w, const weft_thread *t) {
-    if (!w) return;
     const weft__locals *L = t->locals;
     void *_Atomic *slots = w->slots;
     for (uint32_t j = 0, n = L->n; j < n; j++) atomic_store_explicit(&slots[L->e[j].idx], NULL, memory_order_relaxed);
@@ -377,8 +374,11 @@ static weft__window *plat_window(void) {
     return w;
 }
 
-/* t's entry for index i, made if need be; NULL when out of memory. */
-static lentry *entry_for(weft_thread *t, uint32_t i) {
+/* t's entry for index i, made if need be; NULL when out of memory.  ep:
+ * key_epoch as read before the caller checked its key live -- a new
+ * storage is "checked" as of then, not as of now (a delete in between
+ * must make the next copy-in purge). */
+static lentry *entry_for(weft_thread *t, uint32_t i, unsigned long ep) {
     weft__locals *L = t->locals;
     if (L)
         for (uint32_t j = 0; j < L->n; j++)
@@ -389,7 +389,7 @@ static lentry *entry_for(weft_thread *t, uint32_t i) {
         if (!N) return NULL;
         if (!L) {
             N->n = 0;
-            N->epoch = atomic_load(&key_epoch); /* (entries are set live: none stale yet) */
+            N->epoch = ep;
             atomic_fetch_add_explicit(&weft__locals_live, 1, memory_order_relaxed);
         }
         N->cap = ncap;
@@ -404,7 +404,8 @@ static lentry *entry_for(weft_thread *t, uint32_t i) {
 
 int weft_local_set(weft_local_key k, void *value) {
     uint32_t i = KEY_IDX(k);
-    if (!k || atomic_load_explicit(&keys[i].key, memory_order_relaxed) != k) return -EINVAL;
+    unsigned long ep = atomic_load(&key_epoch); /* before the check (entry_for) */
+    if (!k || atomic_load(&keys[i].key) != k) return -EINVAL;
     weft__carrier *c = weft__tls_carrier; /* no switch in here */
     weft_thread *t = c ? weft__carrier_cur(c) : NULL;
     if (!t) {
@@ -417,9 +418,8 @@ int weft_local_set(weft_local_key k, void *value) {
         return 0;
     }
     weft__window *w = weft__carrier_window(c);
-    if (!w) return -ENOMEM;
     if (!value && !t->locals) return 0;
-    lentry *e = entry_for(t, i);
+    lentry *e = entry_for(t, i, ep);
     if (!e) return -ENOMEM;
     e->key = k;
     e->value = value;
@@ -440,8 +440,7 @@ static void vthread_destructors(weft_thread *t) {
             if (!v) continue;
             uint32_t i = e->idx;
             e->value = NULL;
-            weft__window *w = weft__carrier_window(weft__carrier_self());
-            if (w) slot_put(w, i, NULL);
+            slot_put(weft__carrier_window(weft__carrier_self()), i, NULL);
             void (*d)(void *) = atomic_load_explicit(&keys[i].dtor, memory_order_relaxed);
             /* a key deleted (or deleted and made again) since: no destructor */
             if (!d || atomic_load_explicit(&keys[i].key, memory_order_acquire) != k) continue;
@@ -450,8 +449,7 @@ static void vthread_destructors(weft_thread *t) {
         }
         if (!called) break;
     }
-    weft__window *w = weft__carrier_window(weft__carrier_self());
-    if (w) weft__locals_leave(w, t); /* what is left is dropped */
+    weft__locals_leave(weft__carrier_window(weft__carrier_self()), t); /* what is left is dropped */
     free(t->locals);
     t->locals = NULL;
 }

@@ -2727,19 +2727,24 @@ static void *carrier_main(void *arg) {
     int perr = 0;
     c->tid = (int)syscall(SYS_gettid); /* the monitor reads /proc/self/task/<tid> */
     c->cpuclk_ok = pthread_getcpuclockid(pthread_self(), &c->cpuclk) == 0; /* and this clock */
-    atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);
+    /* the window its vthreads' locals are read from (local.c): a carrier
+     * without one cannot run a vthread that has locals, so it fails too */
+    c->win = weft__window_carrier_attach();
+    if (!c->win) perr = -ENOMEM;
+    else atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);
     c->start_err = perr;
     atomic_fetch_add(&R.carriers_ready, 1);
     futex_wake(&R.carriers_ready, INT_MAX);
     atomic_store(&c->ready, 1); /* (a spare's maker waits on this one) */
     futex_wake(&c->ready, 1);
     if (perr) {
+        weft__window_carrier_detach(c->win);
+        c->win = NULL;
         ss.ss_flags = SS_DISABLE; /* our altstack is ours to free, not the thread library's */
         sigaltstack(&ss, NULL);
         tls_carrier = NULL;
         return NULL;
     }
-    c->win = weft__window_carrier_attach(); /* (before any vthread runs here) */
     /* a spare runs once published (R.nall): every carrier its vthreads'
      * counters live on is one the others iterate */
     while (!atomic_load(&c->go)) futex(&c->go, FUTEX_WAIT_PRIVATE, 0, NULL, 0);

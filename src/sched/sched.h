@@ -342,7 +342,8 @@ void weft__locals_abandon(weft_thread *t);
 extern _Atomic long weft__locals_live;
 /* A carrier's window (local.c: what the inline weft_local_get reads): made
  * and attached to its OS thread by the carrier's thread as it starts
- * (NULL: no memory; its vthreads' sets then fail), dropped as it ends. */
+ * (NULL: no memory, and the carrier fails to start), dropped as it ends
+ * (detach takes NULL). */
 typedef struct weft__window weft__window;
 weft__window *weft__window_carrier_attach(void);
 void weft__window_carrier_detach(weft__window *w);
