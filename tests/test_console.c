@@ -277,17 +277,22 @@ static int count_vthreads(const json *root, const char *why) {
 }
 
 /* The checks a snapshot of the server must pass: its pid, two carriers
- * with their counters, and at least `sleepers` vthreads in the delay. */
+ * with their counters (and any spare the monitor added: on a loaded
+ * machine -- TSan -- a vthread held a carrier 25 ms and one was), and at
+ * least `sleepers` vthreads in the delay. */
 static void check_server_snapshot(const json *root, pid_t pid, int sleepers) {
     CHECK_EQ((long long)json_num(json_path(root, "weft_console.pid"), 0), pid);
     CHECK_EQ((long long)json_num(json_path(root, "weft_console.version"), 0), 1);
     CHECK(!strcmp(json_str(json_path(root, "weft_console.program"), ""), "weft-httpd"));
     const json *cc = json_path(root, "weft_console.carrier_counters");
     CHECK(cc && cc->type == JSON_ARR);
-    CHECK_EQ(cc->n, 2);
-    int k = 0;
+    CHECK(cc->n >= 2);
+    int k = 0, base = 0;
     for (const json *c = cc->first; c; c = c->next, k++) {
         CHECK_EQ((long long)json_num(json_get(c, "index"), -1), k);
+        const json *sp = json_get(c, "spare");
+        CHECK(sp && sp->type == JSON_BOOL);
+        if (!sp->num) base++;
         const json *b = json_get(c, "busy_pct");
         CHECK(b && b->type == JSON_NUM && b->num >= 0 && b->num <= 100);
         CHECK(json_num(json_get(c, "switches"), -1) >= 0);
@@ -296,8 +301,9 @@ static void check_server_snapshot(const json *root, pid_t pid, int sleepers) {
         CHECK(json_num(json_get(c, "runnable"), -1) >= 0);
         CHECK(json_num(json_get(c, "tid"), 0) > 0);
     }
+    CHECK_EQ(base, 2); /* --carriers 2 */
     const json *cs = json_path(root, "weft_dump.carrier_states");
-    CHECK(cs && cs->n == 2);
+    CHECK(cs && cs->n >= 2);
     int live = (int)json_num(json_path(root, "weft_console.stats.live"), -1);
     int listed = count_vthreads(root, NULL);
     CHECK(listed >= 1 + sleepers);
@@ -486,7 +492,8 @@ TEST(streams_and_ignores_input) {
         char *text;
         json_doc *d = read_snapshot(fd, &root, &text);
         const json *cc = json_path(root, "weft_console.carrier_counters");
-        CHECK(cc && (int)cc->n == (test_det_mode() ? 1 : 2)); /* (deterministic mode: one carrier) */
+        /* (deterministic mode: one carrier; a spare may come on a loaded machine) */
+        CHECK(cc && (int)cc->n >= (test_det_mode() ? 1 : 2));
         double t = json_num(json_path(root, "weft_console.time_ns"), 0);
         CHECK(test_det_mode() ? t >= t_prev : t > t_prev); /* (virtual time stands still with nothing to run) */
         t_prev = t;
