@@ -31,7 +31,7 @@
  * A vthread's own storage is a small array of (index, key, value) entries,
  * allocated by its first set of a non-NULL value and grown by doubling --
  * a million vthreads that set nothing cost nothing, one that sets one key
- * costs 72 bytes -- and hangs off its descriptor (weft_thread.locals), so
+ * costs 80 bytes (room for 4) -- and hangs off its descriptor (weft_thread.locals), so
  * it follows the vthread from carrier to carrier.  Only the vthread
  * touches it.  A set writes the entry and the window slot.
  *
@@ -179,8 +179,9 @@ static pthread_once_t plat_once = PTHREAD_ONCE_INIT;
 
 void (*_Atomic weft__scoped_exit_hook)(const weft__sframe *f);
 
-/* Where the calling OS thread's window pointer is.  Not inlined: callers
- * call it again after anything that may switch (a destructor). */
+/* Where the calling OS thread's window pointer is (the out-of-line get).
+ * Not inlined: the address is computed afresh at each call, never kept
+ * from before a switch. */
 __attribute__((noinline)) static void *const **window_tls(void) { return &weft__tls_window; }
 
 /* The deleter's side of the copy-in race (top comment): 1 when
