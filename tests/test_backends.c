@@ -28,6 +28,7 @@
 #include "backends.h"
 
 #include <stdatomic.h>
+#include <sys/syscall.h>
 
 #if HAVE_LIBPQ
 #include <libpq-fe.h>
@@ -90,12 +91,33 @@ __attribute__((unused)) static int stderr_to_file(int *saved) {
     return fd;
 }
 
+/* 1 when the pinned line names a system call that waits for another
+ * party (a peer, a timer, a readiness): the calls the hooks make park.
+ * Any other call -- socket(2), say -- pinned only because the kernel did
+ * not run the thread for the threshold (seen once: "blocked in syscall 41
+ * ... for 20 ms", the suite's release pass on a loaded 2-vCPU machine). */
+__attribute__((unused)) static int pinned_in_a_waiting_call(const char *line) {
+    static const long waiting[] = {
+        SYS_read,     SYS_write,        SYS_readv,         SYS_writev,       SYS_pread64,  SYS_pwrite64,
+        SYS_connect,  SYS_accept,       SYS_accept4,       SYS_recvfrom,     SYS_sendto,   SYS_recvmsg,
+        SYS_sendmsg,  SYS_recvmmsg,     SYS_sendmmsg,      SYS_poll,         SYS_select,   SYS_ppoll,
+        SYS_pselect6, SYS_epoll_wait,   SYS_epoll_pwait,   SYS_nanosleep,    SYS_clock_nanosleep,
+    };
+    const char *p = strstr(line, "syscall ");
+    if (!p) return 1; /* (named, no number: count it) */
+    long nr = strtol(p + 8, NULL, 10);
+    for (size_t i = 0; i < sizeof waiting / sizeof waiting[0]; i++)
+        if (waiting[i] == nr) return 1;
+    return 0;
+}
+
 /* Puts stderr back and checks the pinned events reported meanwhile: with
- * hooks on, none may name a call of the client library's -- each of its
- * blocking calls parks.  What may remain is a carrier waiting in one of
+ * hooks on, none may name a call of the client library's that waits --
+ * each of those parks.  What may remain is a carrier waiting in one of
  * weft's own short critical sections (a futex) whose holder the kernel did
- * not run for the threshold: on an overloaded machine that happens, and
- * it is not the library's doing.  Returns the number of pinned lines. */
+ * not run for the threshold, or a call that never waits which the kernel
+ * did not finish in time: on an overloaded machine that happens, and it is
+ * not the library's doing.  Returns the number of pinned lines. */
 __attribute__((unused)) static int check_pinned_lines(int fd, int saved, int hooks) {
     fflush(stderr);
     CHECK_EQ(dup2(saved, 2), 2);
@@ -107,7 +129,7 @@ __attribute__((unused)) static int check_pinned_lines(int fd, int saved, int hoo
         if (nl) *nl = 0;
         if (!strstr(line, "weft: pinned:") || !strstr(line, " blocked in ")) continue;
         lines++;
-        if (hooks && !strstr(line, " blocked in futex ")) {
+        if (hooks && !strstr(line, " blocked in futex ") && pinned_in_a_waiting_call(line)) {
             fprintf(stderr, "a hooked client blocked its carrier: %s\n", line);
             CHECK(!"a foreign blocking call pinned a carrier with hooks on");
         }
