@@ -441,7 +441,8 @@ static void vthread_destructors(weft_thread *t) {
             if (!v) continue;
             uint32_t i = e->idx;
             e->value = NULL;
-            slot_put(weft__carrier_window(weft__carrier_self()), i, NULL);
+            weft__window *w = weft__carrier_window(weft__carrier_self());
+            if (w) slot_put(w, i, NULL); /* (none: a fork's child, which ends in weft__fatal) */
             void (*d)(void *) = atomic_load_explicit(&keys[i].dtor, memory_order_relaxed);
             /* a key deleted (or deleted and made again) since: no destructor */
             if (!d || atomic_load_explicit(&keys[i].key, memory_order_acquire) != k) continue;
@@ -450,7 +451,8 @@ static void vthread_destructors(weft_thread *t) {
         }
         if (!called) break;
     }
-    weft__locals_leave(weft__carrier_window(weft__carrier_self()), t); /* what is left is dropped */
+    weft__window *w = weft__carrier_window(weft__carrier_self());
+    if (w) weft__locals_leave(w, t); /* what is left is dropped */
     free(t->locals);
     t->locals = NULL;
 }
