@@ -2744,7 +2744,7 @@ static void dump_under_load(server *s, int errfd, const char *src_file, const ch
         /* (as long as the whole budget: a first dump loads the debug
          * information, and under TSan on a loaded machine it once took
          * longer than the 30 s this wait had) */
-        for (; n <= taken;) {
+        while (n <= taken) {
             if (now_ms() > until) FAIL("SIGQUIT wrote no complete JSON dump");
             sleep_ms(20);
             json_free(j);

@@ -154,21 +154,25 @@ static _Atomic weft_local_key ch_key;
 static atomic_int ch_stop;
 static atomic_long ch_bad, ch_reads, ch_sets;
 static void *ch_token(long me, weft_local_key k) { return (void *)(uintptr_t)(((uint64_t)k << 8) | (uint64_t)me << 1 | 1); }
-static void *ch_body(void *arg);
+/* One turn of a reader: a get, a set, a yield, a get, each get through
+ * the key of the moment.  Returns the wrong reads; counts its set. */
+static long ch_turn(long me, long *sets) {
+    long bad = 0;
+    weft_local_key k = atomic_load(&ch_key);
+    void *v = weft_local_get(k);
+    if (v && v != ch_token(me, k)) bad++;
+    if (weft_local_set(k, ch_token(me, k)) == 0) (*sets)++; /* (-EINVAL: k was deleted meanwhile) */
+    weft_yield();
+    k = atomic_load(&ch_key);
+    v = weft_local_get(k);
+    if (v && v != ch_token(me, k)) bad++;
+    return bad;
+}
 /* a short-lived reader: its storage is made while keys churn */
 static void *ch_child(void *arg) {
     long me = (long)(intptr_t)arg;
-    long bad = 0;
-    for (int r = 0; r < 4; r++) {
-        weft_local_key k = atomic_load(&ch_key);
-        void *v = weft_local_get(k);
-        if (v && v != ch_token(me, k)) bad++;
-        (void)weft_local_set(k, ch_token(me, k));
-        weft_yield();
-        k = atomic_load(&ch_key);
-        v = weft_local_get(k);
-        if (v && v != ch_token(me, k)) bad++;
-    }
+    long bad = 0, sets = 0;
+    for (int r = 0; r < 4; r++) bad += ch_turn(me, &sets);
     atomic_fetch_add(&ch_bad, bad);
     return NULL;
 }
@@ -177,16 +181,8 @@ static void *ch_body(void *arg) {
     long reads = 0, sets = 0, bad = 0;
     for (long turn = 0; !atomic_load(&ch_stop); turn++) {
         if (turn % 64 == 0) join(go(ch_child, (void *)(intptr_t)(me + CH_THREADS)));
-        weft_local_key k = atomic_load(&ch_key);
-        void *v = weft_local_get(k);
-        if (v && v != ch_token(me, k)) bad++;
-        reads++;
-        if (weft_local_set(k, ch_token(me, k)) == 0) sets++; /* (-EINVAL: k was deleted meanwhile) */
-        weft_yield();
-        k = atomic_load(&ch_key);
-        v = weft_local_get(k);
-        if (v && v != ch_token(me, k)) bad++;
-        reads++;
+        bad += ch_turn(me, &sets);
+        reads += 2;
     }
     atomic_fetch_add(&ch_bad, bad);
     atomic_fetch_add(&ch_reads, reads);

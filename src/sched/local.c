@@ -135,6 +135,7 @@ static struct {
 } keys[KEYS_MAX];
 
 /* A vthread's storage: entries in the order first set. */
+typedef struct weft__locals weft__locals;
 typedef struct lentry {
     uint32_t idx;
     weft_local_key key; /* the key it was set under (live, or deleted since) */
@@ -149,7 +150,6 @@ struct weft__locals {
 /* Bumped by every key_delete: a storage checked at the current epoch holds
  * no entry of a deleted key, and a copy-in copies it without looking. */
 static _Atomic unsigned long key_epoch;
-typedef struct weft__locals weft__locals;
 
 /* A window (see the top comment), on the list W while it exists. */
 struct weft__window {
