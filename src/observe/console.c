@@ -37,8 +37,9 @@
  * room (poll's POLLOUT) and never waits on one client, so one that reads
  * slowly or not at all costs the others nothing -- they get every
  * snapshot on time.  A client still taking one snapshot when the next is
- * due skips the new one; one that has not taken a whole snapshot within
- * 2 s of its start is dropped.  Rejected: a sender thread (or vthread) per
+ * due skips the new one (none is built while every client is still on an
+ * older one); one that has not taken a whole snapshot within 2 s of its
+ * start is dropped.  Rejected: a sender thread (or vthread) per
  * client -- 64 stacks and a hand-off for what one poll loop does, and the
  * snapshot would have to be shared across threads anyway; sequential
  * blocking sends with a timeout (the first design) -- N stuck clients
@@ -46,9 +47,11 @@
  *
  * Full.  At most CON_MAX_CLIENTS (64) clients.  A newcomer when all are
  * taken evicts the client that has left what it was sent unread longest,
- * if that is over 2 s (SIOCOUTQ, checked at each snapshot: a connection
- * that never reads, which small snapshots would otherwise keep alive for
- * as long as its socket buffer takes them); if every client reads, the
+ * if that is over 2 s -- a connection that never reads, which small
+ * snapshots would otherwise keep for as long as its socket buffer takes
+ * them.  When a client last read is known from its socket: nothing unread
+ * in it at a snapshot (SIOCOUTQ), or room again in it once it was full
+ * (POLLOUT that lets more be sent).  If every client reads, the
  * newcomer gets one line, "weft-console full <max>\n", and is closed, so
  * that weft-top can say why.  (Another uid gets no byte: nothing about the
  * process is told to a user it does not serve.)
@@ -433,7 +436,8 @@ static int pump(client *c) {
     return 0;
 }
 
-/* Has client c read everything sent to it?  Then it is reading: noted. */
+/* Has client c read everything sent to it?  Then it is reading: noted.
+ * (So is room again in a socket that was full: see console_main.) */
 static void note_read(client *c, int64_t now) {
     int q = 0;
     if (c->snap < 0 && ioctl(c->fd, SIOCOUTQ, &q) == 0 && q == 0) c->read_at = now;
@@ -520,8 +524,15 @@ static int accept_one(int64_t now) {
 }
 
 /* A snapshot is due: built into a free memfd and started to every client
- * not still taking an older one.  0, or -errno (every client is dropped). */
+ * not still taking an older one.  1, 0 when every client is still taking
+ * an older one (nothing is built), or -errno (every client is dropped). */
 static int tick(sample *s, const sample *prev, int64_t started_at) {
+    int64_t now = mono_ns(), want = 0;
+    for (int i = 0; i < C.nclients; i++) {
+        note_read(&C.clients[i], now);
+        want += C.clients[i].snap < 0;
+    }
+    if (!want) return 0;
     int k = 0;
     while (k < CON_MAX_SNAPS && C.snaps[k].refs) k++;
     if (k == CON_MAX_SNAPS) return 0; /* (cannot be: each is younger than the timeout) this one is skipped */
@@ -531,10 +542,9 @@ static int tick(sample *s, const sample *prev, int64_t started_at) {
     if (len < 0) return (int)len;
     sn->len = (size_t)len;
     sn->klen = snprintf(sn->line, sizeof sn->line, "weft-console 1 %zu\n", sn->len);
-    int64_t now = mono_ns();
+    now = mono_ns();
     for (int i = C.nclients - 1; i >= 0; i--) {
         client *c = &C.clients[i];
-        note_read(c, now);
         if (c->snap >= 0) continue; /* still on the last one: it skips this one */
         c->snap = k;
         sn->refs++;
@@ -542,7 +552,7 @@ static int tick(sample *s, const sample *prev, int64_t started_at) {
         c->started = now;
         if (pump(c) < 0) drop_client(i);
     }
-    return 0;
+    return 1;
 }
 
 static int ms_until(int64_t t, int64_t now) {
@@ -602,7 +612,12 @@ static void *console_main(void *unused) {
                 }
             }
             if (pf[i].revents & (POLLERR | POLLNVAL)) drop_client(i - 2);
-            else if (c->snap >= 0 && (pf[i].revents & (POLLOUT | POLLHUP)) && pump(c) < 0) drop_client(i - 2);
+            else if (c->snap >= 0 && (pf[i].revents & (POLLOUT | POLLHUP))) {
+                /* room again in a socket that was full: its peer reads */
+                size_t was = c->off;
+                if (pump(c) < 0) drop_client(i - 2);
+                else if (c->off > was) c->read_at = mono_ns();
+            }
         }
         now = mono_ns();
         /* a whole snapshot within the timeout, or the client goes */
@@ -628,7 +643,7 @@ static void *console_main(void *unused) {
                 fprintf(stderr, "weft: console: cannot build a snapshot: %s\n", strerror(-e));
                 while (C.nclients) drop_client(C.nclients - 1);
             }
-            cur ^= 1;
+            if (e) cur ^= 1; /* (nothing built: the window goes on from the last sample) */
             next_at = mono_ns() + CON_PERIOD_NS;
         }
         log_summary(mono_ns(), 0);
