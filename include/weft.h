@@ -687,15 +687,22 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  *    its mode is the umask's), and each connection's peer is checked with
  *    SO_PEERCRED: only the process's own effective uid, and root (who can
  *    read the process's memory anyway), are served; any other is closed
- *    at once without a byte (one line on stderr says so).
+ *    at once without a byte (a line on stderr says so: at most one a
+ *    second, the rest counted in one "N more connections refused" line).
  *  - A socket file left by a process that died is replaced; one that a
  *    live process serves is an error (-EADDRINUSE), as is a path that
  *    exists and is not a socket (-EEXIST) or a directory that fails the
  *    check above (-EPERM): weft_init fails, after one line on stderr.
  *  - Read-only: bytes a client sends are read and thrown away; nothing it
- *    sends changes anything.  At most 16 clients at once (more are closed);
- *    one that does not take its snapshot within 2 s is dropped, so a stuck
- *    client never holds anything in the runtime.
+ *    sends changes anything.  Each client is sent to on its own (the
+ *    sockets are nonblocking): one that reads slowly or not at all delays
+ *    no other, and one that does not take a whole snapshot within 2 s is
+ *    dropped, so a stuck client never holds anything in the runtime.
+ *  - At most 64 clients at once.  A newcomer then takes the place of the
+ *    client that has left what it was sent unread longest, if that is over
+ *    2 s; when every client reads, the newcomer gets the line
+ *    "weft-console full 64\n" and is closed (weft-top says the console is
+ *    full), logged as a refusal.
  *  - weft_shutdown closes the socket and removes its file.  A fork child
  *    has no console (the socket is its parent's).
  */

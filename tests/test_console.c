@@ -11,7 +11,12 @@
  * another uid (as root: a child that becomes nobody).  In process: the
  * socket's mode, a stale socket replaced, a live one / a file / an open
  * directory refused, the file removed at shutdown, the stream of
- * snapshots, and client bytes ignored.
+ * snapshots, and client bytes ignored.  Clients that misbehave: ten that
+ * never read cost a reader nothing; idle ones never lock a reader out; a
+ * full console says so (and weft-top repeats it); floods of refused
+ * connections are logged once a second.  weft-top's own words: why it
+ * cannot watch a console (as root: a second uid), and a made-up snapshot
+ * drawn consistently (peak, call sites).
  *
  * Nothing asserts speed.  Waits are bounded (a snapshot must come within
  * IO_TIMEOUT_MS) so that a console that never answers fails instead of
@@ -27,6 +32,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -708,4 +715,580 @@ TEST(top_renders_in_tmux) {
     clients_stop(cl);
     server_stop(&s, 1);
     rm_dir(dir);
+}
+
+/* ---- one slow client, a full console, refusals, weft-top's messages -------- */
+
+/* A vthread asleep for the test's length: it makes every snapshot large
+ * (its backtrace is in the dump).  A detached daemon: weft_shutdown
+ * abandons it, after the console has stopped -- so no snapshot ever reads
+ * one as it wakes (see the top comment, on TSan). */
+static void *sleeper(void *a) {
+    (void)a;
+    weft_sleep(3600LL * 1000000000);
+    return NULL;
+}
+
+/* n sleepers, waited for until they have all parked (the counters are read
+ * without synchronising: polled until they say so). */
+static void sleepers_start(int n) {
+    weft_stats s0, s;
+    weft_stats_get(&s0);
+    weft_attr at = {.name = "sleeper", .daemon = 1};
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(NULL, sleeper, NULL, &at), 0);
+    int64_t until = now_ms() + IO_TIMEOUT_MS;
+    do {
+        sleep_ms(5);
+        weft_stats_get(&s);
+        if (now_ms() > until) FAIL("%d sleepers did not park", n);
+    } while (s.parks < s0.parks + (uint64_t)n);
+}
+
+/* A connection to path made without waiting; -1 while its backlog is
+ * full. */
+static int connect_nowait(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (errno != EAGAIN) FAIL("connect %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Has the console closed fd (a client that reads nothing: poll tells
+ * without reading)? */
+static int closed_by_peer(int fd) {
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* The console sends to each client on its own: M clients that never read,
+ * each replaced by a new one as soon as the console drops it (so that
+ * there are always M), cost a client that reads nothing.  The snapshots
+ * are made larger than a socket buffer (400 sleepers' backtraces), so a
+ * non-reader's socket is full within its first snapshot.
+ *
+ * Why the counts cannot be met by a console that sends in turn, blocking:
+ * every round of sends then waits for each non-reader (2 s each, its
+ * timeout) before the next round -- 20 of them, or the 15 that fit beside
+ * the reader under the old limit of 16 clients: 30 s or more a round --
+ * and the reader gets at most one snapshot a round: its 3rd no sooner than
+ * 2 rounds after its first, 60 s, the bound below.  A console with a
+ * sender per client sends it one a second however many clients are stuck
+ * (or one per dump, where a sanitizer makes a dump of 400 vthreads take
+ * seconds): 3 take a few seconds. */
+TEST(slow_client_costs_others_nothing) {
+    DET_SKIP("counts snapshots against the real clock while vthreads sleep in virtual time");
+    enum { M = 20, K = 3 };
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "slow");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock, .carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    sleepers_start(400);
+    int rd = connect_path(sock); /* (first: a place for it under any limit) */
+    CHECK(rd >= 0);
+    int stuck[M];
+    for (int i = 0; i < M; i++) {
+        stuck[i] = connect_path(sock);
+        CHECK(stuck[i] >= 0);
+    }
+    int64_t t0 = now_ms(), bound = 60000; /* the comment above */
+    int got = 0, drops = 0;
+    unsigned long long biggest = 0;
+    char *buf = NULL;
+    size_t cap = 0;
+    while (got < K || !drops) {
+        if (now_ms() - t0 > bound)
+            FAIL("in %lld ms the reader got %d snapshots (%d wanted) and %d non-readers were dropped",
+                 (long long)(now_ms() - t0), got, K, drops);
+        for (int i = 0; i < M; i++) {
+            if (stuck[i] >= 0 && closed_by_peer(stuck[i])) {
+                close(stuck[i]);
+                stuck[i] = -1;
+                drops++;
+            }
+            /* (without waiting: a console that accepts nobody while it is
+             * stuck in a send must not hold the reader's reads here) */
+            if (stuck[i] < 0) stuck[i] = connect_nowait(sock);
+        }
+        if (got >= K) {
+            sleep_ms(20);
+            continue;
+        }
+        /* the reader: one frame at a time, waiting at most 100 ms for its line */
+        struct pollfd pf = {rd, POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0) continue;
+        char line[64];
+        size_t n = 0;
+        int64_t until = now_ms() + IO_TIMEOUT_MS;
+        while (n < sizeof line - 1) {
+            if (read_full(rd, line + n, 1, until) != 1) FAIL("the reader's connection ended");
+            if (line[n++] == '\n') break;
+        }
+        line[n] = 0;
+        unsigned long long bytes;
+        if (sscanf(line, "weft-console 1 %llu", &bytes) != 1) FAIL("bad frame line '%s'", line);
+        if (bytes > cap) {
+            cap = bytes;
+            buf = realloc(buf, cap);
+            CHECK(buf != NULL);
+        }
+        size_t body = read_full(rd, buf, bytes, until);
+        if (body != bytes)
+            FAIL("the reader's snapshot %d: %zu bytes of %llu, then %s, %lld ms in", got + 1, body, bytes,
+                 now_ms() < until ? "the end" : "nothing more", (long long)(now_ms() - t0));
+        if (bytes > biggest) biggest = bytes;
+        got++;
+    }
+    printf("the reader got %d snapshots (up to %llu bytes) in %lld ms while %d non-readers were dropped\n", got,
+           biggest, (long long)(now_ms() - t0), drops);
+    /* the premise: a snapshot does not fit a socket's buffer */
+    CHECK(biggest > 2 * 212992ull);
+    free(buf);
+    close(rd);
+    for (int i = 0; i < M; i++)
+        if (stuck[i] >= 0) close(stuck[i]);
+    weft_shutdown(); /* (the console stops first; the sleepers are abandoned) */
+    rm_dir(dir);
+}
+
+/* The console's limit (console.c CON_MAX_CLIENTS), as its refusal says it. */
+#define CON_MAX 64
+
+/* The first line the console sends on fd, within the deadline ("" when it
+ * closed the connection without one). */
+static void first_line(int fd, char *line, size_t cap, int64_t until) {
+    size_t n = 0;
+    while (n < cap - 1 && read_full(fd, line + n, 1, until) == 1)
+        if (line[n++] == '\n') break;
+    line[n] = 0;
+}
+
+/* Connections that never read, kept at `n` for as long as the test runs:
+ * one the console drops is replaced at once (keep_idle). */
+static void keep_idle(int *fds, int n, const char *sock) {
+    for (int i = 0; i < n; i++)
+        if (fds[i] < 0 || closed_by_peer(fds[i])) {
+            if (fds[i] >= 0) close(fds[i]);
+            fds[i] = connect_path(sock);
+            CHECK(fds[i] >= 0);
+        }
+}
+
+/* Idle connections -- connected, never reading -- do not lock a reader out:
+ * a newcomer when the console is full takes the place of the one that has
+ * left its snapshots unread longest.  The idle ones are kept at the
+ * console's limit throughout (each the console drops is replaced), and
+ * snapshots are small (no vthreads: a socket buffer holds dozens), so a
+ * console that only drops a client whose buffer is full would keep the
+ * newcomer out for good. */
+TEST(idle_clients_do_not_lock_out) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "idle");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    int idle[CON_MAX];
+    for (int i = 0; i < CON_MAX; i++) idle[i] = -1;
+    keep_idle(idle, CON_MAX, sock);
+    int64_t t0 = now_ms(), until = t0 + 3 * (int64_t)IO_TIMEOUT_MS;
+    int tries = 0, full = 0, closed = 0;
+    for (;;) {
+        if (now_ms() > until)
+            FAIL("no place for a reader in %lld ms: %d tries, %d refused as full, %d closed without a word",
+                 (long long)(now_ms() - t0), tries, full, closed);
+        keep_idle(idle, CON_MAX, sock);
+        int fd = connect_path(sock);
+        CHECK(fd >= 0);
+        tries++;
+        char line[64];
+        first_line(fd, line, sizeof line, now_ms() + 2000);
+        if (!strncmp(line, "weft-console 1 ", 15)) {
+            close(fd);
+            break;
+        }
+        if (!strncmp(line, "weft-console full ", 18)) full++;
+        else if (!*line) closed++;
+        else FAIL("the console's first line: '%s'", line);
+        close(fd);
+        sleep_ms(100);
+    }
+    printf("a reader got in after %d tries in %lld ms (%d refused as full, %d closed)\n", tries,
+           (long long)(now_ms() - t0), full, closed);
+    for (int i = 0; i < CON_MAX; i++) close(idle[i]);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+/* Readers that keep the console full: a thread drains them all. */
+typedef struct drainer {
+    int fds[CON_MAX];
+    _Atomic int stop;
+    _Atomic int evicted; /* readers the console closed: starved of CPU > 2 s (a loaded machine) */
+    pthread_t th;
+} drainer;
+
+static void *drain_main(void *arg) {
+    drainer *d = arg;
+    char junk[65536];
+    while (!atomic_load(&d->stop)) {
+        struct pollfd pf[CON_MAX];
+        for (int i = 0; i < CON_MAX; i++) pf[i] = (struct pollfd){d->fds[i], POLLIN, 0};
+        if (poll(pf, CON_MAX, 50) <= 0) continue;
+        for (int i = 0; i < CON_MAX; i++)
+            if (pf[i].revents & (POLLIN | POLLHUP)) {
+                ssize_t k = read(d->fds[i], junk, sizeof junk);
+                if (k == 0) { /* closed: its place went to a newcomer */
+                    atomic_fetch_add(&d->evicted, 1);
+                    close(d->fds[i]);
+                    d->fds[i] = -1;
+                }
+            }
+    }
+    return NULL;
+}
+
+/* stderr into a file for the rest of the test (the console writes there);
+ * returns the file's descriptor, for slurp. */
+static int capture_stderr(void) {
+    char path[] = "/tmp/weft-test-console-err-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    CHECK(dup2(fd, 2) == 2);
+    return fd;
+}
+
+static char *read_all(int fd) {
+    off_t len = lseek(fd, 0, SEEK_END);
+    char *b = malloc((size_t)len + 1);
+    CHECK(b != NULL);
+    CHECK(pread(fd, b, (size_t)len, 0) == len);
+    b[len] = 0;
+    return b;
+}
+
+/* The console's refusal lines in err: how many lines there are about
+ * refusals, and how many refusals they account for (one each, plus the
+ * "N more" summaries). */
+static void count_refusals(const char *err, int *lines, long *refused) {
+    *lines = 0;
+    *refused = 0;
+    for (const char *p = err; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char l[512];
+        snprintf(l, sizeof l, "%.*s", (int)(len < sizeof l ? len : sizeof l - 1), p);
+        unsigned n;
+        if (strstr(l, "weft: console: ") && strstr(l, "refused")) {
+            (*lines)++;
+            if (strstr(l, " more connection") && sscanf(l, "weft: console: %u more connection", &n) == 1)
+                *refused += n;
+            else (*refused)++;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+}
+
+/* Waits until the console has logged `want` refusals (the summary comes
+ * CON_LOG_NS after the last line), then checks that the log took at most
+ * about one line a second: lines <= 2 per second that passed, + 2. */
+static void check_refusal_log(int errfd, long want, int64_t t0) {
+    int64_t until = now_ms() + IO_TIMEOUT_MS;
+    int lines;
+    long refused;
+    for (;;) {
+        char *err = read_all(errfd);
+        count_refusals(err, &lines, &refused);
+        free(err);
+        if (refused >= want || now_ms() > until) break;
+        sleep_ms(50);
+    }
+    int64_t secs = (now_ms() - t0) / 1000 + 1;
+    printf("%ld refusals in %d lines over %lld s\n", refused, lines, (long long)secs);
+    if (refused != want || lines > 2 * secs + 2) {
+        char *err = read_all(errfd);
+        printf("the log (its first 2,000 bytes):\n%.2000s\n", err);
+        free(err);
+    }
+    if (refused != want) {
+        printf("the console's log accounts for %ld refusals, not %ld\n", refused, want);
+        FAIL("the console's log accounts for %ld refusals, not %ld", refused, want);
+    }
+    if (lines > 2 * secs + 2) {
+        printf("%d lines about refusals in %lld s\n", lines, (long long)secs);
+        FAIL("%d lines about refusals in %lld s", lines, (long long)secs);
+    }
+}
+
+/* A full console of readers: a newcomer is told so ("weft-console full
+ * N") before the console closes it, weft-top says the console is full,
+ * and a flood of such newcomers is logged once a second, not once each. */
+TEST(full_console_says_so) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "full");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    int errfd = capture_stderr();
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    drainer *d = calloc(1, sizeof *d);
+    CHECK(d != NULL);
+    for (int i = 0; i < CON_MAX; i++) {
+        d->fds[i] = connect_path(sock);
+        CHECK(d->fds[i] >= 0);
+    }
+    CHECK_EQ(pthread_create(&d->th, NULL, drain_main, d), 0);
+    int64_t t0 = now_ms();
+    /* the raw refusal */
+    int fd = connect_path(sock);
+    CHECK(fd >= 0);
+    char line[64];
+    first_line(fd, line, sizeof line, now_ms() + IO_TIMEOUT_MS);
+    char want[64];
+    snprintf(want, sizeof want, "weft-console full %d\n", CON_MAX);
+    if (strcmp(line, want)) { /* (said on stdout too: stderr is the console's log now) */
+        printf("a newcomer to a full console got '%s'\n", line);
+        FAIL("a newcomer to a full console got '%s'", line);
+    }
+    char b;
+    CHECK(read_full(fd, &b, 1, now_ms() + IO_TIMEOUT_MS) == 0); /* and then the end */
+    close(fd);
+    long refused = 1;
+    /* weft-top's word for it (tried again if it got in: a reader starved
+     * of CPU for 2 s lost its place to it) */
+    for (int tries = 0; HAVE_APPS && tries < 5; tries++) {
+        char path[] = "/tmp/weft-test-top-err-XXXXXX";
+        int ef = mkstemp(path);
+        CHECK(ef >= 0);
+        unlink(path);
+        fflush(NULL);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            dup2(ef, 2);
+            alarm(IO_TIMEOUT_MS / 1000 + 5);
+            execl(WEFT_TOP_PATH, WEFT_TOP_PATH, "--once", "--json", sock, (char *)NULL);
+            _exit(127);
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        char *msg = slurp_fd(ef);
+        printf("weft-top: %s", msg);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+            free(msg);
+            continue;
+        }
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        CHECK(strstr(msg, "is full") != NULL);
+        CHECK(strstr(msg, "64 clients") != NULL);
+        free(msg);
+        refused++;
+        break;
+    }
+    /* a flood */
+    enum { FLOOD = 2000 };
+    for (int i = 0; i < FLOOD; i++) {
+        int f = connect_path(sock);
+        CHECK(f >= 0);
+        close(f);
+    }
+    refused += FLOOD;
+    atomic_store(&d->stop, 1);
+    pthread_join(d->th, NULL);
+    if (atomic_load(&d->evicted)) printf("(%d readers lost their place)\n", atomic_load(&d->evicted));
+    check_refusal_log(errfd, refused - atomic_load(&d->evicted), t0);
+    for (int i = 0; i < CON_MAX; i++)
+        if (d->fds[i] >= 0) close(d->fds[i]);
+    free(d);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+/* As root: a flood of connections from another uid is refused and logged
+ * once a second (with the count of the rest), not once each. */
+TEST(refusals_logged_once_a_second) {
+    if (geteuid() != 0) SKIP("needs root to become a second uid (nobody, 65534)");
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "flood");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    int errfd = capture_stderr();
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    CHECK_EQ(chmod(dir, 0755), 0);
+    CHECK_EQ(chmod(sock, 0666), 0);
+    enum { FLOOD = 5000 };
+    int64_t t0 = now_ms();
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0) _exit(10);
+        for (int i = 0; i < FLOOD; i++) {
+            int fd = connect_path(sock);
+            if (fd < 0) _exit(11);
+            close(fd);
+        }
+        _exit(0);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the second uid's flood ended with 0x%x", st);
+    check_refusal_log(errfd, FLOOD, t0);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+/* weft-top run as uid 65534 against the console at sock: its exit status
+ * and what it said on stderr (the caller frees). */
+static char *top_as_nobody(const char *sock, int *status) {
+    char path[] = "/tmp/weft-test-top-err-XXXXXX";
+    int ef = mkstemp(path);
+    CHECK(ef >= 0);
+    unlink(path);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(ef, 2);
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0) _exit(10);
+        alarm(IO_TIMEOUT_MS / 1000 + 5);
+        execl(WEFT_TOP_PATH, WEFT_TOP_PATH, "--once", "--json", sock, (char *)NULL);
+        _exit(127);
+    }
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    }
+    return slurp_fd(ef);
+}
+
+/* weft-top says why it cannot watch a console: a directory it may not
+ * enter, a socket whose mode shuts it out, or another user's console that
+ * closed the connection on it -- each in its own words, none of them a
+ * guess. */
+TEST(top_says_why_refused) {
+    NEED_APPS();
+    if (geteuid() != 0) SKIP("needs root to become a second uid (nobody, 65534)");
+    if (access(WEFT_TOP_PATH, X_OK) < 0) SKIP("weft-top cannot be run");
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "why");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    weft_config cfg = {.console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    /* (is weft-top where nobody may run it?) */
+    int st;
+    CHECK_EQ(chmod(dir, 0755), 0);
+    CHECK_EQ(chmod(sock, 0666), 0);
+    char *msg = top_as_nobody(sock, &st);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) SKIP("uid 65534 cannot run %s", WEFT_TOP_PATH);
+    /* another user's console: connected, closed without a byte */
+    printf("open to all: %s", msg);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CHECK(strstr(msg, "runs as uid 0") != NULL);
+    CHECK(strstr(msg, "serves only its owner and root") != NULL);
+    free(msg);
+    /* the socket's mode */
+    CHECK_EQ(chmod(sock, 0600), 0);
+    msg = top_as_nobody(sock, &st);
+    printf("socket 0600: %s", msg);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CHECK(strstr(msg, "it is uid 0's console (mode 0600)") != NULL);
+    free(msg);
+    /* the directory */
+    CHECK_EQ(chmod(dir, 0700), 0);
+    msg = top_as_nobody(sock, &st);
+    printf("directory 0700: %s", msg);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CHECK(strstr(msg, "may not enter its directory") != NULL);
+    CHECK(strstr(msg, "mode 0700") != NULL);
+    free(msg);
+    weft_shutdown();
+    rm_dir(dir);
+}
+
+/* A console of the test's own making: weft-top --once against it gets the
+ * snapshot `body`; returns weft-top's output (the caller frees). */
+static char *top_on_snapshot(const char *body) {
+    char dir[128], sock[192];
+    make_dir(dir, sizeof dir, "fake");
+    snprintf(sock, sizeof sock, "%s/c.sock", dir);
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(l >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 4), 0);
+    char path[] = "/tmp/weft-test-top-out-XXXXXX";
+    int of = mkstemp(path);
+    CHECK(of >= 0);
+    unlink(path);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(of, 1);
+        alarm(IO_TIMEOUT_MS / 1000 + 5);
+        execl(WEFT_TOP_PATH, WEFT_TOP_PATH, "--once", sock, (char *)NULL);
+        _exit(127);
+    }
+    struct pollfd pf = {l, POLLIN, 0};
+    if (poll(&pf, 1, IO_TIMEOUT_MS) != 1) FAIL("weft-top did not connect");
+    int c = accept(l, NULL, NULL);
+    CHECK(c >= 0);
+    char head[64];
+    int k = snprintf(head, sizeof head, "weft-console 1 %zu\n", strlen(body));
+    CHECK(write(c, head, (size_t)k) == k);
+    CHECK(write(c, body, strlen(body)) == (ssize_t)strlen(body));
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    close(c);
+    close(l);
+    char *out = slurp_fd(of);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("weft-top ended with 0x%x:\n%s", st, out);
+    rm_dir(dir);
+    return out;
+}
+
+/* weft-top draws what the snapshot says, consistently: the counters were
+ * read before the dump listed the vthreads (more started in between), yet
+ * the peak shown is never below the vthreads listed; and a call site that
+ * has a function but no file:line (a release build's frame without line
+ * information) shows the function, as the dump's text does, not "(no call
+ * site)". */
+TEST(top_draws_peak_and_sites_consistently) {
+    NEED_APPS();
+    const char *body =
+        "{\"weft_console\":{\"version\":1,\"pid\":4242,\"uid\":0,\"program\":\"fake\",\"time_ns\":1,"
+        "\"uptime_ns\":1000000000,\"window_ns\":0,\"io\":\"epoll\",\"injected\":0,"
+        "\"stats\":{\"started\":3,\"live\":3,\"peak\":3,\"switches\":1,\"steals\":0,\"parks\":1,\"pinned\":0,"
+        "\"hogs\":0,\"carriers\":1,\"spares\":0},\"carrier_counters\":[]},"
+        " \"weft_dump\":{\"carrier_states\":[],\"groups\":[],\"executors\":[],\"containers\":[],\"vthreads\":["
+        "{\"id\":1,\"name\":\"a\",\"state\":\"parked\",\"waiting_on\":\"io\",\"call\":\"weft_recv\","
+        "\"since_ns\":5,\"site_function\":\"conn_main\"},"
+        "{\"id\":2,\"name\":\"b\",\"state\":\"parked\",\"waiting_on\":\"io\",\"call\":\"weft_recv\","
+        "\"since_ns\":5,\"site_function\":\"conn_main\"},"
+        "{\"id\":3,\"name\":\"c\",\"state\":\"parked\",\"waiting_on\":\"sleep\",\"call\":\"weft_sleep\","
+        "\"since_ns\":5,\"until_ns\":9,\"site\":\"app.c:12\",\"site_function\":\"nap\"},"
+        "{\"id\":4,\"name\":\"d\",\"state\":\"parked\",\"waiting_on\":\"sleep\",\"call\":\"weft_sleep\","
+        "\"since_ns\":5,\"until_ns\":9,\"site_function\":\"doze\"},"
+        "{\"id\":5,\"name\":\"e\",\"state\":\"runnable\"}"
+        "]}}\n";
+    char *out = top_on_snapshot(body);
+    printf("%s", out);
+    CHECK(strstr(out, "vthreads 5:") != NULL);
+    CHECK(strstr(out, "(started 5, peak 5)") != NULL);
+    CHECK(strstr(out, "conn_main") != NULL);
+    CHECK(strstr(out, "app.c:12 (nap)") != NULL);
+    CHECK(strstr(out, "doze") != NULL);
+    /* the one vthread with neither says so; the others do not */
+    const char *p = strstr(out, "(no call site)");
+    CHECK(p != NULL && strstr(p + 1, "(no call site)") == NULL);
+    free(out);
 }

@@ -28,6 +28,15 @@
  * prints snapshots as the console sent them (one JSON object each, a line
  * apart), and with --once just one: for scripts.
  *
+ * Why a console cannot be watched is said, not guessed: connect's EACCES
+ * is a directory the user may not enter or a socket whose mode shuts him
+ * out (both named, with owner and mode); a connection closed before a
+ * snapshot is another user's console when the peer's uid (SO_PEERCRED)
+ * says so; a full console says so in its first line ("weft-console full
+ * N").  The header's peak and started are at least the vthreads listed
+ * (the counters are read before the dump lists them); a call site with a
+ * function but no file:line shows the function, as the dump's text does.
+ *
  * Exit status: 0; 1 the console could not be reached or spoke nonsense
  * (the message says which); 2 a bad command line.
  */
@@ -53,6 +62,7 @@
 #include <unistd.h>
 
 static const char *prog = "weft-top";
+static const char *console_path = "?"; /* for messages */
 
 static void die(const char *fmt, ...) {
     va_list ap;
@@ -155,10 +165,39 @@ static void socket_of_pid(int pid, char *out, size_t cap) {
     if (uid < 0) die("no process %d", pid);
     snprintf(out, cap, "/tmp/weft-%ld/%d.sock", uid, pid);
     struct stat st;
+    if (!have && stat(out, &st) < 0 && errno == EACCES)
+        die("process %d runs as uid %ld and you are uid %u: its console's directory /tmp/weft-%ld is closed to "
+            "you (permissions); a console serves only its owner and root",
+            pid, uid, (unsigned)geteuid(), uid);
     if (!have && stat(out, &st) < 0)
         die("process %d serves no console (%s, and %s does not exist): start it with WEFT_CONSOLE=1, or pass the "
             "socket's path",
             pid, why ? why : "no WEFT_CONSOLE", out);
+}
+
+/* Why connect(2) said EACCES: the directory, or the socket's mode -- and
+ * whose they are.  Dies with the answer. */
+static void die_access(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) dir[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    unsigned me = (unsigned)geteuid();
+    struct stat ds, ss;
+    if (faccessat(AT_FDCWD, dir, X_OK, AT_EACCESS) < 0 && errno == EACCES) {
+        if (stat(dir, &ds) == 0)
+            die("cannot reach %s: you (uid %u) may not enter its directory %s (uid %u's, mode %04o); a console "
+                "serves only its owner and root",
+                path, me, dir, (unsigned)ds.st_uid, (unsigned)(ds.st_mode & 07777));
+        die("cannot reach %s: you (uid %u) may not enter its directory %s (permissions)", path, me, dir);
+    }
+    if (stat(path, &ss) == 0 && ss.st_uid != me)
+        die("cannot connect to %s: it is uid %u's console (mode %04o) and you are uid %u; a console serves only its "
+            "owner and root",
+            path, (unsigned)ss.st_uid, (unsigned)(ss.st_mode & 07777), me);
+    die("cannot connect to %s: permission denied (its mode does not let you, uid %u, write to it)", path, me);
 }
 
 static int connect_to(const char *path, int pid) {
@@ -169,9 +208,9 @@ static int connect_to(const char *path, int pid) {
     if (fd < 0) die("socket: %s", strerror(errno));
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         int e = errno;
+        if (e == EACCES) die_access(path);
         die("cannot connect to %s: %s%s", path, strerror(e),
-            e == EACCES ? " (the console serves only its owner and root)"
-            : e == ECONNREFUSED ? " (nobody serves it: the program has ended?)" : "");
+            e == ECONNREFUSED ? " (nobody serves it: the program has ended?)" : "");
     }
     if (pid > 0) {
         struct ucred cr;
@@ -180,6 +219,20 @@ static int connect_to(const char *path, int pid) {
             die("%s is served by process %d, not %d: refused", path, (int)cr.pid, pid);
     }
     return fd;
+}
+
+/* The console closed the connection before a snapshot: why.  Another
+ * user's console closes without a byte (it tells a stranger nothing);
+ * a full one says so in its first line (rx_frame). */
+static void die_closed(int fd, const char *path) {
+    struct ucred cr;
+    socklen_t l = sizeof cr;
+    unsigned me = (unsigned)geteuid();
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) == 0 && l == sizeof cr && cr.uid != me && me != 0)
+        die("%s is the console of process %d, which runs as uid %u; you are uid %u, and a console serves only "
+            "its owner and root: it closed the connection",
+            path, (int)cr.pid, (unsigned)cr.uid, me);
+    die("the console at %s closed the connection before sending a snapshot (its program is ending?)", path);
 }
 
 /* A snapshot being received: "weft-console 1 <bytes>\n", then the bytes. */
@@ -214,6 +267,11 @@ static int rx_frame(rx *r, size_t *off, size_t *len) {
     }
     unsigned ver;
     unsigned long long bytes;
+    int most;
+    if (sscanf(r->buf, "weft-console full %d\n", &most) == 1)
+        die("the console at %s is full: it serves %d clients at once, and none of them has left its snapshots "
+            "unread long enough to lose its place; try again when one has quit",
+            console_path, most);
     if (sscanf(r->buf, "weft-console %u %llu\n", &ver, &bytes) != 2)
         die("the console sent something that is not a snapshot frame");
     if (ver != 1) die("the console speaks version %u; this weft-top knows version 1", ver);
@@ -373,6 +431,20 @@ static int by_since(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* Where vthread v's blocking call was made, as the dump's text says it:
+ * "file:line (function)", or the function alone when the frame has no line
+ * information (a release build's), else "(no call site)". */
+static const char *site_label(const json *v, char *b, size_t cap) {
+    const char *at = json_str(json_get(v, "site"), NULL), *fn = json_str(json_get(v, "site_function"), NULL);
+    if (at && fn) snprintf(b, cap, "%s (%s)", at, fn);
+    else if (at) snprintf(b, cap, "%s", at);
+    else if (fn) snprintf(b, cap, "%s (no file:line)", fn);
+    else snprintf(b, cap, "(no call site)");
+    return b;
+}
+
+#define LABEL 256
+
 static void draw(screen *s, const json *root, prevc *pv) {
     const json *con = json_get(root, "weft_console"), *dump = json_get(root, "weft_dump");
     if (!con || !dump) die("the snapshot lacks weft_console or weft_dump");
@@ -387,7 +459,8 @@ static void draw(screen *s, const json *root, prevc *pv) {
     size_t nv = vts ? vts->n : 0;
     site *sites = calloc(nv + 1, sizeof *sites);
     const json **sleepers = calloc(nv + 1, sizeof *sleepers);
-    if (!sites || !sleepers) die("out of memory");
+    char *labels = calloc(nv + 1, LABEL);
+    if (!sites || !sleepers || !labels) die("out of memory");
     int nsites = 0, nsleep = 0;
     char whys[512] = "";
     struct { const char *why; int n; } wc[32];
@@ -400,7 +473,7 @@ static void draw(screen *s, const json *root, prevc *pv) {
         else if (!strcmp(state, "parked")) nparked++;
         else nother++;
         const char *why = json_str(json_get(v, "waiting_on"), strcmp(state, "parked") ? state : "?");
-        const char *where = json_str(json_get(v, "site"), "(no call site)");
+        const char *where = site_label(v, labels + (size_t)nsites * LABEL, LABEL);
         if (!strcmp(state, "parked")) {
             int i;
             for (i = 0; i < nwc && strcmp(wc[i].why, why); i++) {
@@ -436,9 +509,14 @@ static void draw(screen *s, const json *root, prevc *pv) {
               (int)json_num(json_get(con, "pid"), 0), json_str(json_get(con, "program"), "?"), up,
               json_num(json_get(st, "carriers"), 0), json_num(json_get(st, "spares"), 0),
               json_str(json_get(con, "io"), "?"));
+    /* the counters were read before the dump listed the vthreads, and more
+     * may have started in between: the peak (and the started) are at least
+     * what is listed */
+    double started = json_num(json_get(st, "started"), 0), peak = json_num(json_get(st, "peak"), 0);
+    if (started < (double)nv) started = (double)nv;
+    if (peak < (double)nv) peak = (double)nv;
     line(s, "vthreads %zu: %d running, %d runnable, %d parked%s%s%s, %d new%s  (started %.0f, peak %.0f)", nv, nrun,
-         nrunnable, nparked, nwc ? " (" : "", whys, nwc ? ")" : "", nnew, nother ? ", others" : "",
-         json_num(json_get(st, "started"), 0), json_num(json_get(st, "peak"), 0));
+         nrunnable, nparked, nwc ? " (" : "", whys, nwc ? ")" : "", nnew, nother ? ", others" : "", started, peak);
     fmt_rate(b1, sizeof b1, rates ? (sw - pv->switches) * 1e9 / window : -1);
     fmt_rate(b2, sizeof b2, rates ? (stl - pv->steals) * 1e9 / window : -1);
     fmt_rate(b3, sizeof b3, rates ? (pk - pv->parks) * 1e9 / window : -1);
@@ -570,13 +648,14 @@ static void draw(screen *s, const json *root, prevc *pv) {
     maxrows = room(s, 0);
     for (int i = 0; i < nsleep && i < maxrows; i++) {
         const json *v = sleepers[i];
-        char d1[32], d2[32];
+        char d1[32], d2[32], where[LABEL];
         fmt_dur(d1, sizeof d1, json_num(json_get(v, "since_ns"), 0));
         fmt_dur(d2, sizeof d2, json_num(json_get(v, "until_ns"), 0));
         line(s, "  #%-8.0f %-24s asleep %s, %s more  at %s", json_num(json_get(v, "id"), 0),
-             json_str(json_get(v, "name"), ""), d1, d2, json_str(json_get(v, "site"), "?"));
+             json_str(json_get(v, "name"), ""), d1, d2, site_label(v, where, sizeof where));
     }
     pv->have = 1;
+    free(labels);
     free(sites);
     free(sleepers);
 }
@@ -617,6 +696,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s", target);
     }
     signal(SIGPIPE, SIG_IGN);
+    console_path = path;
     int fd = connect_to(path, pid);
     int ui = !once && !as_json;
     if (pipe2(sigpipe_fd, O_CLOEXEC | O_NONBLOCK) < 0) die("pipe: %s", strerror(errno));
@@ -697,7 +777,7 @@ int main(int argc, char **argv) {
         }
         if (ended) {
             if (ui) tty_restore();
-            if (!got) die("the console closed the connection before a snapshot (another user's console?)");
+            if (!got) die_closed(fd, path);
             fprintf(stderr, "%s: the program has ended (its console closed)\n", prog);
             break;
         }

@@ -29,8 +29,37 @@
  * I/O backend) and "carrier_counters" (per carrier: busy_pct, runnable,
  * switches, steals, parks, cumulative); "weft_dump" is weft_dump's JSON
  * object, unchanged.  Clients send nothing: whatever they send is read and
- * dropped, so no command exists that could change the runtime.  A client
- * that has not taken a whole snapshot within 2 s is dropped.
+ * dropped, so no command exists that could change the runtime.
+ *
+ * Each client its own sender.  Client sockets are nonblocking, and each
+ * client keeps its own place: the snapshot it is being sent (a reference
+ * to it) and how far it got.  The thread sends to whoever's socket has
+ * room (poll's POLLOUT) and never waits on one client, so one that reads
+ * slowly or not at all costs the others nothing -- they get every
+ * snapshot on time.  A client still taking one snapshot when the next is
+ * due skips the new one (none is built while every client is still on an
+ * older one); one that has not taken a whole snapshot within 2 s of its
+ * start is dropped.  Rejected: a sender thread (or vthread) per
+ * client -- 64 stacks and a hand-off for what one poll loop does, and the
+ * snapshot would have to be shared across threads anyway; sequential
+ * blocking sends with a timeout (the first design) -- N stuck clients
+ * held every other for N times the timeout.
+ *
+ * Full.  At most CON_MAX_CLIENTS (64) clients.  A newcomer when all are
+ * taken evicts the client that has left what it was sent unread longest,
+ * if that is over 2 s -- a connection that never reads, which small
+ * snapshots would otherwise keep for as long as its socket buffer takes
+ * them.  When a client last read is known from its socket: nothing unread
+ * in it at a snapshot (SIOCOUTQ), or room again in it once it was full
+ * (POLLOUT that lets more be sent).  If every client reads, the
+ * newcomer gets one line, "weft-console full <max>\n", and is closed, so
+ * that weft-top can say why.  (Another uid gets no byte: nothing about the
+ * process is told to a user it does not serve.)
+ *
+ * The log.  A refused connection (another uid, or a full console) is one
+ * line on stderr, at most one a second: those refused in between are
+ * counted and summed up in one line a second later ("N more connections
+ * refused"), so a flood of connections cannot flood the program's stderr.
  *
  * Ownership and threads.  weft_init (under its lock, carriers running)
  * calls weft__console_start, which checks the path, binds, makes the
@@ -40,13 +69,14 @@
  * writes to the stop pipe, joins the thread, closes every socket and
  * unlinks the file -- only if it is still the one we made (same device and
  * inode).  C (below) is written by start/stop (the init lock serialises
- * them) and read by the thread between the two; the client table is the
- * thread's.  Snapshots are built into a memfd first and sent from there,
- * so nothing of the runtime (the dump takes the scopes' lock) is held
- * while a client reads slowly.
+ * them) and read by the thread between the two; the client table and the
+ * snapshots are the thread's.  Each snapshot is built into a memfd of its
+ * own and sent from there (kept while a client still takes it), so nothing
+ * of the runtime (the dump takes the scopes' lock) is held while a client
+ * reads slowly.
  *
  * Fork.  The child has no console thread: its atfork handler closes the
- * copies of the sockets it inherited (a client would otherwise never see
+ * copies of the sockets and memfds it inherited (a client would otherwise never see
  * EOF) and forgets the path without unlinking it -- it is the parent's.
  * weft_init does not start a console in a fork child's inherited runtime.
  * A process that calls exit() without weft_shutdown removes the file in an
@@ -60,6 +90,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -68,6 +99,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -75,10 +107,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CON_MAX_CLIENTS 16
+#define CON_MAX_CLIENTS 64
 #define CON_PERIOD_NS 1000000000LL     /* a snapshot a second while clients stay */
 #define CON_FIRST_NS 100000000LL       /* the first: a busy % over at least this */
-#define CON_SEND_TIMEOUT_NS 2000000000LL
+#define CON_SEND_TIMEOUT_NS 2000000000LL /* a whole snapshot within this, or the client goes */
+#define CON_STALL_NS 2000000000LL      /* unread this long: evicted for a newcomer when full */
+#define CON_LOG_NS 1000000000LL        /* at most one line a second about refused connections */
+#define CON_MAX_SNAPS 4 /* the newest, and older ones clients still take (each younger than the timeout) */
+
+/* One snapshot: its frame line, and its body in a memfd. */
+typedef struct snap {
+    int fd;     /* the memfd, made once and reused; -1 not yet */
+    int refs;   /* clients still taking it */
+    size_t len; /* the body's bytes */
+    int klen;   /* the frame line's */
+    char line[48];
+} snap;
+
+/* One client, and how far it got in the snapshot it is being sent. */
+typedef struct client {
+    int fd;          /* nonblocking */
+    int snap;        /* the index in C.snaps of what it is being sent; -1 none */
+    size_t off;      /* bytes of that frame (line and body) sent */
+    int64_t started; /* when that began */
+    int64_t read_at; /* when its socket was last seen with nothing left unread */
+} client;
 
 static struct {
     int running;
@@ -89,11 +142,14 @@ static struct {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     dev_t dev;
     ino_t ino;
-    int clients[CON_MAX_CLIENTS]; /* the thread's (and the fork child's handler) */
+    client clients[CON_MAX_CLIENTS]; /* the thread's (and the fork child's handler) */
     int nclients;
+    snap snaps[CON_MAX_SNAPS];       /* the thread's (here: for the fork child to close) */
     int64_t *cpu[2];              /* the thread's samples (here: a fork child still reaches them) */
-    int mfd;                      /* the thread's snapshot memfd (here: for the fork child to close) */
-} C = {.lfd = -1, .stop = {-1, -1}, .mfd = -1};
+    /* the refusals' log: the last line's time, and those refused since */
+    int64_t log_at;
+    unsigned quiet_uid, quiet_full;
+} C = {.lfd = -1, .stop = {-1, -1}};
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -335,46 +391,90 @@ static ssize_t build(int mfd, sample *s, const sample *prev, int64_t started_at)
     return len < 0 ? -errno : (ssize_t)len;
 }
 
-/* The frame line and the snapshot to one client, within the send timeout
- * (the socket's SO_SNDTIMEO bounds each send; the deadline the whole). */
-static int send_to(int fd, int mfd, size_t len) {
-    char line[64];
-    int k = snprintf(line, sizeof line, "weft-console 1 %zu\n", len);
-    int64_t deadline = mono_ns() + CON_SEND_TIMEOUT_NS;
+/* ---- clients --------------------------------------------------------------- */
+
+static void unref(int k) {
+    if (k >= 0) C.snaps[k].refs--;
+}
+
+static void drop_client(int i) {
+    close(C.clients[i].fd);
+    unref(C.clients[i].snap);
+    C.clients[i] = C.clients[--C.nclients];
+}
+
+/* Sends what client c's socket takes now of the frame it is being sent
+ * (never waiting): 0 when it took it all or has no room left for now,
+ * -errno when the client must go. */
+static int pump(client *c) {
+    snap *sn = &C.snaps[c->snap];
+    size_t k = (size_t)sn->klen, total = k + sn->len;
     char buf[65536];
-    size_t off = 0, total = (size_t)k + len;
-    while (off < total) {
-        if (mono_ns() > deadline) return -ETIMEDOUT;
+    while (c->off < total) {
         const char *p;
         size_t n;
-        if (off < (size_t)k) {
-            p = line + off;
-            n = (size_t)k - off;
+        if (c->off < k) {
+            p = sn->line + c->off;
+            n = k - c->off;
         } else {
-            size_t want = total - off < sizeof buf ? total - off : sizeof buf;
-            ssize_t got = pread(mfd, buf, want, (off_t)(off - (size_t)k));
+            size_t want = total - c->off < sizeof buf ? total - c->off : sizeof buf;
+            ssize_t got = pread(sn->fd, buf, want, (off_t)(c->off - k));
             if (got <= 0) return got < 0 ? -errno : -EIO;
             p = buf;
             n = (size_t)got;
         }
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return 0; /* poll says when there is room */
             return -errno;
         }
-        off += (size_t)w;
+        c->off += (size_t)w;
     }
+    unref(c->snap);
+    c->snap = -1;
     return 0;
 }
 
-static void drop_client(int i) {
-    close(C.clients[i]);
-    C.clients[i] = C.clients[--C.nclients];
+/* Has client c read everything sent to it?  Then it is reading: noted.
+ * (So is room again in a socket that was full: see console_main.) */
+static void note_read(client *c, int64_t now) {
+    int q = 0;
+    if (c->snap < 0 && ioctl(c->fd, SIOCOUTQ, &q) == 0 && q == 0) c->read_at = now;
 }
 
-/* A new connection: served if its peer is the process's uid or root. */
-static void accept_one(void) {
-    int fd = accept4(C.lfd, NULL, NULL, SOCK_CLOEXEC);
+/* The log of refused connections: one line, unless one was written less
+ * than CON_LOG_NS ago -- then the refusal is counted, for log_summary. */
+__attribute__((format(printf, 3, 4))) static void log_refused(int64_t now, int full, const char *fmt, ...) {
+    if (C.log_at && now - C.log_at < CON_LOG_NS) {
+        if (full) C.quiet_full++;
+        else C.quiet_uid++;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    C.log_at = now;
+}
+
+/* Those refused since the last line, in one line: once CON_LOG_NS has
+ * passed since it (or now, with force: the console stops). */
+static void log_summary(int64_t now, int force) {
+    unsigned n = C.quiet_uid + C.quiet_full;
+    if (!n || (!force && now - C.log_at < CON_LOG_NS)) return;
+    fprintf(stderr,
+            "weft: console: %u more connection%s refused since the last line (%u from other users, %u while "
+            "full)\n",
+            n, n == 1 ? "" : "s", C.quiet_uid, C.quiet_full);
+    C.quiet_uid = C.quiet_full = 0;
+    C.log_at = now;
+}
+
+/* A new connection: served if its peer is the process's uid or root, and
+ * a place is free (or one is taken from a client that stopped reading). */
+static int accept_one(int64_t now) {
+    int fd = accept4(C.lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
         /* out of descriptors or memory: the connection waits in the
          * backlog, and poll would say so again at once -- pause instead of
@@ -383,36 +483,93 @@ static void accept_one(void) {
             struct timespec ts = {0, 100 * 1000000};
             nanosleep(&ts, NULL);
         }
-        return;
+        return 0;
     }
     struct ucred cr;
     socklen_t l = sizeof cr;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 || (cr.uid != geteuid() && cr.uid != 0)) {
-        fprintf(stderr, "weft: console: refused a connection from uid %d (pid %d): only uid %u and root are served\n",
-                l == sizeof cr ? (int)cr.uid : -1, l == sizeof cr ? (int)cr.pid : -1, (unsigned)geteuid());
+        log_refused(now, 0,
+                    "weft: console: refused a connection from uid %d (pid %d): only uid %u and root are served\n",
+                    l == sizeof cr ? (int)cr.uid : -1, l == sizeof cr ? (int)cr.pid : -1, (unsigned)geteuid());
         close(fd);
-        return;
+        return 0;
     }
     if (C.nclients == CON_MAX_CLIENTS) {
-        fprintf(stderr, "weft: console: %d clients already: closed a new one (pid %d)\n", CON_MAX_CLIENTS, (int)cr.pid);
-        close(fd);
-        return;
+        /* the one that has left what it was sent unread longest, if that
+         * is long enough: it is not reading */
+        int old = -1;
+        for (int i = 0; i < C.nclients; i++) {
+            note_read(&C.clients[i], now);
+            if (now - C.clients[i].read_at > CON_STALL_NS && (old < 0 || C.clients[i].read_at < C.clients[old].read_at))
+                old = i;
+        }
+        if (old >= 0) {
+            drop_client(old);
+        } else {
+            /* every client reads (or has not had the time to show it
+             * does not): this one is told why it is closed */
+            char line[48];
+            int k = snprintf(line, sizeof line, "weft-console full %d\n", CON_MAX_CLIENTS);
+            ssize_t w = send(fd, line, (size_t)k, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+            log_refused(now, 1,
+                        "weft: console: %d clients, none idle for 2 s: refused a new one (pid %d)\n",
+                        CON_MAX_CLIENTS, (int)cr.pid);
+            close(fd);
+            return 0;
+        }
     }
-    struct timeval tv = {.tv_sec = CON_SEND_TIMEOUT_NS / 1000000000, .tv_usec = 0};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    C.clients[C.nclients++] = fd;
+    C.clients[C.nclients++] = (client){.fd = fd, .snap = -1, .read_at = now};
+    return 1;
+}
+
+/* A snapshot is due: built into a free memfd and started to every client
+ * not still taking an older one.  1, 0 when every client is still taking
+ * an older one (nothing is built), or -errno (every client is dropped). */
+static int tick(sample *s, const sample *prev, int64_t started_at) {
+    int64_t now = mono_ns(), want = 0;
+    for (int i = 0; i < C.nclients; i++) {
+        note_read(&C.clients[i], now);
+        want += C.clients[i].snap < 0;
+    }
+    if (!want) return 0;
+    int k = 0;
+    while (k < CON_MAX_SNAPS && C.snaps[k].refs) k++;
+    if (k == CON_MAX_SNAPS) return 0; /* (cannot be: each is younger than the timeout) this one is skipped */
+    snap *sn = &C.snaps[k];
+    if (sn->fd < 0 && (sn->fd = memfd_create("weft-console", MFD_CLOEXEC)) < 0) return -errno;
+    ssize_t len = build(sn->fd, s, prev, started_at);
+    if (len < 0) return (int)len;
+    sn->len = (size_t)len;
+    sn->klen = snprintf(sn->line, sizeof sn->line, "weft-console 1 %zu\n", sn->len);
+    now = mono_ns();
+    for (int i = C.nclients - 1; i >= 0; i--) {
+        client *c = &C.clients[i];
+        if (c->snap >= 0) continue; /* still on the last one: it skips this one */
+        c->snap = k;
+        sn->refs++;
+        c->off = 0;
+        c->started = now;
+        if (pump(c) < 0) drop_client(i);
+    }
+    return 1;
+}
+
+static int ms_until(int64_t t, int64_t now) {
+    if (t <= now) return 0;
+    int64_t ms = (t - now) / 1000000 + 1;
+    return ms > 60000 ? 60000 : (int)ms;
 }
 
 static void *console_main(void *unused) {
     (void)unused;
-    int mfd = C.mfd = memfd_create("weft-console", MFD_CLOEXEC);
     sample s[2] = {{0}, {0}};
     s[0].cpu = C.cpu[0] = malloc(WEFT__MAX_CARRIERS * sizeof(int64_t));
     s[1].cpu = C.cpu[1] = malloc(WEFT__MAX_CARRIERS * sizeof(int64_t));
     int cur = 0;
     int64_t started_at = weft__started_at();
     int64_t next_at = 0;
-    int ok = mfd >= 0 && s[0].cpu && s[1].cpu;
+    int ok = s[0].cpu && s[1].cpu;
     if (!ok) fprintf(stderr, "weft: console: no memory for snapshots: every client will be closed\n");
     atomic_store(&C.up, 1);
     struct pollfd pf[2 + CON_MAX_CLIENTS];
@@ -420,11 +577,20 @@ static void *console_main(void *unused) {
         int n = 0;
         pf[n++] = (struct pollfd){.fd = C.stop[0], .events = POLLIN};
         pf[n++] = (struct pollfd){.fd = C.lfd, .events = POLLIN};
-        for (int i = 0; i < C.nclients; i++) pf[n++] = (struct pollfd){.fd = C.clients[i], .events = POLLIN};
-        int timeout = -1; /* nobody connected: asleep until someone is */
-        if (C.nclients) {
-            int64_t left = next_at - mono_ns();
-            timeout = left <= 0 ? 0 : (int)(left / 1000000 + 1);
+        int timeout = -1; /* nobody connected, nothing to log: asleep until someone is */
+        int64_t now = mono_ns();
+        if (C.nclients) timeout = ms_until(next_at, now);
+        for (int i = 0; i < C.nclients; i++) {
+            client *c = &C.clients[i];
+            pf[n++] = (struct pollfd){.fd = c->fd, .events = (short)(POLLIN | (c->snap >= 0 ? POLLOUT : 0))};
+            if (c->snap >= 0) {
+                int t = ms_until(c->started + CON_SEND_TIMEOUT_NS, now);
+                if (t < timeout) timeout = t;
+            }
+        }
+        if (C.quiet_uid + C.quiet_full) {
+            int t = ms_until(C.log_at + CON_LOG_NS, now);
+            if (timeout < 0 || t < timeout) timeout = t;
         }
         int r = poll(pf, (nfds_t)n, timeout);
         if (r < 0 && errno != EINTR) {
@@ -432,19 +598,35 @@ static void *console_main(void *unused) {
             break;
         }
         if (r > 0 && pf[0].revents) break; /* weft__console_stop */
-        /* bytes from clients are dropped: the console takes no commands */
+        /* bytes from clients are dropped: the console takes no commands;
+         * room in a socket: more of its snapshot */
         for (int i = n - 1; r > 0 && i >= 2; i--) {
             if (!pf[i].revents) continue;
-            char junk[512];
-            ssize_t k = recv(pf[i].fd, junk, sizeof junk, MSG_DONTWAIT);
-            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) drop_client(i - 2);
+            client *c = &C.clients[i - 2];
+            if (pf[i].revents & POLLIN) {
+                char junk[512];
+                ssize_t k = recv(c->fd, junk, sizeof junk, MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+                    drop_client(i - 2);
+                    continue;
+                }
+            }
+            if (pf[i].revents & (POLLERR | POLLNVAL)) drop_client(i - 2);
+            else if (c->snap >= 0 && (pf[i].revents & (POLLOUT | POLLHUP))) {
+                /* room again in a socket that was full: its peer reads */
+                size_t was = c->off;
+                if (pump(c) < 0) drop_client(i - 2);
+                else if (c->off > was) c->read_at = mono_ns();
+            }
         }
+        now = mono_ns();
+        /* a whole snapshot within the timeout, or the client goes */
+        for (int i = C.nclients - 1; i >= 0; i--)
+            if (C.clients[i].snap >= 0 && now - C.clients[i].started > CON_SEND_TIMEOUT_NS) drop_client(i);
         if (r > 0 && (pf[1].revents & POLLIN)) {
-            int had = C.nclients;
-            accept_one();
-            if (C.nclients > had && !ok) drop_client(C.nclients - 1);
-            else if (C.nclients > had) {
-                int64_t now = mono_ns();
+            int added = accept_one(now), had = C.nclients - 1; /* (had: the others) */
+            if (added && !ok) drop_client(C.nclients - 1);
+            else if (added) {
                 if (!had || !s[cur ^ 1].t || now - s[cur ^ 1].t > 2 * CON_PERIOD_NS) {
                     /* no recent sample: take one now, show the first snapshot soon */
                     sample_take(&s[cur ^ 1]);
@@ -456,21 +638,23 @@ static void *console_main(void *unused) {
             }
         }
         if (C.nclients && mono_ns() >= next_at) {
-            ssize_t len = build(mfd, &s[cur], &s[cur ^ 1], started_at);
-            if (len < 0) {
-                fprintf(stderr, "weft: console: cannot build a snapshot: %s\n", strerror((int)-len));
+            int e = tick(&s[cur], &s[cur ^ 1], started_at);
+            if (e < 0) {
+                fprintf(stderr, "weft: console: cannot build a snapshot: %s\n", strerror(-e));
                 while (C.nclients) drop_client(C.nclients - 1);
-            } else {
-                for (int i = C.nclients - 1; i >= 0; i--)
-                    if (send_to(C.clients[i], mfd, (size_t)len) < 0) drop_client(i);
             }
-            cur ^= 1;
+            if (e) cur ^= 1; /* (nothing built: the window goes on from the last sample) */
             next_at = mono_ns() + CON_PERIOD_NS;
         }
+        log_summary(mono_ns(), 0);
     }
+    log_summary(mono_ns(), 1);
     while (C.nclients) drop_client(C.nclients - 1);
-    C.mfd = -1;
-    if (mfd >= 0) close(mfd);
+    for (int k = 0; k < CON_MAX_SNAPS; k++) {
+        int fd = C.snaps[k].fd;
+        C.snaps[k] = (snap){.fd = -1};
+        if (fd >= 0) close(fd);
+    }
     C.cpu[0] = C.cpu[1] = NULL;
     free(s[0].cpu);
     free(s[1].cpu);
@@ -481,12 +665,15 @@ static void *console_main(void *unused) {
 
 static void console_fork_child(void) {
     if (!C.running) return;
-    for (int i = 0; i < C.nclients; i++) close(C.clients[i]);
+    for (int i = 0; i < C.nclients; i++) close(C.clients[i].fd);
     C.nclients = 0;
     con_closefd(&C.lfd);
     con_closefd(&C.stop[0]);
     con_closefd(&C.stop[1]);
-    con_closefd(&C.mfd);
+    for (int k = 0; k < CON_MAX_SNAPS; k++) {
+        con_closefd(&C.snaps[k].fd);
+        C.snaps[k].refs = 0;
+    }
     C.running = 0; /* the path is the parent's: never unlinked here */
 }
 
@@ -559,6 +746,9 @@ int weft__console_start(const char *path) {
     C.ino = st.st_ino;
     memcpy(C.path, p, sizeof p);
     C.nclients = 0;
+    for (int k = 0; k < CON_MAX_SNAPS; k++) C.snaps[k] = (snap){.fd = -1};
+    C.log_at = 0;
+    C.quiet_uid = C.quiet_full = 0;
     atomic_store(&C.up, 0);
     pthread_attr_t at;
     pthread_attr_init(&at);

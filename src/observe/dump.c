@@ -6,7 +6,10 @@
  * (weft__stacks_walk) and reads each slot's descriptor.  The vthreads keep
  * running meanwhile, so every field is read with relaxed atomic loads and
  * anything pointing into a stack is bounds-checked before it is followed:
- * the dump is a consistent-enough snapshot, never a crash.
+ * the dump is a consistent-enough snapshot, never a crash.  An age ("parked
+ * since", a stall's "since") is taken from the clock read after the field
+ * it is measured from, not from the time at the dump's start: a vthread
+ * that parks while the walk goes on would otherwise show a negative age.
  *
  * For a parked vthread the saved stack pointer leads to the registers that
  * weft__ctx_switch pushed (switch_x86_64.S); symbolize.c unwinds from
@@ -109,6 +112,21 @@ static const char *why_name(int why) {
 }
 
 static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+
+/* How long ago `since` was, read from the clock after `since` itself was
+ * read: o->now is taken once, at the start, and a vthread that parks (or a
+ * carrier that stalls) while the dump walks on has a later `since` than
+ * that -- "parked since -0.047 s".  Never below 0. */
+static int64_t age_of(int64_t since) {
+    int64_t now = weft_now();
+    return now > since ? now - since : 0;
+}
+
+/* How long is left until `until` (a sleeper's wake-up): 0 once it is due. */
+static int64_t left_of(int64_t until) {
+    int64_t now = weft_now();
+    return until > now ? until - now : 0;
+}
 
 /* JSON-safe copy of a string. */
 static void put_str_json(out *o, const char *s) {
@@ -376,8 +394,8 @@ static void one(weft__stack *s, void *ctx) {
             put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(why));
             put_str_json(o, call);
             if (r.op >= 0) put(o, ",\"fd\":%d", fd);
-            put(o, ",\"since_ns\":%" PRId64, o->now - since);
-            if (until) put(o, ",\"until_ns\":%" PRId64, until - o->now);
+            put(o, ",\"since_ns\":%" PRId64, age_of(since));
+            if (until) put(o, ",\"until_ns\":%" PRId64, left_of(until));
             put_site_json(o, &r);
         }
         put(o, ",\"stack_size\":%zu,\"stack_resident\":%zu", s->size, res);
@@ -397,10 +415,10 @@ static void one(weft__stack *s, void *ctx) {
         if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
         else if (parked) {
             if (why == WEFT__WHY_SLEEP && until)
-                put(o, "sleeping for %.3f s more (since %.3f s)", (double)(until - o->now) / 1e9,
-                    (double)(o->now - since) / 1e9);
+                put(o, "sleeping for %.3f s more (since %.3f s)", (double)left_of(until) / 1e9,
+                    (double)age_of(since) / 1e9);
             else
-                put(o, "parked on %s since %.3f s", why_name(why), (double)(o->now - since) / 1e9);
+                put(o, "parked on %s since %.3f s", why_name(why), (double)age_of(since) / 1e9);
             put(o, " in %s", call);
             if (r.op >= 0) put(o, " (fd %d)", fd);
             put_site_text(o, &r);
@@ -626,7 +644,7 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
         if (v.stall) {
             put(o, ",\"vthread\":%" PRIu64 ",\"name\":", v.vid);
             put_str_json(o, v.vname);
-            put(o, ",\"since_ns\":%" PRId64, o->now - v.since);
+            put(o, ",\"since_ns\":%" PRId64, age_of(v.since));
             if (v.stall == WEFT__STALL_PINNED) {
                 put(o, ",\"syscall\":");
                 put_str_json(o, sysbuf);
@@ -640,12 +658,12 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
         put(o, "}");
     } else if (v.stall == WEFT__STALL_PINNED) {
         put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"", k, role, sysbuf,
-            (double)(o->now - v.since) / 1e9, v.vid, v.vname);
+            (double)age_of(v.since) / 1e9, v.vid, v.vname);
         if (v.site[0]) put(o, " at %.480s", v.site);
         put(o, "\n");
     } else if (v.stall == WEFT__STALL_HOG) {
         put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,
-            (double)(o->now - v.since) / 1e6);
+            (double)age_of(v.since) / 1e6);
     } else if (v.running) {
         put(o, "  carrier %d%s: running vthread #%" PRIu64 "\n", k, role, v.running);
     } else {
