@@ -2526,6 +2526,88 @@ TEST(drain_count_second_signal_exit_status) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* the access log (issue 23, items 11 and 12)                                */
+/* ------------------------------------------------------------------------ */
+
+/* --access-log - into a pipe that nobody reads (this program reads the
+ * server's stdout only up to "listening on"): the log must not hold a
+ * connection.  Every request is answered, the lines that found no room are
+ * dropped, and the server says how many -- and still exits 0 at once. */
+TEST(access_log_unread_pipe_drops_lines) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    static char err[8192];
+    int e[2];
+    CHECK(pipe2(e, O_CLOEXEC) == 0);
+    child_stderr = e[1];
+    server s;
+    server_start(&s, d.root, "--access-log", "-", (const char *)NULL);
+    child_stderr = -1;
+    close(e[1]);
+    /* the pipe (64 KiB) and the log's queue (2048 lines) hold fewer than
+     * 3,000 of these lines */
+    enum { K = 4, PER = 1500 };
+    client c[K];
+    for (int k = 0; k < K; k++) cl_open(&c[k], s.port);
+    for (int i = 0; i < PER; i++) {
+        for (int k = 0; k < K; k++) cl_sends(&c[k], "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        for (int k = 0; k < K; k++) {
+            resp r;
+            int got = read_response(&c[k], &r, 0);
+            if (got != 1) FAIL("request %d of %d: no answer (the log's pipe is full)", i * K + k + 1, K * PER);
+            CHECK_STATUS(&r, 200);
+            resp_free(&r);
+        }
+    }
+    for (int k = 0; k < K; k++) cl_close(&c[k]);
+    server_stop_within(&s, 10000 + 2 * SLACK_MS);
+    size_t len = 0;
+    err[0] = 0;
+    read_until(e[0], err, sizeof err, &len, "\1", 5000); /* to EOF */
+    close(e[0]);
+    const char *p = strstr(err, "line(s) dropped in all");
+    if (!p) FAIL("the server did not report its dropped log lines; stderr: %s", err);
+    p--; /* the space */
+    while (p > err && p[-1] >= '0' && p[-1] <= '9') p--;
+    long dropped = atol(p);
+    if (dropped <= 0 || dropped > K * PER) FAIL("dropped %ld of %d lines? stderr: %s", dropped, K * PER, err);
+}
+
+/* A request target cannot end the log line's quoted field, or the line:
+ * '"', '\' and bytes outside 0x20..0x7e are written as \xHH, as nginx
+ * does (this target forged a second record). */
+TEST(access_log_escapes_request_line) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    char logp[160];
+    snprintf(logp, sizeof logp, "%s/access.log", d.base);
+    server s;
+    server_start(&s, d.root, "--access-log", logp, (const char *)NULL);
+    resp r;
+    fetch(s.port, "GET /a\"%20HTTP/1.1\"%20200%2099999%0A?\"x HTTP/1.1\r\nHost: t\r\n\r\n", 0, &r);
+    resp_free(&r);
+    fetch(s.port, "GET /b\\c?\"\\ HTTP/1.1\r\nHost: t\r\n\r\n", 0, &r);
+    resp_free(&r);
+    server_stop(&s);
+    FILE *f = fopen(logp, "r");
+    if (!f) FAIL("no access log at %s", logp);
+    char line[2048];
+    int lines = 0, seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        int quotes = 0;
+        for (const char *q = line; *q; q++) quotes += *q == '"';
+        if (quotes != 2) FAIL("a log line with %d '\"': %s", quotes, line);
+        if (strstr(line, "\"GET /a\\x22%20HTTP/1.1\\x22%20200%2099999%0A?\\x22x HTTP/1.1\" ")) seen |= 1;
+        if (strstr(line, "\"GET /b\\x5Cc?\\x22\\x5C HTTP/1.1\" ")) seen |= 2;
+    }
+    fclose(f);
+    if (lines != 2 || seen != 3) FAIL("access log: %d lines, found %#x of 0x3", lines, seen);
+}
+
 static long proc_status_kb(pid_t pid, const char *field) {
     char p[64], line[256];
     snprintf(p, sizeof p, "/proc/%d/status", (int)pid);

@@ -38,7 +38,18 @@
  * answer -- the parser has already refused the smuggling cases.  Every
  * header is counted into its buffer: a response goes out whole or not at
  * all.  A directory's redirect names the normalised path that was looked
- * up, percent-encoded (never the raw target, which could name a host).
+ * up, percent-encoded (never the raw target, which could name a host).  A
+ * file that gives fewer bytes than its fstat promised (it shrank meanwhile)
+ * is answered 500 if its head has not gone out yet; if it has, the
+ * connection closes after the short body, as nginx does -- the client sees
+ * less than Content-Length, never the next response's bytes in its place.
+ * Either way a note goes to stderr (at most one a second) and the access
+ * log has the line, with the bytes really sent.
+ *
+ * The access log (--access-log) is written by a thread of its own from a
+ * bounded queue (see "the access log" below): a connection never waits for
+ * it; lines it cannot take are dropped, counted and reported on stderr.
+ * The request target is escaped in it as nginx does (\x22 for '"').
  *
  * Limits.  --max-conns bounds live connections: an acceptor at the limit
  * waits (weft_park) until one ends, leaving newcomers in the kernel's
@@ -91,6 +102,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -280,20 +292,247 @@ static int head_common(char *b, int cap, int status, int keep_alive) {
     return at;
 }
 
+/* ------------------------------------------------------------------------ */
+/* the access log: queued by the connections, written by a thread of its own */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A connection never writes the log itself: a log that cannot take lines
+ * (a pipe nobody reads, a stalled disk) would hold its carrier, and with
+ * it every connection on that carrier.  A line goes into a bounded queue
+ * of fixed slots (Vyukov's bounded MPMC ring: one CAS on the head, the
+ * slot's sequence number says whose turn it is), and the writer, a plain
+ * pthread, takes the ready lines in order and writes them with one writev
+ * a batch.  A full queue drops the line and counts it; so does a failed
+ * write (a full disk loses log lines, not requests).  Drops are reported
+ * on stderr at most once a second while they happen, and in total when
+ * the server stops.
+ *
+ * Waking the writer costs a connection nothing in the common case: after a
+ * batch the writer naps LOG_NAP_NS (lines gather into the next batch) and
+ * is woken early only when the queue is half full; with nothing to write
+ * it sleeps until the next line's producer wakes it.  The producer's check
+ * is one load of wstate after publishing its slot (seq_cst both, against
+ * the writer's store of wstate and look at the queue: one of them sees the
+ * other).
+ */
+#define LOG_SLOTS 2048 /* lines queued at most (a power of 2) */
+#define LOG_LINE 1024  /* a line's room: the request target is cut to fit */
+#define LOG_BATCH 256  /* lines a writev at most */
+#define LOG_NAP_NS (10 * 1000000LL)
+
+typedef struct log_slot {
+    atomic_size_t seq; /* == position: free for the producer there; position + 1: ready */
+    unsigned len;
+    char line[LOG_LINE];
+} log_slot;
+
+enum { W_AWAKE, W_NAP, W_SLEEP };
+
+static struct {
+    log_slot *slot;
+    _Alignas(64) atomic_size_t head; /* the next position a producer takes */
+    _Alignas(64) atomic_size_t tail; /* the writer's next position (only it writes it) */
+    atomic_int wstate;               /* W_*: how the writer waits */
+    atomic_long dropped;             /* lines lost: queue full, or the write failed */
+    atomic_int done;                 /* the writer has ended */
+    int stop, started;
+    pthread_t th;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+} LG = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* A rate-limited note on stderr: at most one a second per *last. */
+static void note_limited(_Atomic int64_t *last, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_limited(_Atomic int64_t *last, const char *fmt, ...) {
+    int64_t now = weft_now(), was = atomic_load_explicit(last, memory_order_relaxed);
+    if ((was && now - was < NS) || !atomic_compare_exchange_strong(last, &was, now)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+static void log_dropped(long n) {
+    static _Atomic int64_t last;
+    long total = atomic_fetch_add_explicit(&LG.dropped, n, memory_order_relaxed) + n;
+    note_limited(&last, "weft-httpd: access log: %ld line(s) dropped so far (it cannot keep up)\n", total);
+}
+
+/* Writes the ready lines from tail on, at most LOG_BATCH; returns how many
+ * were taken (written, or counted as dropped when the write failed). */
+static int log_write_batch(void) {
+    struct iovec iov[LOG_BATCH];
+    size_t pos = atomic_load_explicit(&LG.tail, memory_order_relaxed);
+    int n = 0;
+    while (n < LOG_BATCH) {
+        log_slot *s = &LG.slot[(pos + (size_t)n) & (LOG_SLOTS - 1)];
+        if (atomic_load_explicit(&s->seq, memory_order_acquire) != pos + (size_t)n + 1) break;
+        iov[n].iov_base = s->line;
+        iov[n].iov_len = s->len;
+        n++;
+    }
+    if (!n) return 0;
+    int i = 0;
+    while (i < n) {
+        ssize_t w = writev(log_fd, iov + i, n - i > IOV_MAX ? IOV_MAX : n - i);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) { /* a full disk, a closed pipe: these lines are lost */
+            static _Atomic int64_t last;
+            note_limited(&last, "weft-httpd: access log: write: %s\n", strerror(errno));
+            log_dropped(n - i);
+            break;
+        }
+        while (i < n && (size_t)w >= iov[i].iov_len) w -= (ssize_t)iov[i++].iov_len;
+        if (i < n) {
+            iov[i].iov_base = (char *)iov[i].iov_base + w;
+            iov[i].iov_len -= (size_t)w;
+        }
+    }
+    for (int k = 0; k < n; k++) /* the slots are free for the lap after */
+        atomic_store_explicit(&LG.slot[(pos + (size_t)k) & (LOG_SLOTS - 1)].seq, pos + (size_t)k + LOG_SLOTS,
+                              memory_order_release);
+    atomic_store_explicit(&LG.tail, pos + (size_t)n, memory_order_release);
+    return n;
+}
+
+static int log_pending(void) {
+    size_t pos = atomic_load_explicit(&LG.tail, memory_order_relaxed);
+    return atomic_load(&LG.slot[pos & (LOG_SLOTS - 1)].seq) == pos + 1;
+}
+
+static void *log_writer(void *unused) {
+    for (;;) {
+        int n = log_write_batch();
+        if (n == LOG_BATCH) continue;
+        pthread_mutex_lock(&LG.lock);
+        if (LG.stop && !n) {
+            pthread_mutex_unlock(&LG.lock);
+            break;
+        }
+        if (LG.stop) {
+            pthread_mutex_unlock(&LG.lock);
+            continue;
+        }
+        /* wrote some: nap, so that lines gather; wrote none: sleep until a line comes */
+        atomic_store(&LG.wstate, n ? W_NAP : W_SLEEP);
+        if (!n && log_pending()) atomic_store(&LG.wstate, W_AWAKE);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += LOG_NAP_NS;
+        if (until.tv_nsec >= NS) until.tv_sec++, until.tv_nsec -= NS;
+        while (atomic_load(&LG.wstate) != W_AWAKE && !LG.stop) {
+            if (n) {
+                if (pthread_cond_timedwait(&LG.cond, &LG.lock, &until) == ETIMEDOUT) break;
+            } else {
+                pthread_cond_wait(&LG.cond, &LG.lock);
+            }
+        }
+        atomic_store(&LG.wstate, W_AWAKE);
+        pthread_mutex_unlock(&LG.lock);
+    }
+    atomic_store(&LG.done, 1);
+    return NULL;
+}
+
+/* Starts the writer (after the signal mask is set: it inherits it).  0 or -1. */
+static int log_start(void) {
+    if (log_fd < 0) return 0;
+    LG.slot = calloc(LOG_SLOTS, sizeof *LG.slot);
+    if (!LG.slot) {
+        fprintf(stderr, "weft-httpd: out of memory for the access log's queue\n");
+        return -1;
+    }
+    for (size_t i = 0; i < LOG_SLOTS; i++) atomic_init(&LG.slot[i].seq, i);
+    int e = pthread_create(&LG.th, NULL, log_writer, NULL);
+    if (e) {
+        fprintf(stderr, "weft-httpd: access log: cannot start its writer: %s\n", strerror(e));
+        return -1;
+    }
+    LG.started = 1;
+    return 0;
+}
+
+/* Writes what is queued and ends the writer: waits while it makes
+ * progress, and gives up on a log that takes nothing for a second (those
+ * lines are counted as dropped).  Then says how many lines were lost. */
+static void log_stop(void) {
+    if (!LG.started) return;
+    LG.started = 0;
+    pthread_mutex_lock(&LG.lock);
+    LG.stop = 1;
+    pthread_cond_signal(&LG.cond);
+    pthread_mutex_unlock(&LG.lock);
+    size_t seen = atomic_load(&LG.tail);
+    int64_t stalled_since = weft_now();
+    while (!atomic_load(&LG.done)) {
+        size_t t = atomic_load(&LG.tail);
+        if (t != seen) seen = t, stalled_since = weft_now();
+        else if (weft_now() - stalled_since > NS) break;
+        weft_sleep(5 * 1000000);
+    }
+    if (atomic_load(&LG.done)) pthread_join(LG.th, NULL);
+    else atomic_fetch_add(&LG.dropped, (long)(atomic_load(&LG.head) - atomic_load(&LG.tail)));
+    long d = atomic_load(&LG.dropped);
+    if (d) fprintf(stderr, "weft-httpd: access log: %ld line(s) dropped in all (it could not keep up)\n", d);
+}
+
+/* Queues the line for rq's answer; never waits (a full queue drops it). */
 static void access_log(const conn *c, const http_request *rq, int status, long long bytes) {
     if (log_fd < 0) return;
+    size_t pos = atomic_load_explicit(&LG.head, memory_order_relaxed);
+    log_slot *s;
+    for (;;) {
+        s = &LG.slot[pos & (LOG_SLOTS - 1)];
+        size_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+        intptr_t dif = (intptr_t)(seq - pos);
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&LG.head, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                break;
+        } else if (dif < 0) { /* full: the writer is a lap behind */
+            log_dropped(1);
+            return;
+        } else {
+            pos = atomic_load_explicit(&LG.head, memory_order_relaxed);
+        }
+    }
+    char *b = s->line;
     char host[INET6_ADDRSTRLEN] = "-";
     if (c->peer.sa.sa_family == AF_INET) inet_ntop(AF_INET, &c->peer.in.sin_addr, host, sizeof host);
     else if (c->peer.sa.sa_family == AF_INET6) inet_ntop(AF_INET6, &c->peer.in6.sin6_addr, host, sizeof host);
     char date[HTTP_DATE_LEN];
     http_fmt_date(time(NULL), date);
-    char line[600];
-    int tn = rq && rq->target.n < 400 ? (int)rq->target.n : 400;
-    int n = snprintf(line, sizeof line, "%s [%s] \"%s %.*s HTTP/1.%d\" %d %lld\n", host, date,
-                     rq ? http_method_name(rq->method) : "-", rq ? tn : 1, rq ? rq->target.p : "-",
-                     rq ? rq->minor : 1, status, bytes);
-    if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
-    if (write(log_fd, line, (size_t)n) < 0) { /* a full disk loses log lines, not requests */
+    /* every piece but the target is bounded (< 140 bytes); the target,
+     * escaped, gets what is left of the line */
+    int at = app_str(b, 0, host);
+    at = APP_LIT(b, at, " [");
+    at = app(b, at, date, HTTP_DATE_LEN - 1);
+    at = APP_LIT(b, at, "] \"");
+    if (rq) {
+        at = app_str(b, at, http_method_name(rq->method));
+        b[at++] = ' ';
+        at += (int)http_log_escape(b + at, LOG_LINE - 64 - (size_t)at, rq->target.p, rq->target.n);
+    } else {
+        at = APP_LIT(b, at, "- -");
+    }
+    at = APP_LIT(b, at, " HTTP/1.");
+    b[at++] = (char)('0' + (rq ? rq->minor % 10 : 1));
+    at = APP_LIT(b, at, "\" ");
+    at = app_u64(b, at, (unsigned)status);
+    b[at++] = ' ';
+    at = app_u64(b, at, bytes > 0 ? (unsigned long long)bytes : 0);
+    b[at++] = '\n';
+    s->len = (unsigned)at;
+    /* publish, then look at how the writer waits (seq_cst both: see above) */
+    atomic_store(&s->seq, pos + 1);
+    int ws = atomic_load(&LG.wstate);
+    if (ws == W_AWAKE) return;
+    if (ws == W_NAP && pos + 1 - atomic_load_explicit(&LG.tail, memory_order_relaxed) < LOG_SLOTS / 2) return;
+    if (atomic_compare_exchange_strong(&LG.wstate, &ws, W_AWAKE)) {
+        pthread_mutex_lock(&LG.lock);
+        pthread_cond_signal(&LG.cond);
+        pthread_mutex_unlock(&LG.lock);
     }
 }
 
@@ -1548,6 +1787,7 @@ static int server(void *unused) {
     if (left && !O.quiet)
         fprintf(stderr, "weft-httpd: %s: %d connection(s) cut\n",
                 atomic_load(&drain_cut) ? "stopped by a second signal" : "drain timeout", left);
+    log_stop(); /* what is queued, and how many lines were dropped */
     if (!O.quiet) fprintf(stderr, "weft-httpd: stopped\n");
     /* with connections cut, their vthreads may still hold carriers' work:
      * leave without waiting for them, and say so in the exit status */
@@ -1589,9 +1829,11 @@ static void usage(FILE *f) {
             "  --idle-timeout S       close keep-alive connections idle for S s (default 15)\n"
             "  --send-timeout S       a send that makes no progress for S s fails (default 30)\n"
             "  --body-timeout S       a request body must arrive within S s (default 10)\n"
-            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests (default 10);\n"
+            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests in progress\n"
+            "                         or already received (default 10);\n"
             "                         a second SIGTERM/SIGINT stops at once\n"
-            "  --access-log FILE|-    log every request (- is stdout)\n"
+            "  --access-log FILE|-    log every request (- is stdout), from a queue by a thread\n"
+            "                         of its own: lines it cannot take are dropped and counted\n"
             "  --cache-mb N           keep small files (<= 64 KiB) in memory, N MiB at most,\n"
             "                         looked at again once a second (default 64; 0: off)\n"
             "  --cpu-job shared|group run a CPU-bound background job in the process (default: none):\n"
@@ -1740,6 +1982,7 @@ int main(int argc, char **argv) {
     sigaddset(&ss, SIGTERM);
     sigaddset(&ss, SIGINT);
     pthread_sigmask(SIG_BLOCK, &ss, NULL);
+    if (log_start() < 0) return 1;
     listen_fd = open_listener();
     if (listen_fd < 0) return 1;
     if (O.model == MODEL_POOL) {
