@@ -65,9 +65,15 @@
  * Drain.  SIGTERM/SIGINT: the acceptors are cancelled (their weft_accept
  * returns -ECANCELED) and the listening socket closed; connections waiting
  * for their next request are shut down for reading, which ends their wait;
- * those in the middle of a request finish the response and close.  The
- * server exits when the last one is gone, or after --drain-timeout, or at
- * a second SIGTERM/SIGINT; connections cut that way make the exit status 3.
+ * those in the middle of a request finish the response and close.  A
+ * request already received is served, not dropped: a connection that
+ * waited in the pool's queue, or starts after the drain began, reads what
+ * is there without waiting and answers it (with "Connection: close"); only
+ * one with nothing to read is closed at once.  The server exits when the
+ * last one is gone (queued ones included), or after --drain-timeout, or at
+ * a second SIGTERM/SIGINT; connections cut that way (still queued, or in
+ * the middle of a response) make the exit status 3, and stderr says how
+ * many.
  *
  * Threads touching what: the connection list (for the drain) is under a
  * mutex, taken twice per connection; counters are atomics; everything else
@@ -823,8 +829,15 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
          * other order (seq_cst both), so it cannot miss us */
         atomic_store(&c->idle, 1);
         if (atomic_load(&draining)) {
+            /* a request already here is served (the drain waits for it):
+             * a connection that waited in the pool's queue, or started
+             * after the drain did, may well have one; none: we are done */
             atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
-            return 0;
+            ssize_t r;
+            do r = recv(c->fd, buf, cap, MSG_DONTWAIT);
+            while (r < 0 && errno == EINTR);
+            if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+            return r;
         }
     }
     weft_deadline_set(d);
@@ -1267,25 +1280,23 @@ static void a_parse(aconn *a) {
 }
 
 /* -- idle: waiting for a request's first byte, holding no buffer */
-static void a_readable(ssize_t n, void *ctx) {
-    aconn *a = ctx;
-    atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
-    if (n < 0) { /* the idle timeout, or closed */
-        a_end(a);
-        return;
-    }
+
+/* Reads what a readable connection has: the start of a request, parsed.
+ * Nothing there is a stale readiness (idle again) -- or, draining, the end. */
+static void a_take_request(aconn *a, int draining_now) {
     if (!(a->r = areq_get())) {
         a_end(a);
         return;
     }
     areq *r = a->r;
+    ssize_t n;
     do n = recv(a->c.fd, r->buf, BUF_SIZE, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { /* a stale readiness: idle again */
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !draining_now) {
         a_next_request(a);
         return;
     }
-    if (n <= 0) { /* the client closed, or reset */
+    if (n <= 0) { /* the client closed, or reset; or draining, and nothing came */
         a_end(a);
         return;
     }
@@ -1293,6 +1304,16 @@ static void a_readable(ssize_t n, void *ctx) {
     r->head_deadline = weft_now() + O.header_timeout;
     http_parser_init(&r->ps);
     a_parse(a);
+}
+
+static void a_readable(ssize_t n, void *ctx) {
+    aconn *a = ctx;
+    atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
+    if (n < 0) { /* the idle timeout, or closed */
+        a_end(a);
+        return;
+    }
+    a_take_request(a, 0);
 }
 
 static void a_next_request(aconn *a) {
@@ -1308,7 +1329,9 @@ static void a_next_request(aconn *a) {
      * other order (seq_cst both), so it cannot miss us */
     atomic_store(&a->c.idle, 1);
     if (atomic_load(&draining)) {
-        a_end(a);
+        /* as recv_more: a request already here is served, else we are done */
+        atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
+        a_take_request(a, 1);
         return;
     }
     /* a new connection goes to the carriers' dispatchers in turn (its
