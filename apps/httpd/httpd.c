@@ -580,6 +580,27 @@ static void response_free(response *p) {
     p->head = p->buf;
 }
 
+/* A file that gave fewer bytes than its fstat promised (it shrank, or a
+ * read failed): a note on stderr, at most one a second.  sent: whether the
+ * head had gone out (then the connection closes after the short body). */
+static void file_short(const char *path, size_t pn, long long got, long long want, int sent) {
+    static _Atomic int64_t last;
+    char esc[256];
+    int en = (int)http_log_escape(esc, sizeof esc, path, pn);
+    note_limited(&last, "weft-httpd: %.*s: the file shrank while it was served (%lld of %lld bytes): %s\n", en, esc,
+                 got, want, sent ? "the body is cut short and the connection closed" : "answered 500");
+}
+
+/* The body of p stopped short (the file shrank under sendfile): the head
+ * went out, so the only honest end is to close after what was sent -- the
+ * client sees fewer bytes than Content-Length.  Logged, with the bytes
+ * sent. */
+static void body_cut(const conn *c, const response *p) {
+    long long sent = p->log_bytes - p->file_len;
+    file_short(p->rq ? p->rq->path.p : "-", p->rq ? p->rq->path.n : 1, sent, p->log_bytes, 1);
+    access_log(c, p->rq, p->code, sent);
+}
+
 /* An error (or redirect) with a small HTML body: 0, or -EOVERFLOW /
  * -ENOMEM (then nothing is to be sent: the connection closes). */
 static int plan_status(response *p, const http_request *rq, int status, int keep_alive, const char *location) {
@@ -628,9 +649,14 @@ static int send_response(conn *c, response *p) {
         weft_deadline_set(weft_now() + O.send_timeout);
         ssize_t sn = weft_sendfile(c->fd, p->fd, &p->off, (size_t)p->file_len);
         weft_deadline_set(0);
-        if (sn < 0) err = (int)sn;
-        else if (sn == 0) err = -EIO; /* the file shrank: the response cannot be completed */
-        else p->file_len -= sn;
+        if (sn < 0) {
+            err = (int)sn;
+        } else if (sn == 0) { /* the file shrank: the response cannot be completed */
+            body_cut(c, p);
+            err = -EIO;
+        } else {
+            p->file_len -= sn;
+        }
     }
     if (!err) access_log(c, p->rq, p->code, p->log_bytes);
     return err;
@@ -778,8 +804,17 @@ static int plan_file(response *p, const http_request *rq, int keep_alive) {
         p->mem = e->body + first;
         p->mem_len = (size_t)len;
     } else if (len <= SMALL_BODY) {
-        ssize_t got = weft_pread(fd, head + at, (size_t)len, first);
-        if (got != len) return got < 0 ? (int)got : -EIO;
+        long long got = 0;
+        while (got < len) {
+            ssize_t g = weft_pread(fd, head + at + got, (size_t)(len - got), first + (off_t)got);
+            if (g <= 0) break;
+            got += g;
+        }
+        if (got != len) { /* shrank since its fstat (or a read error): nothing sent yet, so say so */
+            file_short(path, strlen(path), got, len, 0);
+            r = plan_status(p, rq, 500, 0, NULL);
+            return r < 0 ? r : CLOSE;
+        }
         p->head_len += (size_t)len;
     } else {
         p->off = first;
@@ -1162,7 +1197,8 @@ static void a_file_ready(ssize_t n, void *ctx) {
             a_check(a, weft_poll_async(a->c.fd, POLLOUT, a_file_ready, a, &o));
             return;
         }
-        a_end(a); /* an error, or the file shrank (0) */
+        if (sn == 0) body_cut(&a->c, p); /* the file shrank */
+        a_end(a);
         return;
     }
     a_sent_body(0, a);
