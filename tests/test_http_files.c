@@ -579,6 +579,51 @@ TEST(reason_phrases) {
     CHECK(strcmp(http_reason(999), "Unknown") == 0);
 }
 
+/* ---- the access log ---------------------------------------------------- */
+
+/* Every byte: visible ASCII but '"' and '\' is itself, everything else
+ * \xHH (upper-case hex); the input is read only within its length. */
+TEST(log_escape_every_byte) {
+    for (int ch = 0; ch < 256; ch++) {
+        char *in = malloc(1);
+        CHECK(in != NULL);
+        in[0] = (char)ch;
+        char out[8] = {0};
+        size_t n = http_log_escape(out, sizeof out, in, 1);
+        free(in);
+        if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
+            CHECK_EQ(n, (size_t)1);
+            CHECK_EQ(out[0], (char)ch);
+        } else {
+            char want[8];
+            snprintf(want, sizeof want, "\\x%02X", ch);
+            CHECK_EQ(n, (size_t)4);
+            CHECK(memcmp(out, want, 4) == 0);
+        }
+    }
+    size_t n;
+    char *in = exact("GET /a\"x HTTP/1.1\" 200 1\n", &n);
+    char out[128];
+    size_t w = http_log_escape(out, sizeof out, in, n);
+    free(in);
+    out[w] = 0;
+    CHECK(strcmp(out, "GET /a\\x22x HTTP/1.1\\x22 200 1\\x0A") == 0);
+}
+
+/* Room runs out: never half an escape, never past cap. */
+TEST(log_escape_bounded) {
+    char out[16];
+    memset(out, '#', sizeof out);
+    CHECK_EQ(http_log_escape(out, 5, "ab\"cd", 5), (size_t)2); /* "ab" + \x22 needs 6 */
+    CHECK(memcmp(out, "ab###", 5) == 0);
+    CHECK_EQ(http_log_escape(out, 6, "ab\"cd", 5), (size_t)6);
+    CHECK(memcmp(out, "ab\\x22#", 7) == 0);
+    CHECK_EQ(http_log_escape(out, 7, "ab\"cd", 5), (size_t)7);
+    CHECK(memcmp(out, "ab\\x22c", 7) == 0);
+    CHECK_EQ(http_log_escape(out, 0, "abc", 3), (size_t)0);
+    CHECK_EQ(http_log_escape(out, 16, "", 0), (size_t)0);
+}
+
 /* ---- opening files ---------------------------------------------------- */
 
 static char tmp_dir[64];

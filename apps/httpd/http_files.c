@@ -40,6 +40,10 @@
  *    checks; an overflowing one makes the header ignored.
  *  - http_conditional: RFC 9110 §13.2.2 steps 1-4 for GET/HEAD; an invalid
  *    date in If-(Un)Modified-Since is ignored as §13.1.3/§13.1.4 require.
+ *  - http_log_escape: a request's bytes made safe for a quoted field of the
+ *    access log, as nginx writes them ("\x22" for '"', "\xHH" for '\\',
+ *    control bytes and bytes >= 0x80): a client cannot end the field or the
+ *    line and so cannot forge a record.
  *
  * Opening files: why openat2 + RESOLVE_BENEATH.  The classic defences
  * against path traversal are string checks (reject "..", realpath and
@@ -670,6 +674,27 @@ int http_open_file(int root_fd, const char *path, int *fd_out, struct stat *st, 
 
 int http__open_file_compat(int root_fd, const char *path, int *fd_out, struct stat *st, const char **mime) {
     return open_file(root_fd, path, fd_out, st, mime, 1);
+}
+
+/* ---- The access log --------------------------------------------------- */
+
+size_t http_log_escape(char *out, size_t cap, const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
+            if (at == cap) break;
+            out[at++] = (char)ch;
+        } else {
+            if (cap - at < 4) break;
+            out[at++] = '\\';
+            out[at++] = 'x';
+            out[at++] = hex[ch >> 4];
+            out[at++] = hex[ch & 15];
+        }
+    }
+    return at;
 }
 
 /* ---- Reason phrases --------------------------------------------------- */

@@ -127,6 +127,17 @@ int http_open_file(int root_fd, const char *path, int *fd_out, struct stat *st, 
  * 416 417 431 500 501 503 505; any other: "Unknown". */
 const char *http_reason(int status);
 
+/* ---- The access log --------------------------------------------------- */
+
+/* Copies s[0..n) into out for a quoted field of a log line, as nginx
+ * escapes its variables: '"', '\\', bytes below 0x20, 0x7f and bytes from
+ * 0x80 up become "\xHH" (upper-case hex), every other byte is itself, so
+ * no request can end the field or the line early.  Writes at most cap
+ * bytes and never half an escape (what does not fit is left out: the
+ * caller's line length bounds the field); no NUL.  Returns the bytes
+ * written. */
+size_t http_log_escape(char *out, size_t cap, const char *s, size_t n);
+
 /* ---- Internal, for tests ---------------------------------------------- */
 
 /* http_open_file as it behaves on a kernel without openat2: the path is

@@ -38,7 +38,18 @@
  * answer -- the parser has already refused the smuggling cases.  Every
  * header is counted into its buffer: a response goes out whole or not at
  * all.  A directory's redirect names the normalised path that was looked
- * up, percent-encoded (never the raw target, which could name a host).
+ * up, percent-encoded (never the raw target, which could name a host).  A
+ * file that gives fewer bytes than its fstat promised (it shrank meanwhile)
+ * is answered 500 if its head has not gone out yet; if it has, the
+ * connection closes after the short body, as nginx does -- the client sees
+ * less than Content-Length, never the next response's bytes in its place.
+ * Either way a note goes to stderr (at most one a second) and the access
+ * log has the line, with the bytes really sent.
+ *
+ * The access log (--access-log) is written by a thread of its own from a
+ * bounded ring (see "the access log" below): a connection never waits for
+ * it; lines it cannot take are dropped, counted and reported on stderr.
+ * The request target is escaped in it as nginx does (\x22 for '"').
  *
  * Limits.  --max-conns bounds live connections: an acceptor at the limit
  * waits (weft_park) until one ends, leaving newcomers in the kernel's
@@ -54,9 +65,15 @@
  * Drain.  SIGTERM/SIGINT: the acceptors are cancelled (their weft_accept
  * returns -ECANCELED) and the listening socket closed; connections waiting
  * for their next request are shut down for reading, which ends their wait;
- * those in the middle of a request finish the response and close.  The
- * server exits when the last one is gone, or after --drain-timeout, or at
- * a second SIGTERM/SIGINT; connections cut that way make the exit status 3.
+ * those in the middle of a request finish the response and close.  A
+ * request already received is served, not dropped: a connection that
+ * waited in the pool's queue, or starts after the drain began, reads what
+ * is there without waiting and answers it (with "Connection: close"); only
+ * one with nothing to read is closed at once.  The server exits when the
+ * last one is gone (queued ones included), or after --drain-timeout, or at
+ * a second SIGTERM/SIGINT; connections cut that way (still queued, or in
+ * the middle of a response) make the exit status 3, and stderr says how
+ * many.
  *
  * Threads touching what: the connection list (for the drain) is under a
  * mutex, taken twice per connection; counters are atomics; everything else
@@ -91,6 +108,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -280,20 +298,272 @@ static int head_common(char *b, int cap, int status, int keep_alive) {
     return at;
 }
 
+/* ------------------------------------------------------------------------ */
+/* the access log: queued by the connections, written by a thread of its own */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A connection never writes the log itself: a log that cannot take lines
+ * (a pipe nobody reads, a stalled disk) would hold its carrier, and with
+ * it every connection on that carrier.  A line goes into a ring of bytes
+ * (LOG_RING: about 25,000 lines of 80 bytes, some seconds of a busy
+ * server), and the writer, a plain pthread, takes the ready lines in order
+ * and writes them with one writev a batch.  A full ring drops the line and
+ * counts it; so does a failed write (a full disk loses log lines, not
+ * requests).  Drops are reported on stderr at most once a second while
+ * they happen, and in total when the server stops.
+ *
+ * The ring.  head counts the bytes reserved, tail those the writer has
+ * written; both only grow.  A producer formats its line on its stack,
+ * reserves a record -- a 4-byte header and the line, rounded up to 8 --
+ * with one CAS on head (refused if it would pass tail by a whole ring),
+ * copies the line in and publishes the header (release).  A record never
+ * wraps: one that would is preceded by a padding record to the ring's end.
+ * The writer reads records from tail while their headers are published,
+ * writes them, zeroes the bytes (so that a stale byte never looks like a
+ * published header) and then moves tail (release), which gives the space
+ * back.  A record whose producer is still copying stops the batch there:
+ * order is kept.
+ *
+ * Waking the writer costs a connection nothing in the common case: after a
+ * batch the writer naps LOG_NAP_NS (lines gather into the next batch) and
+ * is woken early only when the ring is a quarter full; with nothing to
+ * write it sleeps until the next line's producer wakes it.  The producer's
+ * check is one load of wstate after publishing its record (seq_cst both,
+ * against the writer's store of wstate and look at the ring: one of them
+ * sees the other).
+ */
+#define LOG_RING ((size_t)2 << 20) /* bytes (a power of 2) */
+#define LOG_LINE 1024              /* a line at most: the request target is cut to fit */
+#define LOG_BATCH 512              /* lines a writev at most (<= IOV_MAX) */
+#define LOG_NAP_NS (10 * 1000000LL)
+#define LOG_PAD 0x80000000u /* a header's flag: padding to the ring's end, not a line */
+
+enum { W_AWAKE, W_NAP, W_SLEEP };
+
+static struct {
+    char *ring;
+    _Alignas(64) atomic_size_t head; /* bytes reserved */
+    _Alignas(64) atomic_size_t tail; /* bytes written and given back (only the writer moves it) */
+    atomic_int wstate;               /* W_*: how the writer waits */
+    atomic_long dropped;             /* lines lost: the ring full, or the write failed */
+    atomic_int done;                 /* the writer has ended */
+    int stop, started;
+    pthread_t th;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+} LG = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static inline _Atomic uint32_t *log_hdr(size_t pos) { return (_Atomic uint32_t *)(LG.ring + (pos & (LOG_RING - 1))); }
+static inline size_t log_rec_size(size_t len) { return (4 + len + 7) & ~(size_t)7; }
+
+/* A rate-limited note on stderr: at most one a second per *last. */
+static void note_limited(_Atomic int64_t *last, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_limited(_Atomic int64_t *last, const char *fmt, ...) {
+    int64_t now = weft_now(), was = atomic_load_explicit(last, memory_order_relaxed);
+    if ((was && now - was < NS) || !atomic_compare_exchange_strong(last, &was, now)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+static void log_dropped(long n) {
+    static _Atomic int64_t last;
+    long total = atomic_fetch_add_explicit(&LG.dropped, n, memory_order_relaxed) + n;
+    note_limited(&last, "weft-httpd: access log: %ld line(s) dropped so far (it cannot keep up)\n", total);
+}
+
+/* Writes the published lines from tail on, at most LOG_BATCH; returns how
+ * many records were taken (lines written or counted as dropped, padding). */
+static int log_write_batch(void) {
+    struct iovec iov[LOG_BATCH];
+    size_t start = atomic_load_explicit(&LG.tail, memory_order_relaxed), pos = start;
+    int n = 0, recs = 0;
+    while (n < LOG_BATCH) {
+        uint32_t h = atomic_load_explicit(log_hdr(pos), memory_order_acquire);
+        if (!h) break;
+        recs++;
+        if (h & LOG_PAD) {
+            pos += h & ~LOG_PAD;
+            continue;
+        }
+        iov[n].iov_base = LG.ring + (pos & (LOG_RING - 1)) + 4;
+        iov[n].iov_len = h;
+        n++;
+        pos += log_rec_size(h);
+    }
+    if (!recs) return 0;
+    int i = 0;
+    while (i < n) {
+        ssize_t w = writev(log_fd, iov + i, n - i);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) { /* a full disk, a closed pipe: these lines are lost */
+            static _Atomic int64_t last;
+            note_limited(&last, "weft-httpd: access log: write: %s\n", strerror(errno));
+            log_dropped(n - i);
+            break;
+        }
+        while (i < n && (size_t)w >= iov[i].iov_len) w -= (ssize_t)iov[i++].iov_len;
+        if (i < n) {
+            iov[i].iov_base = (char *)iov[i].iov_base + w;
+            iov[i].iov_len -= (size_t)w;
+        }
+    }
+    /* records never wrap, and the span [start, pos) may: zero it in two pieces */
+    size_t off = start & (LOG_RING - 1), len = pos - start;
+    size_t first = len < LOG_RING - off ? len : LOG_RING - off;
+    memset(LG.ring + off, 0, first);
+    memset(LG.ring, 0, len - first);
+    atomic_store_explicit(&LG.tail, pos, memory_order_release);
+    return recs;
+}
+
+static int log_pending(void) {
+    return atomic_load(log_hdr(atomic_load_explicit(&LG.tail, memory_order_relaxed))) != 0;
+}
+
+static void *log_writer(void *unused) {
+    for (;;) {
+        int n = log_write_batch();
+        if (n >= LOG_BATCH) continue; /* there may be more */
+        pthread_mutex_lock(&LG.lock);
+        if (LG.stop && !n) {
+            pthread_mutex_unlock(&LG.lock);
+            break;
+        }
+        if (LG.stop) {
+            pthread_mutex_unlock(&LG.lock);
+            continue;
+        }
+        /* wrote some: nap, so that lines gather; wrote none: sleep until a line comes */
+        atomic_store(&LG.wstate, n ? W_NAP : W_SLEEP);
+        if (!n && log_pending()) atomic_store(&LG.wstate, W_AWAKE);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += LOG_NAP_NS;
+        if (until.tv_nsec >= NS) until.tv_sec++, until.tv_nsec -= NS;
+        while (atomic_load(&LG.wstate) != W_AWAKE && !LG.stop) {
+            if (n) {
+                if (pthread_cond_timedwait(&LG.cond, &LG.lock, &until) == ETIMEDOUT) break;
+            } else {
+                pthread_cond_wait(&LG.cond, &LG.lock);
+            }
+        }
+        atomic_store(&LG.wstate, W_AWAKE);
+        pthread_mutex_unlock(&LG.lock);
+    }
+    atomic_store(&LG.done, 1);
+    return NULL;
+}
+
+/* Starts the writer (after the signal mask is set: it inherits it).  0 or -1. */
+static int log_start(void) {
+    if (log_fd < 0) return 0;
+    LG.ring = calloc(1, LOG_RING);
+    if (!LG.ring) {
+        fprintf(stderr, "weft-httpd: out of memory for the access log's ring\n");
+        return -1;
+    }
+    int e = pthread_create(&LG.th, NULL, log_writer, NULL);
+    if (e) {
+        fprintf(stderr, "weft-httpd: access log: cannot start its writer: %s\n", strerror(e));
+        return -1;
+    }
+    LG.started = 1;
+    return 0;
+}
+
+/* Writes what is queued and ends the writer: waits while it makes
+ * progress, and gives up on a log that takes nothing for a second (the
+ * lines still queued are counted as dropped).  Then says how many lines
+ * were lost. */
+static void log_stop(void) {
+    if (!LG.started) return;
+    LG.started = 0;
+    pthread_mutex_lock(&LG.lock);
+    LG.stop = 1;
+    pthread_cond_signal(&LG.cond);
+    pthread_mutex_unlock(&LG.lock);
+    size_t seen = atomic_load(&LG.tail);
+    int64_t stalled_since = weft_now();
+    while (!atomic_load(&LG.done)) {
+        size_t t = atomic_load(&LG.tail);
+        if (t != seen) seen = t, stalled_since = weft_now();
+        else if (weft_now() - stalled_since > NS) break;
+        weft_sleep(5 * 1000000);
+    }
+    if (atomic_load(&LG.done)) {
+        pthread_join(LG.th, NULL);
+    } else { /* stuck in a write: count the lines still in the ring, its batch's included */
+        long left = 0;
+        for (size_t pos = atomic_load(&LG.tail), end = atomic_load(&LG.head); pos < end;) {
+            uint32_t h = atomic_load(log_hdr(pos));
+            if (!h) break;
+            if (h & LOG_PAD) {
+                pos += h & ~LOG_PAD;
+            } else {
+                left++;
+                pos += log_rec_size(h);
+            }
+        }
+        atomic_fetch_add(&LG.dropped, left);
+    }
+    long d = atomic_load(&LG.dropped);
+    if (d) fprintf(stderr, "weft-httpd: access log: %ld line(s) dropped in all (it could not keep up)\n", d);
+}
+
+/* Queues the line for rq's answer; never waits (a full ring drops it). */
 static void access_log(const conn *c, const http_request *rq, int status, long long bytes) {
     if (log_fd < 0) return;
+    char b[LOG_LINE];
     char host[INET6_ADDRSTRLEN] = "-";
     if (c->peer.sa.sa_family == AF_INET) inet_ntop(AF_INET, &c->peer.in.sin_addr, host, sizeof host);
     else if (c->peer.sa.sa_family == AF_INET6) inet_ntop(AF_INET6, &c->peer.in6.sin6_addr, host, sizeof host);
     char date[HTTP_DATE_LEN];
     http_fmt_date(time(NULL), date);
-    char line[600];
-    int tn = rq && rq->target.n < 400 ? (int)rq->target.n : 400;
-    int n = snprintf(line, sizeof line, "%s [%s] \"%s %.*s HTTP/1.%d\" %d %lld\n", host, date,
-                     rq ? http_method_name(rq->method) : "-", rq ? tn : 1, rq ? rq->target.p : "-",
-                     rq ? rq->minor : 1, status, bytes);
-    if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
-    if (write(log_fd, line, (size_t)n) < 0) { /* a full disk loses log lines, not requests */
+    /* every piece but the target is bounded (< 140 bytes); the target,
+     * escaped, gets what is left of the line */
+    int at = app_str(b, 0, host);
+    at = APP_LIT(b, at, " [");
+    at = app(b, at, date, HTTP_DATE_LEN - 1);
+    at = APP_LIT(b, at, "] \"");
+    if (rq) {
+        at = app_str(b, at, http_method_name(rq->method));
+        b[at++] = ' ';
+        at += (int)http_log_escape(b + at, LOG_LINE - 64 - (size_t)at, rq->target.p, rq->target.n);
+    } else {
+        at = APP_LIT(b, at, "- -");
+    }
+    at = APP_LIT(b, at, " HTTP/1.");
+    b[at++] = (char)('0' + (rq ? rq->minor % 10 : 1));
+    at = APP_LIT(b, at, "\" ");
+    at = app_u64(b, at, (unsigned)status);
+    b[at++] = ' ';
+    at = app_u64(b, at, bytes > 0 ? (unsigned long long)bytes : 0);
+    b[at++] = '\n';
+    /* reserve a record (after padding to the ring's end, if it would wrap) */
+    size_t need = log_rec_size((size_t)at), pos = atomic_load_explicit(&LG.head, memory_order_relaxed), pad;
+    do {
+        size_t room = LOG_RING - (pos & (LOG_RING - 1));
+        pad = need > room ? room : 0;
+        if (pos + pad + need - atomic_load_explicit(&LG.tail, memory_order_acquire) > LOG_RING) {
+            log_dropped(1); /* full: the writer is a ring behind */
+            return;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&LG.head, &pos, pos + pad + need, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    if (pad) atomic_store_explicit(log_hdr(pos), LOG_PAD | (uint32_t)pad, memory_order_release);
+    memcpy(LG.ring + ((pos + pad) & (LOG_RING - 1)) + 4, b, (size_t)at);
+    /* publish, then look at how the writer waits (seq_cst both: see above) */
+    atomic_store(log_hdr(pos + pad), (uint32_t)at);
+    int ws = atomic_load(&LG.wstate);
+    if (ws == W_AWAKE) return;
+    if (ws == W_NAP && pos + pad + need - atomic_load_explicit(&LG.tail, memory_order_relaxed) < LOG_RING / 4) return;
+    if (atomic_compare_exchange_strong(&LG.wstate, &ws, W_AWAKE)) {
+        pthread_mutex_lock(&LG.lock);
+        pthread_cond_signal(&LG.cond);
+        pthread_mutex_unlock(&LG.lock);
     }
 }
 
@@ -333,6 +603,27 @@ static void response_free(response *p) {
     p->e = NULL;
     p->fd = -1;
     p->head = p->buf;
+}
+
+/* A file that gave fewer bytes than its fstat promised (it shrank, or a
+ * read failed): a note on stderr, at most one a second.  sent: whether the
+ * head had gone out (then the connection closes after the short body). */
+static void file_short(const char *path, size_t pn, long long got, long long want, int sent) {
+    static _Atomic int64_t last;
+    char esc[256];
+    int en = (int)http_log_escape(esc, sizeof esc, path, pn);
+    note_limited(&last, "weft-httpd: %.*s: the file shrank while it was served (%lld of %lld bytes): %s\n", en, esc,
+                 got, want, sent ? "the body is cut short and the connection closed" : "answered 500");
+}
+
+/* The body of p stopped short (the file shrank under sendfile): the head
+ * went out, so the only honest end is to close after what was sent -- the
+ * client sees fewer bytes than Content-Length.  Logged, with the bytes
+ * sent. */
+static void body_cut(const conn *c, const response *p) {
+    long long sent = p->log_bytes - p->file_len;
+    file_short(p->rq ? p->rq->path.p : "-", p->rq ? p->rq->path.n : 1, sent, p->log_bytes, 1);
+    access_log(c, p->rq, p->code, sent);
 }
 
 /* An error (or redirect) with a small HTML body: 0, or -EOVERFLOW /
@@ -383,9 +674,14 @@ static int send_response(conn *c, response *p) {
         weft_deadline_set(weft_now() + O.send_timeout);
         ssize_t sn = weft_sendfile(c->fd, p->fd, &p->off, (size_t)p->file_len);
         weft_deadline_set(0);
-        if (sn < 0) err = (int)sn;
-        else if (sn == 0) err = -EIO; /* the file shrank: the response cannot be completed */
-        else p->file_len -= sn;
+        if (sn < 0) {
+            err = (int)sn;
+        } else if (sn == 0) { /* the file shrank: the response cannot be completed */
+            body_cut(c, p);
+            err = -EIO;
+        } else {
+            p->file_len -= sn;
+        }
     }
     if (!err) access_log(c, p->rq, p->code, p->log_bytes);
     return err;
@@ -533,8 +829,17 @@ static int plan_file(response *p, const http_request *rq, int keep_alive) {
         p->mem = e->body + first;
         p->mem_len = (size_t)len;
     } else if (len <= SMALL_BODY) {
-        ssize_t got = weft_pread(fd, head + at, (size_t)len, first);
-        if (got != len) return got < 0 ? (int)got : -EIO;
+        long long got = 0;
+        while (got < len) {
+            ssize_t g = weft_pread(fd, head + at + got, (size_t)(len - got), first + (off_t)got);
+            if (g <= 0) break;
+            got += g;
+        }
+        if (got != len) { /* shrank since its fstat (or a read error): nothing sent yet, so say so */
+            file_short(path, strlen(path), got, len, 0);
+            r = plan_status(p, rq, 500, 0, NULL);
+            return r < 0 ? r : CLOSE;
+        }
         p->head_len += (size_t)len;
     } else {
         p->off = first;
@@ -584,8 +889,15 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
          * other order (seq_cst both), so it cannot miss us */
         atomic_store(&c->idle, 1);
         if (atomic_load(&draining)) {
+            /* a request already here is served (the drain waits for it):
+             * a connection that waited in the pool's queue, or started
+             * after the drain did, may well have one; none: we are done */
             atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
-            return 0;
+            ssize_t r;
+            do r = recv(c->fd, buf, cap, MSG_DONTWAIT);
+            while (r < 0 && errno == EINTR);
+            if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+            return r;
         }
     }
     weft_deadline_set(d);
@@ -910,7 +1222,8 @@ static void a_file_ready(ssize_t n, void *ctx) {
             a_check(a, weft_poll_async(a->c.fd, POLLOUT, a_file_ready, a, &o));
             return;
         }
-        a_end(a); /* an error, or the file shrank (0) */
+        if (sn == 0) body_cut(&a->c, p); /* the file shrank */
+        a_end(a);
         return;
     }
     a_sent_body(0, a);
@@ -1028,25 +1341,23 @@ static void a_parse(aconn *a) {
 }
 
 /* -- idle: waiting for a request's first byte, holding no buffer */
-static void a_readable(ssize_t n, void *ctx) {
-    aconn *a = ctx;
-    atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
-    if (n < 0) { /* the idle timeout, or closed */
-        a_end(a);
-        return;
-    }
+
+/* Reads what a readable connection has: the start of a request, parsed.
+ * Nothing there is a stale readiness (idle again) -- or, draining, the end. */
+static void a_take_request(aconn *a, int draining_now) {
     if (!(a->r = areq_get())) {
         a_end(a);
         return;
     }
     areq *r = a->r;
+    ssize_t n;
     do n = recv(a->c.fd, r->buf, BUF_SIZE, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { /* a stale readiness: idle again */
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !draining_now) {
         a_next_request(a);
         return;
     }
-    if (n <= 0) { /* the client closed, or reset */
+    if (n <= 0) { /* the client closed, or reset; or draining, and nothing came */
         a_end(a);
         return;
     }
@@ -1054,6 +1365,16 @@ static void a_readable(ssize_t n, void *ctx) {
     r->head_deadline = weft_now() + O.header_timeout;
     http_parser_init(&r->ps);
     a_parse(a);
+}
+
+static void a_readable(ssize_t n, void *ctx) {
+    aconn *a = ctx;
+    atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
+    if (n < 0) { /* the idle timeout, or closed */
+        a_end(a);
+        return;
+    }
+    a_take_request(a, 0);
 }
 
 static void a_next_request(aconn *a) {
@@ -1069,7 +1390,9 @@ static void a_next_request(aconn *a) {
      * other order (seq_cst both), so it cannot miss us */
     atomic_store(&a->c.idle, 1);
     if (atomic_load(&draining)) {
-        a_end(a);
+        /* as recv_more: a request already here is served, else we are done */
+        atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
+        a_take_request(a, 1);
         return;
     }
     /* a new connection goes to the carriers' dispatchers in turn (its
@@ -1548,6 +1871,7 @@ static int server(void *unused) {
     if (left && !O.quiet)
         fprintf(stderr, "weft-httpd: %s: %d connection(s) cut\n",
                 atomic_load(&drain_cut) ? "stopped by a second signal" : "drain timeout", left);
+    log_stop(); /* what is queued, and how many lines were dropped */
     if (!O.quiet) fprintf(stderr, "weft-httpd: stopped\n");
     /* with connections cut, their vthreads may still hold carriers' work:
      * leave without waiting for them, and say so in the exit status */
@@ -1589,9 +1913,11 @@ static void usage(FILE *f) {
             "  --idle-timeout S       close keep-alive connections idle for S s (default 15)\n"
             "  --send-timeout S       a send that makes no progress for S s fails (default 30)\n"
             "  --body-timeout S       a request body must arrive within S s (default 10)\n"
-            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests (default 10);\n"
+            "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests in progress\n"
+            "                         or already received (default 10);\n"
             "                         a second SIGTERM/SIGINT stops at once\n"
-            "  --access-log FILE|-    log every request (- is stdout)\n"
+            "  --access-log FILE|-    log every request (- is stdout), from a queue by a thread\n"
+            "                         of its own: lines it cannot take are dropped and counted\n"
             "  --cache-mb N           keep small files (<= 64 KiB) in memory, N MiB at most,\n"
             "                         looked at again once a second (default 64; 0: off)\n"
             "  --cpu-job shared|group run a CPU-bound background job in the process (default: none):\n"
@@ -1740,6 +2066,7 @@ int main(int argc, char **argv) {
     sigaddset(&ss, SIGTERM);
     sigaddset(&ss, SIGINT);
     pthread_sigmask(SIG_BLOCK, &ss, NULL);
+    if (log_start() < 0) return 1;
     listen_fd = open_listener();
     if (listen_fd < 0) return 1;
     if (O.model == MODEL_POOL) {
