@@ -26,9 +26,11 @@
  * executor refuses or discards is run by the dispatcher, or by the thread
  * that made the executor discard it, never lost.
  *
- * Closing: weft_close on a socket ends its operations in flight with
- * -EBADF (their handlers run), as closing a channel ends Java's with
- * AsynchronousCloseException.  close(2) alone does not: use weft_close.
+ * Closing: weft_close on a socket ends its operations with -EBADF (their
+ * handlers run), as closing a channel ends Java's with
+ * AsynchronousCloseException: those in flight, and those started but not
+ * yet begun by their dispatcher -- these never touch the file that gets
+ * the number next.  close(2) alone does not: use weft_close.
  * Operations still pending at weft_shutdown are dropped without their
  * handlers.
  *

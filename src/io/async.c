@@ -32,18 +32,26 @@
  * single issuer rule holds because only the dispatcher, pinned to the
  * ring's carrier, queues SQEs for its aops.
  *
- * Closing (io.c's "Closing").  While in the kernel an aop holds a count on
- * its fd, like a blocking call, so weft_close interrupts it (-ECANCELED
- * from the ring, -EBADF from the epoll table) and waits for it.  The count
- * is dropped where the kernel part ends (weft__async_kernel_done), not when
- * the dispatcher gets to it: a handler that closes a socket with another
- * of its operations in flight would otherwise wait for its own dispatcher.
- * Each restart takes the count again without waiting, and fails with
- * -EBADF if a close began since the aop first took it (the number may be
- * another file's by then).  A close that began before the aop came -- an
- * accept got the number while the old file's weft_close was finishing --
- * is waited out on the dispatcher's retry list, in 20 us steps, as a
- * blocking call waits in fd_enter.
+ * Closing (io.c's "Closing").  An aop's hold on its number is taken by the
+ * call that starts it: the number's epoch then (weft__fd_epoch, the count
+ * of closes of it begun).  Everything the dispatcher does with the fd --
+ * the first issue, each restart -- first counts in without waiting
+ * (weft__fd_enter_nowait) and ends the aop with -EBADF, touching nothing,
+ * if a close began since the call: the number may be another file's by
+ * then (weft_send_async, weft_close, socket() got the number: the send
+ * must not go to the new socket's peer).  While in the kernel an aop holds
+ * that count, like a blocking call, so weft_close interrupts it
+ * (-ECANCELED from the ring, -EBADF from the epoll table) and waits for it.
+ * The count is dropped where the kernel part ends (weft__async_kernel_done),
+ * not when the dispatcher gets to it; and an aop waiting in an inbox holds
+ * the epoch, not a count.  Either count would make weft_close wait for the
+ * dispatcher: for ever when the closer is a handler on that dispatcher, or
+ * anything a handler there waits for.  The epoch cannot come round while an
+ * aop waits (39 bits: io.c).  A close that began before the aop was called
+ * -- an accept got the number while the old file's weft_close was
+ * finishing -- is waited out on the dispatcher's retry list, in 20 us
+ * steps, as a blocking call waits in fd_enter; a second close of the
+ * number meanwhile ends it with -EBADF.
  *
  * Deadlines.  An aop with a deadline is on its dispatcher's heap; when it
  * is due the aop is marked timed out and interrupted (an ASYNC_CANCEL on
@@ -87,11 +95,11 @@ typedef struct aop {
     int8_t timed_out; /* its deadline passed */
     int8_t spread;    /* started on the next dispatcher in turn */
     int hidx;         /* in d's heap, or -1 */
-    int epoch;        /* its fd's close count when first started; -1 before */
+    int64_t epoch;    /* its fd's epoch when it was called (its hold on the number); -1: not counted */
     int64_t deadline;
     const char *base; /* send: all of it (rq.buf: the rest) */
     size_t total;
-    _Atomic uint32_t *use; /* the fd count held while in the kernel */
+    _Atomic uint64_t *use; /* the fd count held while in the kernel */
 } aop;
 
 /* A handler handed to an executor (the aop is freed first: an idle
@@ -465,6 +473,9 @@ static int start(aop *a) {
         return r;
     }
     weft__carrier *c = weft__carrier_self();
+    /* The hold on the number, now: a weft_close from here on ends the
+     * operation, even one that comes before its dispatcher does. */
+    a->epoch = a->kind == A_TIMER ? -1 : weft__fd_epoch(a->rq.fd);
     int n = weft__carriers();
     int k = c && !a->spread ? weft__carrier_index(c) : (int)(atomic_fetch_add(&A.rr, 1) % (unsigned)n);
     if (k >= n) k %= n; /* a spare carrier (the monitor's): the dispatchers live on the configured ones */
@@ -475,7 +486,6 @@ static int start(aop *a) {
     }
     a->d = d;
     a->hidx = -1;
-    a->epoch = -1;
     atomic_store_explicit(&a->state, ST_NEW, memory_order_relaxed);
     if (weft_self() == d->vt) {
         issue(d, a); /* a handler starting its next operation: at once */
