@@ -714,3 +714,52 @@ TEST(operation_queued_through_many_reuses_of_its_number) {
     close(sv[1]);
     for (int i = 0; i < nstray; i++) close(stray[i]);
 }
+
+/* ---- an executor closed while operations that name it wait (issue 23) ---------------- */
+
+typedef struct on_ex {
+    waiter w;
+    atomic_int on_vthread; /* 1: ran on a vthread (the dispatcher, for a pool executor) */
+} on_ex;
+
+static void note_where(ssize_t r, void *ctx) {
+    on_ex *o = ctx;
+    atomic_store(&o->on_vthread, weft_self() != NULL);
+    note(r, &o->w);
+}
+
+/* The handlers still run, once each, on the dispatcher (as a refused one
+ * does): the executor's memory lives until they are handed over.  A new
+ * executor made right after the close would otherwise get that memory
+ * (malloc reuses it), and the recv's handler ran on the new one's thread;
+ * under ASan the use after free shows at once. */
+TEST(executor_closed_before_its_pending_operations_end) {
+    for (int rep = 0; rep < 60; rep++) {
+        int kind = rep % 3;
+        weft_executor *ex = kind == 0 ? weft_executor_fixed(1, 0, WEFT_REJECT_ABORT)
+                          : kind == 1 ? weft_executor_virtual()
+                                      : weft_executor_cached(2, 0);
+        CHECK(ex != NULL);
+        weft_async_opts o = {.executor = ex};
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        char buf[8];
+        on_ex r, t;
+        arm_w(&r.w);
+        arm_w(&t.w);
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note_where, &r, &o), 0);
+        CHECK_EQ(weft_timer_async(weft_now() + (rep % 4) * MS, note_where, &t, &o), 0);
+        if (rep % 2) CHECK_EQ(weft_executor_close(ex), 0); /* does not wait for the operations */
+        else CHECK(weft_executor_close_now(ex) >= 0);
+        weft_executor *decoy = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+        CHECK(decoy != NULL);
+        CHECK_EQ(write(sv[1], "x", 1), 1);
+        CHECK_EQ(await(&r.w), 1);
+        CHECK_EQ(buf[0], 'x');
+        CHECK_EQ(atomic_load(&r.on_vthread), 1); /* the dispatcher, not the decoy's thread */
+        CHECK_EQ(await(&t.w), 0); /* (on ex's thread if it fired before the close) */
+        CHECK_EQ(weft_executor_close(decoy), 0);
+        CHECK_EQ(weft_close(sv[0]), 0);
+        close(sv[1]);
+    }
+}

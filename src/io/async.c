@@ -58,13 +58,20 @@
  * the ring, or taken off the fd's waiters); it comes back with -ECANCELED
  * and ends with -ETIMEDOUT -- or with its result, if it completed first.
  *
- * Handlers on an executor: the aop is the task's argument.  A watch on the
- * task's future runs when the future is filled; if the task did not run
- * (refused, discarded, cancelled) the watch runs the handler itself, and it
- * frees the aop either way.
+ * Handlers on an executor: the aop is freed first, and a small record of
+ * the handler (hcall) is the task's argument.  A watch on the task's
+ * future runs when the future is filled; if the task did not run (refused,
+ * discarded, cancelled) the watch runs the handler itself, and it frees the
+ * record either way.  An aop holds a reference on its executor from its
+ * call until its handler was submitted (exec.h, weft__executor_ref): an
+ * executor closed meanwhile stays in memory, shut, refuses the handler,
+ * and the dispatcher runs it -- not a use after free.  weft_executor_close
+ * does not wait for such operations (an idle connection's would hold it
+ * for ever).
  */
 #define _GNU_SOURCE
 #include "io.h"
+#include "../exec/exec.h"
 #include "../sync/future_int.h"
 
 #include <errno.h>
@@ -227,22 +234,30 @@ static void finish(disp *d, aop *a, ssize_t r) {
     if (a->hidx >= 0) heap_del(d, a);
     weft_handler h = a->h;
     void *ctx = a->ctx;
-    hcall *c = a->ex ? malloc(sizeof *c) : NULL;
-    if (c) {
-        *c = (hcall){.h = h, .ctx = ctx, .result = r, .watch.watch = handler_watch};
-        weft_future *g = weft_submit(a->ex, handler_task, c);
-        free(a);
+    weft_executor *ex = a->ex;
+    free(a); /* before the handler: it may start another operation */
+    if (ex) {
+        hcall *c = malloc(sizeof *c);
+        weft_future *g = NULL;
+        if (c) {
+            *c = (hcall){.h = h, .ctx = ctx, .result = r, .watch.watch = handler_watch};
+            g = weft_submit(ex, handler_task, c); /* refused if ex was closed meanwhile */
+        }
+        weft__executor_unref(ex); /* the operation's (see new_aop) */
         if (g) {
             weft__future_watch(g, &c->watch); /* may run at once, and free c */
             weft_future_free(g);
-        } else {
-            free(c);
-            h(r, ctx); /* no memory for the task: here rather than never */
+            return;
         }
-        return;
+        free(c); /* no memory for the task: here rather than never */
     }
-    free(a); /* before the handler: it may start another operation */
     h(r, ctx);
+}
+
+/* An aop that never started: its handler will not run. */
+static void drop(aop *a) {
+    if (a->ex) weft__executor_unref(a->ex);
+    free(a);
 }
 
 /* ---- starting and continuing ------------------------------------------------------- */
@@ -469,7 +484,7 @@ static disp *disp_of(int k) {
 static int start(aop *a) {
     int r = weft__ensure_init();
     if (r < 0) {
-        free(a);
+        drop(a);
         return r;
     }
     weft__carrier *c = weft__carrier_self();
@@ -481,7 +496,7 @@ static int start(aop *a) {
     if (k >= n) k %= n; /* a spare carrier (the monitor's): the dispatchers live on the configured ones */
     disp *d = disp_of(k);
     if (!d) {
-        free(a);
+        drop(a);
         return -ENOMEM;
     }
     a->d = d;
@@ -503,6 +518,7 @@ static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *
     a->h = h;
     a->ctx = ctx;
     a->ex = o ? o->executor : NULL;
+    if (a->ex) weft__executor_ref(a->ex); /* so that closing it early frees nothing finish() uses */
     a->deadline = o && o->deadline > 0 ? o->deadline : 0;
     a->spread = o && o->spread;
     return a;
@@ -568,14 +584,15 @@ void weft__async_stop(void) {
         for (aop *a = atomic_exchange(&d->inbox, NULL), *nx; a; a = nx) {
             nx = a->next;
             if (a->hidx >= 0) d->heap[a->hidx] = NULL; /* on the heap too */
-            free(a);
+            drop(a);
         }
         for (aop *a = d->retry, *nx; a; a = nx) {
             nx = a->next;
             if (a->hidx >= 0) d->heap[a->hidx] = NULL;
-            free(a);
+            drop(a);
         }
-        for (int i = 0; i < d->nheap; i++) free(d->heap[i]);
+        for (int i = 0; i < d->nheap; i++)
+            if (d->heap[i]) drop(d->heap[i]);
         free(d->heap);
         free(d);
         atomic_store(&A.d[k], NULL);
