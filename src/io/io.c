@@ -275,7 +275,8 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
  * an asynchronous operation keeps the one it saw when it was called for as
  * long as it waits in its dispatcher's inbox (async.c): it must not come
  * round again however many times the number is closed and reused
- * meanwhile (with 7 bits, 64 reuses by a loop that never parked did). */
+ * meanwhile (with 7 bits, 128 closes of the number while an operation
+ * waited brought it round, and the operation ran on the new file). */
 #define FDU_CHUNK 4096u
 #define FDU_CLOSING (1ull << 63)
 #define FDU_USES 0xFFFFFFull
@@ -361,7 +362,7 @@ _Atomic uint64_t *weft__fd_enter_nowait(int fd, int64_t *epoch, int *err) {
     int64_t e = FDU_EPOCH(w);
     if ((w & FDU_CLOSING) || (*epoch >= 0 && e != *epoch)) {
         atomic_fetch_sub_explicit(u, 1, memory_order_release);
-        /* A close under way that began before this operation first came
+        /* A close under way that began before this operation was called
          * (or the one it has been waiting for): try again once it is over,
          * with the number as it is then -- as fd_enter waits.  Any other
          * close may have closed this operation's own file. */
