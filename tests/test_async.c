@@ -511,3 +511,255 @@ TEST(handlers_on_an_executor_refused_ones_too) {
     CHECK_EQ(atomic_load(&w2.on_pool), N);
     CHECK_EQ(weft_executor_close(ex), 0);
 }
+
+/* ---- operations closed before their dispatch (issue 23) ---------------------------- */
+
+/* Every dispatcher is held in a handler (a gate) while the test starts
+ * operations, weft_closes their sockets and lets new sockets take the
+ * numbers: each operation is closed before its dispatcher gets to it,
+ * whatever the carriers and a loaded machine do.  (A close that waited for
+ * such an operation would wait here for ever: the dispatcher is held.) */
+typedef struct gate {
+    weft_latch open;
+    atomic_int entered, left;
+} gate;
+
+static void gate_hold(ssize_t r, void *ctx) {
+    gate *g = ctx;
+    CHECK_EQ(r, 0);
+    atomic_fetch_add(&g->entered, 1);
+    CHECK_EQ(weft_latch_await(&g->open), 0);
+    atomic_fetch_add(&g->left, 1); /* the last touch of g */
+}
+
+/* Until *v reaches n; a minute at most (a lost handler fails, not hangs) */
+static void wait_count(atomic_int *v, int n, const char *what) {
+    int64_t until = weft_now() + 60000 * MS;
+    while (atomic_load(v) < n) {
+        if (weft_now() >= until) {
+            fprintf(stderr, "%s: %d of %d after a minute\n", what, atomic_load(v), n);
+            CHECK(!"waited too long");
+        }
+        if (weft_self()) weft_sleep(100000); /* a vthread parks: its carrier's dispatcher may run */
+        else usleep(100);
+    }
+}
+
+/* Holds all `carriers` dispatchers: timers from a platform thread go to the
+ * dispatchers in turn, one each. */
+static void gates_shut(gate *g, int carriers) {
+    CHECK_EQ(weft_latch_init(&g->open, 1), 0);
+    atomic_store(&g->entered, 0);
+    atomic_store(&g->left, 0);
+    weft_async_opts o = {.spread = 1};
+    for (int k = 0; k < carriers; k++) CHECK_EQ(weft_timer_async(weft_now(), gate_hold, g, &o), 0);
+    wait_count(&g->entered, carriers, "dispatchers held");
+}
+
+enum { EARLY_SEND, EARLY_RECV, EARLY_POLL };
+
+typedef struct early {
+    int kind;
+    int peer;   /* the closed socket's peer */
+    int nfd[2]; /* the socketpair made right after the close: one has its number */
+    char buf[16];
+    atomic_long res;
+    atomic_int calls;
+    atomic_int *done;
+} early;
+
+static void early_done(ssize_t r, void *ctx) {
+    early *e = ctx;
+    atomic_store(&e->res, r);
+    atomic_fetch_add(&e->calls, 1);
+    atomic_fetch_add(e->done, 1); /* the last touch of e's batch */
+}
+
+typedef struct early_batch {
+    early *e;
+    int n, carriers, reused;
+    atomic_int done;
+} early_batch;
+
+/* Exactly one byte waits in fd, and it is c (nothing more arrived, nothing
+ * was taken). */
+static void one_byte_waits(int fd, char c) {
+    char b[16];
+    CHECK_EQ(recv(fd, b, sizeof b, MSG_DONTWAIT), 1);
+    CHECK_EQ(b[0], c);
+}
+
+static void *early_batch_run(void *arg) {
+    early_batch *b = arg;
+    gate g;
+    gates_shut(&g, b->carriers);
+    atomic_store(&b->done, 0);
+    for (int i = 0; i < b->n; i++) {
+        early *e = &b->e[i];
+        e->done = &b->done;
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        e->peer = sv[1];
+        e->kind = i % 3;
+        switch (e->kind) {
+        case EARLY_SEND: CHECK_EQ(weft_send_async(sv[0], "SECRET", 6, MSG_NOSIGNAL, early_done, e, NULL), 0); break;
+        case EARLY_RECV: CHECK_EQ(weft_recv_async(sv[0], e->buf, sizeof e->buf, 0, early_done, e, NULL), 0); break;
+        default: CHECK_EQ(weft_poll_async(sv[0], POLLIN, early_done, e, NULL), 0); break;
+        }
+        CHECK_EQ(weft_close(sv[0]), 0);
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, e->nfd), 0);
+        if (e->nfd[0] == sv[0] || e->nfd[1] == sv[0]) b->reused++;
+        /* a byte waits in each new socket: a recv on either would take it,
+         * a poll on either would see it */
+        CHECK_EQ(write(e->nfd[1], "N", 1), 1);
+        CHECK_EQ(write(e->nfd[0], "M", 1), 1);
+    }
+    weft_latch_count_down(&g.open);
+    wait_count(&b->done, b->n, "handlers run");
+    wait_count(&g.left, b->carriers, "dispatchers let go");
+    for (int i = 0; i < b->n; i++) {
+        early *e = &b->e[i];
+        one_byte_waits(e->nfd[0], 'N'); /* 0 bytes reached or left a new socket */
+        one_byte_waits(e->nfd[1], 'M');
+        char c;
+        CHECK_EQ(recv(e->peer, &c, 1, MSG_DONTWAIT), 0); /* the old peer: end of stream, no "SECRET" */
+        CHECK_EQ(atomic_load(&e->res), -EBADF);
+        CHECK_EQ(atomic_load(&e->calls), 1);
+        /* close(2), not weft_close: on epoll an operation registered on
+         * the new socket would then be lost */
+        close(e->nfd[0]);
+        close(e->nfd[1]);
+        close(e->peer);
+    }
+    return NULL;
+}
+
+TEST(operations_closed_before_dispatch_touch_no_new_socket) {
+    enum { N = 10000, BATCH = 100 };
+    CHECK(weft_io_backend() > 0); /* the runtime started: its carriers counted */
+    weft_stats st;
+    weft_stats_get(&st);
+    CHECK(st.carriers >= 1);
+    early *all = calloc(N, sizeof *all);
+    CHECK(all != NULL);
+    int reused = 0;
+    for (int at = 0; at < N; at += BATCH) {
+        early_batch b = {.e = all + at, .n = BATCH, .carriers = (int)st.carriers};
+        if ((at / BATCH) % 2) { /* from a vthread: its carrier's dispatcher */
+            weft_thread *t;
+            CHECK_EQ(weft_spawn(&t, early_batch_run, &b, NULL), 0);
+            CHECK_EQ(weft_join(t, NULL), 0);
+        } else { /* from this platform thread: the dispatchers in turn */
+            early_batch_run(&b);
+        }
+        reused += b.reused;
+    }
+    usleep(20000); /* a second call of any handler would show now */
+    for (int i = 0; i < N; i++) CHECK_EQ(atomic_load(&all[i].calls), 1);
+    /* nearly always the new socket has the very number (a runtime thread
+     * may take one now and then) */
+    CHECK(reused >= N / 2);
+    free(all);
+}
+
+/* An operation waits (its dispatcher held) while its number is closed and
+ * taken by a new socket 256 times: it still ends with -EBADF and touches
+ * none of them.  (The close count it holds must not come round: with 7
+ * bits it did, and the recv took the last new socket's byte.) */
+TEST(operation_queued_through_many_reuses_of_its_number) {
+    CHECK(weft_io_backend() > 0);
+    weft_stats st;
+    weft_stats_get(&st);
+    gate g;
+    gates_shut(&g, (int)st.carriers);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int num = sv[0];
+    atomic_int done = 0;
+    early e = {.kind = EARLY_RECV, .peer = sv[1], .done = &done};
+    CHECK_EQ(weft_recv_async(num, e.buf, sizeof e.buf, 0, early_done, &e, NULL), 0);
+    CHECK_EQ(weft_close(num), 0);
+    int closes = 1, holder = -1, other = -1;
+    int stray[64], nstray = 0; /* pairs that did not get the number (a runtime thread took it) */
+    for (int i = 0; holder < 0; i++) {
+        CHECK(i < 1000);
+        int nv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, nv), 0);
+        int at = nv[0] == num ? 0 : nv[1] == num ? 1 : -1;
+        if (at < 0) {
+            CHECK(nstray < 62);
+            stray[nstray++] = nv[0];
+            stray[nstray++] = nv[1];
+            continue;
+        }
+        if (closes < 256) { /* closed, and the number taken again */
+            CHECK_EQ(weft_close(nv[0]), 0);
+            CHECK_EQ(weft_close(nv[1]), 0);
+            closes++;
+        } else { /* the 256th new socket on the number stays */
+            holder = nv[at];
+            other = nv[1 - at];
+        }
+    }
+    CHECK_EQ(write(other, "N", 1), 1);
+    weft_latch_count_down(&g.open);
+    wait_count(&done, 1, "handlers run");
+    wait_count(&g.left, (int)st.carriers, "dispatchers let go");
+    one_byte_waits(holder, 'N');
+    CHECK_EQ(atomic_load(&e.res), -EBADF);
+    usleep(20000);
+    CHECK_EQ(atomic_load(&e.calls), 1);
+    close(holder);
+    close(other);
+    close(sv[1]);
+    for (int i = 0; i < nstray; i++) close(stray[i]);
+}
+
+/* ---- an executor closed while operations that name it wait (issue 23) ---------------- */
+
+typedef struct on_ex {
+    waiter w;
+    atomic_int on_vthread; /* 1: ran on a vthread (the dispatcher, for a pool executor) */
+} on_ex;
+
+static void note_where(ssize_t r, void *ctx) {
+    on_ex *o = ctx;
+    atomic_store(&o->on_vthread, weft_self() != NULL);
+    note(r, &o->w);
+}
+
+/* The handlers still run, once each, on the dispatcher (as a refused one
+ * does): the executor's memory lives until they are handed over.  A new
+ * executor made right after the close would otherwise get that memory
+ * (malloc reuses it), and the recv's handler ran on the new one's thread;
+ * under ASan the use after free shows at once. */
+TEST(executor_closed_before_its_pending_operations_end) {
+    for (int rep = 0; rep < 60; rep++) {
+        int kind = rep % 3;
+        weft_executor *ex = kind == 0 ? weft_executor_fixed(1, 0, WEFT_REJECT_ABORT)
+                          : kind == 1 ? weft_executor_virtual()
+                                      : weft_executor_cached(2, 0);
+        CHECK(ex != NULL);
+        weft_async_opts o = {.executor = ex};
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        char buf[8];
+        on_ex r, t;
+        arm_w(&r.w);
+        arm_w(&t.w);
+        CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note_where, &r, &o), 0);
+        CHECK_EQ(weft_timer_async(weft_now() + (rep % 4) * MS, note_where, &t, &o), 0);
+        if (rep % 2) CHECK_EQ(weft_executor_close(ex), 0); /* does not wait for the operations */
+        else CHECK(weft_executor_close_now(ex) >= 0);
+        weft_executor *decoy = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+        CHECK(decoy != NULL);
+        CHECK_EQ(write(sv[1], "x", 1), 1);
+        CHECK_EQ(await(&r.w), 1);
+        CHECK_EQ(buf[0], 'x');
+        CHECK_EQ(atomic_load(&r.on_vthread), 1); /* the dispatcher, not the decoy's thread */
+        CHECK_EQ(await(&t.w), 0); /* (on ex's thread if it fired before the close) */
+        CHECK_EQ(weft_executor_close(decoy), 0);
+        CHECK_EQ(weft_close(sv[0]), 0);
+        close(sv[1]);
+    }
+}

@@ -24,11 +24,16 @@
  * vthreads): give such handlers an executor (opts.executor, e.g.
  * weft_executor_virtual()) and they run there instead.  A handler that the
  * executor refuses or discards is run by the dispatcher, or by the thread
- * that made the executor discard it, never lost.
+ * that made the executor discard it, never lost.  The executor may be
+ * closed while operations that name it are pending: the close does not
+ * wait for them, and their handlers then run on the dispatcher (the
+ * operations keep what they need of it).
  *
- * Closing: weft_close on a socket ends its operations in flight with
- * -EBADF (their handlers run), as closing a channel ends Java's with
- * AsynchronousCloseException.  close(2) alone does not: use weft_close.
+ * Closing: weft_close on a socket ends its operations with -EBADF (their
+ * handlers run), as closing a channel ends Java's with
+ * AsynchronousCloseException: those in flight, and those started but not
+ * yet begun by their dispatcher -- these never touch the file that gets
+ * the number next.  close(2) alone does not: use weft_close.
  * Operations still pending at weft_shutdown are dropped without their
  * handlers.
  *
@@ -50,7 +55,8 @@ typedef void (*weft_handler)(ssize_t result, void *ctx);
 
 typedef struct weft_async_opts {
     int64_t deadline;        /* absolute ns (weft_now()); 0: none */
-    weft_executor *executor; /* where the handler runs; NULL: the dispatcher */
+    weft_executor *executor; /* where the handler runs; NULL: the dispatcher
+                              * (may be closed first: see above) */
     int spread;              /* 1: the carriers' dispatchers in turn, not the
                               * caller's (as from a platform thread): to
                               * spread connections over the carriers, as

@@ -3,7 +3,9 @@
  * threads (fixed, cached, scheduled) behind one interface (weft/exec.h).
  *
  * Objects and who owns them.
- *  - weft_executor: made by a constructor, freed by close / close_now.  One
+ *  - weft_executor: made by a constructor, freed by close / close_now --
+ *    or, when asynchronous operations that name it are pending (io/async.c
+ *    holds a reference for each: `refs`), by the last of them, shut.  One
  *    pthread mutex (`lock`) guards everything in it; it is held for queue
  *    and list surgery and counter updates only -- never across a park, a
  *    task's fn or a future's fill -- so a vthread may take it (a holder
@@ -125,6 +127,8 @@ struct weft_executor {
     _Atomic uint64_t completed; /* counted before the future is filled: a
                                  * caller who has every result sees them all */
     weft_executor *reg_next, *reg_prev;
+    _Atomic int refs;           /* the owner's, until close; one per pending
+                                 * asynchronous operation naming e (async.c) */
 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -525,6 +529,7 @@ static weft_executor *ex_new(int kind, const char *label) {
     weft_executor *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     pthread_mutex_init(&e->lock, NULL);
+    atomic_init(&e->refs, 1);
     e->kind = kind;
     snprintf(e->label, sizeof e->label, "%s", label);
     pthread_mutex_lock(&reg_lock);
@@ -847,6 +852,16 @@ static void ex_free(weft_executor *e) {
     /* the last thread to leave unlocked e->lock as its last touch of e */
     pthread_mutex_lock(&e->lock);
     pthread_mutex_unlock(&e->lock);
+    weft__executor_unref(e); /* the owner's: an operation's keeps it (shut) */
+}
+
+/* An asynchronous operation's reference (exec.h): a closed executor's
+ * memory lives on, shut, until the operation has handed it its handler --
+ * which it refuses (-ESHUTDOWN), so the dispatcher runs it. */
+void weft__executor_ref(weft_executor *e) { atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed); }
+
+void weft__executor_unref(weft_executor *e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
     pthread_mutex_destroy(&e->lock);
     free(e->heap);
     free(e);

@@ -32,31 +32,46 @@
  * single issuer rule holds because only the dispatcher, pinned to the
  * ring's carrier, queues SQEs for its aops.
  *
- * Closing (io.c's "Closing").  While in the kernel an aop holds a count on
- * its fd, like a blocking call, so weft_close interrupts it (-ECANCELED
- * from the ring, -EBADF from the epoll table) and waits for it.  The count
- * is dropped where the kernel part ends (weft__async_kernel_done), not when
- * the dispatcher gets to it: a handler that closes a socket with another
- * of its operations in flight would otherwise wait for its own dispatcher.
- * Each restart takes the count again without waiting, and fails with
- * -EBADF if a close began since the aop first took it (the number may be
- * another file's by then).  A close that began before the aop came -- an
- * accept got the number while the old file's weft_close was finishing --
- * is waited out on the dispatcher's retry list, in 20 us steps, as a
- * blocking call waits in fd_enter.
+ * Closing (io.c's "Closing").  An aop's hold on its number is taken by the
+ * call that starts it: the number's epoch then (weft__fd_epoch, the count
+ * of closes of it begun).  Everything the dispatcher does with the fd --
+ * the first issue, each restart -- first counts in without waiting
+ * (weft__fd_enter_nowait) and ends the aop with -EBADF, touching nothing,
+ * if a close began since the call: the number may be another file's by
+ * then (weft_send_async, weft_close, socket() got the number: the send
+ * must not go to the new socket's peer).  While in the kernel an aop holds
+ * that count, like a blocking call, so weft_close interrupts it
+ * (-ECANCELED from the ring, -EBADF from the epoll table) and waits for it.
+ * The count is dropped where the kernel part ends (weft__async_kernel_done),
+ * not when the dispatcher gets to it; and an aop waiting in an inbox holds
+ * the epoch, not a count.  Either count would make weft_close wait for the
+ * dispatcher: for ever when the closer is a handler on that dispatcher, or
+ * anything a handler there waits for.  The epoch cannot come round while an
+ * aop waits (39 bits: io.c).  A close that began before the aop was called
+ * -- an accept got the number while the old file's weft_close was
+ * finishing -- is waited out on the dispatcher's retry list, in 20 us
+ * steps, as a blocking call waits in fd_enter; a second close of the
+ * number meanwhile ends it with -EBADF.
  *
  * Deadlines.  An aop with a deadline is on its dispatcher's heap; when it
  * is due the aop is marked timed out and interrupted (an ASYNC_CANCEL on
  * the ring, or taken off the fd's waiters); it comes back with -ECANCELED
  * and ends with -ETIMEDOUT -- or with its result, if it completed first.
  *
- * Handlers on an executor: the aop is the task's argument.  A watch on the
- * task's future runs when the future is filled; if the task did not run
- * (refused, discarded, cancelled) the watch runs the handler itself, and it
- * frees the aop either way.
+ * Handlers on an executor: the aop is freed first, and a small record of
+ * the handler (hcall) is the task's argument.  A watch on the task's
+ * future runs when the future is filled; if the task did not run (refused,
+ * discarded, cancelled) the watch runs the handler itself, and it frees the
+ * record either way.  An aop holds a reference on its executor from its
+ * call until its handler was submitted (exec.h, weft__executor_ref): an
+ * executor closed meanwhile stays in memory, shut, refuses the handler,
+ * and the dispatcher runs it -- not a use after free.  weft_executor_close
+ * does not wait for such operations (an idle connection's would hold it
+ * for ever).
  */
 #define _GNU_SOURCE
 #include "io.h"
+#include "../exec/exec.h"
 #include "../sync/future_int.h"
 
 #include <errno.h>
@@ -87,11 +102,11 @@ typedef struct aop {
     int8_t timed_out; /* its deadline passed */
     int8_t spread;    /* started on the next dispatcher in turn */
     int hidx;         /* in d's heap, or -1 */
-    int epoch;        /* its fd's close count when first started; -1 before */
+    int64_t epoch;    /* its fd's epoch when it was called (its hold on the number); -1: not counted */
     int64_t deadline;
     const char *base; /* send: all of it (rq.buf: the rest) */
     size_t total;
-    _Atomic uint32_t *use; /* the fd count held while in the kernel */
+    _Atomic uint64_t *use; /* the fd count held while in the kernel */
 } aop;
 
 /* A handler handed to an executor (the aop is freed first: an idle
@@ -219,22 +234,30 @@ static void finish(disp *d, aop *a, ssize_t r) {
     if (a->hidx >= 0) heap_del(d, a);
     weft_handler h = a->h;
     void *ctx = a->ctx;
-    hcall *c = a->ex ? malloc(sizeof *c) : NULL;
-    if (c) {
-        *c = (hcall){.h = h, .ctx = ctx, .result = r, .watch.watch = handler_watch};
-        weft_future *g = weft_submit(a->ex, handler_task, c);
-        free(a);
+    weft_executor *ex = a->ex;
+    free(a); /* before the handler: it may start another operation */
+    if (ex) {
+        hcall *c = malloc(sizeof *c);
+        weft_future *g = NULL;
+        if (c) {
+            *c = (hcall){.h = h, .ctx = ctx, .result = r, .watch.watch = handler_watch};
+            g = weft_submit(ex, handler_task, c); /* refused if ex was closed meanwhile */
+        }
+        weft__executor_unref(ex); /* the operation's (see new_aop) */
         if (g) {
             weft__future_watch(g, &c->watch); /* may run at once, and free c */
             weft_future_free(g);
-        } else {
-            free(c);
-            h(r, ctx); /* no memory for the task: here rather than never */
+            return;
         }
-        return;
+        free(c); /* no memory for the task: here rather than never */
     }
-    free(a); /* before the handler: it may start another operation */
     h(r, ctx);
+}
+
+/* An aop that never started: its handler will not run. */
+static void drop(aop *a) {
+    if (a->ex) weft__executor_unref(a->ex);
+    free(a);
 }
 
 /* ---- starting and continuing ------------------------------------------------------- */
@@ -461,21 +484,23 @@ static disp *disp_of(int k) {
 static int start(aop *a) {
     int r = weft__ensure_init();
     if (r < 0) {
-        free(a);
+        drop(a);
         return r;
     }
     weft__carrier *c = weft__carrier_self();
+    /* The hold on the number, now: a weft_close from here on ends the
+     * operation, even one that comes before its dispatcher does. */
+    a->epoch = a->kind == A_TIMER ? -1 : weft__fd_epoch(a->rq.fd);
     int n = weft__carriers();
     int k = c && !a->spread ? weft__carrier_index(c) : (int)(atomic_fetch_add(&A.rr, 1) % (unsigned)n);
     if (k >= n) k %= n; /* a spare carrier (the monitor's): the dispatchers live on the configured ones */
     disp *d = disp_of(k);
     if (!d) {
-        free(a);
+        drop(a);
         return -ENOMEM;
     }
     a->d = d;
     a->hidx = -1;
-    a->epoch = -1;
     atomic_store_explicit(&a->state, ST_NEW, memory_order_relaxed);
     if (weft_self() == d->vt) {
         issue(d, a); /* a handler starting its next operation: at once */
@@ -493,6 +518,7 @@ static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *
     a->h = h;
     a->ctx = ctx;
     a->ex = o ? o->executor : NULL;
+    if (a->ex) weft__executor_ref(a->ex); /* so that closing it early frees nothing finish() uses */
     a->deadline = o && o->deadline > 0 ? o->deadline : 0;
     a->spread = o && o->spread;
     return a;
@@ -558,14 +584,15 @@ void weft__async_stop(void) {
         for (aop *a = atomic_exchange(&d->inbox, NULL), *nx; a; a = nx) {
             nx = a->next;
             if (a->hidx >= 0) d->heap[a->hidx] = NULL; /* on the heap too */
-            free(a);
+            drop(a);
         }
         for (aop *a = d->retry, *nx; a; a = nx) {
             nx = a->next;
             if (a->hidx >= 0) d->heap[a->hidx] = NULL;
-            free(a);
+            drop(a);
         }
-        for (int i = 0; i < d->nheap; i++) free(d->heap[i]);
+        for (int i = 0; i < d->nheap; i++)
+            if (d->heap[i]) drop(d->heap[i]);
         free(d->heap);
         free(d);
         atomic_store(&A.d[k], NULL);

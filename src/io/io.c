@@ -53,7 +53,11 @@
  * before 5.19 (no cancel-by-fd), or for fds beyond the table, weft_close
  * is close(2) alone (epoll: after waking the waiters).  Cost: two atomic
  * operations per call on a word of its own fd (no other call contends for
- * it unless it uses the same fd).
+ * it unless it uses the same fd).  An asynchronous operation (async.c)
+ * takes the number's epoch when it is called and counts itself in only
+ * while in the kernel: one queued for its dispatcher when a close begins
+ * ends with -EBADF without touching the number, and the close does not
+ * wait for the dispatcher.
  *
  * The call site.  For weft_dump, a vthread's call stores in its own
  * descriptor the public call's return address (its caller's site), the fd
@@ -266,15 +270,21 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
 /* fd use counts, for weft_close                                             */
 /* ------------------------------------------------------------------------ */
 
-/* A word: bits 0-23 the calls using the fd, 24-30 the number of closes
- * begun (mod 128), bit 31 CLOSING. */
+/* A word: bits 0-23 the calls using the fd, 24-62 the number of closes
+ * begun (its epoch, mod 2^39), bit 63 CLOSING.  The epoch is wide because
+ * an asynchronous operation keeps the one it saw when it was called for as
+ * long as it waits in its dispatcher's inbox (async.c): it must not come
+ * round again however many times the number is closed and reused
+ * meanwhile (with 7 bits, 128 closes of the number while an operation
+ * waited brought it round, and the operation ran on the new file). */
 #define FDU_CHUNK 4096u
-#define FDU_CLOSING 0x80000000u
-#define FDU_USES 0x00FFFFFFu
-#define FDU_EPOCH(w) (((w) >> 24) & 0x7Fu)
+#define FDU_CLOSING (1ull << 63)
+#define FDU_USES 0xFFFFFFull
+#define FDU_EPOCH_MASK ((1ull << 39) - 1)
+#define FDU_EPOCH(w) ((int64_t)(((w) >> 24) & FDU_EPOCH_MASK))
 #define FDU_MAX_FDS (1u << 24)
 
-static _Atomic(_Atomic uint32_t *) *fdu_top;
+static _Atomic(_Atomic uint64_t *) *fdu_top;
 static size_t fdu_nchunks;
 
 static void fdu_start(void) {
@@ -295,15 +305,15 @@ static void fdu_stop(void) {
 }
 
 /* fd's word; NULL if fd is not counted (create: make its chunk) */
-static _Atomic uint32_t *fdu_slot(int fd, int create) {
+static _Atomic uint64_t *fdu_slot(int fd, int create) {
     if (fd < 0 || (size_t)fd / FDU_CHUNK >= fdu_nchunks) return NULL;
-    _Atomic(_Atomic uint32_t *) *top = &fdu_top[(size_t)fd / FDU_CHUNK];
-    _Atomic uint32_t *ch = atomic_load_explicit(top, memory_order_acquire);
+    _Atomic(_Atomic uint64_t *) *top = &fdu_top[(size_t)fd / FDU_CHUNK];
+    _Atomic uint64_t *ch = atomic_load_explicit(top, memory_order_acquire);
     if (!ch) {
         if (!create) return NULL;
-        _Atomic uint32_t *fresh = calloc(FDU_CHUNK, sizeof *fresh);
+        _Atomic uint64_t *fresh = calloc(FDU_CHUNK, sizeof *fresh);
         if (!fresh) return NULL;
-        _Atomic uint32_t *none = NULL;
+        _Atomic uint64_t *none = NULL;
         if (atomic_compare_exchange_strong(top, &none, fresh)) {
             ch = fresh;
         } else {
@@ -333,17 +343,26 @@ static int nap_cancellable(int64_t ns, int64_t deadline) {
     return r;
 }
 
+/* fd's epoch now (io.h): an asynchronous operation's hold on the number,
+ * taken when it is called.  A chunk not made yet is all zeros: no close of
+ * its numbers has begun. */
+int64_t weft__fd_epoch(int fd) {
+    if (!fdu_top || fd < 0 || (size_t)fd / FDU_CHUNK >= fdu_nchunks) return -1;
+    _Atomic uint64_t *u = fdu_slot(fd, 0);
+    return u ? FDU_EPOCH(atomic_load_explicit(u, memory_order_acquire)) : 0;
+}
+
 /* One try at counting in on fd, without waiting (io.h): the asynchronous
  * operations' entry, and each round of fd_enter's. */
-_Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err) {
+_Atomic uint64_t *weft__fd_enter_nowait(int fd, int64_t *epoch, int *err) {
     *err = 0;
-    _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
+    _Atomic uint64_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
     if (!u) return NULL;
-    uint32_t w = atomic_fetch_add_explicit(u, 1, memory_order_acq_rel);
-    int e = (int)FDU_EPOCH(w);
+    uint64_t w = atomic_fetch_add_explicit(u, 1, memory_order_acq_rel);
+    int64_t e = FDU_EPOCH(w);
     if ((w & FDU_CLOSING) || (*epoch >= 0 && e != *epoch)) {
         atomic_fetch_sub_explicit(u, 1, memory_order_release);
-        /* A close under way that began before this operation first came
+        /* A close under way that began before this operation was called
          * (or the one it has been waiting for): try again once it is over,
          * with the number as it is then -- as fd_enter waits.  Any other
          * close may have closed this operation's own file. */
@@ -366,20 +385,20 @@ _Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err) {
  * (the number was reused by the time it was called, and closed again while
  * it waited), so it fails with -EBADF, as a call in flight on a closed fd
  * does, rather than run on whatever file has the number now. */
-static _Atomic uint32_t *fd_enter(int fd, int64_t deadline, int *err) {
-    int epoch = -1;
+static _Atomic uint64_t *fd_enter(int fd, int64_t deadline, int *err) {
+    int64_t epoch = -1;
     for (;;) {
-        _Atomic uint32_t *u = weft__fd_enter_nowait(fd, &epoch, err);
+        _Atomic uint64_t *u = weft__fd_enter_nowait(fd, &epoch, err);
         if (*err != -EAGAIN) return u;
         if ((*err = nap_cancellable(20000, deadline)) != 0) return NULL;
     }
 }
 
-static void fd_leave(_Atomic uint32_t *u) {
+static void fd_leave(_Atomic uint64_t *u) {
     if (u) atomic_fetch_sub_explicit(u, 1, memory_order_release);
 }
 
-void weft__fd_leave(_Atomic uint32_t *u) { fd_leave(u); }
+void weft__fd_leave(_Atomic uint64_t *u) { fd_leave(u); }
 
 static ssize_t exec(weft__ioreq *rq) {
     int r = weft__ensure_init();
@@ -398,7 +417,7 @@ static ssize_t exec(weft__ioreq *rq) {
     if (weft_cancelled()) return -ECANCELED;
     if (deadline && deadline <= weft_now()) return -ETIMEDOUT;
     int err;
-    _Atomic uint32_t *use = fd_enter(rq->fd, deadline, &err);
+    _Atomic uint64_t *use = fd_enter(rq->fd, deadline, &err);
     if (err) return err;
     ssize_t res;
     if (rq->op == IOR_SEND && weft__io_mode == WEFT_IO_URING) {
@@ -524,20 +543,20 @@ int weft_close(int fd) {
         atomic_store_explicit(&self->block_op, (uint8_t)IOR_CLOSE, memory_order_relaxed);
     }
     /* create: a call's fd_enter may be making fd's chunk right now */
-    _Atomic uint32_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
+    _Atomic uint64_t *u = fdu_top ? fdu_slot(fd, 1) : NULL;
     if (u) {
         /* Another weft_close of the number under way: wait for it to end.
          * Mostly it is not the same file's: close(2) frees the number a
          * moment before CLOSING clears, and an accept() may have given it
          * to a new connection whose owner is closing it already.  (Closing
          * the same file twice gets -EBADF from close(2), as usual.) */
-        for (uint32_t w = atomic_load_explicit(u, memory_order_relaxed);;) {
+        for (uint64_t w = atomic_load_explicit(u, memory_order_relaxed);;) {
             if (w & FDU_CLOSING) {
                 nap(20000);
                 w = atomic_load_explicit(u, memory_order_relaxed);
                 continue;
             }
-            uint32_t to = (w & FDU_USES) | FDU_CLOSING | (((FDU_EPOCH(w) + 1) & 0x7Fu) << 24);
+            uint64_t to = (w & FDU_USES) | FDU_CLOSING | ((((uint64_t)FDU_EPOCH(w) + 1) & FDU_EPOCH_MASK) << 24);
             if (atomic_compare_exchange_weak_explicit(u, &w, to, memory_order_acq_rel, memory_order_relaxed)) break;
         }
         /* until no call uses fd: interrupt the waits now and then (a call
@@ -585,7 +604,7 @@ ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
     for (;;) {
         int err = 0;
         /* counted in on out, as exec's calls are, so a weft_close waits */
-        _Atomic uint32_t *use = weft_self() ? fd_enter(out, weft__effective_deadline(0), &err) : NULL;
+        _Atomic uint64_t *use = weft_self() ? fd_enter(out, weft__effective_deadline(0), &err) : NULL;
         if (err) return err;
         ssize_t r = sendfile(out, in, off, n);
         int e = errno;

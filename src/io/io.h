@@ -34,14 +34,19 @@ weft_thread *weft__iop_complete(weft__iop *op, int res);
  * returns its dispatcher if that must be made runnable. */
 weft_thread *weft__async_kernel_done(weft__iop *op, int res);
 void weft__async_stop(void);
-/* An asynchronous operation's count on fd (io.c, "Closing"), taken without
- * waiting.  *epoch: -1 the first time, then kept.  NULL with *err:
- * -EAGAIN while a close that began before the operation first came is
- * under way (try again shortly); -EBADF if another close began since (the
- * operation's own file may be the one closed).  NULL with *err 0: fd is
+/* fd's epoch (io.c, "Closing": the number of closes of it begun), or -1
+ * if fd is not counted.  An asynchronous operation takes it when it is
+ * called: its hold on the number while it waits for its dispatcher. */
+int64_t weft__fd_epoch(int fd);
+/* An asynchronous operation's count on fd, taken without waiting.
+ * *epoch: the operation's (weft__fd_epoch at its call; -1: none yet, then
+ * set).  NULL with *err: -EAGAIN while a close that began before the
+ * operation was called is under way (try again shortly); -EBADF if
+ * another close began since (the operation's own file may be the one
+ * closed, and the number another file's now).  NULL with *err 0: fd is
  * not counted. */
-_Atomic uint32_t *weft__fd_enter_nowait(int fd, int *epoch, int *err);
-void weft__fd_leave(_Atomic uint32_t *u);       /* weft__io_stop: drops what is left */
+_Atomic uint64_t *weft__fd_enter_nowait(int fd, int64_t *epoch, int *err);
+void weft__fd_leave(_Atomic uint64_t *u);       /* weft__io_stop: drops what is left */
 void weft__async_fork_child(void); /* a fork child: forgets the parent's dispatchers */
 
 /*
