@@ -178,6 +178,24 @@ typedef struct weft_config {
  * On a platform thread every hooked function is the C library's.  Calls
  * the C library makes internally (fopen's read, printf's write) are not
  * interposed, nor are those of a statically linked C library.
+ *
+ * Signal handlers.  Inside a signal handler, on any thread, every hooked
+ * function is the C library's: it goes to the kernel and, like libc's,
+ * blocks the thread it runs on (a carrier, if the signal landed on one)
+ * rather than parking -- a handler may interrupt a carrier in the middle
+ * of a switch.  So a handler may make the async-signal-safe calls POSIX
+ * lists (write, nanosleep, poll ...) as usual.  It must not call weft's
+ * own blocking functions (weft_sleep, weft_read, weft_mutex_lock,
+ * weft_chan_send, weft_join ...): they park, and a park from a handler can
+ * deadlock its carrier.  To tell it, libweft defines sigaction, signal,
+ * bsd_signal and sysv_signal too (always, hooks on or off): the kernel
+ * gets a small trampoline that counts the handler in and out, and the
+ * program sees its own handler, flags and mask wherever sigaction reports
+ * the old action.  A handler another library installed with the raw
+ * system call is wrapped when the hooks go on (fault signals -- SIGSEGV,
+ * SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS -- are left as they are).  A
+ * handler that leaves by siglongjmp stays counted on its OS thread, whose
+ * hooked calls then block like libc's.
  */
 enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
 

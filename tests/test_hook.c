@@ -12,7 +12,9 @@
  */
 #include "harness.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -780,6 +783,200 @@ TEST(errno_right_under_migration) {
     printf("%d vthreads x %d rounds on 4 carriers: %ld moves between carriers\n", n, rounds, atomic_load(&moved));
     close(sv[0]);
     close(sv[1]);
+}
+
+/* ---- signal handlers: a hooked call there goes to the kernel ---- */
+
+static _Atomic int sig_plain_runs, sig_info_runs, sig_old_runs, sig_info_bad;
+static int sig_idle[2]; /* a pipe nobody writes: a poll on it would park */
+
+/* async-signal-safe calls only: each is hooked, and each would park */
+static void sig_calls(void) {
+    int e = errno;
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+    struct pollfd pf = {.fd = sig_idle[0], .events = POLLIN};
+    poll(&pf, 1, 1);
+    errno = e;
+}
+
+static void on_plain(int sig) {
+    (void)sig;
+    sig_calls();
+    atomic_fetch_add(&sig_plain_runs, 1);
+}
+
+static void on_info(int sig, siginfo_t *si, void *uc) {
+    if (sig != SIGUSR2 || !si || si->si_signo != SIGUSR2 || !uc) atomic_fetch_add(&sig_info_bad, 1);
+    sig_calls();
+    atomic_fetch_add(&sig_info_runs, 1);
+}
+
+static void on_old(int sig) {
+    (void)sig;
+    sig_calls();
+    atomic_fetch_add(&sig_old_runs, 1);
+}
+
+/* On a vthread with hooks on: the handlers' sleeps and polls do not park. */
+static void *raise_body(void *unused) {
+    for (int i = 0; i < 20; i++) {
+        uint64_t p0 = parks_now();
+        CHECK_EQ(raise(SIGUSR1), 0);
+        CHECK_EQ(raise(SIGUSR2), 0);
+        CHECK_EQ(raise(SIGWINCH), 0);
+        CHECK_EQ(parks_now(), p0);
+    }
+    /* and outside a handler the same calls park, as before */
+    uint64_t p0 = parks_now();
+    struct timespec ts = {0, 50 * 1000};
+    CHECK_EQ(nanosleep(&ts, NULL), 0);
+    CHECK(parks_now() > p0);
+    return NULL;
+}
+
+TEST(signal_handler_calls_go_to_kernel) {
+    CHECK_EQ(pipe(sig_idle), 0);
+    /* a handler installed behind the library's back, with the C library's
+     * own sigaction, before the runtime starts: found when hooks go on */
+    void *libc = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+    CHECK(libc != NULL);
+    int (*libc_sigaction)(int, const struct sigaction *, struct sigaction *) =
+        (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(libc, "sigaction");
+    CHECK(libc_sigaction != NULL);
+    struct sigaction a, o;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = on_old;
+    sigemptyset(&a.sa_mask);
+    CHECK_EQ(libc_sigaction(SIGWINCH, &a, NULL), 0);
+    /* a plain handler through signal(), an SA_SIGINFO one through sigaction */
+    CHECK(signal(SIGUSR1, on_plain) != SIG_ERR);
+    memset(&a, 0, sizeof a);
+    a.sa_sigaction = on_info;
+    a.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&a.sa_mask);
+    CHECK_EQ(sigaction(SIGUSR2, &a, NULL), 0);
+    /* what the program is told is its own handler, flags and all */
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &o), 0);
+    CHECK(o.sa_handler == on_plain);
+    CHECK(!(o.sa_flags & SA_SIGINFO));
+    CHECK_EQ(sigaction(SIGUSR2, NULL, &o), 0);
+    CHECK(o.sa_sigaction == on_info);
+    CHECK(o.sa_flags & SA_SIGINFO);
+    CHECK(o.sa_flags & SA_RESTART);
+    CHECK(signal(SIGUSR1, on_plain) == on_plain); /* signal() returns the old one */
+    start(1, WEFT_HOOK_ON);
+    CHECK_EQ(sigaction(SIGWINCH, NULL, &o), 0);
+    CHECK(o.sa_handler == on_old);
+    join(go(raise_body, NULL));
+    CHECK_EQ(atomic_load(&sig_plain_runs), 20);
+    CHECK_EQ(atomic_load(&sig_info_runs), 20);
+    CHECK_EQ(atomic_load(&sig_old_runs), 20);
+    CHECK_EQ(atomic_load(&sig_info_bad), 0);
+    /* SIG_IGN and SIG_DFL go to the kernel as they are; the old handler
+     * comes back as the program's */
+    CHECK(signal(SIGUSR1, SIG_IGN) == on_plain);
+    CHECK_EQ(raise(SIGUSR1), 0); /* ignored */
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &o), 0);
+    CHECK(o.sa_handler == SIG_IGN);
+    memset(&a, 0, sizeof a);
+    a.sa_handler = SIG_DFL;
+    CHECK_EQ(sigaction(SIGUSR2, &a, &o), 0);
+    CHECK(o.sa_sigaction == on_info);
+    /* SA_RESETHAND: the kernel's reset is what the program sees */
+    memset(&a, 0, sizeof a);
+    a.sa_handler = on_plain;
+    a.sa_flags = SA_RESETHAND;
+    CHECK_EQ(sigaction(SIGUSR1, &a, NULL), 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &o), 0);
+    CHECK(o.sa_handler == SIG_DFL);
+    CHECK_EQ(atomic_load(&sig_plain_runs), 21);
+    /* bad input as libc */
+    errno = 0;
+    CHECK_EQ(sigaction(SIGKILL, &a, NULL), -1);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK_EQ(sigaction(0, NULL, &o), -1);
+    CHECK_EQ(errno, EINVAL);
+    signal(SIGWINCH, SIG_DFL);
+    close(sig_idle[0]);
+    close(sig_idle[1]);
+}
+
+/* Signals at random moments: into vthreads' code, and into carriers in
+ * the middle of a switch or a park, holding the scheduler's locks. */
+enum { STORM_WORKERS = 8 };
+static _Atomic int storm_stop;
+static _Atomic int storm_tids[64];
+static _Atomic int storm_ntids;
+static weft_chan *storm_ch[STORM_WORKERS / 2];
+
+static void storm_note_tid(void) {
+    int tid = (int)gettid();
+    int n = atomic_load(&storm_ntids);
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&storm_tids[i]) == tid) return;
+    if (n < 64 && atomic_compare_exchange_strong(&storm_ntids, &n, n + 1)) atomic_store(&storm_tids[n], tid);
+}
+
+/* pairs ping-pong through rendezvous channels (a park and a wake a
+ * message), with hooked sleeps in between */
+static void *storm_worker(void *arg) {
+    int i = (int)(intptr_t)arg;
+    weft_chan *c = storm_ch[i / 2];
+    int v = 0;
+    for (long k = 0; !atomic_load(&storm_stop); k++) {
+        storm_note_tid();
+        if (i % 2 == 0) {
+            if (weft_chan_send(c, &v) < 0) break;
+        } else {
+            if (weft_chan_recv(c, &v) < 0) break;
+        }
+        if (k % 16 == 0) {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+TEST(signal_storm_while_parking) {
+    CHECK_EQ(pipe(sig_idle), 0);
+    CHECK(signal(SIGUSR1, on_plain) != SIG_ERR);
+    start(0, WEFT_HOOK_ON);
+    weft_thread *t[STORM_WORKERS];
+    for (int i = 0; i < STORM_WORKERS / 2; i++) CHECK((storm_ch[i] = weft_chan_new(sizeof(int), 0)) != NULL);
+    for (int i = 0; i < STORM_WORKERS; i++) t[i] = go(storm_worker, (void *)(intptr_t)i);
+    while (atomic_load(&storm_ntids) == 0) {
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL); /* a platform thread: the C library's */
+    }
+    int rounds = SCALE(2000), sent = 0;
+    for (int r = 0; r < rounds; r++) {
+        int before = atomic_load(&sig_plain_runs);
+        int n = atomic_load(&storm_ntids);
+        int tid = atomic_load(&storm_tids[r % n]);
+        if (r % 10 == 9) CHECK_EQ(kill(getpid(), SIGUSR1), 0); /* to any thread of the process */
+        else if (tid == 0 || syscall(SYS_tgkill, getpid(), tid, SIGUSR1) < 0) continue; /* a spare carrier gone */
+        sent++;
+        /* bounded: a handler that deadlocked fails here, not by hanging */
+        int64_t give_up = weft_now() + 10LL * 1000 * 1000 * 1000;
+        while (atomic_load(&sig_plain_runs) == before) {
+            CHECK(weft_now() < give_up);
+            sched_yield();
+        }
+    }
+    atomic_store(&storm_stop, 1);
+    for (int i = 0; i < STORM_WORKERS / 2; i++) weft_chan_close(storm_ch[i]);
+    for (int i = 0; i < STORM_WORKERS; i++) join(t[i]);
+    for (int i = 0; i < STORM_WORKERS / 2; i++) weft_chan_free(storm_ch[i]);
+    CHECK(sent > rounds / 2);
+    CHECK_EQ(atomic_load(&sig_plain_runs), sent);
+    printf("%d signals, %d carriers seen\n", sent, atomic_load(&storm_ntids));
+    signal(SIGUSR1, SIG_DFL);
+    close(sig_idle[0]);
+    close(sig_idle[1]);
 }
 
 /* ---- LD_PRELOAD over a program weft did not compile ---- */

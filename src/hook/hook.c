@@ -5,7 +5,9 @@
  * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
  * sleep, fsync, fdatasync, close and getaddrinfo, defined here with default
- * visibility.  A program (and every library it links: libpq, libcurl,
+ * visibility; and sigaction, signal, bsd_signal and sysv_signal, which
+ * wrap the program's handlers so that a hooked call knows it is inside
+ * one (see "Signal handlers" at the end).  A program (and every library it links: libpq, libcurl,
  * hiredis) calls them through the PLT, and the dynamic linker binds the
  * first definition in lookup order: the executable's, then the libraries'
  * in load order.  libweft comes before the C library, so its definitions
@@ -35,7 +37,7 @@
  *
  * When a call parks.  Hooks on, the caller a vthread (weft__self(): a
  * platform thread, a carrier's scheduler and the blocking pool's threads
- * are not), and the call would block.  Each call first tries the
+ * are not) and not inside a signal handler, and the call would block.  Each call first tries the
  * operation without blocking, whatever the file's flags: MSG_DONTWAIT for
  * the socket calls, preadv2/pwritev2 with RWF_NOWAIT for read/write and
  * their vector and positioned forms (sockets, pipes, and the page cache of
@@ -93,6 +95,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 /* ------------------------------------------------------------------------ */
@@ -138,6 +142,7 @@ __attribute__((constructor(101))) static void resolve_at_load(void) { resolve();
 /* ------------------------------------------------------------------------ */
 
 static _Atomic int hook_on;
+static void wrap_installed(void);
 /* set by preload.c's constructor in libweft-hook.so: on unless told not */
 __attribute__((visibility("hidden"))) int weft__hook_preloaded;
 
@@ -149,6 +154,7 @@ void weft__hook_start(int cfg_hook) {
         const char *v = getenv("WEFT_HOOK");
         on = v && *v ? strcmp(v, "0") != 0 : weft__hook_preloaded;
     }
+    if (on) wrap_installed(); /* handlers weft has not seen (signal handlers, below) */
     atomic_store(&hook_on, on);
 }
 
@@ -156,9 +162,14 @@ void weft__hook_stop(void) { atomic_store(&hook_on, 0); }
 
 int weft_hook_active(void) { return atomic_load(&hook_on); }
 
-/* The calling thread is a vthread of a runtime with hooks on. */
+/* How many signal handlers the calling OS thread is inside (see "Signal
+ * handlers" below): written only by this thread, in the trampolines. */
+static WEFT_TLS int sig_depth;
+
+/* The calling thread is a vthread of a runtime with hooks on, and not in a
+ * signal handler. */
 static inline int hooked(void) {
-    return atomic_load_explicit(&hook_on, memory_order_relaxed) && weft__self() != NULL;
+    return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__self() != NULL;
 }
 
 static inline ssize_t fail(int e) {
@@ -892,7 +903,8 @@ HOOK_API int fdatasync(int fd) {
 HOOK_API int close(int fd) {
     /* On any thread while hooks are on: weft_close ends the hooked calls
      * in flight on fd and forgets what the epoll backend knew of it. */
-    if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || !weft__running()) return weft__libc.close(fd);
+    if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || sig_depth || !weft__running())
+        return weft__libc.close(fd);
     int pin = weft__pin_begin();
     int r = weft_close(fd);
     weft__pin_end(pin);
@@ -924,4 +936,196 @@ HOOK_API int getaddrinfo(const char *node, const char *service, const struct add
     }
     if (j.ret == EAI_SYSTEM) errno = j.err;
     return j.ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* signal handlers                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A handler runs on whatever the signal interrupted: a vthread's code, or
+ * the carrier in the middle of a switch or a park, holding the scheduler's
+ * own locks.  A hooked call that parked from there would wait for the very
+ * lock its carrier holds.  So, as libc's do, a hooked call made inside a
+ * handler goes straight to the C library: hooked() reads sig_depth, the
+ * number of handlers the OS thread is inside -- one thread-local load, no
+ * system call on the hooked path.
+ *
+ * Who counts.  The program's handlers are registered through sigaction
+ * and signal, defined here in front of the C library's (always, hooks on
+ * or off: a handler installed before weft_init or before the hooks went on
+ * must be counted too).  The kernel is given a trampoline instead -- one
+ * for plain handlers, one for SA_SIGINFO ones, so that each calls its
+ * handler with the arguments its kind takes -- that raises sig_depth, calls
+ * the program's handler and lowers it.  The handler itself lives in a table
+ * per kind and signal, written before the kernel is told, so a signal that
+ * comes between the two runs the old handler through the old trampoline or
+ * the new one through the new (never one kind's handler through the other
+ * kind's call).  The flags and mask go to the kernel as given (SA_ONSTACK,
+ * SA_RESTART, SA_RESETHAND ... keep their meaning); SIG_DFL and SIG_IGN go
+ * as they are.  What a sigaction reports as the old action is the
+ * program's handler, never a trampoline: a library that saves and later
+ * restores a handler restores the program's.  sigaction is async-signal-
+ * safe and a handler may call it: the table is updated under a spin flag
+ * taken with every signal blocked on the calling thread, so a handler can
+ * never spin on its own thread's flag.
+ *
+ * Handlers the kernel had before: a library that installed one with the
+ * raw system call, or before libweft was loaded (dlopen), is found when
+ * the hooks go on (weft__hook_start asks the kernel for each signal) and
+ * wrapped then.  The fault signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGTRAP, SIGSYS) are left out of that pass: their handlers are often a
+ * sanitizer's or a runtime's own, which must see the fault as the kernel
+ * delivered it.
+ *
+ * A platform thread's handler is counted too, and changes nothing there:
+ * its hooked calls were the C library's already.  Limits: a handler that
+ * leaves by longjmp/siglongjmp leaves the count raised on its OS thread,
+ * whose hooked calls then block it as libc's do (they never deadlock);
+ * sigset(3) and sigvec are not wrapped (a handler installed through them
+ * is found only by weft__hook_start's pass); signal() gives BSD semantics
+ * (SA_RESTART) and forgets siginterrupt(3)'s choice for that signal.  And
+ * weft's own blocking calls (weft_sleep, weft_mutex_lock, weft_chan_send
+ * ...) must not be made in a handler at all: they park.
+ */
+
+#ifndef _NSIG
+#define _NSIG 65
+#endif
+
+typedef void (*plain_fn)(int);
+typedef void (*info_fn)(int, siginfo_t *, void *);
+
+static plain_fn _Atomic sig_plain[_NSIG];
+static info_fn _Atomic sig_info[_NSIG];
+static atomic_flag sig_lock = ATOMIC_FLAG_INIT;
+
+static void tramp_plain(int sig) {
+    sig_depth++;
+    atomic_signal_fence(memory_order_seq_cst);
+    plain_fn h = atomic_load_explicit(&sig_plain[sig], memory_order_acquire);
+    if (h) h(sig);
+    atomic_signal_fence(memory_order_seq_cst);
+    sig_depth--;
+}
+
+static void tramp_info(int sig, siginfo_t *si, void *uc) {
+    sig_depth++;
+    atomic_signal_fence(memory_order_seq_cst);
+    info_fn h = atomic_load_explicit(&sig_info[sig], memory_order_acquire);
+    if (h) h(sig, si, uc);
+    atomic_signal_fence(memory_order_seq_cst);
+    sig_depth--;
+}
+
+static void sig_table_lock(sigset_t *saved) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, saved);
+    while (atomic_flag_test_and_set_explicit(&sig_lock, memory_order_acquire)) sched_yield();
+}
+
+static void sig_table_unlock(const sigset_t *saved) {
+    atomic_flag_clear_explicit(&sig_lock, memory_order_release);
+    pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+/* A handler that is a function of the program's (not SIG_DFL, SIG_IGN,
+ * SIG_HOLD, SIG_ERR). */
+static int is_function(const struct sigaction *a) {
+    void *h = (a->sa_flags & SA_SIGINFO) ? (void *)a->sa_sigaction : (void *)a->sa_handler;
+    return h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR
+#ifdef SIG_HOLD
+           && h != (void *)SIG_HOLD
+#endif
+        ;
+}
+
+/* sigaction with the table lock held. */
+static int sigaction_locked(int sig, const struct sigaction *act, struct sigaction *old) {
+    plain_fn was_plain = atomic_load_explicit(&sig_plain[sig], memory_order_relaxed);
+    info_fn was_info = atomic_load_explicit(&sig_info[sig], memory_order_relaxed);
+    struct sigaction k;
+    const struct sigaction *give = act;
+    if (act && is_function(act)) {
+        k = *act;
+        if (act->sa_flags & SA_SIGINFO) {
+            atomic_store_explicit(&sig_info[sig], act->sa_sigaction, memory_order_release);
+            k.sa_sigaction = tramp_info;
+        } else {
+            atomic_store_explicit(&sig_plain[sig], act->sa_handler, memory_order_release);
+            k.sa_handler = tramp_plain;
+        }
+        give = &k;
+    }
+    int r = weft__libc.sigaction(sig, give, old);
+    if (r < 0) {
+        int e = errno;
+        atomic_store_explicit(&sig_plain[sig], was_plain, memory_order_relaxed);
+        atomic_store_explicit(&sig_info[sig], was_info, memory_order_relaxed);
+        errno = e;
+        return r;
+    }
+    if (old) { /* the program's handler, not ours */
+        if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction == tramp_info) old->sa_sigaction = was_info;
+        else if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler == tramp_plain) old->sa_handler = was_plain;
+    }
+    return r;
+}
+
+HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (sig <= 0 || sig >= _NSIG) return weft__libc.sigaction(sig, act, old); /* EINVAL, as libc */
+    if ((!act || !is_function(act)) && !old) return weft__libc.sigaction(sig, act, old);
+    sigset_t saved;
+    sig_table_lock(&saved);
+    int r = sigaction_locked(sig, act, old);
+    int e = errno;
+    sig_table_unlock(&saved);
+    errno = e;
+    return r;
+}
+
+/* glibc's signal(): BSD semantics (the handler stays, SA_RESTART, the
+ * signal blocked while its handler runs) */
+HOOK_API sighandler_t signal(int sig, sighandler_t h) {
+    struct sigaction a, o;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = h;
+    sigemptyset(&a.sa_mask);
+    if (sig > 0 && sig < _NSIG) sigaddset(&a.sa_mask, sig);
+    a.sa_flags = SA_RESTART;
+    if (sigaction(sig, &a, &o) < 0) return SIG_ERR;
+    return o.sa_handler;
+}
+
+HOOK_API sighandler_t bsd_signal(int sig, sighandler_t h) { return signal(sig, h); }
+
+/* System V semantics: the handler is reset on delivery and the signal not
+ * blocked (what signal() is in glibc under strict ISO C) */
+HOOK_API sighandler_t sysv_signal(int sig, sighandler_t h) {
+    struct sigaction a, o;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = h;
+    sigemptyset(&a.sa_mask);
+    a.sa_flags = SA_RESETHAND | SA_NODEFER;
+    if (sigaction(sig, &a, &o) < 0) return SIG_ERR;
+    return o.sa_handler;
+}
+HOOK_API sighandler_t __sysv_signal(int sig, sighandler_t h) { return sysv_signal(sig, h); }
+
+/* Wraps the handlers the kernel has that did not come through sigaction
+ * above (see the top of this section). */
+static void wrap_installed(void) {
+    sigset_t saved;
+    sig_table_lock(&saved);
+    for (int sig = 1; sig < _NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+            sig == SIGTRAP || sig == SIGSYS)
+            continue;
+        struct sigaction k;
+        if (weft__libc.sigaction(sig, NULL, &k) < 0 || !is_function(&k)) continue;
+        if ((k.sa_flags & SA_SIGINFO) ? k.sa_sigaction == tramp_info : k.sa_handler == tramp_plain) continue;
+        sigaction_locked(sig, &k, NULL);
+    }
+    sig_table_unlock(&saved);
 }
