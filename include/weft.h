@@ -175,7 +175,13 @@ typedef struct weft_config {
  *  - a vthread resumes on the carrier it parked on while inside a hooked
  *    call, so code that keeps errno's address across the call (glibc's
  *    __errno_location is const) reads the right errno.
- * On a platform thread every hooked function is the C library's.  Calls
+ *  - poll and select on any number of fds make no file of their own (at
+ *    the fd limit they work as libc's); select takes sets larger than
+ *    FD_SETSIZE, as the kernel does.
+ * On a platform thread every hooked function is the C library's (one
+ * exception, on the epoll backend: a listening socket a vthread accepted
+ * on is O_NONBLOCK underneath, and a platform thread's accept on it still
+ * waits, as on the blocking socket the program made).  Calls
  * the C library makes internally (fopen's read, printf's write) are not
  * interposed, nor are those of a statically linked C library.
  *

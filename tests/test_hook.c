@@ -785,6 +785,335 @@ TEST(errno_right_under_migration) {
     close(sv[1]);
 }
 
+/* ---- hooked calls answer as libc's: each case run on a vthread (hooked)
+ * and on a platform thread (the C library's), and compared ---- */
+
+/* Runs fn on a platform thread and returns its result. */
+static void *on_platform(void *(*fn)(void *), void *arg) {
+    pthread_t th;
+    void *r = NULL;
+    CHECK_EQ(pthread_create(&th, NULL, fn, arg), 0);
+    CHECK_EQ(pthread_join(th, &r), 0);
+    return r;
+}
+
+/* A result and its errno, packed for a thread's return value. */
+static void *res_of(long r) { return (void *)(intptr_t)(r < 0 ? -(long)errno * 1000 - 1 : r); }
+
+typedef struct late_write {
+    int fd;
+    int64_t ns;
+    const char *bytes;
+    size_t n;
+} late_write;
+
+static void *late_write_body(void *arg) {
+    late_write *w = arg;
+    struct timespec ts = {0, (long)w->ns};
+    nanosleep(&ts, NULL); /* hooked on a vthread, libc's on a thread */
+    CHECK_EQ(write(w->fd, w->bytes, w->n), (ssize_t)w->n);
+    return NULL;
+}
+
+/* the writer runs on the kind of thread the caller is not, so that the
+ * caller's wait is real either way */
+static void write_later(late_write *w, pthread_t *th) { CHECK_EQ(pthread_create(th, NULL, late_write_body, w), 0); }
+
+/* a. POLLRDNORM (and POLLRDBAND) over several fds wakes */
+static void *rdnorm_case(void *unused) {
+    int a[2], b[2];
+    CHECK_EQ(pipe(a), 0);
+    CHECK_EQ(pipe(b), 0);
+    late_write w = {b[1], 5 * 1000 * 1000, "x", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    struct pollfd pf[2] = {{a[0], POLLRDNORM | POLLRDBAND, 0}, {b[0], POLLRDNORM, 0}};
+    int r = poll(pf, 2, 5000);
+    pthread_join(th, NULL);
+    CHECK_EQ(r, 1);
+    CHECK_EQ(pf[0].revents, 0);
+    CHECK(pf[1].revents & POLLRDNORM);
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    return (void *)(intptr_t)pf[1].revents;
+}
+
+TEST(poll_rdnorm_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    void *hooked = join(go(rdnorm_case, NULL));
+    CHECK(hooked == on_platform(rdnorm_case, NULL));
+}
+
+/* b. recvmsg and recv with MSG_WAITALL: all of it on a stream, one message
+ * on a datagram socket */
+static void *waitall_case(void *unused) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(write(sv[1], "ab", 2), 2);
+    late_write w = {sv[1], 5 * 1000 * 1000, "c", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    char x[2] = {0}, y[4] = {0};
+    struct iovec v[2] = {{x, 2}, {y, 1}};
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = 2};
+    ssize_t n = recvmsg(sv[0], &m, MSG_WAITALL);
+    pthread_join(th, NULL);
+    CHECK_EQ(n, 3);
+    CHECK(memcmp(x, "ab", 2) == 0 && y[0] == 'c');
+    close(sv[0]), close(sv[1]);
+    /* a datagram socket: one message, however short */
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(write(sv[1], "de", 2), 2);
+    late_write w2 = {sv[1], 20 * 1000 * 1000, "f", 1};
+    write_later(&w2, &th);
+    char z[4] = {0};
+    ssize_t k = recv(sv[0], z, 3, MSG_WAITALL);
+    CHECK_EQ(k, 2);
+    v[0] = (struct iovec){z, 3};
+    m = (struct msghdr){.msg_iov = v, .msg_iovlen = 1};
+    ssize_t k2 = recvmsg(sv[0], &m, MSG_WAITALL); /* the late one */
+    CHECK_EQ(k2, 1);
+    pthread_join(th, NULL);
+    close(sv[0]), close(sv[1]);
+    return (void *)(intptr_t)(n * 100 + k * 10 + k2);
+}
+
+TEST(recv_waitall_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    void *hooked = join(go(waitall_case, NULL));
+    CHECK(hooked == on_platform(waitall_case, NULL));
+}
+
+/* c. poll and select over several fds at the fd limit */
+static void *fd_limit_case(void *unused) {
+    int a[2], b[2];
+    CHECK_EQ(pipe(a), 0);
+    CHECK_EQ(pipe(b), 0);
+    /* take every number left */
+    static int held[20000];
+    int nh = 0;
+    for (int fd; nh < 20000 && (fd = dup(0)) >= 0;) held[nh++] = fd;
+    CHECK_EQ(errno, EMFILE);
+    late_write w = {b[1], 5 * 1000 * 1000, "x", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    struct pollfd pf[2] = {{a[0], POLLIN, 0}, {b[0], POLLIN, 0}};
+    errno = 0;
+    int r1 = poll(pf, 2, 5000);
+    int e1 = r1 < 0 ? errno : 0;
+    pthread_join(th, NULL);
+    char c;
+    CHECK_EQ(read(b[0], &c, 1), 1);
+    write_later(&w, &th);
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(a[0], &rs);
+    FD_SET(b[0], &rs);
+    errno = 0;
+    int r2 = select((a[0] > b[0] ? a[0] : b[0]) + 1, &rs, NULL, NULL, NULL);
+    int e2 = r2 < 0 ? errno : 0;
+    pthread_join(th, NULL);
+    for (int i = 0; i < nh; i++) close(held[i]);
+    CHECK_EQ(e1, 0);
+    CHECK_EQ(r1, 1);
+    CHECK_EQ(e2, 0);
+    CHECK_EQ(r2, 1);
+    CHECK(FD_ISSET(b[0], &rs) && !FD_ISSET(a[0], &rs));
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    return (void *)(intptr_t)(r1 * 10 + r2);
+}
+
+TEST(poll_select_at_fd_limit) {
+    struct rlimit rl, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    start(1, WEFT_HOOK_ON);
+    low = rl;
+    low.rlim_cur = 256; /* a limit the test can fill quickly */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    void *hooked = join(go(fd_limit_case, NULL));
+    CHECK(hooked == on_platform(fd_limit_case, NULL));
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+/* d. select with sets larger than FD_SETSIZE */
+enum { BIG_FD = 1500, BIG_NFDS = 2048 };
+static void *big_select_case(void *unused) {
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(dup2(p[0], BIG_FD), BIG_FD);
+    unsigned long set[BIG_NFDS / (8 * sizeof(unsigned long))];
+    const size_t W = 8 * sizeof(unsigned long);
+    int r[2];
+    for (int round = 0; round < 2; round++) {
+        int nfds = round == 0 ? BIG_FD + 1 : BIG_NFDS;
+        memset(set, 0, sizeof set);
+        set[BIG_FD / W] |= 1UL << (BIG_FD % W);
+        set[p[0] / W] |= 1UL << (p[0] % W);
+        late_write w = {p[1], 5 * 1000 * 1000, "x", 1};
+        pthread_t th;
+        write_later(&w, &th);
+        errno = 0;
+        r[round] = select(nfds, (fd_set *)set, NULL, NULL, NULL);
+        if (r[round] < 0) printf("select(%d): %s\n", nfds, strerror(errno));
+        pthread_join(th, NULL);
+        CHECK_EQ(r[round], 2); /* the same pipe under two numbers */
+        CHECK(set[BIG_FD / W] & (1UL << (BIG_FD % W)));
+        char c;
+        CHECK_EQ(read(p[0], &c, 1), 1);
+    }
+    close(BIG_FD);
+    close(p[0]), close(p[1]);
+    return (void *)(intptr_t)(r[0] * 10 + r[1]);
+}
+
+TEST(select_beyond_fd_setsize_as_libc) {
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < BIG_NFDS) SKIP("RLIMIT_NOFILE's hard limit is below %d", BIG_NFDS);
+    if (rl.rlim_cur < BIG_NFDS) {
+        rl.rlim_cur = BIG_NFDS;
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    start(1, WEFT_HOOK_ON);
+    void *hooked = join(go(big_select_case, NULL));
+    CHECK(hooked == on_platform(big_select_case, NULL));
+}
+
+/* e. select's timeval as glibc reads it, and an fd beyond the file table */
+static void *select_tv_case(void *unused) {
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    long out = 0;
+    /* tv_usec of a second and a half: normalised, not EINVAL */
+    late_write w = {p[1], 5 * 1000 * 1000, "x", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(p[0], &rs);
+    struct timeval tv = {0, 1500000};
+    errno = 0;
+    int r = select(p[0] + 1, &rs, NULL, NULL, &tv);
+    if (r < 0) printf("select(tv_usec 1500000): %s\n", strerror(errno));
+    CHECK_EQ(r, 1);
+    pthread_join(th, NULL);
+    out = r;
+    /* negative parts: EINVAL, as libc */
+    tv = (struct timeval){0, -1};
+    errno = 0;
+    CHECK_EQ(select(p[0] + 1, &rs, NULL, NULL, &tv), -1);
+    CHECK_EQ(errno, EINVAL);
+    /* an fd far beyond the file table: ignored, as the kernel does (a
+     * timeout), not EBADF */
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    int far = (int)(rl.rlim_cur < FD_SETSIZE ? rl.rlim_cur : FD_SETSIZE) - 1;
+    FD_ZERO(&rs);
+    FD_SET(far, &rs);
+    FD_SET(p[0], &rs);
+    char c;
+    CHECK_EQ(read(p[0], &c, 1), 1);
+    tv = (struct timeval){0, 20 * 1000};
+    errno = 0;
+    r = select(far + 1, &rs, NULL, NULL, &tv);
+    out = out * 1000 + (r < 0 ? -errno : r);
+    /* and with no timeout, a write to the pipe ends it */
+    FD_ZERO(&rs);
+    FD_SET(far, &rs);
+    FD_SET(p[0], &rs);
+    write_later(&w, &th);
+    errno = 0;
+    r = select(far + 1, &rs, NULL, NULL, NULL);
+    pthread_join(th, NULL);
+    out = out * 1000 + (r < 0 ? -errno : r);
+    close(p[0]), close(p[1]);
+    return (void *)(intptr_t)out;
+}
+
+TEST(select_timeval_and_far_fd_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    void *libc = on_platform(select_tv_case, NULL);
+    void *hooked = join(go(select_tv_case, NULL));
+    printf("libc %ld, hooked %ld\n", (long)(intptr_t)libc, (long)(intptr_t)hooked);
+    CHECK(hooked == libc);
+}
+
+/* f. connect again after a refused one: ECONNREFUSED again */
+static int nobody_port;
+static void *refused_twice_case(void *unused) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)nobody_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    long out = 0;
+    for (int i = 0; i < 3; i++) {
+        errno = 0;
+        int r = connect(s, (struct sockaddr *)&a, sizeof a);
+        out = out * 1000 + (r < 0 ? errno : 0);
+    }
+    close(s);
+    return (void *)(intptr_t)out;
+}
+
+static void *weft_connect_twice(void *unused) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)nobody_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(weft_connect(s, (struct sockaddr *)&a, sizeof a), -ECONNREFUSED);
+    CHECK_EQ(weft_connect(s, (struct sockaddr *)&a, sizeof a), -ECONNREFUSED);
+    weft_close(s);
+    return NULL;
+}
+
+TEST(connect_after_refused_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    int l = listen_any(&nobody_port);
+    close(l);
+    void *libc = on_platform(refused_twice_case, NULL);
+    void *hooked = join(go(refused_twice_case, NULL));
+    printf("libc %ld, hooked %ld\n", (long)(intptr_t)libc, (long)(intptr_t)hooked);
+    CHECK(libc == (void *)(intptr_t)(ECONNREFUSED * 1000000L + ECONNREFUSED * 1000L + ECONNREFUSED));
+    CHECK(hooked == libc);
+    join(go(weft_connect_twice, NULL));
+}
+
+/* g. a platform thread's accept after a vthread's hooked one still waits */
+static int acc_listener, acc_port;
+
+static void *connect_later(void *unused) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)acc_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), 0);
+    return (void *)(intptr_t)c;
+}
+
+static void *accept_case(void *unused) {
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, connect_later, NULL), 0);
+    errno = 0;
+    int s = accept(acc_listener, NULL, NULL);
+    int e = s < 0 ? errno : 0;
+    void *c;
+    pthread_join(th, &c);
+    close((int)(intptr_t)c);
+    CHECK_EQ(e, 0);
+    CHECK(s >= 0);
+    close(s);
+    return (void *)(intptr_t)(s >= 0 ? 0 : -e);
+}
+
+TEST(platform_accept_after_hooked_accept) {
+    start(1, WEFT_HOOK_ON);
+    acc_listener = listen_any(&acc_port);
+    CHECK(join(go(accept_case, NULL)) == NULL);       /* hooked: parks */
+    CHECK(on_platform(accept_case, NULL) == NULL);    /* blocks, as the program's blocking socket does */
+    CHECK(join(go(accept_case, NULL)) == NULL);
+    close(acc_listener);
+}
+
 /* ---- signal handlers: a hooked call there goes to the kernel ---- */
 
 static _Atomic int sig_plain_runs, sig_info_runs, sig_old_runs, sig_info_bad;

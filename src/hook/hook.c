@@ -56,13 +56,21 @@
  *  - accept, connect: weft_accept / weft_connect (ring operations; on
  *    epoll, accept makes the listening socket O_NONBLOCK for good, as
  *    above, and connect starts non-blocking for the one call and gives the
- *    socket its blocking mode back before it waits); fsync: weft_fsync; the sleeps: weft_sleep; close:
- *    weft_close (it ends the calls in flight on the fd); getaddrinfo: the
- *    blocking pool.
+ *    socket its blocking mode back before it waits, then learns the
+ *    outcome from connect itself, as a blocking connect does); fsync:
+ *    weft_fsync; the sleeps: weft_sleep; close: weft_close (it ends the
+ *    calls in flight on the fd); getaddrinfo: the blocking pool;
+ *  - poll and select on several fds: weft__poll_any (io.c), each fd
+ *    waiting through the backend's own registration, so that a call makes
+ *    no file of its own (one at the fd limit works as libc's); select's
+ *    sets are read as the kernel reads them, nfds bits long whatever
+ *    FD_SETSIZE says, and an fd beyond the file table is ignored.
  * The flags of a file are never changed behind the program's back except
  * by the epoll backend's accept (documented in epoll.c): a program that
  * then sets O_NONBLOCK on that listening socket itself is not seen, and
- * its accept parks rather than failing with EAGAIN.
+ * its accept parks rather than failing with EAGAIN.  A platform thread's
+ * accept on such a socket gets the wait its blocking socket promised
+ * (platform_accept), not an EAGAIN it never asked for.
  *
  * errno.  A carrier is an OS thread and errno is its thread-local; glibc
  * declares __errno_location const, so foreign code compiled against it may
@@ -97,6 +105,7 @@
 #include <string.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 /* ------------------------------------------------------------------------ */
@@ -189,6 +198,13 @@ static int user_nonblock(int fd) {
     if (fl < 0) return -errno;
     if (!(fl & O_NONBLOCK)) return 0;
     return !(weft__io_mode == WEFT_IO_EPOLL && weft__epoll_nb_ours(fd));
+}
+
+/* 1 if fd is O_NONBLOCK only because the epoll backend made it so (and
+ * the runtime is up, with hooks on, not in a handler); 0 if not. */
+static int hook_in_epoll_nb(int fd) {
+    return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__io_mode == WEFT_IO_EPOLL &&
+           weft__running() && weft__epoll_nb_ours(fd);
 }
 
 /* The absolute deadline a blocking socket's SO_RCVTIMEO / SO_SNDTIMEO
@@ -413,16 +429,28 @@ static void sock_done(sock_wait *w) {
     if (w->pin >= 0) weft__pin_end(w->pin);
 }
 
+/* MSG_WAITALL goes on after a short read: on a stream socket, and when the
+ * call may wait (the kernel ignores it with MSG_PEEK or MSG_DONTWAIT, and
+ * on datagram and seqpacket sockets, whose one read is one message).
+ * Asked only after a short read. */
+static int waitall_goes_on(int fd, int flags) {
+    if (!(flags & MSG_WAITALL) || (flags & (MSG_DONTWAIT | MSG_PEEK))) return 0;
+    int type = 0;
+    socklen_t l = sizeof type;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 && type == SOCK_STREAM;
+}
+
 static ssize_t recv_common(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *sl) {
     sock_wait w = {fd, POLLIN, flags, -1, 0};
     size_t got = 0;
+    int waitall = -1; /* not asked yet */
     ssize_t r;
     for (;;) {
         /* recvfrom with NULL address is recv */
         r = weft__libc.recvfrom(fd, (char *)buf + got, n - got, flags | MSG_DONTWAIT, sa, sl);
         if (r < 0) r = -errno;
         if (r == -EWOULDBLOCK) r = -EAGAIN;
-        if (r > 0 && (flags & MSG_WAITALL) && !(flags & (MSG_DONTWAIT | MSG_PEEK)) && got + (size_t)r < n) {
+        if (r > 0 && got + (size_t)r < n && (waitall >= 0 ? waitall : (waitall = waitall_goes_on(fd, flags)))) {
             got += (size_t)r; /* MSG_WAITALL: the whole buffer, or EOF */
             continue;
         }
@@ -430,7 +458,10 @@ static ssize_t recv_common(int fd, void *buf, size_t n, int flags, struct sockad
             r += (ssize_t)got;
             break;
         }
-        if (r != -EAGAIN) break;
+        if (r != -EAGAIN) { /* what came before the error is the answer */
+            r = got ? (ssize_t)got : r;
+            break;
+        }
         int b = sock_block(&w);
         if (b < 0) {
             r = got ? (ssize_t)got : b;
@@ -453,14 +484,44 @@ HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockadd
 
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
     if (!hooked()) return weft__libc.recvmsg(fd, m, flags);
+    if (!m) return fail(EFAULT);
     sock_wait w = {fd, POLLIN, flags, -1, 0};
+    /* after a short read with MSG_WAITALL (recv_common), the rest goes
+     * into what is left of the vector; the name and ancillary data came
+     * with the first part, and the flags of every part are told */
+    struct msghdr rest = {0};
+    struct iovec small[8], *v = NULL;
+    size_t want = 0, got = 0;
     ssize_t r;
     for (;;) {
-        r = weft__libc.recvmsg(fd, m, flags | MSG_DONTWAIT);
+        r = weft__libc.recvmsg(fd, got ? &rest : m, flags | MSG_DONTWAIT);
         if (r < 0) r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
-        if (r != -EAGAIN) break;
-        if ((r = sock_block(&w)) < 0) break;
+        if (r > 0) {
+            if (got) m->msg_flags |= rest.msg_flags;
+            if (!got) want = iov_total(m->msg_iov, (int)m->msg_iovlen);
+            if (got + (size_t)r < want && (got || waitall_goes_on(fd, flags))) {
+                got += (size_t)r;
+                if (v && v != small) free(v);
+                int vc = iov_rest(m->msg_iov, (int)m->msg_iovlen, got, small, &v);
+                if (vc < 0) {
+                    v = NULL;
+                    r = (ssize_t)got;
+                    break;
+                }
+                rest = (struct msghdr){.msg_iov = v, .msg_iovlen = (size_t)vc};
+                continue;
+            }
+        }
+        if (r >= 0) {
+            r += (ssize_t)got;
+            break;
+        }
+        if (r != -EAGAIN || (r = sock_block(&w)) < 0) {
+            r = got ? (ssize_t)got : r;
+            break;
+        }
     }
+    if (v && v != small) free(v);
     sock_done(&w);
     return as_libc(r);
 }
@@ -536,8 +597,36 @@ static int64_t deadline_push(int fd, int opt, int64_t *dl) {
     return old;
 }
 
+/*
+ * A platform thread's accept on a listening socket that the epoll backend
+ * made O_NONBLOCK (a vthread's hooked accept: epoll.c) and the program did
+ * not: the EAGAIN the program never asked for becomes the wait its
+ * blocking socket promised -- poll(2), honouring SO_RCVTIMEO, then again.
+ * Only after an EAGAIN, so an accept that finds a connection costs what
+ * libc's does.  (Until weft_shutdown: the table that remembers whose flag
+ * it is goes with the runtime.)
+ */
+static int platform_accept(int fd, struct sockaddr *sa, socklen_t *sl, int flags, int r) {
+    if (r >= 0 || errno != EAGAIN || hook_in_epoll_nb(fd) <= 0) return r;
+    int64_t dl = sock_deadline(fd, SO_RCVTIMEO);
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int ms = -1;
+        if (dl) {
+            int64_t left = dl - weft_now();
+            if (left <= 0) return (int)fail(EAGAIN);
+            ms = (int)((left + 999999) / 1000000);
+        }
+        int k = weft__libc.poll(&pf, 1, ms);
+        if (k < 0) return -1; /* EINTR from a handler, as the blocking call's */
+        r = weft__libc.accept4(fd, sa, sl, flags);
+        if (r >= 0 || errno != EAGAIN) return r;
+        if (!hook_in_epoll_nb(fd)) return r; /* the program's own O_NONBLOCK now */
+    }
+}
+
 HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
-    if (!hooked()) return weft__libc.accept4(fd, sa, sl, flags);
+    if (!hooked()) return platform_accept(fd, sa, sl, flags, weft__libc.accept4(fd, sa, sl, flags));
     int nb = user_nonblock(fd);
     if (nb < 0) return (int)fail(-nb);
     if (nb || (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))) return weft__libc.accept4(fd, sa, sl, flags);
@@ -552,7 +641,7 @@ HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
 }
 
 HOOK_API int accept(int fd, struct sockaddr *sa, socklen_t *sl) {
-    if (!hooked()) return weft__libc.accept(fd, sa, sl);
+    if (!hooked()) return platform_accept(fd, sa, sl, 0, weft__libc.accept(fd, sa, sl));
     return accept4(fd, sa, sl, 0);
 }
 
@@ -577,13 +666,17 @@ HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
             r = weft__libc.connect(fd, sa, sl) == 0 ? 0 : -errno;
             fcntl(fd, F_SETFL, fl);
         }
-        if (r == -EINPROGRESS || r == -EINTR) {
+        /* Then the outcome, learnt as a blocking connect learns it: from
+         * connect itself, which reports the error once and leaves the
+         * socket ready for another try.  (SO_ERROR would take the error and
+         * leave the socket "connecting": the program's next connect would
+         * fail with ECONNABORTED.)  Once the socket is writable or failed,
+         * this connect cannot block. */
+        while (r == -EINPROGRESS || r == -EINTR || r == -EALREADY) {
             r = weft_poll(fd, POLLOUT, 0);
-            if (r >= 0) {
-                int e = 0;
-                socklen_t l = sizeof e;
-                r = getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0 ? -errno : -e;
-            }
+            if (r < 0) break;
+            r = weft__libc.connect(fd, sa, sl) == 0 ? 0 : -errno;
+            if (r == -EISCONN) r = 0;
         }
     }
     weft_deadline_set(old);
@@ -599,88 +692,58 @@ HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
 
 /* An absolute deadline from a relative timeout in ms (< 0: none). */
 static int64_t ms_deadline(int ms) { return ms < 0 ? 0 : weft_now() + (int64_t)ms * 1000000; }
+static int64_t ts_ns(const struct timespec *ts);
 static int64_t ts_deadline(const struct timespec *ts) {
     if (!ts) return 0;
-    return weft_now() + (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+    return weft_now() + ts_ns(ts);
 }
 
 /*
  * Waits until one of fds may be ready (1), dl passes (0) or the wait fails
- * (-errno).  One fd: weft_poll on it.  Several: a temporary epoll set
- * holding them, itself polled -- a few system calls, paid only by a call
- * that had to wait.  No fd at all: a sleep.  The caller looks again with a
- * zero timeout: readiness may be gone by then, and it then waits again.
+ * (-errno).  One fd: weft_poll on it.  Several: weft__poll_any, each fd
+ * through the backend's own registration (a poll on the ring, a waiter on
+ * the shared epoll set) -- no file per call, so a program at its fd limit
+ * polls as it would with libc.  No fd at all: a sleep.  Each revents says
+ * what its fd's wait saw (POLLNVAL: not open).  The caller looks again
+ * with a zero timeout: readiness may be gone by then, and it then waits
+ * again.
  */
-typedef struct any_wait {
-    int fd, ev; /* what weft_poll waits on */
-    int ep;     /* the temporary set, or -1 */
-} any_wait;
-
-static int any_init(any_wait *a, const struct pollfd *fds, nfds_t n) {
-    a->fd = -1;
-    a->ep = -1;
+static int wait_any(struct pollfd *fds, nfds_t n, int64_t dl) {
     nfds_t live = 0, one = 0;
     for (nfds_t i = 0; i < n; i++)
         if (fds[i].fd >= 0) live++, one = i;
-    if (live == 0) return 0;
-    if (live == 1) {
-        a->fd = fds[one].fd;
-        a->ev = fds[one].events;
-        return 0;
-    }
-    a->ep = epoll_create1(EPOLL_CLOEXEC);
-    if (a->ep < 0) return -errno;
-    for (nfds_t i = 0; i < n; i++) {
-        if (fds[i].fd < 0) continue;
-        uint32_t ev = 0;
-        /* the same fd twice: one registration with the union */
-        for (nfds_t k = 0; k < n; k++)
-            if (fds[k].fd == fds[i].fd) ev |= (uint32_t)(uint16_t)fds[k].events;
-        struct epoll_event e = {.events = ev & (EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP), .data.fd = fds[i].fd};
-        if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fds[i].fd, &e) < 0 && errno != EEXIST) {
-            /* a regular file cannot be in a set (EPERM): it is always
-             * ready, which the caller's look already said */
-            if (errno == EPERM) continue;
-            int e2 = -errno;
-            weft__libc.close(a->ep);
-            a->ep = -1;
-            return e2;
-        }
-    }
-    a->fd = a->ep;
-    a->ev = POLLIN;
-    return 0;
-}
-
-static int any_wait_once(any_wait *a, int64_t dl) {
     int r;
-    if (a->fd < 0) r = weft__sleep_until_at(dl ? dl : INT64_MAX, "poll", 0);
-    else r = weft_poll(a->fd, a->ev, dl);
+    if (live == 0) {
+        r = weft__sleep_until_at(dl ? dl : INT64_MAX, "poll", 0);
+        if (r == 0) return 0; /* the sleep ended: timeout */
+    } else if (live == 1) {
+        r = weft_poll(fds[one].fd, fds[one].events, dl);
+        if (r >= 0 || r == -EBADF) {
+            fds[one].revents = r >= 0 ? (short)r : POLLNVAL;
+            r = 1;
+        }
+    } else {
+        r = weft__poll_any(fds, n, dl);
+    }
     if (r == -ETIMEDOUT && dl && weft_now() >= dl) return 0;
-    if (r == 0 && a->fd < 0) return 0; /* the sleep ended: timeout */
-    return r < 0 ? r : 1;
-}
-
-static void any_fini(any_wait *a) {
-    if (a->ep >= 0) weft__libc.close(a->ep);
+    return r;
 }
 
 /* poll and ppoll after their first look found nothing. */
 static int poll_wait(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *m) {
-    any_wait a;
-    int r = any_init(&a, fds, n);
-    if (r < 0) return r;
     int pin = weft__pin_begin();
     static const struct timespec zero = {0, 0};
+    int r;
     for (;;) {
-        r = any_wait_once(&a, dl);
+        r = wait_any(fds, n, dl);
         if (r <= 0) break;
         r = weft__libc.ppoll(fds, n, &zero, m);
         if (r < 0) r = -errno;
         if (r != 0) break;
     }
+    if (r == 0) /* a timeout: nothing ready, as the kernel's */
+        for (nfds_t i = 0; i < n; i++) fds[i].revents = 0;
     weft__pin_end(pin);
-    any_fini(&a);
     return r;
 }
 
@@ -700,60 +763,87 @@ HOOK_API int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, cons
     return (int)as_libc(poll_wait(fds, n, ts_deadline(ts), m));
 }
 
+/* select's sets are arrays of longs, nfds bits long, whatever FD_SETSIZE
+ * says (the kernel reads that many; a program may pass larger sets):
+ * read them by hand, not with FD_ISSET, which stops at FD_SETSIZE. */
+#define SET_BITS (8 * sizeof(unsigned long))
+static size_t set_bytes(int nfds) { return ((size_t)nfds + SET_BITS - 1) / SET_BITS * sizeof(unsigned long); }
+static int set_has(const void *set, int fd) {
+    return (int)((((const unsigned long *)set)[fd / SET_BITS] >> (fd % SET_BITS)) & 1);
+}
+
 /* select and pselect: their sets as a pollfd array, waited on as poll's;
- * every look is the real call with a zero timeout on copies of the sets. */
+ * every look is the real call with a zero timeout on copies of the sets.
+ * An fd beyond the process's file table is ignored, as the kernel does
+ * (the look said nothing of it; its wait says POLLNVAL and it is dropped). */
 static int select_common(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl, const sigset_t *m) {
-    if (nfds < 0 || nfds > FD_SETSIZE) return -EINVAL;
-    fd_set r0, w0, e0;
-    if (rs) r0 = *rs;
-    if (ws) w0 = *ws;
-    if (es) e0 = *es;
+    if (nfds < 0) return -EINVAL;
+    /* the kernel reads no further than its file table, which is never
+     * larger than the hard limit */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && (rlim_t)nfds > rl.rlim_max)
+        nfds = (int)rl.rlim_max;
+    size_t bytes = set_bytes(nfds);
+    fd_set small[3];
+    char *save = bytes <= sizeof(fd_set) ? (char *)small : malloc(3 * bytes);
+    if (!save) return -ENOMEM;
+    fd_set *sets[3] = {rs, ws, es};
+    for (int k = 0; k < 3; k++)
+        if (sets[k]) memcpy(save + k * bytes, sets[k], bytes);
     static const struct timespec zero = {0, 0};
     struct pollfd *pf = NULL;
     nfds_t n = 0;
-    any_wait a = {-1, 0, -1};
     int pin = -1, r;
     for (;;) {
-        if (rs) *rs = r0;
-        if (ws) *ws = w0;
-        if (es) *es = e0;
+        for (int k = 0; k < 3; k++)
+            if (sets[k]) memcpy(sets[k], save + k * bytes, bytes);
         r = weft__libc.pselect(nfds, rs, ws, es, &zero, m);
         if (r < 0) r = -errno;
         if (r != 0) break;
         if (pin < 0) { /* first time: build the wait */
-            pf = malloc(sizeof *pf * (size_t)(nfds ? nfds : 1));
+            nfds_t want = 0;
+            for (int fd = 0; fd < nfds; fd++)
+                if ((rs && set_has(save, fd)) || (ws && set_has(save + bytes, fd)) || (es && set_has(save + 2 * bytes, fd)))
+                    want++;
+            pf = malloc(sizeof *pf * (want ? want : 1));
             if (!pf) {
                 r = -ENOMEM;
                 break;
             }
             for (int fd = 0; fd < nfds; fd++) {
-                short ev = (short)((rs && FD_ISSET(fd, &r0) ? POLLIN : 0) | (ws && FD_ISSET(fd, &w0) ? POLLOUT : 0) |
-                                   (es && FD_ISSET(fd, &e0) ? POLLPRI : 0));
+                short ev = (short)((rs && set_has(save, fd) ? POLLIN : 0) | (ws && set_has(save + bytes, fd) ? POLLOUT : 0) |
+                                   (es && set_has(save + 2 * bytes, fd) ? POLLPRI : 0));
                 if (ev) pf[n++] = (struct pollfd){.fd = fd, .events = ev};
             }
-            if ((r = any_init(&a, pf, n)) < 0) break;
             pin = weft__pin_begin();
         }
-        r = any_wait_once(&a, dl);
+        r = wait_any(pf, n, dl);
         if (r <= 0) {
-            if (r == 0) { /* timeout: the sets come back empty */
-                if (rs) FD_ZERO(rs);
-                if (ws) FD_ZERO(ws);
-                if (es) FD_ZERO(es);
-            }
+            if (r == 0) /* timeout: the sets come back empty */
+                for (int k = 0; k < 3; k++)
+                    if (sets[k]) memset(sets[k], 0, bytes);
             break;
         }
+        for (nfds_t i = 0; i < n; i++)
+            if (pf[i].revents & POLLNVAL) pf[i].fd = -1; /* beyond the table (or closed: the look says EBADF) */
     }
     if (pin >= 0) weft__pin_end(pin);
-    any_fini(&a);
     free(pf);
+    if (save != (char *)small) free(save);
     return r;
 }
 
 HOOK_API int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv) {
     if (!hooked() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0)) return weft__libc.select(nfds, rs, ws, es, tv);
-    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)) return (int)fail(EINVAL);
-    int64_t dl = tv ? weft_now() + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : 0;
+    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) return (int)fail(EINVAL);
+    /* a tv_usec of a second or more counts as whole seconds, as glibc's */
+    int64_t dl = 0;
+    if (tv) {
+        struct timespec t = {tv->tv_sec, (tv->tv_usec % 1000000) * 1000};
+        long carry = tv->tv_usec / 1000000;
+        t.tv_sec = tv->tv_sec > LONG_MAX - carry ? LONG_MAX : tv->tv_sec + carry;
+        dl = weft_now() + ts_ns(&t);
+    }
     int r = select_common(nfds, rs, ws, es, dl, NULL);
     if (tv) { /* Linux: the time not slept */
         int64_t left = dl - weft_now();
