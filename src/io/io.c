@@ -27,6 +27,17 @@
  * result -- nothing read or written is lost; the cancellation stays sticky
  * for the next call.
  *
+ * Several fds at once (weft__poll_any: hook.c's poll and select).  Each fd
+ * waits through what its backend already has -- a poll operation on the
+ * ring, a waiter on the fd's epoll entry -- all on the vthread's one
+ * parker; the first completion ends the park and the rest are withdrawn
+ * and, on the ring, awaited.  No file is made per call.  These waits are
+ * not counted on their fds (weft_close does not wait for them): on epoll
+ * weft_close wakes them with -EBADF like any waiter; on io_uring a poll
+ * goes on with the file it had, as poll(2) does when a number is closed
+ * under it, until a cancel keyed on the fd, its other fds or its deadline
+ * end it.
+ *
  * Closing (weft_close), as Go's and Java's sockets close: the operations
  * other vthreads have in flight on the fd end with -EBADF, and close(2)
  * waits until none is using the fd, so that no call -- not even a
@@ -202,6 +213,14 @@ int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline) {
     if (!self || !weft__poller_self()) return -EINVAL; /* vthreads only */
     weft__iop small[8], *ops = n <= 8 ? small : malloc(n * sizeof *ops);
     if (!ops) return -ENOMEM;
+    /* for the dump, as exec's: a poll, on the first fd */
+    for (size_t i = 0; i < n; i++)
+        if (fds[i].fd >= 0) {
+            atomic_store_explicit(&self->block_pc, __builtin_return_address(0), memory_order_relaxed);
+            atomic_store_explicit(&self->block_fd, fds[i].fd, memory_order_relaxed);
+            atomic_store_explicit(&self->block_op, (uint8_t)IOR_POLL, memory_order_relaxed);
+            break;
+        }
     for (size_t i = 0; i < n; i++) {
         weft__iop *op = &ops[i];
         memset(op, 0, sizeof *op);
