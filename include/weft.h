@@ -174,7 +174,7 @@ typedef struct weft_config {
  *    with EBADF;
  *  - a vthread resumes on the carrier it parked on while inside a hooked
  *    call, so code that keeps errno's address across the call (glibc's
- *    __errno_location is const) reads the right errno.
+ *    __errno_location is const) reads the right errno;
  *  - poll and select on any number of fds make no file of their own (at
  *    the fd limit they work as libc's); select takes sets larger than
  *    FD_SETSIZE, as the kernel does.
@@ -200,8 +200,8 @@ typedef struct weft_config {
  * the old action.  A handler another library installed with the raw
  * system call is wrapped when the hooks go on (fault signals -- SIGSEGV,
  * SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS -- are left as they are).  A
- * handler that leaves by siglongjmp stays counted on its OS thread, whose
- * hooked calls then block like libc's.
+ * handler may leave by siglongjmp or longjmp: libweft defines those too,
+ * and a jump made inside a handler counts it out.
  */
 enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
 

@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1147,6 +1148,43 @@ static void on_old(int sig) {
     atomic_fetch_add(&sig_old_runs, 1);
 }
 
+static sigjmp_buf sig_jb;
+static void on_jump(int sig) {
+    (void)sig;
+    siglongjmp(sig_jb, 1); /* out of the handler */
+}
+
+/* a platform thread: writes once the vthread has parked (or, if it never
+ * does within 5 s, writes anyway and the check fails) */
+static void *write_once_parked(void *arg) {
+    uint64_t p0 = (uint64_t)(uintptr_t)arg;
+    int64_t give_up = weft_now() + 5LL * 1000 * 1000 * 1000;
+    while (parks_now() == p0 && weft_now() < give_up) {
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK_EQ(write(sig_idle[1], "j", 1), 1);
+    return NULL;
+}
+
+static void *jump_body(void *unused) {
+    for (int i = 0; i < 5; i++) {
+        volatile int jumped = 0;
+        if (!sigsetjmp(sig_jb, 1)) raise(SIGURG);
+        else jumped = 1;
+        CHECK(jumped);
+        /* out of the handler: a hooked call parks again */
+        uint64_t p0 = parks_now();
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, write_once_parked, (void *)(uintptr_t)p0), 0);
+        char c;
+        CHECK_EQ(read(sig_idle[0], &c, 1), 1);
+        CHECK(parks_now() > p0);
+        pthread_join(th, NULL);
+    }
+    return NULL;
+}
+
 static void *idle_writer(void *unused) {
     CHECK_EQ(write(sig_idle[1], "x", 1), 1);
     return NULL;
@@ -1206,6 +1244,10 @@ TEST(signal_handler_calls_go_to_kernel) {
     CHECK_EQ(sigaction(SIGWINCH, NULL, &o), 0);
     CHECK(o.sa_handler == on_old);
     join(go(raise_body, NULL));
+    /* a handler left by siglongjmp: the count goes with it */
+    CHECK(signal(SIGURG, on_jump) != SIG_ERR);
+    join(go(jump_body, NULL));
+    signal(SIGURG, SIG_DFL);
     CHECK_EQ(atomic_load(&sig_plain_runs), 20);
     CHECK_EQ(atomic_load(&sig_info_runs), 20);
     CHECK_EQ(atomic_load(&sig_old_runs), 20);

@@ -7,7 +7,8 @@
  * sleep, fsync, fdatasync, close and getaddrinfo, defined here with default
  * visibility; and sigaction, signal, bsd_signal and sysv_signal, which
  * wrap the program's handlers so that a hooked call knows it is inside
- * one (see "Signal handlers" at the end).  A program (and every library it links: libpq, libcurl,
+ * one, with longjmp, _longjmp, siglongjmp and __longjmp_chk, by which a
+ * handler may leave (see "Signal handlers" at the end).  A program (and every library it links: libpq, libcurl,
  * hiredis) calls them through the PLT, and the dynamic linker binds the
  * first definition in lookup order: the executable's, then the libraries'
  * in load order.  libweft comes before the C library, so its definitions
@@ -104,6 +105,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -116,6 +118,7 @@
 #define HOOK_API __attribute__((visibility("default")))
 
 static void resolve(void);
+static void resolve_jumps(void);
 
 #define STUB(ret, name, params, args)    \
     static ret stub_##name params {      \
@@ -141,6 +144,7 @@ static void resolve(void) {
     }
     WEFT__HOOKED_FUNCS(LOOK)
 #undef LOOK
+    resolve_jumps();
 }
 
 /* at load: before any thread but the loader's exists */
@@ -1068,11 +1072,18 @@ HOOK_API int getaddrinfo(const char *node, const char *service, const struct add
  * sanitizer's or a runtime's own, which must see the fault as the kernel
  * delivered it.
  *
+ * Leaving by a jump.  A handler may leave by siglongjmp (or longjmp) to
+ * code outside it, and the trampoline's decrement then never runs.  So
+ * longjmp, _longjmp, siglongjmp and __longjmp_chk are defined here too: on
+ * a thread inside a handler they set the count back to 0 -- the jump
+ * leaves the handler, as it almost always does -- then jump with the C
+ * library's (looked up at load, since a handler must not call dlsym).  A
+ * jump that stays inside a handler (its own sigsetjmp) loses the count
+ * for the rest of that handler.
+ *
  * A platform thread's handler is counted too, and changes nothing there:
- * its hooked calls were the C library's already.  Limits: a handler that
- * leaves by longjmp/siglongjmp leaves the count raised on its OS thread,
- * whose hooked calls then block it as libc's do (they never deadlock);
- * sigset(3) and sigvec are not wrapped (a handler installed through them
+ * its hooked calls were the C library's already.  Limits: sigset(3) and
+ * sigvec are not wrapped (a handler installed through them
  * is found only by weft__hook_start's pass); signal() gives BSD semantics
  * (SA_RESTART) and forgets siginterrupt(3)'s choice for that signal.  And
  * weft's own blocking calls (weft_sleep, weft_mutex_lock, weft_chan_send
@@ -1219,3 +1230,39 @@ static void wrap_installed(void) {
     }
     sig_table_unlock(&saved);
 }
+
+/* longjmp and its kin: leave the handler count behind (see "Leaving by a
+ * jump" above). */
+typedef void (*jump_fn)(struct __jmp_buf_tag *, int);
+enum { J_LONGJMP, J__LONGJMP, J_SIGLONGJMP, J_CHK, J_N };
+static const char *const jump_names[J_N] = {"longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"};
+static jump_fn jump_next[J_N];
+
+static void resolve_jumps(void) {
+    for (int i = 0; i < J_N; i++) {
+        jump_fn f = (jump_fn)dlsym(RTLD_NEXT, jump_names[i]);
+        if (!f && i != J_CHK) {
+            fprintf(stderr, "weft: the C library's %s cannot be found (dlsym: %s)\n", jump_names[i], dlerror());
+            abort();
+        }
+        __atomic_store_n(&jump_next[i], f, __ATOMIC_RELEASE);
+    }
+}
+
+__attribute__((noreturn)) static void jump(int which, struct __jmp_buf_tag *env, int val) {
+    sig_depth = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    jump_fn f = __atomic_load_n(&jump_next[which], __ATOMIC_ACQUIRE);
+    if (!f) { /* before the constructor (another library's) */
+        resolve_jumps();
+        f = jump_next[which] ? jump_next[which] : jump_next[J_LONGJMP];
+    }
+    f(env, val);
+    __builtin_unreachable();
+}
+
+HOOK_API void longjmp(jmp_buf env, int val) { jump(J_LONGJMP, env, val); }
+HOOK_API void _longjmp(jmp_buf env, int val) { jump(J__LONGJMP, env, val); }
+HOOK_API void siglongjmp(sigjmp_buf env, int val) { jump(J_SIGLONGJMP, env, val); }
+HOOK_API __attribute__((noreturn)) void __longjmp_chk(struct __jmp_buf_tag *env, int val);
+HOOK_API void __longjmp_chk(struct __jmp_buf_tag *env, int val) { jump(J_CHK, env, val); }
