@@ -174,10 +174,34 @@ typedef struct weft_config {
  *    with EBADF;
  *  - a vthread resumes on the carrier it parked on while inside a hooked
  *    call, so code that keeps errno's address across the call (glibc's
- *    __errno_location is const) reads the right errno.
- * On a platform thread every hooked function is the C library's.  Calls
+ *    __errno_location is const) reads the right errno;
+ *  - poll and select on any number of fds make no file of their own (at
+ *    the fd limit they work as libc's); select takes sets larger than
+ *    FD_SETSIZE, as the kernel does.
+ * On a platform thread every hooked function is the C library's (one
+ * exception, on the epoll backend: a listening socket a vthread accepted
+ * on is O_NONBLOCK underneath, and a platform thread's accept on it still
+ * waits, as on the blocking socket the program made).  Calls
  * the C library makes internally (fopen's read, printf's write) are not
  * interposed, nor are those of a statically linked C library.
+ *
+ * Signal handlers.  Inside a signal handler, on any thread, every hooked
+ * function is the C library's: it goes to the kernel and, like libc's,
+ * blocks the thread it runs on (a carrier, if the signal landed on one)
+ * rather than parking -- a handler may interrupt a carrier in the middle
+ * of a switch.  So a handler may make the async-signal-safe calls POSIX
+ * lists (write, nanosleep, poll ...) as usual.  It must not call weft's
+ * own blocking functions (weft_sleep, weft_read, weft_mutex_lock,
+ * weft_chan_send, weft_join ...): they park, and a park from a handler can
+ * deadlock its carrier.  To tell it, libweft defines sigaction, signal,
+ * bsd_signal and sysv_signal too (always, hooks on or off): the kernel
+ * gets a small trampoline that counts the handler in and out, and the
+ * program sees its own handler, flags and mask wherever sigaction reports
+ * the old action.  A handler another library installed with the raw
+ * system call is wrapped when the hooks go on (fault signals -- SIGSEGV,
+ * SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS -- are left as they are).  A
+ * handler may leave by siglongjmp or longjmp: libweft defines those too,
+ * and a jump made inside a handler counts it out.
  */
 enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
 

@@ -12,7 +12,10 @@
  */
 #include "harness.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <setjmp.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -21,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -780,6 +784,611 @@ TEST(errno_right_under_migration) {
     printf("%d vthreads x %d rounds on 4 carriers: %ld moves between carriers\n", n, rounds, atomic_load(&moved));
     close(sv[0]);
     close(sv[1]);
+}
+
+/* ---- hooked calls answer as libc's: each case run on a vthread (hooked)
+ * and on a platform thread (the C library's), and compared ---- */
+
+/* Runs fn on a platform thread and returns its result. */
+static void *on_platform(void *(*fn)(void *), void *arg) {
+    pthread_t th;
+    void *r = NULL;
+    CHECK_EQ(pthread_create(&th, NULL, fn, arg), 0);
+    CHECK_EQ(pthread_join(th, &r), 0);
+    return r;
+}
+
+/* A result and its errno, packed for a thread's return value. */
+static void *res_of(long r) { return (void *)(intptr_t)(r < 0 ? -(long)errno * 1000 - 1 : r); }
+
+typedef struct late_write {
+    int fd;
+    int64_t ns;
+    const char *bytes;
+    size_t n;
+} late_write;
+
+static void *late_write_body(void *arg) {
+    late_write *w = arg;
+    struct timespec ts = {0, (long)w->ns};
+    nanosleep(&ts, NULL); /* hooked on a vthread, libc's on a thread */
+    CHECK_EQ(write(w->fd, w->bytes, w->n), (ssize_t)w->n);
+    return NULL;
+}
+
+/* the writer runs on the kind of thread the caller is not, so that the
+ * caller's wait is real either way */
+static void write_later(late_write *w, pthread_t *th) { CHECK_EQ(pthread_create(th, NULL, late_write_body, w), 0); }
+
+/* a. POLLRDNORM (and POLLRDBAND) over several fds wakes */
+static void *rdnorm_case(void *unused) {
+    int a[2], b[2];
+    CHECK_EQ(pipe(a), 0);
+    CHECK_EQ(pipe(b), 0);
+    late_write w = {b[1], 5 * 1000 * 1000, "x", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    struct pollfd pf[2] = {{a[0], POLLRDNORM | POLLRDBAND, 0}, {b[0], POLLRDNORM, 0}};
+    int r = poll(pf, 2, 5000);
+    pthread_join(th, NULL);
+    CHECK_EQ(r, 1);
+    CHECK_EQ(pf[0].revents, 0);
+    CHECK(pf[1].revents & POLLRDNORM);
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    return (void *)(intptr_t)pf[1].revents;
+}
+
+TEST(poll_rdnorm_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    void *hooked = join(go(rdnorm_case, NULL));
+    CHECK(hooked == on_platform(rdnorm_case, NULL));
+}
+
+/* b. recvmsg and recv with MSG_WAITALL: all of it on a stream, one message
+ * on a datagram socket */
+static void *waitall_case(void *unused) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(write(sv[1], "ab", 2), 2);
+    late_write w = {sv[1], 5 * 1000 * 1000, "c", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    char x[2] = {0}, y[4] = {0};
+    struct iovec v[2] = {{x, 2}, {y, 1}};
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = 2};
+    ssize_t n = recvmsg(sv[0], &m, MSG_WAITALL);
+    pthread_join(th, NULL);
+    CHECK_EQ(n, 3);
+    CHECK(memcmp(x, "ab", 2) == 0 && y[0] == 'c');
+    close(sv[0]), close(sv[1]);
+    /* a datagram socket: one message, however short */
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(write(sv[1], "de", 2), 2);
+    late_write w2 = {sv[1], 20 * 1000 * 1000, "f", 1};
+    write_later(&w2, &th);
+    char z[4] = {0};
+    ssize_t k = recv(sv[0], z, 3, MSG_WAITALL);
+    CHECK_EQ(k, 2);
+    v[0] = (struct iovec){z, 3};
+    m = (struct msghdr){.msg_iov = v, .msg_iovlen = 1};
+    ssize_t k2 = recvmsg(sv[0], &m, MSG_WAITALL); /* the late one */
+    CHECK_EQ(k2, 1);
+    pthread_join(th, NULL);
+    close(sv[0]), close(sv[1]);
+    return (void *)(intptr_t)(n * 100 + k * 10 + k2);
+}
+
+TEST(recv_waitall_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    void *hooked = join(go(waitall_case, NULL));
+    CHECK(hooked == on_platform(waitall_case, NULL));
+}
+
+/* c. poll and select over several fds at the fd limit */
+static void *fd_limit_case(void *unused) {
+    int a[2], b[2];
+    CHECK_EQ(pipe(a), 0);
+    CHECK_EQ(pipe(b), 0);
+    /* take every number left */
+    static int held[20000];
+    int nh = 0;
+    for (int fd; nh < 20000 && (fd = dup(0)) >= 0;) held[nh++] = fd;
+    CHECK_EQ(errno, EMFILE);
+    late_write w = {b[1], 5 * 1000 * 1000, "x", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    struct pollfd pf[2] = {{a[0], POLLIN, 0}, {b[0], POLLIN, 0}};
+    errno = 0;
+    int r1 = poll(pf, 2, 5000);
+    int e1 = r1 < 0 ? errno : 0;
+    pthread_join(th, NULL);
+    char c;
+    CHECK_EQ(read(b[0], &c, 1), 1);
+    write_later(&w, &th);
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(a[0], &rs);
+    FD_SET(b[0], &rs);
+    errno = 0;
+    int r2 = select((a[0] > b[0] ? a[0] : b[0]) + 1, &rs, NULL, NULL, NULL);
+    int e2 = r2 < 0 ? errno : 0;
+    pthread_join(th, NULL);
+    for (int i = 0; i < nh; i++) close(held[i]);
+    CHECK_EQ(e1, 0);
+    CHECK_EQ(r1, 1);
+    CHECK_EQ(e2, 0);
+    CHECK_EQ(r2, 1);
+    CHECK(FD_ISSET(b[0], &rs) && !FD_ISSET(a[0], &rs));
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    return (void *)(intptr_t)(r1 * 10 + r2);
+}
+
+TEST(poll_select_at_fd_limit) {
+    struct rlimit rl, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    start(1, WEFT_HOOK_ON);
+    low = rl;
+    low.rlim_cur = 256; /* a limit the test can fill quickly */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    void *hooked = join(go(fd_limit_case, NULL));
+    CHECK(hooked == on_platform(fd_limit_case, NULL));
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+/* d. select with sets larger than FD_SETSIZE */
+enum { BIG_FD = 1500, BIG_NFDS = 2048 };
+static void *big_select_case(void *unused) {
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(dup2(p[0], BIG_FD), BIG_FD);
+    unsigned long set[BIG_NFDS / (8 * sizeof(unsigned long))];
+    const size_t W = 8 * sizeof(unsigned long);
+    int r[2];
+    for (int round = 0; round < 2; round++) {
+        int nfds = round == 0 ? BIG_FD + 1 : BIG_NFDS;
+        memset(set, 0, sizeof set);
+        set[BIG_FD / W] |= 1UL << (BIG_FD % W);
+        set[p[0] / W] |= 1UL << (p[0] % W);
+        late_write w = {p[1], 5 * 1000 * 1000, "x", 1};
+        pthread_t th;
+        write_later(&w, &th);
+        errno = 0;
+        r[round] = select(nfds, (fd_set *)set, NULL, NULL, NULL);
+        if (r[round] < 0) printf("select(%d): %s\n", nfds, strerror(errno));
+        pthread_join(th, NULL);
+        CHECK_EQ(r[round], 2); /* the same pipe under two numbers */
+        CHECK(set[BIG_FD / W] & (1UL << (BIG_FD % W)));
+        char c;
+        CHECK_EQ(read(p[0], &c, 1), 1);
+    }
+    close(BIG_FD);
+    close(p[0]), close(p[1]);
+    return (void *)(intptr_t)(r[0] * 10 + r[1]);
+}
+
+TEST(select_beyond_fd_setsize_as_libc) {
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < BIG_NFDS) SKIP("RLIMIT_NOFILE's hard limit is below %d", BIG_NFDS);
+    if (rl.rlim_cur < BIG_NFDS) {
+        rl.rlim_cur = BIG_NFDS;
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    start(1, WEFT_HOOK_ON);
+    void *hooked = join(go(big_select_case, NULL));
+    CHECK(hooked == on_platform(big_select_case, NULL));
+}
+
+/* e. select's timeval as glibc reads it, and an fd beyond the file table */
+static void *select_tv_case(void *unused) {
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    long out = 0;
+    /* tv_usec of a second and a half: normalised, not EINVAL */
+    late_write w = {p[1], 5 * 1000 * 1000, "x", 1};
+    pthread_t th;
+    write_later(&w, &th);
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(p[0], &rs);
+    struct timeval tv = {0, 1500000};
+    errno = 0;
+    int r = select(p[0] + 1, &rs, NULL, NULL, &tv);
+    if (r < 0) printf("select(tv_usec 1500000): %s\n", strerror(errno));
+    CHECK_EQ(r, 1);
+    pthread_join(th, NULL);
+    out = r;
+    /* negative parts: EINVAL, as libc */
+    tv = (struct timeval){0, -1};
+    errno = 0;
+    CHECK_EQ(select(p[0] + 1, &rs, NULL, NULL, &tv), -1);
+    CHECK_EQ(errno, EINVAL);
+    /* an fd far beyond the file table: ignored, as the kernel does (a
+     * timeout), not EBADF */
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    int far = (int)(rl.rlim_cur < FD_SETSIZE ? rl.rlim_cur : FD_SETSIZE) - 1;
+    FD_ZERO(&rs);
+    FD_SET(far, &rs);
+    FD_SET(p[0], &rs);
+    char c;
+    CHECK_EQ(read(p[0], &c, 1), 1);
+    tv = (struct timeval){0, 20 * 1000};
+    errno = 0;
+    r = select(far + 1, &rs, NULL, NULL, &tv);
+    out = out * 1000 + (r < 0 ? -errno : r);
+    /* and with no timeout, a write to the pipe ends it */
+    FD_ZERO(&rs);
+    FD_SET(far, &rs);
+    FD_SET(p[0], &rs);
+    write_later(&w, &th);
+    errno = 0;
+    r = select(far + 1, &rs, NULL, NULL, NULL);
+    pthread_join(th, NULL);
+    out = out * 1000 + (r < 0 ? -errno : r);
+    close(p[0]), close(p[1]);
+    return (void *)(intptr_t)out;
+}
+
+TEST(select_timeval_and_far_fd_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    void *libc = on_platform(select_tv_case, NULL);
+    void *hooked = join(go(select_tv_case, NULL));
+    printf("libc %ld, hooked %ld\n", (long)(intptr_t)libc, (long)(intptr_t)hooked);
+    CHECK(hooked == libc);
+}
+
+/* f. connect again after a refused one: ECONNREFUSED again */
+static int nobody_port;
+static void *refused_twice_case(void *unused) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)nobody_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    long out = 0;
+    for (int i = 0; i < 3; i++) {
+        errno = 0;
+        int r = connect(s, (struct sockaddr *)&a, sizeof a);
+        out = out * 1000 + (r < 0 ? errno : 0);
+    }
+    close(s);
+    return (void *)(intptr_t)out;
+}
+
+static void *weft_connect_twice(void *unused) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)nobody_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(weft_connect(s, (struct sockaddr *)&a, sizeof a), -ECONNREFUSED);
+    CHECK_EQ(weft_connect(s, (struct sockaddr *)&a, sizeof a), -ECONNREFUSED);
+    weft_close(s);
+    return NULL;
+}
+
+TEST(connect_after_refused_as_libc) {
+    start(1, WEFT_HOOK_ON);
+    int l = listen_any(&nobody_port);
+    close(l);
+    void *libc = on_platform(refused_twice_case, NULL);
+    void *hooked = join(go(refused_twice_case, NULL));
+    printf("libc %ld, hooked %ld\n", (long)(intptr_t)libc, (long)(intptr_t)hooked);
+    CHECK(libc == (void *)(intptr_t)(ECONNREFUSED * 1000000L + ECONNREFUSED * 1000L + ECONNREFUSED));
+    CHECK(hooked == libc);
+    join(go(weft_connect_twice, NULL));
+}
+
+/* g. a platform thread's accept after a vthread's hooked one still waits */
+static int acc_listener, acc_port;
+
+static void *connect_later(void *unused) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)acc_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), 0);
+    return (void *)(intptr_t)c;
+}
+
+static void *accept_case(void *unused) {
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, connect_later, NULL), 0);
+    errno = 0;
+    int s = accept(acc_listener, NULL, NULL);
+    int e = s < 0 ? errno : 0;
+    void *c;
+    pthread_join(th, &c);
+    close((int)(intptr_t)c);
+    CHECK_EQ(e, 0);
+    CHECK(s >= 0);
+    close(s);
+    return (void *)(intptr_t)(s >= 0 ? 0 : -e);
+}
+
+TEST(platform_accept_after_hooked_accept) {
+    start(1, WEFT_HOOK_ON);
+    acc_listener = listen_any(&acc_port);
+    CHECK(join(go(accept_case, NULL)) == NULL);       /* hooked: parks */
+    CHECK(on_platform(accept_case, NULL) == NULL);    /* blocks, as the program's blocking socket does */
+    CHECK(join(go(accept_case, NULL)) == NULL);
+    close(acc_listener);
+}
+
+/* ---- signal handlers: a hooked call there goes to the kernel ---- */
+
+static _Atomic int sig_plain_runs, sig_info_runs, sig_old_runs, sig_info_bad;
+static int sig_idle[2]; /* a pipe nobody writes: a poll on it would park */
+
+/* async-signal-safe calls only: each is hooked, and each would park */
+static void sig_calls(void) {
+    int e = errno;
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+    struct pollfd pf = {.fd = sig_idle[0], .events = POLLIN};
+    poll(&pf, 1, 1);
+    errno = e;
+}
+
+static void on_plain(int sig) {
+    (void)sig;
+    sig_calls();
+    atomic_fetch_add(&sig_plain_runs, 1);
+}
+
+static void on_info(int sig, siginfo_t *si, void *uc) {
+    if (sig != SIGUSR2 || !si || si->si_signo != SIGUSR2 || !uc) atomic_fetch_add(&sig_info_bad, 1);
+    sig_calls();
+    atomic_fetch_add(&sig_info_runs, 1);
+}
+
+static void on_old(int sig) {
+    (void)sig;
+    sig_calls();
+    atomic_fetch_add(&sig_old_runs, 1);
+}
+
+static sigjmp_buf sig_jb;
+static void on_jump(int sig) {
+    (void)sig;
+    siglongjmp(sig_jb, 1); /* out of the handler */
+}
+
+/* a platform thread: writes once the vthread has parked (or, if it never
+ * does within 5 s, writes anyway and the check fails) */
+static void *write_once_parked(void *arg) {
+    uint64_t p0 = (uint64_t)(uintptr_t)arg;
+    int64_t give_up = weft_now() + 5LL * 1000 * 1000 * 1000;
+    while (parks_now() == p0 && weft_now() < give_up) {
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK_EQ(write(sig_idle[1], "j", 1), 1);
+    return NULL;
+}
+
+static void *jump_body(void *unused) {
+    for (int i = 0; i < 5; i++) {
+        volatile int jumped = 0;
+        if (!sigsetjmp(sig_jb, 1)) raise(SIGURG);
+        else jumped = 1;
+        CHECK(jumped);
+        /* out of the handler: a hooked call parks again */
+        uint64_t p0 = parks_now();
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, write_once_parked, (void *)(uintptr_t)p0), 0);
+        char c;
+        CHECK_EQ(read(sig_idle[0], &c, 1), 1);
+        CHECK(parks_now() > p0);
+        pthread_join(th, NULL);
+    }
+    return NULL;
+}
+
+/* On a vthread with hooks on: the handlers' sleeps and polls do not park. */
+static void *raise_body(void *unused) {
+    for (int i = 0; i < 20; i++) {
+        uint64_t p0 = parks_now();
+        CHECK_EQ(raise(SIGUSR1), 0);
+        CHECK_EQ(raise(SIGUSR2), 0);
+        CHECK_EQ(raise(SIGWINCH), 0);
+        CHECK_EQ(parks_now(), p0);
+    }
+    /* and outside a handler a hooked call parks, as before (the writer
+     * waits for the park: a spare carrier the monitor adds while a
+     * handler's sleep holds this one must not make the read find data) */
+    uint64_t p0 = parks_now();
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, write_once_parked, (void *)(uintptr_t)p0), 0);
+    char c;
+    CHECK_EQ(read(sig_idle[0], &c, 1), 1);
+    CHECK(parks_now() > p0);
+    pthread_join(th, NULL);
+    return NULL;
+}
+
+TEST(signal_handler_calls_go_to_kernel) {
+    CHECK_EQ(pipe(sig_idle), 0);
+    /* a handler installed behind the library's back, with the C library's
+     * own sigaction, before the runtime starts: found when hooks go on */
+    void *libc = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+    CHECK(libc != NULL);
+    int (*libc_sigaction)(int, const struct sigaction *, struct sigaction *) =
+        (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(libc, "sigaction");
+    CHECK(libc_sigaction != NULL);
+    struct sigaction a, o;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = on_old;
+    sigemptyset(&a.sa_mask);
+    CHECK_EQ(libc_sigaction(SIGWINCH, &a, NULL), 0);
+    /* a plain handler through signal(), an SA_SIGINFO one through sigaction */
+    CHECK(signal(SIGUSR1, on_plain) != SIG_ERR);
+    memset(&a, 0, sizeof a);
+    a.sa_sigaction = on_info;
+    a.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&a.sa_mask);
+    CHECK_EQ(sigaction(SIGUSR2, &a, NULL), 0);
+    /* what the program is told is its own handler, flags and all */
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &o), 0);
+    CHECK(o.sa_handler == on_plain);
+    CHECK(!(o.sa_flags & SA_SIGINFO));
+    CHECK_EQ(sigaction(SIGUSR2, NULL, &o), 0);
+    CHECK(o.sa_sigaction == on_info);
+    CHECK(o.sa_flags & SA_SIGINFO);
+    CHECK(o.sa_flags & SA_RESTART);
+    CHECK(signal(SIGUSR1, on_plain) == on_plain); /* signal() returns the old one */
+    start(1, WEFT_HOOK_ON);
+    CHECK_EQ(sigaction(SIGWINCH, NULL, &o), 0);
+    CHECK(o.sa_handler == on_old);
+    join(go(raise_body, NULL));
+    /* a handler left by siglongjmp: the count goes with it */
+    CHECK(signal(SIGURG, on_jump) != SIG_ERR);
+    join(go(jump_body, NULL));
+    signal(SIGURG, SIG_DFL);
+    CHECK_EQ(atomic_load(&sig_plain_runs), 20);
+    CHECK_EQ(atomic_load(&sig_info_runs), 20);
+    CHECK_EQ(atomic_load(&sig_old_runs), 20);
+    CHECK_EQ(atomic_load(&sig_info_bad), 0);
+    /* SIG_IGN and SIG_DFL go to the kernel as they are; the old handler
+     * comes back as the program's */
+    CHECK(signal(SIGUSR1, SIG_IGN) == on_plain);
+    CHECK_EQ(raise(SIGUSR1), 0); /* ignored */
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &o), 0);
+    CHECK(o.sa_handler == SIG_IGN);
+    memset(&a, 0, sizeof a);
+    a.sa_handler = SIG_DFL;
+    CHECK_EQ(sigaction(SIGUSR2, &a, &o), 0);
+    CHECK(o.sa_sigaction == on_info);
+    /* SA_RESETHAND: the kernel's reset is what the program sees */
+    memset(&a, 0, sizeof a);
+    a.sa_handler = on_plain;
+    a.sa_flags = SA_RESETHAND;
+    CHECK_EQ(sigaction(SIGUSR1, &a, NULL), 0);
+    CHECK_EQ(raise(SIGUSR1), 0);
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &o), 0);
+    CHECK(o.sa_handler == SIG_DFL);
+    CHECK_EQ(atomic_load(&sig_plain_runs), 21);
+    /* bad input as libc */
+    errno = 0;
+    CHECK_EQ(sigaction(SIGKILL, &a, NULL), -1);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK_EQ(sigaction(0, NULL, &o), -1);
+    CHECK_EQ(errno, EINVAL);
+    signal(SIGWINCH, SIG_DFL);
+    close(sig_idle[0]);
+    close(sig_idle[1]);
+}
+
+/* Signals at random moments: into vthreads' code, and into carriers in
+ * the middle of a switch or a park, holding the scheduler's locks. */
+enum { STORM_WORKERS = 8 };
+static _Atomic int storm_stop;
+static _Atomic int storm_tids[64];
+static _Atomic int storm_ntids;
+static weft_chan *storm_ch[STORM_WORKERS / 2];
+
+static _Atomic int storm_last_tid; /* the carrier a worker ran on last */
+
+static void storm_note_tid(void) {
+    int tid = (int)gettid();
+    atomic_store_explicit(&storm_last_tid, tid, memory_order_relaxed);
+    int n = atomic_load(&storm_ntids);
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&storm_tids[i]) == tid) return;
+    if (n < 64 && atomic_compare_exchange_strong(&storm_ntids, &n, n + 1)) atomic_store(&storm_tids[n], tid);
+}
+
+/* pairs ping-pong through rendezvous channels (a park and a wake a
+ * message), with hooked sleeps in between */
+static void *storm_worker(void *arg) {
+    int i = (int)(intptr_t)arg;
+    weft_chan *c = storm_ch[i / 2];
+    int v = 0;
+    for (long k = 0; !atomic_load(&storm_stop); k++) {
+        storm_note_tid();
+        if (TEST_TSAN) { /* TSan runs a handler only when its thread passes
+                          * one of its interceptors: give it one */
+            static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+            pthread_mutex_lock(&m);
+            pthread_mutex_unlock(&m);
+        }
+        if (i % 2 == 0) {
+            if (weft_chan_send(c, &v) < 0) break;
+        } else {
+            if (weft_chan_recv(c, &v) < 0) break;
+        }
+        if (k % 16 == 0) {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+TEST(signal_storm_while_parking) {
+    CHECK_EQ(pipe(sig_idle), 0);
+    CHECK(signal(SIGUSR1, on_plain) != SIG_ERR);
+    start(0, WEFT_HOOK_ON);
+    weft_thread *t[STORM_WORKERS];
+    for (int i = 0; i < STORM_WORKERS / 2; i++) CHECK((storm_ch[i] = weft_chan_new(sizeof(int), 0)) != NULL);
+    for (int i = 0; i < STORM_WORKERS; i++) t[i] = go(storm_worker, (void *)(intptr_t)i);
+    while (atomic_load(&storm_ntids) == 0) {
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL); /* a platform thread: the C library's */
+    }
+    int rounds = SCALE(500), sent = 0, tsan_late = 0;
+    for (int r = 0; r < rounds; r++) {
+        int before = atomic_load(&sig_plain_runs);
+        int n = atomic_load(&storm_ntids);
+        /* every carrier seen, in turn -- but under TSan, which runs a
+         * handler only when its thread next enters one of its interceptors,
+         * one that is running workers: an idle carrier asleep in a raw
+         * system call (epoll_pwait2, io_uring_enter) may not wake for longer
+         * than the wait below (src/observe/dump.c says the same) */
+        int tid = TEST_TSAN ? atomic_load(&storm_last_tid) : atomic_load(&storm_tids[r % n]);
+        /* to any thread of the process (not under TSan: above) */
+        if (!TEST_TSAN && r % 10 == 9) CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+        else if (tid == 0 || syscall(SYS_tgkill, getpid(), tid, SIGUSR1) < 0) continue; /* a spare carrier gone */
+        sent++;
+        /* bounded: a handler that deadlocked fails here, not by hanging */
+        int64_t give_up = weft_now() + 10LL * 1000 * 1000 * 1000;
+        /* TSan keeps a signal with the fiber (vthread or carrier) it landed
+         * on and runs the handler only when that fiber next passes one of
+         * its interceptors, which may be never: there, wait a little and go
+         * on (a deadlock would still hang the workers' joins) */
+        if (TEST_TSAN) give_up = weft_now() + 20 * 1000 * 1000;
+        while (atomic_load(&sig_plain_runs) == before) {
+            int late = weft_now() >= give_up;
+            if (TEST_TSAN && late) {
+                tsan_late++;
+                break;
+            }
+            if (late) { /* where the thread is, for the failure */
+                char path[64], line[256] = "";
+                snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+                FILE *f = fopen(path, "r");
+                if (f && fgets(line, sizeof line, f)) printf("signal %d to tid %d unhandled; its syscall: %s", r, tid, line);
+                if (f) fclose(f);
+                fflush(stdout);
+                weft_dump(1, WEFT_DUMP_TEXT);
+            }
+            CHECK(!late);
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL); /* a platform thread: the C library's */
+        }
+    }
+    atomic_store(&storm_stop, 1);
+    for (int i = 0; i < STORM_WORKERS / 2; i++) weft_chan_close(storm_ch[i]);
+    for (int i = 0; i < STORM_WORKERS; i++) join(t[i]);
+    for (int i = 0; i < STORM_WORKERS / 2; i++) weft_chan_free(storm_ch[i]);
+    CHECK(sent > rounds / 2);
+    if (TEST_TSAN) CHECK(atomic_load(&sig_plain_runs) <= sent);
+    else CHECK_EQ(atomic_load(&sig_plain_runs), sent);
+    printf("%d signals, %d carriers seen, %d left with TSan\n", sent, atomic_load(&storm_ntids), tsan_late);
+    signal(SIGUSR1, SIG_DFL);
+    close(sig_idle[0]);
+    close(sig_idle[1]);
 }
 
 /* ---- LD_PRELOAD over a program weft did not compile ---- */

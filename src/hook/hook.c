@@ -5,7 +5,10 @@
  * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
  * sleep, fsync, fdatasync, close and getaddrinfo, defined here with default
- * visibility.  A program (and every library it links: libpq, libcurl,
+ * visibility; and sigaction, signal, bsd_signal and sysv_signal, which
+ * wrap the program's handlers so that a hooked call knows it is inside
+ * one, with longjmp, _longjmp, siglongjmp and __longjmp_chk, by which a
+ * handler may leave (see "Signal handlers" at the end).  A program (and every library it links: libpq, libcurl,
  * hiredis) calls them through the PLT, and the dynamic linker binds the
  * first definition in lookup order: the executable's, then the libraries'
  * in load order.  libweft comes before the C library, so its definitions
@@ -35,7 +38,7 @@
  *
  * When a call parks.  Hooks on, the caller a vthread (weft__self(): a
  * platform thread, a carrier's scheduler and the blocking pool's threads
- * are not), and the call would block.  Each call first tries the
+ * are not) and not inside a signal handler, and the call would block.  Each call first tries the
  * operation without blocking, whatever the file's flags: MSG_DONTWAIT for
  * the socket calls, preadv2/pwritev2 with RWF_NOWAIT for read/write and
  * their vector and positioned forms (sockets, pipes, and the page cache of
@@ -54,13 +57,21 @@
  *  - accept, connect: weft_accept / weft_connect (ring operations; on
  *    epoll, accept makes the listening socket O_NONBLOCK for good, as
  *    above, and connect starts non-blocking for the one call and gives the
- *    socket its blocking mode back before it waits); fsync: weft_fsync; the sleeps: weft_sleep; close:
- *    weft_close (it ends the calls in flight on the fd); getaddrinfo: the
- *    blocking pool.
+ *    socket its blocking mode back before it waits, then learns the
+ *    outcome from connect itself, as a blocking connect does); fsync:
+ *    weft_fsync; the sleeps: weft_sleep; close: weft_close (it ends the
+ *    calls in flight on the fd); getaddrinfo: the blocking pool;
+ *  - poll and select on several fds: weft__poll_any (io.c), each fd
+ *    waiting through the backend's own registration, so that a call makes
+ *    no file of its own (one at the fd limit works as libc's); select's
+ *    sets are read as the kernel reads them, nfds bits long whatever
+ *    FD_SETSIZE says, and an fd beyond the file table is ignored.
  * The flags of a file are never changed behind the program's back except
  * by the epoll backend's accept (documented in epoll.c): a program that
  * then sets O_NONBLOCK on that listening socket itself is not seen, and
- * its accept parks rather than failing with EAGAIN.
+ * its accept parks rather than failing with EAGAIN.  A platform thread's
+ * accept on such a socket gets the wait its blocking socket promised
+ * (platform_accept), not an EAGAIN it never asked for.
  *
  * errno.  A carrier is an OS thread and errno is its thread-local; glibc
  * declares __errno_location const, so foreign code compiled against it may
@@ -93,6 +104,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 /* ------------------------------------------------------------------------ */
@@ -103,6 +118,7 @@
 #define HOOK_API __attribute__((visibility("default")))
 
 static void resolve(void);
+static void resolve_jumps(void);
 
 #define STUB(ret, name, params, args)    \
     static ret stub_##name params {      \
@@ -128,6 +144,7 @@ static void resolve(void) {
     }
     WEFT__HOOKED_FUNCS(LOOK)
 #undef LOOK
+    resolve_jumps();
 }
 
 /* at load: before any thread but the loader's exists */
@@ -138,6 +155,7 @@ __attribute__((constructor(101))) static void resolve_at_load(void) { resolve();
 /* ------------------------------------------------------------------------ */
 
 static _Atomic int hook_on;
+static void wrap_installed(void);
 /* set by preload.c's constructor in libweft-hook.so: on unless told not */
 __attribute__((visibility("hidden"))) int weft__hook_preloaded;
 
@@ -149,6 +167,7 @@ void weft__hook_start(int cfg_hook) {
         const char *v = getenv("WEFT_HOOK");
         on = v && *v ? strcmp(v, "0") != 0 : weft__hook_preloaded;
     }
+    if (on) wrap_installed(); /* handlers weft has not seen (signal handlers, below) */
     atomic_store(&hook_on, on);
 }
 
@@ -156,9 +175,14 @@ void weft__hook_stop(void) { atomic_store(&hook_on, 0); }
 
 int weft_hook_active(void) { return atomic_load(&hook_on); }
 
-/* The calling thread is a vthread of a runtime with hooks on. */
+/* How many signal handlers the calling OS thread is inside (see "Signal
+ * handlers" below): written only by this thread, in the trampolines. */
+static WEFT_TLS int sig_depth;
+
+/* The calling thread is a vthread of a runtime with hooks on, and not in a
+ * signal handler. */
 static inline int hooked(void) {
-    return atomic_load_explicit(&hook_on, memory_order_relaxed) && weft__self() != NULL;
+    return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__self() != NULL;
 }
 
 static inline ssize_t fail(int e) {
@@ -178,6 +202,13 @@ static int user_nonblock(int fd) {
     if (fl < 0) return -errno;
     if (!(fl & O_NONBLOCK)) return 0;
     return !(weft__io_mode == WEFT_IO_EPOLL && weft__epoll_nb_ours(fd));
+}
+
+/* 1 if fd is O_NONBLOCK only because the epoll backend made it so (and
+ * the runtime is up, with hooks on, not in a handler); 0 if not. */
+static int hook_in_epoll_nb(int fd) {
+    return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__io_mode == WEFT_IO_EPOLL &&
+           weft__running() && weft__epoll_nb_ours(fd);
 }
 
 /* The absolute deadline a blocking socket's SO_RCVTIMEO / SO_SNDTIMEO
@@ -402,16 +433,28 @@ static void sock_done(sock_wait *w) {
     if (w->pin >= 0) weft__pin_end(w->pin);
 }
 
+/* MSG_WAITALL goes on after a short read: on a stream socket, and when the
+ * call may wait (the kernel ignores it with MSG_PEEK or MSG_DONTWAIT, and
+ * on datagram and seqpacket sockets, whose one read is one message).
+ * Asked only after a short read. */
+static int waitall_goes_on(int fd, int flags) {
+    if (!(flags & MSG_WAITALL) || (flags & (MSG_DONTWAIT | MSG_PEEK))) return 0;
+    int type = 0;
+    socklen_t l = sizeof type;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 && type == SOCK_STREAM;
+}
+
 static ssize_t recv_common(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *sl) {
     sock_wait w = {fd, POLLIN, flags, -1, 0};
     size_t got = 0;
+    int waitall = -1; /* not asked yet */
     ssize_t r;
     for (;;) {
         /* recvfrom with NULL address is recv */
         r = weft__libc.recvfrom(fd, (char *)buf + got, n - got, flags | MSG_DONTWAIT, sa, sl);
         if (r < 0) r = -errno;
         if (r == -EWOULDBLOCK) r = -EAGAIN;
-        if (r > 0 && (flags & MSG_WAITALL) && !(flags & (MSG_DONTWAIT | MSG_PEEK)) && got + (size_t)r < n) {
+        if (r > 0 && got + (size_t)r < n && (waitall >= 0 ? waitall : (waitall = waitall_goes_on(fd, flags)))) {
             got += (size_t)r; /* MSG_WAITALL: the whole buffer, or EOF */
             continue;
         }
@@ -419,7 +462,10 @@ static ssize_t recv_common(int fd, void *buf, size_t n, int flags, struct sockad
             r += (ssize_t)got;
             break;
         }
-        if (r != -EAGAIN) break;
+        if (r != -EAGAIN) { /* what came before the error is the answer */
+            r = got ? (ssize_t)got : r;
+            break;
+        }
         int b = sock_block(&w);
         if (b < 0) {
             r = got ? (ssize_t)got : b;
@@ -442,14 +488,44 @@ HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockadd
 
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
     if (!hooked()) return weft__libc.recvmsg(fd, m, flags);
+    if (!m) return fail(EFAULT);
     sock_wait w = {fd, POLLIN, flags, -1, 0};
+    /* after a short read with MSG_WAITALL (recv_common), the rest goes
+     * into what is left of the vector; the name and ancillary data came
+     * with the first part, and the flags of every part are told */
+    struct msghdr rest = {0};
+    struct iovec small[8], *v = NULL;
+    size_t want = 0, got = 0;
     ssize_t r;
     for (;;) {
-        r = weft__libc.recvmsg(fd, m, flags | MSG_DONTWAIT);
+        r = weft__libc.recvmsg(fd, got ? &rest : m, flags | MSG_DONTWAIT);
         if (r < 0) r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
-        if (r != -EAGAIN) break;
-        if ((r = sock_block(&w)) < 0) break;
+        if (r > 0) {
+            if (got) m->msg_flags |= rest.msg_flags;
+            if (!got) want = iov_total(m->msg_iov, (int)m->msg_iovlen);
+            if (got + (size_t)r < want && (got || waitall_goes_on(fd, flags))) {
+                got += (size_t)r;
+                if (v && v != small) free(v);
+                int vc = iov_rest(m->msg_iov, (int)m->msg_iovlen, got, small, &v);
+                if (vc < 0) {
+                    v = NULL;
+                    r = (ssize_t)got;
+                    break;
+                }
+                rest = (struct msghdr){.msg_iov = v, .msg_iovlen = (size_t)vc};
+                continue;
+            }
+        }
+        if (r >= 0) {
+            r += (ssize_t)got;
+            break;
+        }
+        if (r != -EAGAIN || (r = sock_block(&w)) < 0) {
+            r = got ? (ssize_t)got : r;
+            break;
+        }
     }
+    if (v && v != small) free(v);
     sock_done(&w);
     return as_libc(r);
 }
@@ -525,8 +601,36 @@ static int64_t deadline_push(int fd, int opt, int64_t *dl) {
     return old;
 }
 
+/*
+ * A platform thread's accept on a listening socket that the epoll backend
+ * made O_NONBLOCK (a vthread's hooked accept: epoll.c) and the program did
+ * not: the EAGAIN the program never asked for becomes the wait its
+ * blocking socket promised -- poll(2), honouring SO_RCVTIMEO, then again.
+ * Only after an EAGAIN, so an accept that finds a connection costs what
+ * libc's does.  (Until weft_shutdown: the table that remembers whose flag
+ * it is goes with the runtime.)
+ */
+static int platform_accept(int fd, struct sockaddr *sa, socklen_t *sl, int flags, int r) {
+    if (r >= 0 || errno != EAGAIN || hook_in_epoll_nb(fd) <= 0) return r;
+    int64_t dl = sock_deadline(fd, SO_RCVTIMEO);
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int ms = -1;
+        if (dl) {
+            int64_t left = dl - weft_now();
+            if (left <= 0) return (int)fail(EAGAIN);
+            ms = (int)((left + 999999) / 1000000);
+        }
+        int k = weft__libc.poll(&pf, 1, ms);
+        if (k < 0) return -1; /* EINTR from a handler, as the blocking call's */
+        r = weft__libc.accept4(fd, sa, sl, flags);
+        if (r >= 0 || errno != EAGAIN) return r;
+        if (!hook_in_epoll_nb(fd)) return r; /* the program's own O_NONBLOCK now */
+    }
+}
+
 HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
-    if (!hooked()) return weft__libc.accept4(fd, sa, sl, flags);
+    if (!hooked()) return platform_accept(fd, sa, sl, flags, weft__libc.accept4(fd, sa, sl, flags));
     int nb = user_nonblock(fd);
     if (nb < 0) return (int)fail(-nb);
     if (nb || (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))) return weft__libc.accept4(fd, sa, sl, flags);
@@ -541,7 +645,7 @@ HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
 }
 
 HOOK_API int accept(int fd, struct sockaddr *sa, socklen_t *sl) {
-    if (!hooked()) return weft__libc.accept(fd, sa, sl);
+    if (!hooked()) return platform_accept(fd, sa, sl, 0, weft__libc.accept(fd, sa, sl));
     return accept4(fd, sa, sl, 0);
 }
 
@@ -566,13 +670,17 @@ HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
             r = weft__libc.connect(fd, sa, sl) == 0 ? 0 : -errno;
             fcntl(fd, F_SETFL, fl);
         }
-        if (r == -EINPROGRESS || r == -EINTR) {
+        /* Then the outcome, learnt as a blocking connect learns it: from
+         * connect itself, which reports the error once and leaves the
+         * socket ready for another try.  (SO_ERROR would take the error and
+         * leave the socket "connecting": the program's next connect would
+         * fail with ECONNABORTED.)  Once the socket is writable or failed,
+         * this connect cannot block. */
+        while (r == -EINPROGRESS || r == -EINTR || r == -EALREADY) {
             r = weft_poll(fd, POLLOUT, 0);
-            if (r >= 0) {
-                int e = 0;
-                socklen_t l = sizeof e;
-                r = getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0 ? -errno : -e;
-            }
+            if (r < 0) break;
+            r = weft__libc.connect(fd, sa, sl) == 0 ? 0 : -errno;
+            if (r == -EISCONN) r = 0;
         }
     }
     weft_deadline_set(old);
@@ -588,88 +696,58 @@ HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
 
 /* An absolute deadline from a relative timeout in ms (< 0: none). */
 static int64_t ms_deadline(int ms) { return ms < 0 ? 0 : weft_now() + (int64_t)ms * 1000000; }
+static int64_t ts_ns(const struct timespec *ts);
 static int64_t ts_deadline(const struct timespec *ts) {
     if (!ts) return 0;
-    return weft_now() + (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+    return weft_now() + ts_ns(ts);
 }
 
 /*
  * Waits until one of fds may be ready (1), dl passes (0) or the wait fails
- * (-errno).  One fd: weft_poll on it.  Several: a temporary epoll set
- * holding them, itself polled -- a few system calls, paid only by a call
- * that had to wait.  No fd at all: a sleep.  The caller looks again with a
- * zero timeout: readiness may be gone by then, and it then waits again.
+ * (-errno).  One fd: weft_poll on it.  Several: weft__poll_any, each fd
+ * through the backend's own registration (a poll on the ring, a waiter on
+ * the shared epoll set) -- no file per call, so a program at its fd limit
+ * polls as it would with libc.  No fd at all: a sleep.  Each revents says
+ * what its fd's wait saw (POLLNVAL: not open).  The caller looks again
+ * with a zero timeout: readiness may be gone by then, and it then waits
+ * again.
  */
-typedef struct any_wait {
-    int fd, ev; /* what weft_poll waits on */
-    int ep;     /* the temporary set, or -1 */
-} any_wait;
-
-static int any_init(any_wait *a, const struct pollfd *fds, nfds_t n) {
-    a->fd = -1;
-    a->ep = -1;
+static int wait_any(struct pollfd *fds, nfds_t n, int64_t dl) {
     nfds_t live = 0, one = 0;
     for (nfds_t i = 0; i < n; i++)
         if (fds[i].fd >= 0) live++, one = i;
-    if (live == 0) return 0;
-    if (live == 1) {
-        a->fd = fds[one].fd;
-        a->ev = fds[one].events;
-        return 0;
-    }
-    a->ep = epoll_create1(EPOLL_CLOEXEC);
-    if (a->ep < 0) return -errno;
-    for (nfds_t i = 0; i < n; i++) {
-        if (fds[i].fd < 0) continue;
-        uint32_t ev = 0;
-        /* the same fd twice: one registration with the union */
-        for (nfds_t k = 0; k < n; k++)
-            if (fds[k].fd == fds[i].fd) ev |= (uint32_t)(uint16_t)fds[k].events;
-        struct epoll_event e = {.events = ev & (EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP), .data.fd = fds[i].fd};
-        if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fds[i].fd, &e) < 0 && errno != EEXIST) {
-            /* a regular file cannot be in a set (EPERM): it is always
-             * ready, which the caller's look already said */
-            if (errno == EPERM) continue;
-            int e2 = -errno;
-            weft__libc.close(a->ep);
-            a->ep = -1;
-            return e2;
-        }
-    }
-    a->fd = a->ep;
-    a->ev = POLLIN;
-    return 0;
-}
-
-static int any_wait_once(any_wait *a, int64_t dl) {
     int r;
-    if (a->fd < 0) r = weft__sleep_until_at(dl ? dl : INT64_MAX, "poll", 0);
-    else r = weft_poll(a->fd, a->ev, dl);
+    if (live == 0) {
+        r = weft__sleep_until_at(dl ? dl : INT64_MAX, "poll", 0);
+        if (r == 0) return 0; /* the sleep ended: timeout */
+    } else if (live == 1) {
+        r = weft_poll(fds[one].fd, fds[one].events, dl);
+        if (r >= 0 || r == -EBADF) {
+            fds[one].revents = r >= 0 ? (short)r : POLLNVAL;
+            r = 1;
+        }
+    } else {
+        r = weft__poll_any(fds, n, dl);
+    }
     if (r == -ETIMEDOUT && dl && weft_now() >= dl) return 0;
-    if (r == 0 && a->fd < 0) return 0; /* the sleep ended: timeout */
-    return r < 0 ? r : 1;
-}
-
-static void any_fini(any_wait *a) {
-    if (a->ep >= 0) weft__libc.close(a->ep);
+    return r;
 }
 
 /* poll and ppoll after their first look found nothing. */
 static int poll_wait(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *m) {
-    any_wait a;
-    int r = any_init(&a, fds, n);
-    if (r < 0) return r;
     int pin = weft__pin_begin();
     static const struct timespec zero = {0, 0};
+    int r;
     for (;;) {
-        r = any_wait_once(&a, dl);
+        r = wait_any(fds, n, dl);
         if (r <= 0) break;
         r = weft__libc.ppoll(fds, n, &zero, m);
         if (r < 0) r = -errno;
         if (r != 0) break;
     }
+    if (r == 0) /* a timeout: nothing ready, as the kernel's */
+        for (nfds_t i = 0; i < n; i++) fds[i].revents = 0;
     weft__pin_end(pin);
-    any_fini(&a);
     return r;
 }
 
@@ -689,60 +767,87 @@ HOOK_API int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, cons
     return (int)as_libc(poll_wait(fds, n, ts_deadline(ts), m));
 }
 
+/* select's sets are arrays of longs, nfds bits long, whatever FD_SETSIZE
+ * says (the kernel reads that many; a program may pass larger sets):
+ * read them by hand, not with FD_ISSET, which stops at FD_SETSIZE. */
+#define SET_BITS (8 * sizeof(unsigned long))
+static size_t set_bytes(int nfds) { return ((size_t)nfds + SET_BITS - 1) / SET_BITS * sizeof(unsigned long); }
+static int set_has(const void *set, int fd) {
+    return (int)((((const unsigned long *)set)[fd / SET_BITS] >> (fd % SET_BITS)) & 1);
+}
+
 /* select and pselect: their sets as a pollfd array, waited on as poll's;
- * every look is the real call with a zero timeout on copies of the sets. */
+ * every look is the real call with a zero timeout on copies of the sets.
+ * An fd beyond the process's file table is ignored, as the kernel does
+ * (the look said nothing of it; its wait says POLLNVAL and it is dropped). */
 static int select_common(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl, const sigset_t *m) {
-    if (nfds < 0 || nfds > FD_SETSIZE) return -EINVAL;
-    fd_set r0, w0, e0;
-    if (rs) r0 = *rs;
-    if (ws) w0 = *ws;
-    if (es) e0 = *es;
+    if (nfds < 0) return -EINVAL;
+    /* the kernel reads no further than its file table, which is never
+     * larger than the hard limit */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && (rlim_t)nfds > rl.rlim_max)
+        nfds = (int)rl.rlim_max;
+    size_t bytes = set_bytes(nfds);
+    fd_set small[3];
+    char *save = bytes <= sizeof(fd_set) ? (char *)small : malloc(3 * bytes);
+    if (!save) return -ENOMEM;
+    fd_set *sets[3] = {rs, ws, es};
+    for (int k = 0; k < 3; k++)
+        if (sets[k]) memcpy(save + k * bytes, sets[k], bytes);
     static const struct timespec zero = {0, 0};
     struct pollfd *pf = NULL;
     nfds_t n = 0;
-    any_wait a = {-1, 0, -1};
     int pin = -1, r;
     for (;;) {
-        if (rs) *rs = r0;
-        if (ws) *ws = w0;
-        if (es) *es = e0;
+        for (int k = 0; k < 3; k++)
+            if (sets[k]) memcpy(sets[k], save + k * bytes, bytes);
         r = weft__libc.pselect(nfds, rs, ws, es, &zero, m);
         if (r < 0) r = -errno;
         if (r != 0) break;
         if (pin < 0) { /* first time: build the wait */
-            pf = malloc(sizeof *pf * (size_t)(nfds ? nfds : 1));
+            nfds_t want = 0;
+            for (int fd = 0; fd < nfds; fd++)
+                if ((rs && set_has(save, fd)) || (ws && set_has(save + bytes, fd)) || (es && set_has(save + 2 * bytes, fd)))
+                    want++;
+            pf = malloc(sizeof *pf * (want ? want : 1));
             if (!pf) {
                 r = -ENOMEM;
                 break;
             }
             for (int fd = 0; fd < nfds; fd++) {
-                short ev = (short)((rs && FD_ISSET(fd, &r0) ? POLLIN : 0) | (ws && FD_ISSET(fd, &w0) ? POLLOUT : 0) |
-                                   (es && FD_ISSET(fd, &e0) ? POLLPRI : 0));
+                short ev = (short)((rs && set_has(save, fd) ? POLLIN : 0) | (ws && set_has(save + bytes, fd) ? POLLOUT : 0) |
+                                   (es && set_has(save + 2 * bytes, fd) ? POLLPRI : 0));
                 if (ev) pf[n++] = (struct pollfd){.fd = fd, .events = ev};
             }
-            if ((r = any_init(&a, pf, n)) < 0) break;
             pin = weft__pin_begin();
         }
-        r = any_wait_once(&a, dl);
+        r = wait_any(pf, n, dl);
         if (r <= 0) {
-            if (r == 0) { /* timeout: the sets come back empty */
-                if (rs) FD_ZERO(rs);
-                if (ws) FD_ZERO(ws);
-                if (es) FD_ZERO(es);
-            }
+            if (r == 0) /* timeout: the sets come back empty */
+                for (int k = 0; k < 3; k++)
+                    if (sets[k]) memset(sets[k], 0, bytes);
             break;
         }
+        for (nfds_t i = 0; i < n; i++)
+            if (pf[i].revents & POLLNVAL) pf[i].fd = -1; /* beyond the table (or closed: the look says EBADF) */
     }
     if (pin >= 0) weft__pin_end(pin);
-    any_fini(&a);
     free(pf);
+    if (save != (char *)small) free(save);
     return r;
 }
 
 HOOK_API int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv) {
     if (!hooked() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0)) return weft__libc.select(nfds, rs, ws, es, tv);
-    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)) return (int)fail(EINVAL);
-    int64_t dl = tv ? weft_now() + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : 0;
+    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) return (int)fail(EINVAL);
+    /* a tv_usec of a second or more counts as whole seconds, as glibc's */
+    int64_t dl = 0;
+    if (tv) {
+        struct timespec t = {tv->tv_sec, (tv->tv_usec % 1000000) * 1000};
+        long carry = tv->tv_usec / 1000000;
+        t.tv_sec = tv->tv_sec > LONG_MAX - carry ? LONG_MAX : tv->tv_sec + carry;
+        dl = weft_now() + ts_ns(&t);
+    }
     int r = select_common(nfds, rs, ws, es, dl, NULL);
     if (tv) { /* Linux: the time not slept */
         int64_t left = dl - weft_now();
@@ -892,7 +997,8 @@ HOOK_API int fdatasync(int fd) {
 HOOK_API int close(int fd) {
     /* On any thread while hooks are on: weft_close ends the hooked calls
      * in flight on fd and forgets what the epoll backend knew of it. */
-    if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || !weft__running()) return weft__libc.close(fd);
+    if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || sig_depth || !weft__running())
+        return weft__libc.close(fd);
     int pin = weft__pin_begin();
     int r = weft_close(fd);
     weft__pin_end(pin);
@@ -925,3 +1031,238 @@ HOOK_API int getaddrinfo(const char *node, const char *service, const struct add
     if (j.ret == EAI_SYSTEM) errno = j.err;
     return j.ret;
 }
+
+/* ------------------------------------------------------------------------ */
+/* signal handlers                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A handler runs on whatever the signal interrupted: a vthread's code, or
+ * the carrier in the middle of a switch or a park, holding the scheduler's
+ * own locks.  A hooked call that parked from there would wait for the very
+ * lock its carrier holds.  So, as libc's do, a hooked call made inside a
+ * handler goes straight to the C library: hooked() reads sig_depth, the
+ * number of handlers the OS thread is inside -- one thread-local load, no
+ * system call on the hooked path.
+ *
+ * Who counts.  The program's handlers are registered through sigaction
+ * and signal, defined here in front of the C library's (always, hooks on
+ * or off: a handler installed before weft_init or before the hooks went on
+ * must be counted too).  The kernel is given a trampoline instead -- one
+ * for plain handlers, one for SA_SIGINFO ones, so that each calls its
+ * handler with the arguments its kind takes -- that raises sig_depth, calls
+ * the program's handler and lowers it.  The handler itself lives in a table
+ * per kind and signal, written before the kernel is told, so a signal that
+ * comes between the two runs the old handler through the old trampoline or
+ * the new one through the new (never one kind's handler through the other
+ * kind's call).  The flags and mask go to the kernel as given (SA_ONSTACK,
+ * SA_RESTART, SA_RESETHAND ... keep their meaning); SIG_DFL and SIG_IGN go
+ * as they are.  What a sigaction reports as the old action is the
+ * program's handler, never a trampoline: a library that saves and later
+ * restores a handler restores the program's.  sigaction is async-signal-
+ * safe and a handler may call it: the table is updated under a spin flag
+ * taken with every signal blocked on the calling thread, so a handler can
+ * never spin on its own thread's flag.
+ *
+ * Handlers the kernel had before: a library that installed one with the
+ * raw system call, or before libweft was loaded (dlopen), is found when
+ * the hooks go on (weft__hook_start asks the kernel for each signal) and
+ * wrapped then.  The fault signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGTRAP, SIGSYS) are left out of that pass: their handlers are often a
+ * sanitizer's or a runtime's own, which must see the fault as the kernel
+ * delivered it.
+ *
+ * Leaving by a jump.  A handler may leave by siglongjmp (or longjmp) to
+ * code outside it, and the trampoline's decrement then never runs.  So
+ * longjmp, _longjmp, siglongjmp and __longjmp_chk are defined here too: on
+ * a thread inside a handler they set the count back to 0 -- the jump
+ * leaves the handler, as it almost always does -- then jump with the C
+ * library's (looked up at load, since a handler must not call dlsym).  A
+ * jump that stays inside a handler (its own sigsetjmp) loses the count
+ * for the rest of that handler.
+ *
+ * A platform thread's handler is counted too, and changes nothing there:
+ * its hooked calls were the C library's already.  Limits: sigset(3) and
+ * sigvec are not wrapped (a handler installed through them
+ * is found only by weft__hook_start's pass); signal() gives BSD semantics
+ * (SA_RESTART) and forgets siginterrupt(3)'s choice for that signal.  And
+ * weft's own blocking calls (weft_sleep, weft_mutex_lock, weft_chan_send
+ * ...) must not be made in a handler at all: they park.
+ */
+
+#ifndef _NSIG
+#define _NSIG 65
+#endif
+
+typedef void (*plain_fn)(int);
+typedef void (*info_fn)(int, siginfo_t *, void *);
+
+static plain_fn _Atomic sig_plain[_NSIG];
+static info_fn _Atomic sig_info[_NSIG];
+static atomic_flag sig_lock = ATOMIC_FLAG_INIT;
+
+static void tramp_plain(int sig) {
+    sig_depth++;
+    atomic_signal_fence(memory_order_seq_cst);
+    plain_fn h = atomic_load_explicit(&sig_plain[sig], memory_order_acquire);
+    if (h) h(sig);
+    atomic_signal_fence(memory_order_seq_cst);
+    sig_depth--;
+}
+
+static void tramp_info(int sig, siginfo_t *si, void *uc) {
+    sig_depth++;
+    atomic_signal_fence(memory_order_seq_cst);
+    info_fn h = atomic_load_explicit(&sig_info[sig], memory_order_acquire);
+    if (h) h(sig, si, uc);
+    atomic_signal_fence(memory_order_seq_cst);
+    sig_depth--;
+}
+
+static void sig_table_lock(sigset_t *saved) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, saved);
+    while (atomic_flag_test_and_set_explicit(&sig_lock, memory_order_acquire)) sched_yield();
+}
+
+static void sig_table_unlock(const sigset_t *saved) {
+    atomic_flag_clear_explicit(&sig_lock, memory_order_release);
+    pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+/* A handler that is a function of the program's (not SIG_DFL, SIG_IGN,
+ * SIG_HOLD, SIG_ERR). */
+static int is_function(const struct sigaction *a) {
+    void *h = (a->sa_flags & SA_SIGINFO) ? (void *)a->sa_sigaction : (void *)a->sa_handler;
+    return h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR
+#ifdef SIG_HOLD
+           && h != (void *)SIG_HOLD
+#endif
+        ;
+}
+
+/* sigaction with the table lock held. */
+static int sigaction_locked(int sig, const struct sigaction *act, struct sigaction *old) {
+    plain_fn was_plain = atomic_load_explicit(&sig_plain[sig], memory_order_relaxed);
+    info_fn was_info = atomic_load_explicit(&sig_info[sig], memory_order_relaxed);
+    struct sigaction k;
+    const struct sigaction *give = act;
+    if (act && is_function(act)) {
+        k = *act;
+        if (act->sa_flags & SA_SIGINFO) {
+            atomic_store_explicit(&sig_info[sig], act->sa_sigaction, memory_order_release);
+            k.sa_sigaction = tramp_info;
+        } else {
+            atomic_store_explicit(&sig_plain[sig], act->sa_handler, memory_order_release);
+            k.sa_handler = tramp_plain;
+        }
+        give = &k;
+    }
+    int r = weft__libc.sigaction(sig, give, old);
+    if (r < 0) {
+        int e = errno;
+        atomic_store_explicit(&sig_plain[sig], was_plain, memory_order_relaxed);
+        atomic_store_explicit(&sig_info[sig], was_info, memory_order_relaxed);
+        errno = e;
+        return r;
+    }
+    if (old) { /* the program's handler, not ours */
+        if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction == tramp_info) old->sa_sigaction = was_info;
+        else if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler == tramp_plain) old->sa_handler = was_plain;
+    }
+    return r;
+}
+
+HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (sig <= 0 || sig >= _NSIG) return weft__libc.sigaction(sig, act, old); /* EINVAL, as libc */
+    if ((!act || !is_function(act)) && !old) return weft__libc.sigaction(sig, act, old);
+    sigset_t saved;
+    sig_table_lock(&saved);
+    int r = sigaction_locked(sig, act, old);
+    int e = errno;
+    sig_table_unlock(&saved);
+    errno = e;
+    return r;
+}
+
+/* glibc's signal(): BSD semantics (the handler stays, SA_RESTART, the
+ * signal blocked while its handler runs) */
+HOOK_API sighandler_t signal(int sig, sighandler_t h) {
+    struct sigaction a, o;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = h;
+    sigemptyset(&a.sa_mask);
+    if (sig > 0 && sig < _NSIG) sigaddset(&a.sa_mask, sig);
+    a.sa_flags = SA_RESTART;
+    if (sigaction(sig, &a, &o) < 0) return SIG_ERR;
+    return o.sa_handler;
+}
+
+HOOK_API sighandler_t bsd_signal(int sig, sighandler_t h) { return signal(sig, h); }
+
+/* System V semantics: the handler is reset on delivery and the signal not
+ * blocked (what signal() is in glibc under strict ISO C) */
+HOOK_API sighandler_t sysv_signal(int sig, sighandler_t h) {
+    struct sigaction a, o;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = h;
+    sigemptyset(&a.sa_mask);
+    a.sa_flags = SA_RESETHAND | SA_NODEFER;
+    if (sigaction(sig, &a, &o) < 0) return SIG_ERR;
+    return o.sa_handler;
+}
+HOOK_API sighandler_t __sysv_signal(int sig, sighandler_t h) { return sysv_signal(sig, h); }
+
+/* Wraps the handlers the kernel has that did not come through sigaction
+ * above (see the top of this section). */
+static void wrap_installed(void) {
+    sigset_t saved;
+    sig_table_lock(&saved);
+    for (int sig = 1; sig < _NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+            sig == SIGTRAP || sig == SIGSYS)
+            continue;
+        struct sigaction k;
+        if (weft__libc.sigaction(sig, NULL, &k) < 0 || !is_function(&k)) continue;
+        if ((k.sa_flags & SA_SIGINFO) ? k.sa_sigaction == tramp_info : k.sa_handler == tramp_plain) continue;
+        sigaction_locked(sig, &k, NULL);
+    }
+    sig_table_unlock(&saved);
+}
+
+/* longjmp and its kin: leave the handler count behind (see "Leaving by a
+ * jump" above). */
+typedef void (*jump_fn)(struct __jmp_buf_tag *, int);
+enum { J_LONGJMP, J__LONGJMP, J_SIGLONGJMP, J_CHK, J_N };
+static const char *const jump_names[J_N] = {"longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"};
+static jump_fn jump_next[J_N];
+
+static void resolve_jumps(void) {
+    for (int i = 0; i < J_N; i++) {
+        jump_fn f = (jump_fn)dlsym(RTLD_NEXT, jump_names[i]);
+        if (!f && i != J_CHK) {
+            fprintf(stderr, "weft: the C library's %s cannot be found (dlsym: %s)\n", jump_names[i], dlerror());
+            abort();
+        }
+        __atomic_store_n(&jump_next[i], f, __ATOMIC_RELEASE);
+    }
+}
+
+__attribute__((noreturn)) static void jump(int which, struct __jmp_buf_tag *env, int val) {
+    sig_depth = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    jump_fn f = __atomic_load_n(&jump_next[which], __ATOMIC_ACQUIRE);
+    if (!f) { /* before the constructor (another library's) */
+        resolve_jumps();
+        f = jump_next[which] ? jump_next[which] : jump_next[J_LONGJMP];
+    }
+    f(env, val);
+    __builtin_unreachable();
+}
+
+HOOK_API void longjmp(jmp_buf env, int val) { jump(J_LONGJMP, env, val); }
+HOOK_API void _longjmp(jmp_buf env, int val) { jump(J__LONGJMP, env, val); }
+HOOK_API void siglongjmp(sigjmp_buf env, int val) { jump(J_SIGLONGJMP, env, val); }
+HOOK_API __attribute__((noreturn)) void __longjmp_chk(struct __jmp_buf_tag *env, int val);
+HOOK_API void __longjmp_chk(struct __jmp_buf_tag *env, int val) { jump(J_CHK, env, val); }

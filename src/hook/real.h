@@ -14,8 +14,11 @@
  * interceptor in front of it (dlsym(RTLD_NEXT), hook.c).
  *
  * The macros are function-like, so only calls are redirected (a member
- * named read is left alone, and a call through one fails to compile rather
- * than going astray).  The system headers that declare these functions are
+ * named read is left alone, `struct sigaction` stays a type, and a call
+ * through one fails to compile rather than going astray).  sigaction is
+ * here too: hook.c wraps the program's handlers (see "Signal handlers"
+ * there), and the library's own handlers -- the overflow reporter, the
+ * dump's -- are installed as they are.  The system headers that declare these functions are
  * included first, so that their declarations are never rewritten.
  *
  * The pointers start as resolvers: the first call through any of them
@@ -80,7 +83,8 @@
     X(int, close, (int fd), (fd))                                                                      \
     X(int, getaddrinfo,                                                                                \
       (const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res),    \
-      (node, service, hints, res))
+      (node, service, hints, res))                                                                     \
+    X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old), (sig, act, old))
 
 #define WEFT__REAL_PTR(ret, name, params, args) ret(*name) params;
 typedef struct weft__libc_t {
@@ -121,6 +125,7 @@ extern weft__libc_t weft__libc;
 #define fdatasync(...) weft__libc.fdatasync(__VA_ARGS__)
 #define close(...) weft__libc.close(__VA_ARGS__)
 #define getaddrinfo(...) weft__libc.getaddrinfo(__VA_ARGS__)
+#define sigaction(...) weft__libc.sigaction(__VA_ARGS__)
 #endif
 
 #endif /* WEFT_HOOK_REAL_H */

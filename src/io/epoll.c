@@ -534,12 +534,16 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
         if (r < 0) return r;
         if (connect(rq->fd, rq->addr, rq->caddrlen) == 0) return 0;
         if (errno != EINPROGRESS && errno != EINTR) return -errno;
-        int w = weft__epoll_wait_fd(rq->fd, POLLOUT, deadline);
-        if (w < 0) return w; /* the attempt goes on in the kernel; the caller closes the fd */
-        int err = 0;
-        socklen_t l = sizeof err;
-        if (getsockopt(rq->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) return -errno;
-        return err ? -err : 0;
+        for (;;) {
+            int w = weft__epoll_wait_fd(rq->fd, POLLOUT, deadline);
+            if (w < 0) return w; /* the attempt goes on in the kernel; the caller closes the fd */
+            /* the outcome from connect itself, as a blocking connect learns
+             * it: the error once, and the socket ready for another try
+             * (SO_ERROR would leave it "connecting", and the next connect
+             * would fail with ECONNABORTED) */
+            if (connect(rq->fd, rq->addr, rq->caddrlen) == 0 || errno == EISCONN) return 0;
+            if (errno != EALREADY && errno != EINPROGRESS && errno != EINTR) return -errno;
+        }
     }
     default: break;
     }

@@ -27,6 +27,17 @@
  * result -- nothing read or written is lost; the cancellation stays sticky
  * for the next call.
  *
+ * Several fds at once (weft__poll_any: hook.c's poll and select).  Each fd
+ * waits through what its backend already has -- a poll operation on the
+ * ring, a waiter on the fd's epoll entry -- all on the vthread's one
+ * parker; the first completion ends the park and the rest are withdrawn
+ * and, on the ring, awaited.  No file is made per call.  These waits are
+ * not counted on their fds (weft_close does not wait for them): on epoll
+ * weft_close wakes them with -EBADF like any waiter; on io_uring a poll
+ * goes on with the file it had, as poll(2) does when a number is closed
+ * under it, until a cancel keyed on the fd, its other fds or its deadline
+ * end it.
+ *
  * Closing (weft_close), as Go's and Java's sockets close: the operations
  * other vthreads have in flight on the fd end with -EBADF, and close(2)
  * waits until none is using the fd, so that no call -- not even a
@@ -167,6 +178,108 @@ int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *))
         }
     }
     return interrupted;
+}
+
+/*
+ * Waiting for any of several fds (hook.c's poll and select).  Each fd
+ * waits through what the backend already has -- a poll operation on the
+ * carrier's ring, a waiter on the fd's entry in the shared epoll set -- all
+ * on the vthread's one parker; the first completion ends the park, the
+ * others are withdrawn (ring: cancelled, and their completions awaited,
+ * since the records are on this stack; epoll: taken off their fd, or, if a
+ * completer had taken one first, already complete under the fd's lock).
+ * No file of its own: a call at the fd limit waits as well as any.
+ */
+static int any_done(const weft__iop *ops, size_t n, int all) {
+    for (size_t i = 0; i < n; i++) {
+        if (!ops[i].p) continue; /* not waited on */
+        int d = atomic_load(&ops[i].done);
+        if (d && !all) return 1;
+        if (!d && all) return 0;
+    }
+    return all;
+}
+
+static void any_park(weft__iop *ops, size_t n, int all) {
+    while (!any_done(ops, n, all)) {
+        weft__parker *p;
+        uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_IO);
+        if (any_done(ops, n, all)) {
+            if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_IO, ops, NULL, 0);
+            return;
+        }
+        weft__park_wait(p, tok, 0, WEFT__WHY_IO, ops, NULL, 0);
+    }
+}
+
+int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline) {
+    weft_thread *self = weft__self();
+    if (!self || !weft__poller_self()) return -EINVAL; /* vthreads only */
+    weft__iop small[8], *ops = n <= 8 ? small : malloc(n * sizeof *ops);
+    if (!ops) return -ENOMEM;
+    /* for the dump, as exec's: a poll, on the first fd */
+    for (size_t i = 0; i < n; i++)
+        if (fds[i].fd >= 0) {
+            atomic_store_explicit(&self->block_pc, __builtin_return_address(0), memory_order_relaxed);
+            atomic_store_explicit(&self->block_fd, fds[i].fd, memory_order_relaxed);
+            atomic_store_explicit(&self->block_op, (uint8_t)IOR_POLL, memory_order_relaxed);
+            break;
+        }
+    for (size_t i = 0; i < n; i++) {
+        weft__iop *op = &ops[i];
+        memset(op, 0, sizeof *op);
+        fds[i].revents = 0;
+        if (fds[i].fd < 0) continue; /* p NULL: not waited on */
+        op->p = &self->parker;
+        op->fd = fds[i].fd;
+        op->events = (unsigned short)fds[i].events;
+        if (weft__io_mode == WEFT_IO_URING) {
+            weft__ioreq rq = {.op = IOR_POLL, .fd = op->fd, .events = op->events};
+            weft__uring_start_op(op, &rq, 0);
+        } else {
+            int r = weft__epoll_add_waiter(op); /* may complete it at once */
+            if (r < 0) {
+                op->res = r;
+                atomic_store(&op->done, 1);
+            }
+        }
+    }
+    int intr = 0;
+    while (!any_done(ops, n, 0)) {
+        weft__parker *p;
+        uint64_t tok = weft__park_begin(&p, WEFT__PK_IO);
+        if (!tok) {
+            intr = -ECANCELED;
+            break;
+        }
+        if (any_done(ops, n, 0)) {
+            if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_IO, ops, NULL, 0);
+            break;
+        }
+        int r = weft__park_wait(p, tok, deadline, WEFT__WHY_IO, ops, NULL, 0);
+        if (r < 0) {
+            intr = r;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        weft__iop *op = &ops[i];
+        if (!op->p || atomic_load(&op->done)) continue;
+        if (weft__io_mode == WEFT_IO_URING) {
+            weft__uring_cancel_op(op);
+        } else if (weft__epoll_remove_waiter(op)) {
+            op->res = -ECANCELED;
+            atomic_store(&op->done, 1);
+        }
+    }
+    any_park(ops, n, 1); /* the ring's completions: the records are ours */
+    for (size_t i = 0; i < n; i++) {
+        if (!ops[i].p) continue;
+        int res = ops[i].res;
+        fds[i].revents = res > 0 ? (short)res : res == -EBADF ? POLLNVAL : 0;
+    }
+    if (ops != small) free(ops);
+    return intr ? intr : 1;
 }
 
 /* ------------------------------------------------------------------------ */

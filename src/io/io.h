@@ -7,6 +7,7 @@
 
 #include "../sched/sched.h"
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
@@ -57,6 +58,17 @@ void weft__async_fork_child(void); /* a fork child: forgets the parent's dispatc
  * when the first wait was interrupted (op->res is still the outcome).
  */
 int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *));
+
+/*
+ * Parks the calling vthread until one of the n fds (fds[i].fd < 0:
+ * skipped) may be ready for its events, deadline (absolute, 0 none; the
+ * vthread's own applies too) passes, or it is cancelled -- without a file
+ * of its own (io.c).  Each revents is set to what its fd's wait saw (the
+ * events; POLLNVAL: the fd is not open; 0: nothing yet).  Returns 1, or
+ * -ETIMEDOUT, -ECANCELED, -ENOMEM, -EINVAL (not a vthread).  Readiness
+ * may be gone again by the time the caller looks.
+ */
+int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline);
 
 struct weft__poller {
     int backend; /* WEFT_IO_URING / WEFT_IO_EPOLL */
