@@ -3,7 +3,9 @@
  * threads (fixed, cached, scheduled) behind one interface (weft/exec.h).
  *
  * Objects and who owns them.
- *  - weft_executor: made by a constructor, freed by close / close_now.  One
+ *  - weft_executor: made by a constructor, freed by close / close_now (which
+ *    poison its magic word first and check it: a second close stops the
+ *    program with a message, sched.h "heap objects").  One
  *    pthread mutex (`lock`) guards everything in it; it is held for queue
  *    and list surgery and counter updates only -- never across a park, a
  *    task's fn or a future's fill -- so a vthread may take it (a holder
@@ -110,6 +112,7 @@ struct weft_executor {
     size_t cap;                 /* queue capacity, 0 = unbounded */
     int64_t keep_alive;         /* ns an idle thread above core waits before it ends (0: forever) */
     int policy;
+    uint32_t magic;             /* WEFT__MAGIC_EXEC; _DEAD once closed (sched.h: 32 bytes in, not last) */
     char label[32];
     weft_group *group;          /* virtual: the group its vthreads go to (NULL: the submitter's, as weft_spawn) */
     task *qh, *qt;              /* FIFO queue (pools) */
@@ -525,6 +528,7 @@ static weft_executor *ex_new(int kind, const char *label) {
     weft_executor *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     pthread_mutex_init(&e->lock, NULL);
+    e->magic = WEFT__MAGIC_EXEC;
     e->kind = kind;
     snprintf(e->label, sizeof e->label, "%s", label);
     pthread_mutex_lock(&reg_lock);
@@ -838,6 +842,13 @@ static task *cancel_all_locked(weft_executor *e, int *count) {
     return l;
 }
 
+/* A closed executor is freed: a close after that is a use after free,
+ * stopped with a message where it can be (sched.h, "heap objects"). */
+_Static_assert(offsetof(struct weft_executor, magic) >= 32 &&
+               offsetof(struct weft_executor, magic) + 4 <= sizeof(struct weft_executor) - 8,
+               "the magic word must lie where glibc's free leaves it");
+#define CHECK_OPEN(e, call) WEFT__CHECK_LIVE(e, WEFT__MAGIC_EXEC, call, "not an open executor (closed already?)")
+
 static void ex_free(weft_executor *e) {
     pthread_mutex_lock(&reg_lock);
     if (e->reg_prev) e->reg_prev->reg_next = e->reg_next;
@@ -849,11 +860,13 @@ static void ex_free(weft_executor *e) {
     pthread_mutex_unlock(&e->lock);
     pthread_mutex_destroy(&e->lock);
     free(e->heap);
+    WEFT__KILL(e);
     free(e);
 }
 
 int weft_executor_close(weft_executor *e) {
     if (!e) return -EINVAL;
+    CHECK_OPEN(e, "weft_executor_close");
     lock(e);
     task *l = shut_locked(e);
     unlock(e);
@@ -875,6 +888,7 @@ int weft_executor_close(weft_executor *e) {
 
 int weft_executor_close_now(weft_executor *e) {
     if (!e) return -EINVAL;
+    CHECK_OPEN(e, "weft_executor_close_now");
     int n = 0;
     lock(e);
     task *l = shut_locked(e);
