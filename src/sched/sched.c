@@ -613,7 +613,7 @@ static inline int stale(const weft_thread *t) { return __builtin_expect(t->fork_
  * is taken as it is. */
 static inline weft_thread *handle_get(const weft_thread *h) {
     weft_thread *t = weft__thread_of(h);
-    uint32_t g = weft__handle_gen(h);
+    uint64_t g = weft__handle_gen(h);
     if (__builtin_expect(g != atomic_load_explicit(&t->gen, memory_order_acquire), 0) && g) return NULL;
     return t;
 }
@@ -2243,13 +2243,13 @@ static void tsan_fiber_drop(weft_thread *t) {
 }
 #endif
 
-static void free_thread(weft__carrier *c, weft_thread *t) {
+static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
     /* every handle of t is stale from here on ("Handles") */
-    uint32_t g = (atomic_load_explicit(&t->gen, memory_order_relaxed) + 1) & WEFT__GEN_MASK;
-    atomic_store_explicit(&t->gen, g ? g : 1, memory_order_release);
+    atomic_store_explicit(&t->gen, weft__gen_next(atomic_load_explicit(&t->gen, memory_order_relaxed)),
+                          memory_order_release);
     atomic_store_explicit(&t->rstate, WEFT__RS_FREE, memory_order_release);
     if (!c || !weft__stack_put_cached(&c->stacks, &t->stk)) weft__stack_put(c ? &c->stacks : NULL, &t->stk);
 }
@@ -2330,16 +2330,18 @@ int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, con
 }
 
 /* A generation for a freshly populated slot (seq_base: unique to this
- * population): spread over the 24 bits, never 0.  Also checks, once per
- * population, that t's address leaves a handle's generation bits free. */
-__attribute__((noinline)) static uint32_t fresh_gen(weft_thread *t, uint64_t seq_base) {
+ * population): spread over the 24 bits, never 0, laid out as a handle's
+ * bits.  Also checks, once per population, that t's address leaves those
+ * bits free. */
+__attribute__((noinline)) static uint64_t fresh_gen(weft_thread *t, uint64_t seq_base) {
     if ((uintptr_t)t & ~(uintptr_t)WEFT__HANDLE_ADDR)
         weft__fatal("a vthread descriptor at %p: not 256-byte aligned below 2^48, so its handle cannot "
                     "carry a generation", (void *)t);
-    uint32_t g = (uint32_t)((seq_base >> 32) * 0x9e3779b1u) & WEFT__GEN_MASK;
+    uint32_t g = (uint32_t)((seq_base >> 32) * 0x9e3779b1u) & 0xffffffu;
     g = g ? g : 1;
-    atomic_store_explicit(&t->gen, g, memory_order_relaxed);
-    return g;
+    uint64_t bits = (uint64_t)(g >> 8) << 48 | (g & 0xff);
+    atomic_store_explicit(&t->gen, bits, memory_order_relaxed);
+    return bits;
 }
 
 /* on >= 0: pinned to carrier on (weft__spawn_on) */
@@ -2374,13 +2376,13 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     }
     weft_thread *t = (weft_thread *)s;
     /* a freshly populated slot starts its park sequence from seq_base, and
-     * its handles' generation from a value no other population of it had
-     * ("Handles": its descriptor may have been zeroed since a stale handle
-     * was given out) */
+     * its handles' generation from a value drawn from it ("Handles": its
+     * descriptor may have been zeroed since a stale handle was given out) */
     uint64_t w = s->seq_base ? s->seq_base << 8 : atomic_load_explicit(&t->parker.word, memory_order_relaxed) & ~(uint64_t)0xFF;
-    uint32_t gen = atomic_load_explicit(&t->gen, memory_order_relaxed);
-    /* (the process's very first slot has seq_base 0, and a 0 generation) */
-    if (__builtin_expect(s->seq_base != 0 || gen == 0, 0)) gen = fresh_gen(t, s->seq_base);
+    uint64_t gen = atomic_load_explicit(&t->gen, memory_order_relaxed);
+    /* (0 only in a slot's first descriptor since its memory was mapped or
+     * zapped: a fresh population) */
+    if (__builtin_expect(gen == 0, 0)) gen = fresh_gen(t, s->seq_base);
     s->seq_base = 0;
     atomic_store_explicit(&t->parker.word, w, memory_order_relaxed);
     t->parker.vt = t;
@@ -2453,7 +2455,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->rstate, WEFT__RS_NEW, memory_order_release);
     /* the program's handle carries the generation; the runtime's own
      * (weft__spawn_on) is the descriptor */
-    if (out) *out = on < 0 ? (weft_thread *)((uintptr_t)t | (uintptr_t)(gen >> 8) << 48 | (uintptr_t)(gen & 0xff)) : t;
+    if (out) *out = (weft_thread *)((uintptr_t)t | (on < 0 ? (uintptr_t)gen : 0));
     if (on >= 0) {
         t->home = R.c[on % R.n];
         t->flags |= WEFT__F_PINNED;
@@ -2477,7 +2479,7 @@ unref:
     return r;
 }
 
-static int join_wait(weft_thread *t, uint32_t g, void **result, const char *file, int line, int nocancel);
+static int join_wait(weft_thread *t, uint64_t g, void **result, const char *file, int line, int nocancel);
 
 /* Frees t for its reaper (join_state reaped), after taking its result. */
 static inline int reap(weft__carrier *c, weft_thread *t, void **result) {
@@ -2514,7 +2516,7 @@ int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
  * lock released (another caller reaped it, and its slot may be in use
  * again: the spawn's release store of join_state, read by our lock's
  * acquire, makes the bumped generation visible). */
-static int join_lock_handle(weft_thread *t, uint32_t g) {
+static int join_lock_handle(weft_thread *t, uint64_t g) {
     join_lock(t);
     if (!g || atomic_load_explicit(&t->gen, memory_order_relaxed) == g) return 1;
     join_unlock(t);
@@ -2522,7 +2524,7 @@ static int join_lock_handle(weft_thread *t, uint32_t g) {
 }
 
 /* weft_join's slow path, out of line so that the fast one stays small. */
-__attribute__((noinline)) static int join_wait(weft_thread *t, uint32_t g, void **result, const char *file,
+__attribute__((noinline)) static int join_wait(weft_thread *t, uint64_t g, void **result, const char *file,
                                               int line, int nocancel) {
     int st;
     weft__parker *p;

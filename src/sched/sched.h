@@ -179,10 +179,11 @@ struct weft_thread {
     _Atomic(const void *) block_pc;
     _Atomic int32_t block_fd;
     _Atomic uint8_t block_op;
-    /* handles (below): the slot's generation, kept across its reuse; bumped
-     * as the descriptor is freed.  Written by whoever frees it, read by any
+    /* handles (below): the slot's generation, kept across its reuse and
+     * bumped as the descriptor is freed, as the bits a handle adds to the
+     * descriptor's address.  Written by whoever frees it, read by any
      * thread holding a handle. */
-    _Atomic uint32_t gen;
+    _Atomic uint64_t gen;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -200,20 +201,29 @@ _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must f
  * vthread's -- and the calls that take one refuse it.  Generation 0 is
  * never given out: a handle without one is the runtime's own (raw
  * descriptor pointers passed to the public calls internally), not
- * checked.  weft__thread_of gives the descriptor of either kind. */
-#define WEFT__GEN_MASK 0xffffffu
+ * checked.  weft__thread_of gives the descriptor of either kind.
+ *
+ * The descriptor keeps its generation already laid out as those bits
+ * (t->gen: the generation's low 8 bits in bits 0-7, its high 16 in bits
+ * 48-63), so that making a handle is an OR and checking one a mask and a
+ * compare. */
 #define WEFT__HANDLE_ADDR 0x0000ffffffffff00ull
 static inline weft_thread *weft__thread_of(const weft_thread *h) {
     return (weft_thread *)((uintptr_t)h & (uintptr_t)WEFT__HANDLE_ADDR);
 }
-static inline uint32_t weft__handle_gen(const weft_thread *h) {
-    uintptr_t p = (uintptr_t)h;
-    return (uint32_t)(p >> 48) << 8 | (uint32_t)(p & 0xff);
+/* The generation bits of handle h (0: the runtime's own, unchecked). */
+static inline uint64_t weft__handle_gen(const weft_thread *h) {
+    return (uint64_t)(uintptr_t)h & ~(uint64_t)WEFT__HANDLE_ADDR;
 }
 static inline weft_thread *weft__handle(weft_thread *t) {
     if (!t) return NULL;
-    uint32_t g = atomic_load_explicit(&t->gen, memory_order_relaxed);
-    return (weft_thread *)((uintptr_t)t | (uintptr_t)(g >> 8) << 48 | (uintptr_t)(g & 0xff));
+    return (weft_thread *)((uintptr_t)t | (uintptr_t)atomic_load_explicit(&t->gen, memory_order_relaxed));
+}
+/* The next generation after g, in the same layout; never 0. */
+static inline uint64_t weft__gen_next(uint64_t g) {
+    uint64_t n = g + 1;                                     /* the low 8 bits */
+    if (__builtin_expect(n & 0x100, 0)) n += (UINT64_C(1) << 48) - 0x100; /* carry to bit 48 */
+    return n ? n : 1;                                       /* (2^64 wraps: skip 0) */
 }
 
 /* ---- carrier-local state ------------------------------------------------ */
