@@ -305,7 +305,15 @@ typedef struct weft_attr {
 /*
  * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
  * passed to exactly one of weft_join or weft_detach.  If t is NULL the vthread
- * starts detached.  Works from vthreads and platform threads.  Returns 0,
+ * starts detached.  A handle is valid until the weft_join or weft_detach
+ * that frees its vthread returns, or, once detached, until the vthread
+ * ends; a handle used after that is refused with -ESRCH by every call that
+ * takes one (weft_join, _detach, _cancel, _unpark; weft_id gives 0), even
+ * when its stack and descriptor have gone to a new vthread since: the
+ * handle carries a generation of the descriptor, which freeing bumps (a
+ * stale handle could pass for a new one only after 16,777,215 more uses
+ * of its stack; sched.c, "Handles").  So a double join, or a join after a
+ * detach, is an error, as pthread's, but one that is always reported.  Works from vthreads and platform threads.  Returns 0,
  * -ENOMEM (no memory or address space for a stack), -EINVAL, or
  * -ESHUTDOWN (attr->group is being closed: weft_group_close); in a
  * ThreadSanitizer build, -EAGAIN while 7,500 vthreads live (TSan counts
@@ -321,23 +329,27 @@ WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const w
  * Waits for t to finish and stores fn's return value in *result (if not
  * NULL), then frees t.  Parks a vthread; blocks a platform thread.  Returns 0,
  * -EDEADLK when t is the caller, -EINVAL when someone else already joins t
- * or t is detached, or -ECANCELED / -ETIMEDOUT (t is then still joinable).
+ * or t is detached, -ESRCH when t is no longer a handle (joined already, or
+ * detached and ended), or -ECANCELED / -ETIMEDOUT (t is then still joinable).
  * A vthread that has already finished is reaped even by a cancelled caller,
  * so an owner can always collect what it spawned.
  */
 WEFT_API int weft_join(weft_thread *t, void **result);
 
 /* Lets t free itself when it finishes (frees it now if it has).  Returns 0,
- * or -EINVAL when someone joins it. */
+ * -EINVAL when someone joins it or it is detached already, or -ESRCH when t
+ * is no longer a handle (joined, or detached and ended). */
 WEFT_API int weft_detach(weft_thread *t);
 
-/* The calling vthread, or NULL on a platform thread. */
+/* The calling vthread's handle (the one weft_spawn gave; equal to it), or
+ * NULL on a platform thread. */
 WEFT_API weft_thread *weft_self(void);
 
-/* A vthread's id: unique for the process's lifetime, starting at 1. */
+/* A vthread's id: unique for the process's lifetime, starting at 1; 0 for
+ * NULL or a handle no longer valid. */
 WEFT_API uint64_t weft_id(const weft_thread *t);
 
-/* A vthread's name ("" when it has none). */
+/* A vthread's name ("" when it has none, or t is no longer valid). */
 WEFT_API const char *weft_name(const weft_thread *t);
 
 /* Renames the calling vthread (copied, up to 31 bytes; NULL or "": no
@@ -380,8 +392,9 @@ WEFT_API int64_t weft_deadline_set(int64_t deadline_ns);
 
 /*
  * Cancels t: the blocking call it is in, or the next one it makes, returns
- * -ECANCELED, and so do all its later blocking calls.  t must still be a
- * valid handle (not joined, or detached and finished).  Returns 0.
+ * -ECANCELED, and so do all its later blocking calls.  Returns 0, or
+ * -ESRCH when t is no longer a valid handle (joined, or detached and
+ * finished): nothing is cancelled then.
  */
 WEFT_API int weft_cancel(weft_thread *t);
 
@@ -399,8 +412,9 @@ WEFT_API int weft_cancelled(void);
  * (-ECANCELED).  It may also return 0 spuriously, so callers re-check their
  * condition in a loop.  From a platform thread weft_park blocks the pthread
  * (it cannot be unparked: use it only with a deadline).
- * weft_unpark makes t's permit available and wakes t if it is parked.  Both
- * work from any thread.
+ * weft_unpark makes t's permit available and wakes t if it is parked (0),
+ * or returns -ESRCH when t is no longer a valid handle.  Both work from
+ * any thread.
  */
 WEFT_API int weft_park(int64_t deadline_ns);
 WEFT_API int weft_unpark(weft_thread *t);

@@ -123,7 +123,8 @@ static void exercise_runtime(void) {
 
 /* The parent's vthread t has parked (in its sleep, its read...): whatever
  * it did to get there, it is done. */
-static void wait_parked(weft_thread *t) {
+static void wait_parked(weft_thread *h) {
+    weft_thread *t = weft__thread_of(h); /* (a handle carries a generation: sched.h) */
     while (atomic_load_explicit(&t->rstate, memory_order_relaxed) != WEFT__RS_PARKED) usleep(1000);
 }
 

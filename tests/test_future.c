@@ -978,7 +978,7 @@ TEST(free_under_getter_is_fatal) {
         CHECK_EQ(weft_spawn(&t, get_fn, &g, NULL), 0);
         /* parked, so on f's list of waiters (started is not enough: a getter
          * not yet waiting would make this a plain free) */
-        while (atomic_load(&t->rstate) != WEFT__RS_PARKED) usleep(100);
+        while (atomic_load(&weft__thread_of(t)->rstate) != WEFT__RS_PARKED) usleep(100);
         weft_future_unref(f);
         _exit(0); /* not reached */
     }
@@ -1017,7 +1017,7 @@ TEST(dump_shows_future_wait) {
     weft_attr a = {.name = "awaiting"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, get_fn, &g, &a), 0);
-    while (atomic_load(&t->rstate) != WEFT__RS_PARKED) usleep(100);
+    while (atomic_load(&weft__thread_of(t)->rstate) != WEFT__RS_PARKED) usleep(100);
     /* Under TSan the dump's atomic read of weft_thread.why races with
      * weft__park_wait's plain write of it (sched.c, not this layer): set
      * WEFT_TEST_DUMP_UNDER_TSAN=1 to see the report. */

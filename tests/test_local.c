@@ -106,6 +106,51 @@ TEST(recycled_key_sees_no_stale_value_and_runs_no_old_destructor) {
     CHECK_EQ(weft_local_key_delete(rk_new), 0);
 }
 
+/* A vthread parks holding a value under a key; meanwhile the key is deleted
+ * and its index made and deleted again 32,766 times, then made once more:
+ * a 15-bit generation (1 .. 32,767) has come round to the deleted key's
+ * own.  The holder, woken, must read NULL through the new key, and the new
+ * key's destructor must never see the old value (weft/local.h's promise:
+ * what was kept under a deleted key is never returned through a new one). */
+static weft_local_key gw_old, gw_new;
+static atomic_int gw_step;
+static _Atomic(void *) gw_seen = (void *)1;   /* what the holder read through gw_new */
+static _Atomic(void *) gw_destroyed;          /* what gw_new's destructor got, if anything */
+static int gw_old_value;
+static void gw_dtor(void *v) { atomic_store(&gw_destroyed, v); }
+static void *gw_holder(void *arg) {
+    (void)arg;
+    CHECK_EQ(weft_local_set(gw_old, &gw_old_value), 0);
+    atomic_store(&gw_step, 1);
+    while (atomic_load(&gw_step) != 2) weft_park(0); /* (spurious returns: look again) */
+    atomic_store(&gw_seen, weft_local_get(gw_new));
+    return NULL;
+}
+
+TEST(key_generation_does_not_wrap_onto_a_parked_holders_value) {
+    CHECK_EQ(weft_local_key_create(&gw_old, gw_dtor), 0);
+    weft_thread *h = go(gw_holder, NULL);
+    while (atomic_load(&gw_step) != 1) usleep(100);
+    /* parked: its value is in its own storage, out of every window */
+    while (atomic_load(&weft__thread_of(h)->rstate) != WEFT__RS_PARKED) usleep(100);
+    CHECK_EQ(weft_local_key_delete(gw_old), 0);
+    for (int i = 0; i < 32766; i++) {
+        weft_local_key k;
+        CHECK_EQ(weft_local_key_create(&k, gw_dtor), 0);
+        CHECK_EQ(KEY_SLOT(k), KEY_SLOT(gw_old)); /* (the only free index: reused each time) */
+        CHECK_EQ(weft_local_key_delete(k), 0);
+    }
+    CHECK_EQ(weft_local_key_create(&gw_new, gw_dtor), 0);
+    CHECK_EQ(KEY_SLOT(gw_new), KEY_SLOT(gw_old));
+    atomic_store(&gw_step, 2);
+    CHECK_EQ(weft_unpark(h), 0);
+    join(h);
+    CHECK(atomic_load(&gw_seen) == NULL);
+    CHECK(atomic_load(&gw_destroyed) == NULL); /* the old value dropped, as pthread's */
+    CHECK(gw_new != gw_old);
+    CHECK_EQ(weft_local_key_delete(gw_new), 0);
+}
+
 /* A vthread that holds a value under a key and keeps running (no switch,
  * so its carrier's window keeps the value) while a platform thread deletes
  * the key and makes one at the same index: the vthread reads NULL through

@@ -157,6 +157,7 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     stats(&mid);
     atomic_store(&sl_flag, 1);
     void *saw_flag = NULL;
+    unsigned long long sid = weft_id(s); /* (while s is a handle: not after its join) */
     CHECK_EQ(weft_join(s, &saw_flag), 0);
     CHECK_EQ(weft_join(r, NULL), 0);
     int retired = await_retired();
@@ -180,7 +181,7 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     CHECK_EQ(st.carriers, 1);
     /* exactly one event, naming the vthread, the call and its site */
     char id[64];
-    snprintf(id, sizeof id, "vthread #%llu \"sleeper\"", (unsigned long long)weft_id(s));
+    snprintf(id, sizeof id, "vthread #%llu \"sleeper\"", sid);
     CHECK_EQ(count_lines(log, "weft: pinned:", " blocked in ", (char *)NULL), 1);
     CHECK_EQ(count_lines(log, "weft: pinned:", id, "blocked in nanosleep (syscall", "on carrier 0",
                          "at monitor_test_sleeper+0x", "test_monitor+0x", (char *)NULL), 1);

@@ -296,7 +296,7 @@ TEST(second_joiner_refused) {
     weft_thread *t, *j;
     CHECK_EQ(weft_spawn(&t, block_forever, NULL, NULL), 0);
     CHECK_EQ(weft_spawn(&j, cancelled_joiner, t, NULL), 0);
-    while ((atomic_load(&t->join_state) & 0xff) != 1) usleep(100); /* j is waiting */
+    while ((atomic_load(&weft__thread_of(t)->join_state) & 0xff) != 1) usleep(100); /* j is waiting */
     CHECK_EQ(weft_join(t, NULL), -EINVAL);
     CHECK_EQ(weft_detach(t), -EINVAL); /* someone joins it */
     CHECK_EQ(weft_cancel(t), 0);

@@ -70,7 +70,8 @@ static int here(void) { return weft__carrier_index(weft__carrier_self()); }
 /* Until t is parked in an I/O wait (so its call is past every check of the
  * fd and waits on it), or has finished.  Reads the park word as weft's
  * wakers do. */
-static void wait_parked_io(weft_thread *t) {
+static void wait_parked_io(weft_thread *h) {
+    weft_thread *t = weft__thread_of(h); /* (a handle carries a generation: sched.h) */
     for (;;) {
         if (atomic_load(&t->rstate) == WEFT__RS_DONE) return; /* (its read ended early: the test says so) */
         uint64_t w = atomic_load(&t->parker.word);

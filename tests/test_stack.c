@@ -84,7 +84,7 @@ __attribute__((noinline)) static void dig(const char *lo) {
 }
 
 static void *canary_fn(void *arg) {
-    dig(weft_self()->stk.lo);
+    dig(weft__self()->stk.lo);
     return NULL;
 }
 
@@ -306,7 +306,7 @@ __attribute__((noinline)) static int deep(int n, jmp_buf *out) {
 /* The stack a vthread runs on: [lo, top). */
 typedef struct { char *lo, *top; } stack_range;
 static stack_range range_of_self(void) {
-    weft_thread *t = weft_self();
+    weft_thread *t = weft__self();
     return (stack_range){t->stk.lo, (char *)t};
 }
 

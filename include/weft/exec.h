@@ -142,6 +142,10 @@ WEFT_API int weft_executor_await(weft_executor *e, int64_t deadline_ns);
  * close()).  If the caller is cancelled while waiting, the remaining tasks
  * are cancelled as by weft_executor_close_now and the wait goes on
  * uncancelled.  Returns 0, or -ECANCELED in that case.  Not from a task of e.
+ * e is gone then: a second close (or close_now) is a use after free, which
+ * the runtime stops, where it can tell, with "weft: weft_executor_close(...):
+ * not an open executor" and the caller's address, then abort
+ * (docs/errors.md, "Misuse").
  */
 WEFT_API int weft_executor_close(weft_executor *e);
 /*

@@ -125,7 +125,11 @@ WEFT_API int weft_file_unlock(weft_file *f, off_t pos, off_t len);
 
 /* Carries out every operation accepted before it, closes, unlinks a
  * DELETE_ON_CLOSE file, frees f.  0, or the first error of that (an
- * operation's own error goes to its future, not here). */
+ * operation's own error goes to its future, not here); -EBADF when another
+ * close of f is under way.  A close of a file already closed is a use
+ * after free, which the runtime stops, where it can tell, with "weft:
+ * weft_file_close(...): not an open file" and the caller's address, then
+ * abort (docs/errors.md, "Misuse"); so do both calls here. */
 WEFT_API int weft_file_close(weft_file *f);
 /* Fails every operation not yet started with -ECANCELED, waits for those
  * under way, then closes as weft_file_close.  Returns how many it

@@ -134,7 +134,10 @@ WEFT_API weft_future *weft_future_ref(weft_future *f);
 
 /* Drops a reference to f (NULL is ignored).  The last one frees f; if f is
  * still pending then, its dependents fail with ECANCELED first (their
- * callbacks run here). */
+ * callbacks run here).  Dropping more references than were held is a use
+ * after free, which the runtime stops, where it can tell, with "weft:
+ * weft_future_unref(...): no reference left" and the caller's address,
+ * then abort (docs/errors.md, "Misuse"). */
 WEFT_API void weft_future_unref(weft_future *f);
 
 /* The same as weft_future_unref, for code that never calls

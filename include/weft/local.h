@@ -56,13 +56,20 @@
 #ifndef WEFT_LOCAL_H
 #define WEFT_LOCAL_H
 
-typedef unsigned weft_local_key;
+/* A key: its index and a 47-bit generation of that index (local.c).  64
+ * bits, so that a generation never comes round again while a value kept
+ * under an old key may still be held. */
+typedef uint64_t weft_local_key;
 
 /*
  * Makes a key, with a destructor (NULL: none).  Returns 0, -EINVAL (k
  * NULL), or -EAGAIN when 16,384 keys exist.  Needs no runtime.  Keys are
  * reused after weft_local_key_delete with a new value: what threads kept
- * under the deleted key is never returned through the new one.
+ * under the deleted key is never returned through the new one, nor given
+ * to its destructor, however many keys were made and deleted meanwhile
+ * (each index counts its keys in 47 bits; an index whose count ran out
+ * would be retired, not reused -- at a million keys a second, after
+ * four years of making keys at that one index).
  */
 WEFT_API int weft_local_key_create(weft_local_key *k, void (*destructor)(void *));
 
@@ -185,7 +192,7 @@ typedef struct weft__sframe {         /* one weft_scoped_run's bindings, on its 
     unsigned total;                   /* distinct keys bound through the chain from here */
     const weft_binding *more;
 } weft__sframe;
-#define WEFT__LOCAL_SLOT_MASK 0x1fff8u /* a key's slot offset in a window: index * 8 (the rest: a generation) */
+#define WEFT__LOCAL_SLOT_MASK 0x1fff8u /* a key's slot offset in a window: index * 8 (bits 17-63: a generation) */
 #define WEFT__THREAD_SCOPED_OFF 320    /* offsetof(struct weft_thread, scoped) */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(WEFT_NO_INLINE_GETS)

@@ -92,7 +92,11 @@ WEFT_API void weft_scope_shutdown(weft_scope *s);
 /* FIRST_SUCCESS: the winning task's result (NULL before there is one). */
 WEFT_API void *weft_scope_result(weft_scope *s);
 
-/* Cancels and joins what is left, then frees s and its tasks. */
+/* Cancels and joins what is left, then frees s and its tasks.  s is gone
+ * then: a second close (or any call with s) is a use after free, which the
+ * runtime stops, where it can tell, with "weft: weft_scope_close(...): not
+ * an open scope" and the caller's address, then abort (docs/errors.md,
+ * "Misuse"). */
 WEFT_API void weft_scope_close(weft_scope *s);
 
 WEFT_API int weft_task_state(weft_task *t);    /* WEFT_TASK_* */

@@ -5,7 +5,10 @@
  * Objects and who owns them.
  *  - weft_executor: made by a constructor, freed by close / close_now --
  *    or, when asynchronous operations that name it are pending (io/async.c
- *    holds a reference for each: `refs`), by the last of them, shut.  One
+ *    holds a reference for each: `refs`), by the last of them, shut.  A
+ *    close checks the magic word and poisons it as the owner lets go, so
+ *    a second close stops the program with a message (sched.h "heap
+ *    objects"), even while an operation still keeps the memory.  One
  *    pthread mutex (`lock`) guards everything in it; it is held for queue
  *    and list surgery and counter updates only -- never across a park, a
  *    task's fn or a future's fill -- so a vthread may take it (a holder
@@ -112,6 +115,7 @@ struct weft_executor {
     size_t cap;                 /* queue capacity, 0 = unbounded */
     int64_t keep_alive;         /* ns an idle thread above core waits before it ends (0: forever) */
     int policy;
+    uint32_t magic;             /* WEFT__MAGIC_EXEC; _DEAD once closed (sched.h: 32 bytes in, not last) */
     char label[32];
     weft_group *group;          /* virtual: the group its vthreads go to (NULL: the submitter's, as weft_spawn) */
     task *qh, *qt;              /* FIFO queue (pools) */
@@ -530,6 +534,7 @@ static weft_executor *ex_new(int kind, const char *label) {
     if (!e) return NULL;
     pthread_mutex_init(&e->lock, NULL);
     atomic_init(&e->refs, 1);
+    e->magic = WEFT__MAGIC_EXEC;
     e->kind = kind;
     snprintf(e->label, sizeof e->label, "%s", label);
     pthread_mutex_lock(&reg_lock);
@@ -843,6 +848,13 @@ static task *cancel_all_locked(weft_executor *e, int *count) {
     return l;
 }
 
+/* A closed executor is freed: a close after that is a use after free,
+ * stopped with a message where it can be (sched.h, "heap objects"). */
+_Static_assert(offsetof(struct weft_executor, magic) >= 32 &&
+               offsetof(struct weft_executor, magic) + 4 <= sizeof(struct weft_executor) - 8,
+               "the magic word must lie where glibc's free leaves it");
+#define CHECK_OPEN(e, call) WEFT__CHECK_LIVE(e, WEFT__MAGIC_EXEC, call, "not an open executor (closed already?)")
+
 static void ex_free(weft_executor *e) {
     pthread_mutex_lock(&reg_lock);
     if (e->reg_prev) e->reg_prev->reg_next = e->reg_next;
@@ -852,6 +864,7 @@ static void ex_free(weft_executor *e) {
     /* the last thread to leave unlocked e->lock as its last touch of e */
     pthread_mutex_lock(&e->lock);
     pthread_mutex_unlock(&e->lock);
+    WEFT__KILL(e); /* closed: a second close stops, even while an operation keeps e */
     weft__executor_unref(e); /* the owner's: an operation's keeps it (shut) */
 }
 
@@ -869,6 +882,7 @@ void weft__executor_unref(weft_executor *e) {
 
 int weft_executor_close(weft_executor *e) {
     if (!e) return -EINVAL;
+    CHECK_OPEN(e, "weft_executor_close");
     lock(e);
     task *l = shut_locked(e);
     unlock(e);
@@ -890,6 +904,7 @@ int weft_executor_close(weft_executor *e) {
 
 int weft_executor_close_now(weft_executor *e) {
     if (!e) return -EINVAL;
+    CHECK_OPEN(e, "weft_executor_close_now");
     int n = 0;
     lock(e);
     task *l = shut_locked(e);

@@ -36,7 +36,11 @@
  * complete; a submitter beyond max_inflight waits on `room`.  close marks
  * the file closing (new operations fail with -EBADF), waits on `idle` until
  * inflight is 0 and no flusher runs, then closes.  close_now first takes
- * the queue back and fails its operations with -ECANCELED.
+ * the queue back and fails its operations with -ECANCELED.  A close that
+ * finds another under way returns -EBADF and touches f no more (the other
+ * frees it).  The free poisons f's magic word first, and both closes check
+ * it: closing a closed file stops the program with a message rather than
+ * freeing twice (sched.h, "heap objects").
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
@@ -83,6 +87,7 @@ struct weft_file {
     char *path;          /* DELETE_ON_CLOSE: unlinked at close */
     weft_executor *ex;
     size_t max_inflight;
+    uint32_t magic;      /* WEFT__MAGIC_FILE; _DEAD once closed (sched.h: 32 bytes in, not last) */
     pthread_mutex_t lock;
     freq *qh, *qt;       /* accepted, not started */
     size_t queued;
@@ -93,6 +98,13 @@ struct weft_file {
     _Atomic int64_t ring_until; /* blocking-style calls take the ring until then */
     _Atomic(weft_thread *) flusher_vt; /* the flusher vthread, while it runs */
 };
+
+/* A closed file is freed: a call with it after close is a use after free,
+ * stopped with a message where it can be (sched.h, "heap objects"). */
+_Static_assert(offsetof(struct weft_file, magic) >= 32 &&
+               offsetof(struct weft_file, magic) + 4 <= sizeof(struct weft_file) - 8,
+               "the magic word must lie where glibc's free leaves it");
+#define CHECK_OPEN(f, call) WEFT__CHECK_LIVE(f, WEFT__MAGIC_FILE, call, "not an open file (closed already?)")
 
 /* ---- the default executor for handlers ----------------------------------------- */
 
@@ -154,6 +166,7 @@ weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_f
     f->ex = o && o->executor ? o->executor : NULL; /* NULL: the default, made when first needed */
     f->max_inflight = o && o->max_inflight ? o->max_inflight : DEFAULT_MAX_INFLIGHT;
     pthread_mutex_init(&f->lock, NULL);
+    f->magic = WEFT__MAGIC_FILE;
     return f;
 }
 
@@ -562,14 +575,20 @@ static int finish_close(weft_file *f) {
     pthread_mutex_unlock(&f->lock);
     pthread_mutex_destroy(&f->lock);
     free(f->path);
+    WEFT__KILL(f);
     free(f);
     return r;
 }
 
 int weft_file_close(weft_file *f) {
     if (!f) return -EINVAL;
+    CHECK_OPEN(f, "weft_file_close");
     if (on_own_flusher(f)) return -EDEADLK;
     pthread_mutex_lock(&f->lock);
+    if (f->closing) { /* another close is under way (it frees f: not touched again here) */
+        pthread_mutex_unlock(&f->lock);
+        return -EBADF;
+    }
     f->closing = 1;
     xl_wake_all(&f->room); /* waiting submitters fail with -EBADF */
     pthread_mutex_unlock(&f->lock);
@@ -578,8 +597,13 @@ int weft_file_close(weft_file *f) {
 
 int weft_file_close_now(weft_file *f) {
     if (!f) return -EINVAL;
+    CHECK_OPEN(f, "weft_file_close_now");
     if (on_own_flusher(f)) return -EDEADLK;
     pthread_mutex_lock(&f->lock);
+    if (f->closing) {
+        pthread_mutex_unlock(&f->lock);
+        return -EBADF;
+    }
     f->closing = 1;
     xl_wake_all(&f->room);
     freq *l = f->qh;

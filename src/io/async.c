@@ -502,7 +502,7 @@ static int start(aop *a) {
     a->d = d;
     a->hidx = -1;
     atomic_store_explicit(&a->state, ST_NEW, memory_order_relaxed);
-    if (weft_self() == d->vt) {
+    if (weft__self() == d->vt) {
         issue(d, a); /* a handler starting its next operation: at once */
         return 0;
     }

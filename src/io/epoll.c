@@ -330,7 +330,7 @@ int weft__epoll_wait_fd(int fd, int events, int64_t deadline) {
     if (!e) return fd < 0 ? -EBADF : -ENOMEM;
     weft__iop op;
     memset(&op, 0, sizeof op);
-    op.p = &weft_self()->parker;
+    op.p = &weft__self()->parker;
     op.fd = fd;
     op.events = events;
     pthread_mutex_lock(&e->lock);

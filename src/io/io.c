@@ -859,7 +859,7 @@ static int pool_submit(pool_job *j) {
 }
 
 static void pool_run(pool_job *j) {
-    j->op.p = &weft_self()->parker;
+    j->op.p = &weft__self()->parker;
     atomic_store_explicit(&j->op.done, 0, memory_order_relaxed);
 }
 

@@ -430,7 +430,7 @@ static void queue_op(uring_poller *pl, weft__ioreq *rq, int poll_events, weft__i
 static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft__iop *op) {
     uring_poller *pl = (uring_poller *)weft__poller_self();
     memset(op, 0, sizeof *op);
-    op->p = &weft_self()->parker;
+    op->p = &weft__self()->parker;
     queue_op(pl, rq, poll_events, op);
     int intr = weft__iop_wait(op, deadline, uring_cancel);
     /* not cancelled by its own wait: weft_close ended it */

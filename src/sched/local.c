@@ -8,6 +8,17 @@
  * value and its destructor; a key is (generation << 17) | (index << 3) --
  * its index times 8 is its slot's byte offset in a window, below -- so
  * never 0, and a slot that is deleted and made again gives a new value.
+ * The generation has 47 bits (a key is 64): a parked vthread may hold an
+ * entry under a deleted key for as long as it likes, and only a key equal
+ * to that one could bring the entry back to life (its copy-in and its
+ * destructor pass compare keys), so a generation must never come round
+ * while such an entry may exist.  15 bits (a 32-bit key) came round after
+ * 32,767 deletes at one index -- issue 23: a parked holder then read its
+ * old value through the new key, whose destructor got it.  47 bits take
+ * 1.4e14 deletes at one index, and an index whose generations run out is
+ * retired (never reused) rather than wrapped, so the promise holds
+ * outright.  The get is unchanged (it masks the key's slot bits), and an
+ * entry in a vthread's storage stays 16 bytes: the key holds the index.
  * Creating and deleting take a mutex (rare); freed indices are reused in
  * FIFO order.  As pthread_key_delete, deleting runs no destructor and
  * leaves the values; a deleted key must not be used again (set answers
@@ -110,7 +121,7 @@
 #define IDX_MASK (KEYS_MAX - 1)
 #define IDX_SHIFT 3                        /* index * 8: its slot's byte offset */
 #define GEN_SHIFT (IDX_SHIFT + IDX_BITS)   /* 17 */
-#define GEN_MAX ((1u << (32 - GEN_SHIFT)) - 1)
+#define GEN_MAX ((UINT64_C(1) << (64 - GEN_SHIFT)) - 1) /* then the index is retired */
 #define KEY_IDX(k) (((k) >> IDX_SHIFT) & IDX_MASK)
 #define DTOR_ROUNDS 4                      /* PTHREAD_DESTRUCTOR_ITERATIONS */
 #define SCOPED_ON_STACK 8                  /* bindings copied without malloc */
@@ -124,7 +135,7 @@ static struct {
     uint32_t fresh;                  /* indices never handed out start here */
     uint32_t free_head, free_n;      /* freed indices: a FIFO ring */
     uint16_t free_ring[KEYS_MAX];
-    uint32_t gen[KEYS_MAX];          /* last generation handed out per index */
+    uint64_t gen[KEYS_MAX];          /* last generation handed out per index */
 } K = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The live key of each index (0: none) and its destructor: read by sets,
@@ -137,8 +148,7 @@ static struct {
 /* A vthread's storage: entries in the order first set. */
 typedef struct weft__locals weft__locals;
 typedef struct lentry {
-    uint32_t idx;
-    weft_local_key key; /* the key it was set under (live, or deleted since) */
+    weft_local_key key; /* the key it was set under (live, or deleted since): its index too */
     void *value;
 } lentry;
 struct weft__locals {
@@ -249,7 +259,7 @@ static inline void slot_put(weft__window *w, uint32_t i, void *v) {
 __attribute__((noinline)) static void purge(weft__locals *L, unsigned long ep) {
     uint32_t m = 0;
     for (uint32_t j = 0; j < L->n; j++)
-        if (atomic_load(&keys[L->e[j].idx].key) == L->e[j].key) L->e[m++] = L->e[j];
+        if (atomic_load(&keys[KEY_IDX(L->e[j].key)].key) == L->e[j].key) L->e[m++] = L->e[j];
     L->n = m;
     L->epoch = ep;
 }
@@ -269,14 +279,15 @@ void weft__locals_enter(weft__window *w, weft_thread *t) {
     if (__builtin_expect(L->epoch != ep, 0)) purge(L, ep);
     void *_Atomic *slots = w->slots;
     for (uint32_t j = 0, n = L->n; j < n; j++)
-        atomic_store_explicit(&slots[L->e[j].idx], L->e[j].value, memory_order_relaxed);
+        atomic_store_explicit(&slots[KEY_IDX(L->e[j].key)], L->e[j].value, memory_order_relaxed);
     atomic_store_explicit(&w->copying, seq + 1, memory_order_release);
 }
 
 void weft__locals_leave(weft__window *w, const weft_thread *t) {
     const weft__locals *L = t->locals;
     void *_Atomic *slots = w->slots;
-    for (uint32_t j = 0, n = L->n; j < n; j++) atomic_store_explicit(&slots[L->e[j].idx], NULL, memory_order_relaxed);
+    for (uint32_t j = 0, n = L->n; j < n; j++)
+        atomic_store_explicit(&slots[KEY_IDX(L->e[j].key)], NULL, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -297,9 +308,9 @@ int weft_local_key_create(weft_local_key *k, void (*destructor)(void *)) {
         pthread_mutex_unlock(&K.lock);
         return -EAGAIN; /* as pthread_key_create past PTHREAD_KEYS_MAX */
     }
-    uint32_t g = K.gen[idx] == GEN_MAX ? 1 : K.gen[idx] + 1; /* never 0: no key is 0 */
+    uint64_t g = K.gen[idx] + 1; /* never 0: no key is 0; never past GEN_MAX (key_delete) */
     K.gen[idx] = g;
-    weft_local_key key = (g << GEN_SHIFT) | (idx << IDX_SHIFT);
+    weft_local_key key = (g << GEN_SHIFT) | ((weft_local_key)idx << IDX_SHIFT);
     atomic_store_explicit(&keys[idx].dtor, destructor, memory_order_relaxed);
     atomic_store_explicit(&keys[idx].key, key, memory_order_release);
     pthread_mutex_unlock(&K.lock);
@@ -330,7 +341,7 @@ static void windows_clear(uint32_t i) {
 }
 
 int weft_local_key_delete(weft_local_key k) {
-    uint32_t idx = KEY_IDX(k);
+    uint32_t idx = (uint32_t)KEY_IDX(k);
     pthread_mutex_lock(&K.lock);
     if (!k || atomic_load_explicit(&keys[idx].key, memory_order_relaxed) != k) {
         pthread_mutex_unlock(&K.lock);
@@ -340,8 +351,10 @@ int weft_local_key_delete(weft_local_key k) {
     atomic_store_explicit(&keys[idx].dtor, NULL, memory_order_relaxed);
     atomic_fetch_add(&key_epoch, 1); /* copy-ins from now on check their entries first */
     windows_clear(idx);
-    K.free_ring[(K.free_head + K.free_n) % KEYS_MAX] = (uint16_t)idx;
-    K.free_n++;
+    if (K.gen[idx] < GEN_MAX) { /* else retired: its next key would repeat a generation */
+        K.free_ring[(K.free_head + K.free_n) % KEYS_MAX] = (uint16_t)idx;
+        K.free_n++;
+    }
     pthread_mutex_unlock(&K.lock);
     return 0;
 }
@@ -375,15 +388,16 @@ static weft__window *plat_window(void) {
     return w;
 }
 
-/* t's entry for index i, made if need be; NULL when out of memory.  ep:
- * key_epoch as read before the caller checked its key live -- a new
- * storage is "checked" as of then, not as of now (a delete in between
- * must make the next copy-in purge). */
-static lentry *entry_for(weft_thread *t, uint32_t i, unsigned long ep) {
+/* t's entry for key k's index, made if need be (under k); NULL when out of
+ * memory.  ep: key_epoch as read before the caller checked its key live --
+ * a new storage is "checked" as of then, not as of now (a delete in
+ * between must make the next copy-in purge). */
+static lentry *entry_for(weft_thread *t, weft_local_key k, unsigned long ep) {
     weft__locals *L = t->locals;
+    uint64_t i = KEY_IDX(k);
     if (L)
         for (uint32_t j = 0; j < L->n; j++)
-            if (L->e[j].idx == i) return &L->e[j];
+            if (KEY_IDX(L->e[j].key) == i) return &L->e[j];
     if (!L || L->n == L->cap) {
         uint32_t ncap = L ? L->cap * 2 : 4;
         weft__locals *N = realloc(L, sizeof *N + (size_t)ncap * sizeof N->e[0]);
@@ -397,14 +411,13 @@ static lentry *entry_for(weft_thread *t, uint32_t i, unsigned long ep) {
         t->locals = L = N;
     }
     lentry *e = &L->e[L->n++];
-    e->idx = i;
-    e->key = 0;
+    e->key = k;
     e->value = NULL;
     return e;
 }
 
 int weft_local_set(weft_local_key k, void *value) {
-    uint32_t i = KEY_IDX(k);
+    uint32_t i = (uint32_t)KEY_IDX(k);
     unsigned long ep = atomic_load(&key_epoch); /* before the check (entry_for) */
     if (!k || atomic_load(&keys[i].key) != k) return -EINVAL;
     weft__carrier *c = weft__tls_carrier; /* no switch in here */
@@ -420,7 +433,7 @@ int weft_local_set(weft_local_key k, void *value) {
     }
     weft__window *w = weft__carrier_window(c);
     if (!value && !t->locals) return 0;
-    lentry *e = entry_for(t, i, ep);
+    lentry *e = entry_for(t, k, ep);
     if (!e) return -ENOMEM;
     e->key = k;
     e->value = value;
@@ -439,7 +452,7 @@ static void vthread_destructors(weft_thread *t) {
             weft_local_key k = e->key;
             void *v = e->value;
             if (!v) continue;
-            uint32_t i = e->idx;
+            uint32_t i = (uint32_t)KEY_IDX(k);
             e->value = NULL;
             weft__window *w = weft__carrier_window(weft__carrier_self());
             if (w) slot_put(w, i, NULL); /* (none: a fork's child, which ends in weft__fatal) */

@@ -192,6 +192,40 @@
  * built or half freed); the prepare handler cannot wait for them, since
  * shutdown may be waiting for the very vthread that forks.
  *
+ * Handles (sched.h, "handles").  A vthread's descriptor lives in its stack
+ * slot, and a slot is reused at once (the carrier's cache is LIFO: the next
+ * spawn gets the stack just freed), so a weft_thread * that is only the
+ * descriptor's address cannot tell, after its weft_join, the slot's next
+ * vthread from its own: a second join returned 0 and freed the slot again
+ * (two spawns then shared one stack), and a stale handle joined, detached,
+ * cancelled or unparked whatever vthread ran there next.  pthread leaves
+ * this undefined (glibc's pthread_t is its descriptor's address, in a
+ * cached stack, just the same); Go has no handles to goroutines; Java's
+ * Thread is an object the collector keeps.  weft does what a handle table
+ * with generations does, without the table: the slot keeps a 24-bit
+ * generation (t->gen), free_thread bumps it, and the handle given to the
+ * program (weft_spawn, weft_self) carries it in address bits that are
+ * always 0.  Every call that takes a handle compares the two first -- a
+ * load and a compare -- and refuses a stale one with -ESRCH (join, detach,
+ * cancel, unpark; weft_id says 0).  What is detected: any use of a handle
+ * after the join or detach that freed its vthread, or after a detached
+ * vthread ended, whatever ran in the slot since -- unless the slot has
+ * been freed a multiple of 2^24 - 1 times in between (generations skip 0)
+ * or, zapped and populated again, drew the same generation (one chance in
+ * 2^24).  A slot populated afresh starts at a generation spread from its
+ * unique seq_base, not at 1.  Two joins of one vthread at once: the fast
+ * path claims a finished vthread with a CAS (done -> reaped), the slow
+ * path under join_lock, which also re-reads the generation (spawn's
+ * release store of join_state pairs with the lock's acquire), and a
+ * vthread that ends while a joiner waits is left to that joiner (a state
+ * of its own, which the CAS does not take), so exactly one caller reaps
+ * it and the other gets -ESRCH or -EINVAL.  The runtime
+ * passes raw descriptors (generation 0) to the same calls internally; they
+ * are not checked.  A handle from before a fork is still refused with
+ * -ECHILD (its descriptor is readable in the child, and its generation
+ * unchanged).  After weft_shutdown the slots are unmapped: a handle from
+ * before is no longer anything.
+ *
  * Deterministic mode (det.c, which has the design).  With weft__det_on the
  * runtime has one carrier and no monitor, and each decision point takes one
  * predictable branch to det.c: dq_push and weft__ready put the vthread in
@@ -525,6 +559,13 @@ void weft__fatal(const char *fmt, ...) {
     abort();
 }
 
+void weft__misuse(const char *call, const void *obj, const char *what, const void *site) {
+    char where[512] = "an unknown site";
+    /* (the observe layer's symbolizer: file and line where the caller has them) */
+    if (site && weft__symbolize((uintptr_t)site, where, sizeof where) < 0) snprintf(where, sizeof where, "%p", site);
+    weft__fatal("%s(%p): %s; called from %s", call, obj, what, where);
+}
+
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 int weft__carriers(void) { return R.n; }
 
@@ -566,6 +607,16 @@ unsigned weft__fork_gen(void) { return R.fork_gen; }
 
 /* t belongs to the runtime of a process this one was forked from ("Fork") */
 static inline int stale(const weft_thread *t) { return __builtin_expect(t->fork_gen != R.fork_gen, 0); }
+
+/* The descriptor handle h names, or NULL when h is stale ("Handles"): a
+ * load and a compare.  A handle without a generation (the runtime's own)
+ * is taken as it is. */
+static inline weft_thread *handle_get(const weft_thread *h) {
+    weft_thread *t = weft__thread_of(h);
+    uint64_t g = weft__handle_gen(h);
+    if (__builtin_expect(g != atomic_load_explicit(&t->gen, memory_order_acquire), 0) && g) return NULL;
+    return t;
+}
 
 /* ------------------------------------------------------------------------ */
 /* idle carriers                                                             */
@@ -2192,10 +2243,13 @@ static void tsan_fiber_drop(weft_thread *t) {
 }
 #endif
 
-static void free_thread(weft__carrier *c, weft_thread *t) {
+static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
+    /* every handle of t is stale from here on ("Handles") */
+    atomic_store_explicit(&t->gen, weft__gen_next(atomic_load_explicit(&t->gen, memory_order_relaxed)),
+                          memory_order_release);
     atomic_store_explicit(&t->rstate, WEFT__RS_FREE, memory_order_release);
     if (!c || !weft__stack_put_cached(&c->stacks, &t->stk)) weft__stack_put(c ? &c->stacks : NULL, &t->stk);
 }
@@ -2230,7 +2284,9 @@ static void exit_finish(weft__carrier *c, weft_thread *t) {
         free_thread(c, t);
         return;
     }
-    atomic_store_explicit(&t->join_state, 2 | JOIN_LOCK, memory_order_relaxed);
+    /* done; with a joiner waiting, done for that joiner to reap (5), which
+     * nobody else may then claim */
+    atomic_store_explicit(&t->join_state, (st == 1 ? 5 : 2) | JOIN_LOCK, memory_order_relaxed);
     /* The joiner goes to the back of the run queue, not the LIFO slot: the
      * child is gone, so there is no hand-off to keep warm, and a parent
      * joining a batch of children then finds most of them done. */
@@ -2239,9 +2295,14 @@ static void exit_finish(weft__carrier *c, weft_thread *t) {
     join_unlock(t);
 }
 
-/* join_state: 0 running, 1 a joiner waits, 2 done, 3 detached; its
- * transitions and the joiner fields are under a tiny spinlock kept in the
- * high bit so that a joiner's parker is never woken after it returned. */
+/* join_state: 0 running, 1 a joiner waits, 2 done, 3 detached, 4 reaped
+ * (a join or detach has claimed the finished vthread and frees it), 5 done
+ * while a joiner waited (that joiner's to reap: others are refused as in
+ * 1, even before it has woken); its transitions and the joiner fields are
+ * under a tiny spinlock kept in the high bit so that a joiner's parker is
+ * never woken after it returned.  Done -> reaped is also taken by a CAS
+ * without the lock (weft_join's fast path): exactly one of two callers
+ * racing to reap t wins. */
 static void join_lock(weft_thread *t) {
     for (int spins = 0;; spins++) {
         int v = atomic_load_explicit(&t->join_state, memory_order_relaxed);
@@ -2266,6 +2327,21 @@ int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_att
 int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr) {
     if (k < 0) return -EINVAL;
     return spawn_impl(out, fn, arg, attr, k);
+}
+
+/* A generation for a freshly populated slot (seq_base: unique to this
+ * population): spread over the 24 bits, never 0, laid out as a handle's
+ * bits.  Also checks, once per population, that t's address leaves those
+ * bits free. */
+__attribute__((noinline)) static uint64_t fresh_gen(weft_thread *t, uint64_t seq_base) {
+    if ((uintptr_t)t & ~(uintptr_t)WEFT__HANDLE_ADDR)
+        weft__fatal("a vthread descriptor at %p: not 256-byte aligned below 2^48, so its handle cannot "
+                    "carry a generation", (void *)t);
+    uint32_t g = (uint32_t)((seq_base >> 32) * 0x9e3779b1u) & 0xffffffu;
+    g = g ? g : 1;
+    uint64_t bits = (uint64_t)(g >> 8) << 48 | (g & 0xff);
+    atomic_store_explicit(&t->gen, bits, memory_order_relaxed);
+    return bits;
 }
 
 /* on >= 0: pinned to carrier on (weft__spawn_on) */
@@ -2299,8 +2375,14 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
         goto unref;
     }
     weft_thread *t = (weft_thread *)s;
-    /* a freshly populated slot starts its park sequence from seq_base */
+    /* a freshly populated slot starts its park sequence from seq_base, and
+     * its handles' generation from a value drawn from it ("Handles": its
+     * descriptor may have been zeroed since a stale handle was given out) */
     uint64_t w = s->seq_base ? s->seq_base << 8 : atomic_load_explicit(&t->parker.word, memory_order_relaxed) & ~(uint64_t)0xFF;
+    uint64_t gen = atomic_load_explicit(&t->gen, memory_order_relaxed);
+    /* (0 only in a slot's first descriptor since its memory was mapped or
+     * zapped: a fresh population) */
+    if (__builtin_expect(gen == 0, 0)) gen = fresh_gen(t, s->seq_base);
     s->seq_base = 0;
     atomic_store_explicit(&t->parker.word, w, memory_order_relaxed);
     t->parker.vt = t;
@@ -2333,7 +2415,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;
-    atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_relaxed);
+    /* (release: a late caller racing to reap the slot's last vthread, which
+     * takes join_lock and reads this, then sees the generation it bumped) */
+    atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_release);
     t->joiner = NULL;
     atomic_store_explicit(&t->block_file, NULL, memory_order_relaxed);
     atomic_store_explicit(&t->block_pc, NULL, memory_order_relaxed); /* (the slot's last owner's) */
@@ -2369,7 +2453,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
         live_add(NULL, 1);
     }
     atomic_store_explicit(&t->rstate, WEFT__RS_NEW, memory_order_release);
-    if (out) *out = t;
+    /* the program's handle carries the generation; the runtime's own
+     * (weft__spawn_on) is the descriptor */
+    if (out) *out = (weft_thread *)((uintptr_t)t | (on < 0 ? (uintptr_t)gen : 0));
     if (on >= 0) {
         t->home = R.c[on % R.n];
         t->flags |= WEFT__F_PINNED;
@@ -2393,50 +2479,66 @@ unref:
     return r;
 }
 
-static int join_wait_k(weft_thread *t, void **result, const char *file, int line, int nocancel);
-static int join_wait(weft_thread *t, void **result, const char *file, int line) {
-    return join_wait_k(t, result, file, line, 0);
+static int join_wait(weft_thread *t, uint64_t g, void **result, const char *file, int line, int nocancel);
+
+/* Frees t for its reaper (join_state reaped), after taking its result. */
+static inline int reap(weft__carrier *c, weft_thread *t, void **result) {
+    /* t->result was written before exit_finish published "done" */
+    if (result) *result = t->result;
+    free_thread(c, t);
+    return 0;
 }
 
-int weft__join_nocancel(weft_thread *t, void **result) {
+/* weft_join and the runtime's uncancellable join.  The fast path, for a
+ * vthread that has finished: the handle's check (a load and a compare)
+ * and one CAS that claims it. */
+static inline int join_k(weft_thread *h, void **result, const char *file, int line, int nocancel) {
+    if (!h) return -EINVAL;
+    weft_thread *t = handle_get(h);
+    if (!t) return -ESRCH; /* joined already, or detached and ended ("Handles") */
     if (stale(t)) return -ECHILD;
     weft__carrier *c = carrier_here();
     if (c && t == c->cur) return -EDEADLK;
-    if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
-        if (result) *result = t->result;
-        free_thread(c, t);
-        return 0;
-    }
-    return join_wait_k(t, result, NULL, 0, 1);
+    int st = 2;
+    if (atomic_compare_exchange_strong_explicit(&t->join_state, &st, 4, memory_order_acquire, memory_order_relaxed))
+        return reap(c, t, result); /* finished, and exit_finish is done with it */
+    return join_wait(t, weft__handle_gen(h), result, file, line, nocancel);
 }
+
+int weft__join_nocancel(weft_thread *t, void **result) { return join_k(t, result, NULL, 0, 1); }
 
 int weft__join_at(weft_thread *t, void **result, const char *file, int line) {
-    if (!t) return -EINVAL;
-    if (stale(t)) return -ECHILD;
-    weft__carrier *c = carrier_here();
-    if (c && t == c->cur) return -EDEADLK;
-    if (atomic_load_explicit(&t->join_state, memory_order_acquire) == 2) {
-        /* finished, and exit_finish is done with it */
-        if (result) *result = t->result;
-        free_thread(c, t);
-        return 0;
-    }
-    return join_wait(t, result, file, line);
+    return join_k(t, result, file, line, 0);
+}
+
+/* join_lock(t) for a caller holding a handle of generation g (0: the
+ * runtime's own): 1 when t is still that handle's vthread, else 0 with the
+ * lock released (another caller reaped it, and its slot may be in use
+ * again: the spawn's release store of join_state, read by our lock's
+ * acquire, makes the bumped generation visible). */
+static int join_lock_handle(weft_thread *t, uint64_t g) {
+    join_lock(t);
+    if (!g || atomic_load_explicit(&t->gen, memory_order_relaxed) == g) return 1;
+    join_unlock(t);
+    return 0;
 }
 
 /* weft_join's slow path, out of line so that the fast one stays small. */
-__attribute__((noinline)) static int join_wait_k(weft_thread *t, void **result, const char *file, int line,
-                                                int nocancel) {
+__attribute__((noinline)) static int join_wait(weft_thread *t, uint64_t g, void **result, const char *file,
+                                              int line, int nocancel) {
     int st;
     weft__parker *p;
     uint64_t tok = nocancel ? weft__park_begin_nocancel(&p, WEFT__PK_GENERIC) : weft__park_begin(&p, WEFT__PK_GENERIC);
     if (!tok) return -ECANCELED;
-    join_lock(t);
+    if (!join_lock_handle(t, g)) {
+        weft__unpark(p, tok, WEFT__PS_WOKEN);
+        return -ESRCH;
+    }
     st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
-    if (st == 1 || st == 3) {
+    if (st != 0 && st != 2) { /* another joins it (1, 5), it is detached (-EINVAL), or it was just reaped */
         join_unlock(t);
         weft__unpark(p, tok, WEFT__PS_WOKEN);
-        return -EINVAL;
+        return st == 4 ? -ESRCH : -EINVAL;
     }
     int r = 0;
     if (st == 0) {
@@ -2447,7 +2549,7 @@ __attribute__((noinline)) static int join_wait_k(weft_thread *t, void **result, 
         r = weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, t, file, line);
         join_lock(t);
         st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
-        if (st != 2) { /* gave up (cancelled / timed out): withdraw */
+        if (st != 5) { /* gave up (cancelled / timed out) before t ended: withdraw */
             atomic_store_explicit(&t->join_state, 0 | JOIN_LOCK, memory_order_relaxed);
             join_unlock(t);
             return r < 0 ? r : -EINTR;
@@ -2455,34 +2557,36 @@ __attribute__((noinline)) static int join_wait_k(weft_thread *t, void **result, 
     } else {
         weft__unpark(p, tok, WEFT__PS_WOKEN);
     }
+    atomic_store_explicit(&t->join_state, 4 | JOIN_LOCK, memory_order_relaxed);
     join_unlock(t);
-    /* done: t->result was written before exit_finish published state 2 */
-    if (result) *result = t->result;
-    free_thread(weft__carrier_self(), t);
-    return 0;
+    return reap(weft__carrier_self(), t, result);
 }
 
 int (weft_join)(weft_thread *t, void **result) { return weft__join_at(t, result, NULL, 0); }
 
-int weft_detach(weft_thread *t) {
-    if (!t) return -EINVAL;
+int weft_detach(weft_thread *h) {
+    if (!h) return -EINVAL;
+    weft_thread *t = handle_get(h);
+    if (!t) return -ESRCH;
     if (stale(t)) return -ECHILD;
-    join_lock(t);
+    if (!join_lock_handle(t, weft__handle_gen(h))) return -ESRCH;
     int st = atomic_load_explicit(&t->join_state, memory_order_relaxed) & ~JOIN_LOCK;
     if (st == 0) {
         atomic_store_explicit(&t->join_state, 3 | JOIN_LOCK, memory_order_relaxed);
         join_unlock(t);
         return 0;
     }
-    join_unlock(t);
     if (st == 2) {
+        atomic_store_explicit(&t->join_state, 4 | JOIN_LOCK, memory_order_relaxed);
+        join_unlock(t);
         free_thread(weft__carrier_self(), t);
         return 0;
     }
-    return -EINVAL;
+    join_unlock(t);
+    return st == 4 ? -ESRCH : -EINVAL; /* reaped just now; joined by another, or detached already */
 }
 
-weft_thread *weft_self(void) { return weft__self(); }
+weft_thread *weft_self(void) { return weft__handle(weft__self()); }
 
 /* A pin for the length of a hooked call (sched.h).  flags and home are
  * written by the vthread itself, before it parks: a waker reads them after
@@ -2501,9 +2605,13 @@ void weft__pin_end(int pinned_here) {
     self->flags &= ~(uint32_t)WEFT__F_PINNED;
     self->home = NULL;
 }
-uint64_t weft_id(const weft_thread *t) { return t ? t->id : 0; }
+uint64_t weft_id(const weft_thread *h) {
+    const weft_thread *t = h ? handle_get(h) : NULL;
+    return t ? t->id : 0;
+}
 
-const char *weft_name(const weft_thread *t) {
+const char *weft_name(const weft_thread *h) {
+    const weft_thread *t = h ? handle_get(h) : NULL;
     return t ? (const char *)(const void *)t->name_words : "";
 }
 
@@ -2598,8 +2706,10 @@ void weft__cancel_one(weft_thread *t) {
         weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
 }
 
-int weft_cancel(weft_thread *t) {
-    if (!t) return -EINVAL;
+int weft_cancel(weft_thread *h) {
+    if (!h) return -EINVAL;
+    weft_thread *t = handle_get(h);
+    if (!t) return -ESRCH;
     if (stale(t)) return -ECHILD;
     weft__cancel_one(t);
     void (*hook)(weft_thread *) = atomic_load_explicit(&weft__cancel_hook, memory_order_acquire);
@@ -2686,8 +2796,10 @@ int weft__park_at(int64_t deadline, const char *file, int line) {
 
 int (weft_park)(int64_t deadline) { return weft__park_at(deadline, NULL, 0); }
 
-int weft_unpark(weft_thread *t) {
-    if (!t) return -EINVAL;
+int weft_unpark(weft_thread *h) {
+    if (!h) return -EINVAL;
+    weft_thread *t = handle_get(h);
+    if (!t) return -ESRCH;
     if (stale(t)) return -ECHILD;
     atomic_store(&t->permit, 1);
     uint64_t w = atomic_load(&t->parker.word);

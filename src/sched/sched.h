@@ -144,7 +144,7 @@ struct weft_thread {
     void *arg;
     void *result;
     uint64_t id;
-    _Atomic int join_state;          /* 0 running, 1 joiner waiting, 2 done */
+    _Atomic int join_state;          /* 0 running, 1 joiner waiting, 2 done ... (sched.c, join_lock) */
     struct weft__parker *joiner;     /* valid while join_state == 1 */
     uint64_t joiner_token;
     /* dump: written by the vthread itself, read racily by weft_dump */
@@ -179,9 +179,52 @@ struct weft_thread {
     _Atomic(const void *) block_pc;
     _Atomic int32_t block_fd;
     _Atomic uint8_t block_op;
+    /* handles (below): the slot's generation, kept across its reuse and
+     * bumped as the descriptor is freed, as the bits a handle adds to the
+     * descriptor's address.  Written by whoever frees it, read by any
+     * thread holding a handle. */
+    _Atomic uint64_t gen;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
+
+/* ---- handles ------------------------------------------------------------
+ *
+ * A weft_thread * given to the program (weft_spawn, weft_self) is not the
+ * descriptor's address alone: it carries the descriptor's generation, a
+ * 24-bit count kept in the slot and bumped each time the descriptor is
+ * freed (sched.c, "Handles"), in bits an address never uses -- the 16 above
+ * bit 47 (user addresses are below 2^47 on x86-64 and 2^48 on aarch64 unless
+ * asked for higher) and the 8 low ones (a descriptor is 256-byte aligned:
+ * stack.c's head_of).  A handle whose generation is not its descriptor's
+ * is stale -- joined, detached and ended, its slot free or another
+ * vthread's -- and the calls that take one refuse it.  Generation 0 is
+ * never given out: a handle without one is the runtime's own (raw
+ * descriptor pointers passed to the public calls internally), not
+ * checked.  weft__thread_of gives the descriptor of either kind.
+ *
+ * The descriptor keeps its generation already laid out as those bits
+ * (t->gen: the generation's low 8 bits in bits 0-7, its high 16 in bits
+ * 48-63), so that making a handle is an OR and checking one a mask and a
+ * compare. */
+#define WEFT__HANDLE_ADDR 0x0000ffffffffff00ull
+static inline weft_thread *weft__thread_of(const weft_thread *h) {
+    return (weft_thread *)((uintptr_t)h & (uintptr_t)WEFT__HANDLE_ADDR);
+}
+/* The generation bits of handle h (0: the runtime's own, unchecked). */
+static inline uint64_t weft__handle_gen(const weft_thread *h) {
+    return (uint64_t)(uintptr_t)h & ~(uint64_t)WEFT__HANDLE_ADDR;
+}
+static inline weft_thread *weft__handle(weft_thread *t) {
+    if (!t) return NULL;
+    return (weft_thread *)((uintptr_t)t | (uintptr_t)atomic_load_explicit(&t->gen, memory_order_relaxed));
+}
+/* The next generation after g, in the same layout; never 0. */
+static inline uint64_t weft__gen_next(uint64_t g) {
+    uint64_t n = g + 1;                                     /* the low 8 bits */
+    if (__builtin_expect(n & 0x100, 0)) n += (UINT64_C(1) << 48) - 0x100; /* carry to bit 48 */
+    return n ? n : 1;                                       /* (2^64 wraps: skip 0) */
+}
 
 /* ---- carrier-local state ------------------------------------------------ */
 
@@ -408,6 +451,47 @@ void weft__console_stop(void);
 int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* ---- heap objects that their last close frees ----------------------------
+ *
+ * A scope, a future, a file channel and an executor are malloc'd, and the
+ * call that ends each (weft_scope_close, the last weft_future_unref,
+ * weft_file_close, weft_executor_close) frees it, so a second such call
+ * is a use after free whatever the runtime does.  What it does: each
+ * object keeps a word, `magic`, that holds its kind's value while it lives
+ * and WEFT__MAGIC_DEAD from just before the free; the ending calls check
+ * it first and stop the program with weft__misuse, which names the call,
+ * the object and the caller's code address, rather than free twice (a
+ * heap corrupted silently, or glibc's abort far from the cause).  The word
+ * sits at least 32 bytes into the object and not in its last 8, where
+ * glibc's free keeps its own links (tcache, bins, the next chunk's size
+ * field), so it still reads DEAD until the memory is handed out again;
+ * then it holds whatever the new owner wrote -- not the kind's value,
+ * unless the new owner is an object of the same kind, the one case not
+ * caught.  Under ASan the freed memory stays poisoned (its quarantine), so
+ * the check's own read is reported as a heap-use-after-free with both
+ * stacks: the sanitizer's report is the better one.  Two ending calls
+ * racing each other on one object are not caught reliably. */
+enum {
+    WEFT__MAGIC_SCOPE = 0x53636f70,  /* "Scop" */
+    WEFT__MAGIC_FUTURE = 0x46757475, /* "Futu" */
+    WEFT__MAGIC_FILE = 0x46696c65,   /* "File" */
+    WEFT__MAGIC_EXEC = 0x45786563,   /* "Exec" */
+    WEFT__MAGIC_DEAD = 0x64656164,   /* "dead" */
+};
+/* Stops the program: "weft: <call>(<obj>): <what>; called from <site>". */
+void weft__misuse(const char *call, const void *obj, const char *what, const void *site)
+    __attribute__((noreturn, cold));
+/* In a public function: obj must be a live object of kind `want`.  (Both
+ * accesses volatile: a compiler drops a store to memory that is about to
+ * be freed, and the read is of memory it may think dead.) */
+#define WEFT__CHECK_LIVE(obj, want, call, what)                                           \
+    do {                                                                                  \
+        if (__builtin_expect(*(volatile uint32_t *)&(obj)->magic != (uint32_t)(want), 0)) \
+            weft__misuse((call), (obj), (what), __builtin_return_address(0));             \
+    } while (0)
+/* Just before obj is freed. */
+#define WEFT__KILL(obj) (*(volatile uint32_t *)&(obj)->magic = WEFT__MAGIC_DEAD)
 
 /* For the observe layer. */
 typedef struct weft__counters {

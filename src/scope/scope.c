@@ -33,7 +33,12 @@
  *
  * Close.  Shuts the scope down, waits (uncancellable park) until no task
  * runs, joins every vthread (uncancellable), unlinks it from the registry
- * and its owner's chain, and frees it.
+ * and its owner's chain, and frees it.  A task keeps its vthread's
+ * descriptor (weft__thread_of of the handle: the tree walks read it), not
+ * the handle.  The free poisons the scope's magic word first, and close,
+ * join, fork and shutdown check it: a call with a closed scope stops the
+ * program with a message rather than freeing twice (sched.h, "heap
+ * objects").
  *
  * Scoped values (weft/local.h, sched/local.c).  A scope captures its
  * opener's innermost scoped-value frame at open, and each task's vthread
@@ -74,6 +79,12 @@ static weft_scope *forked_head; /* a parent process's scopes, in a child (see "F
 static _Atomic uint64_t next_id = 1;
 
 static int stale(const weft_scope *s) { return s->fork_gen != weft__fork_gen(); }
+
+/* A closed scope is freed: a call with it after close is a use after free,
+ * stopped with a message where it can be (sched.h, "heap objects"). */
+_Static_assert(offsetof(weft_scope, magic) >= 32 && offsetof(weft_scope, magic) + 4 <= sizeof(weft_scope) - 8,
+               "the magic word must lie where glibc's free leaves it");
+#define CHECK_OPEN(s, call) WEFT__CHECK_LIVE(s, WEFT__MAGIC_SCOPE, call, "not an open scope (closed already?)")
 
 static void fork_child(void) {
     R = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
@@ -146,7 +157,9 @@ static void cancel_hook(weft_thread *t) {
 }
 
 void weft_scope_shutdown(weft_scope *s) {
-    if (!s || stale(s)) return;
+    if (!s) return;
+    CHECK_OPEN(s, "weft_scope_shutdown");
+    if (stale(s)) return;
     pthread_mutex_lock(&R);
     cancel_tree_locked(s, 1);
     pthread_mutex_unlock(&R);
@@ -160,6 +173,7 @@ weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
     weft_scope *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
+    s->magic = WEFT__MAGIC_SCOPE;
     s->id = atomic_fetch_add(&next_id, 1);
     s->fork_gen = weft__fork_gen();
     s->policy = policy;
@@ -242,7 +256,9 @@ static void *task_main(void *arg) {
 }
 
 weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *arg) {
-    if (!s || !fn || s->closing || stale(s)) return NULL;
+    if (!s || !fn) return NULL;
+    CHECK_OPEN(s, "weft_fork");
+    if (s->closing || stale(s)) return NULL;
     weft_task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->scope = s;
@@ -265,7 +281,7 @@ weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *a
             free(t);
             return NULL;
         }
-        t->thread = th;
+        t->thread = weft__thread_of(th); /* the descriptor: the tree walks read it (sched.h, "handles") */
     }
     /* append (owner only); published under R so that tree walkers see a
      * task only with its thread set */
@@ -297,6 +313,7 @@ static int outcome_locked(weft_scope *s) {
 
 int weft__scope_join_at(weft_scope *s, const char *file, int line) {
     if (!s) return -EINVAL;
+    CHECK_OPEN(s, "weft_scope_join");
     if (stale(s)) return -ECHILD;
     for (;;) {
         pthread_mutex_lock(&s->lock);
@@ -367,7 +384,9 @@ static void close_stale(weft_scope *s) {
 }
 
 void weft_scope_close(weft_scope *s) {
-    if (!s || s->closing) return;
+    if (!s) return;
+    CHECK_OPEN(s, "weft_scope_close");
+    if (s->closing) return; /* (a close in progress, further out: scoped_exit, task_main) */
     if (stale(s)) {
         close_stale(s);
         return;
@@ -422,6 +441,7 @@ void weft_scope_close(weft_scope *s) {
         t = nx;
     }
     pthread_mutex_destroy(&s->lock);
+    WEFT__KILL(s);
     free(s);
 }
 

@@ -26,6 +26,7 @@ struct weft_scope {
     int policy;
     int64_t deadline;         /* absolute; 0 = none (capped by the opener's) */
     weft_thread *owner;       /* NULL: a platform thread */
+    uint32_t magic;           /* WEFT__MAGIC_SCOPE; _DEAD once closed (sched.h: 32 bytes in, not last) */
     uint64_t owner_id;
     weft_scope *parent;       /* in the tree: enclosing scope, or the owner's task's scope */
     weft_scope *owner_prev;   /* the owner's next-outer owned scope (under R) */

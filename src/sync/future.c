@@ -48,6 +48,9 @@
  *    never filled.  Instead, when an input's last reference goes while it
  *    is pending, it is failed with ECANCELED first: nobody can fill it any
  *    more, so its dependents learn it now, and the whole graph unwinds.
+ *  - The free poisons f's magic word first; ref, unref and free check it,
+ *    so an unref past the last reference stops the program with a message
+ *    rather than freeing f twice (sched.h, "heap objects").
  *  - weft_future_complete / _fail touch f for the last time in the store
  *    that publishes the outcome (the callbacks they run afterwards live in
  *    the dependents).  A getter that sees the outcome may therefore free f
@@ -108,12 +111,22 @@ struct weft_future {
     int kind;                /* K_*: what the nodes below do */
     fwaiter *waiters;        /* under the lock; empty once filled */
     fnode *cb_head, *cb_tail;/* under the lock; empty once filled */
+    uint32_t magic;          /* WEFT__MAGIC_FUTURE; _DEAD once freed (sched.h: 32 bytes in, not last) */
     /* dependents only */
     void *(*fn)(void *, void *);
     void *ctx;
     _Atomic size_t left;     /* nodes that have not run yet */
     fnode nodes[];
 };
+
+/* A future freed by its last unref: a call with it after that is a use
+ * after free, stopped with a message where it can be (sched.h, "heap
+ * objects").  The word is 48 bytes in; a future is at least 80 bytes. */
+_Static_assert(offsetof(struct weft_future, magic) >= 32 &&
+               offsetof(struct weft_future, magic) + 4 <= sizeof(struct weft_future) - 8,
+               "the magic word must lie where glibc's free leaves it");
+#define CHECK_REFERENCED(f, call) \
+    WEFT__CHECK_LIVE(f, WEFT__MAGIC_FUTURE, call, "no reference left (unreferenced more often than referenced?)")
 
 /* ---- the lock bit ------------------------------------------------------- */
 
@@ -228,6 +241,7 @@ static void release(weft_future *f, fnode **wl) {
         weft__fatal("future %p freed while a getter waits on it (a getter must hold a reference)",
                     (void *)f);
     settle_locked(f, s, NULL, ECANCELED, wl); /* -EALREADY when filled: the usual case */
+    WEFT__KILL(f);
     free(f);
 }
 
@@ -264,6 +278,7 @@ static weft_future *fut_alloc(int kind, size_t n) {
     f->kind = kind;
     f->waiters = NULL;
     f->cb_head = f->cb_tail = NULL;
+    f->magic = WEFT__MAGIC_FUTURE;
     f->fn = NULL;
     f->ctx = NULL;
     atomic_init(&f->left, n);
@@ -280,18 +295,25 @@ static weft_future *fut_alloc(int kind, size_t n) {
 weft_future *weft_future_new(void) { return fut_alloc(K_PLAIN, 0); }
 
 weft_future *weft_future_ref(weft_future *f) {
-    if (f) atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+    if (!f) return NULL;
+    CHECK_REFERENCED(f, "weft_future_ref");
+    atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
     return f;
 }
 
 void weft_future_unref(weft_future *f) {
     if (!f) return;
+    CHECK_REFERENCED(f, "weft_future_unref");
     fnode *wl = NULL;
     release(f, &wl);
     drive(wl);
 }
 
-void weft_future_free(weft_future *f) { weft_future_unref(f); }
+void weft_future_free(weft_future *f) {
+    if (!f) return;
+    CHECK_REFERENCED(f, "weft_future_free");
+    weft_future_unref(f);
+}
 
 int weft_future_complete(weft_future *f, void *v) {
     if (!f) return -EINVAL;
