@@ -89,7 +89,11 @@
  * with nothing else to run still makes every SLOW_EVERY yields -- is
  * running one vthread's own code all along, and the monitor moves its
  * slot, its FIFO and its due timers' vthreads to the injection queue and
- * wakes an idle carrier (when some other carrier takes shared work).  It
+ * wakes an idle carrier (when some other carrier of its group takes shared
+ * work: a configured one, or an active spare; for a retired spare, any).
+ * With one carrier -- the default on a one-CPU machine -- or every carrier
+ * busy, nobody takes it until a spare does ("Spares"): then it waits the
+ * stall threshold, not the computation.  It
  * disarms and sleeps without a deadline once every carrier is idle (the
  * idle bits, a retired spare's dormant flag and mon_armed are a Dekker
  * pair: see monitor_main).  Cost: at most ~100 wake-ups a second of one
@@ -120,8 +124,17 @@
  * injection queue, or in a stalled carrier's deque, slot, FIFO or due
  * timers) with no carrier idle to take it, the monitor activates a spare
  * carrier, up to max_compensate at once (default: 2 x the carriers), one
- * more per look while each stall has none; as stalls end it retires as
- * many at once (compensate).  At most max_compensate spares are ever made;
+ * more per look while each stall has none, and moves that work to it in
+ * the same look; as stalls end it retires as many at once (compensate).
+ * "Stalled" here is measured from before the carrier's last progress (the
+ * look before the one that saw it, mon_from), and the monitor looks again
+ * exactly when that reaches the threshold: so work stranded behind the
+ * only carrier runs within the threshold (plus the spare's wake-up), where
+ * the stall event -- measured strictly, from the look that saw the
+ * progress -- can come up to two looks later.  A spare may so be called
+ * for by a computation of half the threshold; one is not called for by a
+ * vthread that computes on purpose (WEFT__F_COMPUTE) until it is found
+ * blocked.  At most max_compensate spares are ever made;
  * a retired one is reused first, unless it is stalled itself.  A spare is a full
  * carrier -- deque, mailbox, timer heap, poller (its own ring), stack
  * cache -- at an index past the configured ones in R.c, made on first need
@@ -313,6 +326,9 @@ struct weft__carrier {
     /* the monitor's (see "The monitor"); stall_* also read by the dump */
     uint64_t mon_seen;              /* progress (switches + slow turns) at its last look */
     int64_t mon_since;              /* when it first saw mon_seen */
+    int64_t mon_last;               /* its last look */
+    int64_t mon_from;               /* the look before mon_since's: mon_seen was reached after it */
+    int mon_stuck;                  /* its last look found no progress */
     int64_t mon_cpu0;               /* the thread's CPU time at the first look that saw no progress; -1 */
     clockid_t cpuclk;               /* the carrier thread's CPU clock */
     int cpuclk_ok;
@@ -1366,15 +1382,16 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
     mon_need();
 }
 
-/* One spare more (activated, or made) or fewer, to match the stalls:
- * more only while stalled carriers leave runnable work behind and no
- * carrier that could take it is idle, one a look; fewer as soon as stalls
- * end, all at once (an active spare that stalls itself counts as a stall,
- * and retires last).  So no spare is active once no stall is open, and
- * the monitor may disarm. */
-static void compensate(int stalled, int waiting) {
+/* One spare more (activated, or made) or fewer, to match the carriers
+ * that call for one (`need`: in a stall, or held for the threshold, see
+ * mon_look): more only while they leave runnable work behind and no
+ * carrier that could take it is idle, one a look; fewer as soon as they
+ * move on, all at once (an active spare that is held itself counts, and
+ * retires last).  So no spare is active once no stall is open, and the
+ * monitor may disarm.  1 if a spare was activated or made. */
+static int compensate(int need, int waiting) {
     int active = atomic_load(&R.nactive), n = nall();
-    if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.g0.nidle) == 0) {
+    if (need > active && active < R.max_comp && waiting && atomic_load(&R.g0.nidle) == 0) {
         /* a retired spare, unless it is stalled itself (a vthread pinned
          * to it blocks it): then a new one, while there are fewer than
          * max_comp, else that one anyway (it helps once its stall ends) */
@@ -1382,15 +1399,15 @@ static void compensate(int stalled, int waiting) {
         for (int i = R.n; i < n; i++) {
             weft__carrier *c = R.c[i];
             if (atomic_load(&c->shared)) continue;
-            if (!atomic_load(&c->stall)) {
+            if (!atomic_load(&c->stall) && !c->mon_stuck) {
                 spare_activate(c);
-                return;
+                return 1;
             }
             stalled_spare = c;
         }
         if (stalled_spare && n - R.n >= R.max_comp) {
             spare_activate(stalled_spare);
-            return;
+            return 1;
         }
         int r = spare_make();
         if (r < 0) {
@@ -1398,10 +1415,11 @@ static void compensate(int stalled, int waiting) {
             if (!atomic_exchange(&told, 1))
                 fprintf(stderr, "weft: cannot start a spare carrier to compensate for a stalled one: %s\n",
                         strerror(-r));
+            return 0;
         }
-        return;
+        return 1;
     }
-    for (; active > stalled; active--) {
+    for (; active > need; active--) {
         weft__carrier *pick = NULL;
         for (int i = n - 1; i >= R.n; i--) {
             weft__carrier *c = R.c[i];
@@ -1411,6 +1429,7 @@ static void compensate(int stalled, int waiting) {
         if (!pick) break;
         spare_retire(pick);
     }
+    return 0;
 }
 
 /* ---- stalls ---- */
@@ -1518,12 +1537,37 @@ static int work_behind(weft__carrier *v, int64_t now) {
            atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
 }
 
+/* What one look at the carriers found (mon_look adds to it). */
+typedef struct mon_tally {
+    int moved;    /* vthreads rescued */
+    int stalled;  /* carriers in an open stall event */
+    int need;     /* carriers that call for a spare: stalled, or held long enough to be (compensate) */
+    int waiting;  /* runnable work waits behind one of those */
+    int64_t next; /* look again by then (a carrier's threshold falls due) */
+} mon_tally;
+
+/* Another carrier of v's group takes shared work (v's rescued work is
+ * for it): the group's shared carriers less v if v is one.  With one
+ * carrier and no spare active there is nobody, and moving it would only
+ * reorder it; a retired spare's is for the configured carriers. */
+static int others_take(weft__carrier *v) {
+    int k = nshared(v->grp);
+    return (v->grp->dflt && !atomic_load_explicit(&v->shared, memory_order_relaxed)) ? k > 0 : k > 1;
+}
+
 /* The monitor's look at carrier v (see "The monitor" and "Stalls"). */
-static void mon_look(weft__carrier *v, int64_t now, int fresh, int *moved, int *stalled, int *waiting) {
+static void mon_look(weft__carrier *v, int64_t now, int fresh, mon_tally *m) {
     uint64_t prog = progress(v);
     int stuck = !fresh && prog == v->mon_seen && !carrier_resting(v);
+    int64_t last = v->mon_last;
+    v->mon_last = now;
+    v->mon_stuck = stuck;
     if (!stuck) {
         if (atomic_load_explicit(&v->stall, memory_order_relaxed)) stall_end(v, now);
+        /* progress since the look before: it was made after that one (a
+         * fresh look's predecessor is long past: the carrier left idle
+         * about when it woke us) */
+        v->mon_from = fresh || prog == v->mon_seen || last == INT64_MIN ? now : last;
         v->mon_seen = prog;
         v->mon_since = now;
         v->mon_cpu0 = -1;
@@ -1533,32 +1577,44 @@ static void mon_look(weft__carrier *v, int64_t now, int fresh, int *moved, int *
      * the scheduler, between two) */
     if (R.pin_threshold >= 0) {
         const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
+        int compute = 0;
         if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
             /* the CPU it uses from here tells a hog from a thread
              * the kernel has not run (weft__stall_probe) */
             if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
+            /* a parallel worker (WEFT__F_COMPUTE, parallel.c) or a
+             * vthread of a compute group (group.c) computes on purpose:
+             * no hog event and no spare for it -- a spare would
+             * oversubscribe the CPUs it uses -- and no probe while its
+             * CPU clock runs; blocked in a system call it is pinned as
+             * any vthread.  (A stale read of a reused slot costs at most
+             * one look.) */
+            compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0 || v->grp->compute;
             if (now - v->mon_since >= R.pin_threshold) {
-                /* a parallel worker (WEFT__F_COMPUTE, parallel.c) or a
-                 * vthread of a compute group (group.c) computes on
-                 * purpose: no hog event and no spare for it -- a spare
-                 * would oversubscribe the CPUs it uses -- and no probe
-                 * while its CPU clock runs; blocked in a system call it
-                 * is pinned as any vthread.  (A stale read of a reused
-                 * slot costs at most one look.) */
-                int compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0 || v->grp->compute;
                 int64_t cpu = compute ? carrier_cpu(v) : -1;
                 if (!compute || cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < MON_COMPUTE_NS)
                     stall_begin(v, t, prog, now, compute);
+            } else if (v->mon_since + R.pin_threshold < m->next) {
+                m->next = v->mon_since + R.pin_threshold;
             }
         }
-        if (atomic_load_explicit(&v->stall, memory_order_relaxed)) {
-            (*stalled)++;
-            if (work_behind(v, now)) *waiting = 1;
+        int stall = atomic_load_explicit(&v->stall, memory_order_relaxed) != 0;
+        if (stall) m->stalled++;
+        /* A spare is called for once v may have held its vthread for the
+         * threshold -- since mon_from, which is before its last progress
+         * -- not only once the stall is proven (since mon_since, up to a
+         * look later): so work behind the only carrier, or behind every
+         * busy one, waits the threshold at most, not the threshold and
+         * two looks.  The stall event itself keeps the strict measure. */
+        int held = t && !compute && now - v->mon_from >= R.pin_threshold;
+        if (!stall && t && !compute && !held && v->mon_from + R.pin_threshold < m->next)
+            m->next = v->mon_from + R.pin_threshold;
+        if (stall || held) {
+            m->need++;
+            if (work_behind(v, now)) m->waiting = 1;
         }
     }
-    /* (with nobody else to take it -- one carrier, no spare active
-     * yet -- moving it would only reorder it) */
-    if (nshared(v->grp) > 1) *moved += rescue(v, now);
+    if (others_take(v)) m->moved += rescue(v, now);
 }
 
 static void *monitor_main(void *unused) {
@@ -1578,26 +1634,37 @@ static void *monitor_main(void *unused) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) break;
         int64_t now = weft_now();
-        int moved = 0, stalled = 0, waiting = 0, any_group_stall = 0;
+        mon_tally m = {.next = INT64_MAX}, gm = {.next = INT64_MAX};
+        int any_group_stall = 0;
         int n = nall();
-        for (int i = 0; i < n; i++) mon_look(R.c[i], now, fresh, &moved, &stalled, &waiting);
+        for (int i = 0; i < n; i++) mon_look(R.c[i], now, fresh, &m);
         /* the groups' carriers: their stalls are logged, their stranded
          * work moved within the group; spares are the default group's
          * only, so their stalls do not count for compensate */
         pthread_mutex_lock(&weft__groups.mon_lock);
         for (weft_group *g = weft__groups.head; g; g = g->next) {
-            int gs = 0, gw = 0;
-            for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &moved, &gs, &gw);
-            if (gs) any_group_stall = 1;
+            gm.stalled = 0;
+            for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &gm);
+            if (gm.stalled) any_group_stall = 1;
         }
         pthread_mutex_unlock(&weft__groups.mon_lock);
         fresh = 0;
-        if (R.max_comp > 0) compensate(stalled, waiting);
+        if (R.max_comp > 0 && compensate(m.need, m.waiting)) {
+            /* a spare takes shared work now: what the held carriers
+             * strand goes to it at once, not a look later (with one
+             * carrier, mon_look moved nothing: nobody else took it) */
+            n = nall();
+            for (int i = 0; i < n; i++)
+                if (R.c[i]->mon_stuck && others_take(R.c[i])) m.moved += rescue(R.c[i], now);
+        }
         /* (rescue woke the groups it moved work to) */
-        if (moved || stalled + any_group_stall != last_stalled) grace = MON_GRACE_MIN_NS;
+        m.moved += gm.moved;
+        if (m.moved || m.stalled + any_group_stall != last_stalled) grace = MON_GRACE_MIN_NS;
         else grace = grace * 2 < gmax ? grace * 2 : gmax;
-        last_stalled = stalled + any_group_stall;
+        last_stalled = m.stalled + any_group_stall;
         int64_t until = now + grace;
+        if (gm.next < m.next) m.next = gm.next;
+        if (m.next > now && m.next < until) until = m.next;
         if (!any_busy()) {
             /* disarm, then look again: a carrier that leaves idle (seq_cst
              * RMW on its bit, or its dormant flag) and then reads
@@ -2807,6 +2874,7 @@ static weft__carrier *carrier_alloc(int i) {
     c->det = WEFT__DET_ON() != 0;
     atomic_init(&c->shared, 1);
     c->mon_seen = UINT64_MAX; /* the monitor's first look at it only records */
+    c->mon_last = INT64_MIN;
     c->mon_cpu0 = -1;
 #ifdef WEFT_TSAN
     atomic_init(&c->yq_lock, 1); /* in the scheduler until a vthread runs */
