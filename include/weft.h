@@ -32,7 +32,8 @@
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
- *    carrier by the runtime's monitor thread within about 20 ms; I/O
+ *    carrier by the runtime's monitor thread within about 20 ms (with one
+ *    carrier, or all busy: to a spare carrier, within pin_threshold_ns); I/O
  *    completions on its ring, and vthreads pinned to it, wait for it.
  *
  * Sections, in layer order: runtime, virtual threads, time and
