@@ -47,7 +47,10 @@
  * rejection policy.  A cached pool (core 0) prefers a new thread to the
  * queue, and queues once `max` threads run.  A scheduled pool keeps its
  * queue as a binary heap ordered by (when, seq); its threads wait until
- * the earliest task is due.
+ * the earliest task is due.  A `when` is saturated at INT64_MAX (never):
+ * now + delay, or a run's when + period, wrapped past INT64_MAX into the
+ * past made a task due at once, and a periodic one ran again and again,
+ * holding the pool's threads from every other task.
  *
  * The registry.  Live executors are on one list (reg_lock) for weft_dump.
  */
@@ -378,6 +381,12 @@ static int worker_start(weft_executor *e, task *first) {
     return 0;
 }
 
+/* when + period (period > 0), saturated: a period too long for the clock
+ * means never again, not a time in the past and a run at once. */
+static int64_t when_after(int64_t when, int64_t period) {
+    return period > INT64_MAX - when ? INT64_MAX : when + period;
+}
+
 /* The next task for w, RUNNING on it, or NULL when w should end; lock held. */
 static task *take(weft_executor *e, worker *w) {
     int expired = 0;
@@ -443,7 +452,7 @@ static void *worker_main(void *arg) {
         if (t->period) { /* scheduled periodically: again, unless it stopped */
             lock(e);
             if (!r && !e->shut && !weft_future_done(t->fut)) {
-                t->when = t->fixed_rate ? t->when + t->period : weft_now() + t->period;
+                t->when = t->fixed_rate ? when_after(t->when, t->period) : weft__sleep_deadline(t->period);
                 list_unlink(&e->running, t);
                 t->w = NULL;
                 t->cancel_req = 0;
@@ -730,7 +739,7 @@ static weft_future *schedule(weft_executor *e, void *(*fn)(void *), void *arg, i
     if (!e || !fn || e->kind != EX_SCHED || period < 0) return NULL;
     task *t = task_new(e, fn, arg);
     if (!t) return NULL;
-    t->when = weft_now() + (first > 0 ? first : 0);
+    t->when = weft__sleep_deadline(first); /* (saturated; now for first <= 0) */
     t->period = period;
     t->fixed_rate = fixed_rate != 0;
     return submit_pool(e, t, 0);
