@@ -835,6 +835,21 @@ TEST(scheduled_huge_times_saturate) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) weft_future_free(all[i]);
 }
 
+/* A keep-alive past the clock's range is forever, not a deadline in the
+ * past that ends an idle thread at once. */
+TEST(cached_huge_keep_alive_keeps_threads) {
+    weft_executor *e = weft_executor_cached(0, INT64_MAX);
+    rec r = {.id = 1};
+    weft_future *f = weft_submit(e, count_task, &r);
+    CHECK_EQ(weft_future_get(f, NULL, 0), 0);
+    weft_future_free(f);
+    usleep(20 * 1000); /* an idle thread that timed out at once has left by now */
+    weft_executor_stats s = stats_of(e);
+    CHECK_EQ(s.threads_started, 1);
+    CHECK_EQ(s.threads_live, 1);
+    CHECK_EQ(weft_executor_close(e), 0);
+}
+
 /* ---- observe ------------------------------------------------------------------------- */
 
 TEST(dump_shows_executors) {

@@ -410,7 +410,7 @@ static task *take(weft_executor *e, worker *w) {
         }
         if (e->shut && !q_first(e)) return NULL;
         if (expired && e->nthreads > e->core) return NULL;
-        if (!deadline && e->keep_alive && e->nthreads > e->core) deadline = weft_now() + e->keep_alive;
+        if (!deadline && e->keep_alive && e->nthreads > e->core) deadline = weft__sleep_deadline(e->keep_alive);
         int r = wait_on(e, &e->idle, deadline, 1);
         if (r == -ETIMEDOUT && e->kind != EX_SCHED) expired = 1;
     }
