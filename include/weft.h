@@ -344,7 +344,8 @@ WEFT_API int64_t weft_now(void);
  * sleeping vthread costs no CPU and holds no carrier.  Returns 0 when the
  * time has come, -ECANCELED when cancelled first, -ETIMEDOUT when the
  * caller's own deadline (weft_deadline_set) comes first.
- * weft_sleep_until(INT64_MAX) sleeps until cancelled.
+ * weft_sleep_until(INT64_MAX) sleeps until cancelled; a deadline in the
+ * past (0 and negative ones too) returns 0 at once, as weft_sleep(ns <= 0).
  */
 WEFT_API int weft_sleep(int64_t ns);
 WEFT_API int weft_sleep_until(int64_t deadline_ns);

@@ -2634,7 +2634,11 @@ int weft__sleep_until_at(int64_t deadline, const char *file, int line) {
     if (!tok) return -ECANCELED;
     int64_t own = weft__effective_deadline(0);
     int r;
-    if (deadline != INT64_MAX && deadline > 0 && (!own || deadline <= own)) {
+    /* a deadline in the past returns at once, as weft_sleep(ns <= 0): 0
+     * and below too, which are park_wait's "none" or would be sleeps
+     * until cancelled (1 is as past, and a deadline to it) */
+    if (deadline <= 0) deadline = 1;
+    if (deadline != INT64_MAX && (!own || deadline <= own)) {
         /* our own sleep time comes first: its expiry is success */
         r = weft__park_wait(p, tok, deadline, WEFT__WHY_SLEEP, NULL, file, line);
         if (r == -ETIMEDOUT) r = 0;
@@ -2831,31 +2835,22 @@ static void *carrier_main(void *arg) {
 
 weft__window *weft__carrier_window(const weft__carrier *c) { return c ? c->win : NULL; }
 
-static int env_int(const char *name, int def) {
+/* $WEFT_STACK_SIZE: bytes, or with a k or m suffix; 1 with *out set, 0
+ * when unset, -EINVAL (one line on stderr, as weft__env_long) otherwise. */
+static int env_size(const char *name, size_t *out) {
     const char *v = getenv(name);
-    if (!v || !*v) return def;
+    if (!v || !*v) return 0;
     char *end;
-    long x = strtol(v, &end, 10);
-    return (*end || x <= 0 || x > INT_MAX) ? def : (int)x;
-}
-
-/* Any integer (signed; 0 too), else def. */
-static long env_long(const char *name, long def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return *end ? def : x;
-}
-
-static size_t env_size(const char *name, size_t def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
+    errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    if (*end == 'k' || *end == 'K') x <<= 10, end++;
-    else if (*end == 'm' || *end == 'M') x <<= 20, end++;
-    return *end || x == 0 ? def : (size_t)x;
+    int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'm' || *end == 'M' ? 20 : 0;
+    if (shift) end++;
+    if (errno || *end || end == v || v[0] == '-' || x == 0 || x > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "weft: %s=%s is not a size (bytes, or with k or m)\n", name, v);
+        return -EINVAL;
+    }
+    *out = (size_t)x << shift;
+    return 1;
 }
 
 /* A carrier's memory, for index i (its thread is started apart). */
@@ -2987,30 +2982,45 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         return det;
     }
     if (lazy && R.inherit_cfg) det_trace = NULL; /* a fork child: the trace is the parent's */
-    int n = det ? 1 : cfg && cfg->carriers ? cfg->carriers : env_int("WEFT_CARRIERS", (int)sysconf(_SC_NPROCESSORS_ONLN));
-    size_t stack = cfg && cfg->stack_size ? cfg->stack_size : env_size("WEFT_STACK_SIZE", 256 * 1024);
+    /* The environment, where cfg leaves a field 0: a value that is not a
+     * number, or out of its range, fails weft_init with -EINVAL and a line
+     * naming it (weft__env_long), as $WEFT_DETERMINISTIC's does -- a
+     * typo must not quietly run the default. */
+    long nl = sysconf(_SC_NPROCESSORS_ONLN), ms = 0, maxc = 0, spin_us = SPIN_NS / 1000, pin_log = 1;
+    if (nl < 1) nl = 1;
+    if (nl > WEFT__MAX_CARRIERS) nl = WEFT__MAX_CARRIERS;
+    size_t stack = 256 * 1024;
+    int bad = 0, maxc_env = 0;
+    if (det) nl = 1;
+    else if (cfg && cfg->carriers) nl = cfg->carriers;
+    else bad |= weft__env_long("WEFT_CARRIERS", 1, WEFT__MAX_CARRIERS, "a carrier count (1 to 1024)", &nl) < 0;
+    if (cfg && cfg->stack_size) stack = cfg->stack_size;
+    else bad |= env_size("WEFT_STACK_SIZE", &stack) < 0;
+    if (!(cfg && cfg->pin_threshold_ns))
+        bad |= weft__env_long("WEFT_PIN_THRESHOLD_MS", LONG_MIN, INT64_MAX / 1000000,
+                              "a threshold in ms (negative: off)", &ms) < 0;
+    if (cfg && cfg->max_compensate) maxc = cfg->max_compensate, maxc_env = 1;
+    else if ((maxc_env = weft__env_long("WEFT_MAX_COMPENSATE", LONG_MIN, LONG_MAX,
+                                        "a number of spare carriers (0 or less: none)", &maxc)) < 0)
+        bad = 1;
+    bad |= weft__env_long("WEFT_SPIN_US", 0, INT64_MAX / 1000, "a spin in us (0 or more)", &spin_us) < 0;
+    bad |= weft__env_long("WEFT_PIN_LOG", LONG_MIN, LONG_MAX, "an integer (0: off)", &pin_log) < 0;
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
 #endif
-    if (n < 1 || n > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
+    if (bad || nl < 1 || nl > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
     }
+    int n = (int)nl;
     /* the monitor's stall threshold and bound (weft.h, "The monitor") */
     int64_t thr = cfg && cfg->pin_threshold_ns ? cfg->pin_threshold_ns : 0;
-    if (!thr) {
-        long ms = env_long("WEFT_PIN_THRESHOLD_MS", 0);
-        thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
-    }
+    if (!thr) thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
     if (thr < 0 || det) thr = -1;
-    long maxc = cfg && cfg->max_compensate ? cfg->max_compensate : env_long("WEFT_MAX_COMPENSATE", 2L * n);
+    if (!maxc_env) maxc = 2L * n;
     if (maxc < 0 || det) maxc = 0;
     if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
-    {
-        const char *v = getenv("WEFT_SPIN_US");
-        spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
-        if (spin_ns < 0) spin_ns = SPIN_NS;
-    }
+    spin_ns = (int64_t)spin_us * 1000;
     if (!det) atomic_store_explicit(&weft__det_on, 0, memory_order_relaxed); /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
     int r = det ? weft__det_start(det_seed, det_trace) : 0;
     if (r < 0) goto fail0;
@@ -3035,7 +3045,7 @@ static int init_runtime(const weft_config *cfg, int lazy) {
     atomic_store(&R.n_hogs, 0);
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
-    R.pin_log = env_long("WEFT_PIN_LOG", 1) != 0;
+    R.pin_log = pin_log != 0;
     atomic_store(&R.stop, 0);
     atomic_store(&R.g0.nidle, 0);
     atomic_store(&R.g0.nspinning, 0);
