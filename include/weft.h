@@ -128,6 +128,12 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *    vthread and joins it (weft_main): what platform threads hand in
  *    arrives in real time, and vthread ids (which restart at 1) are
  *    deterministic on the same terms.
+ * A deadlock -- no vthread can run, no timer is pending, and no I/O, no
+ * blocking-pool job and no active platform thread is left that could wake
+ * one, for 1 s of real time -- is reported: one line on stderr with the
+ * seed and step, weft_dump's on stderr, and the process exits with status
+ * 2 (weft_*_async operations once started keep this check quiet: their
+ * dispatcher may be waiting on the kernel).
  * A vthread that computes without a switch holds the only carrier; tests
  * that need several carriers or real time cannot run in this mode.
  * weft_init fails with -EINVAL for a bad deterministic flag or a

@@ -1064,6 +1064,11 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (pmin < min) min = pmin;
         int waited = 0;
         int64_t hold = min != INT64_MAX ? weft__det_hold_ns() : 0;
+        /* nothing runnable, no timer, nothing outside that could wake a
+         * vthread, for WEFT__DET_DEADLOCK_NS of real time: a deadlock,
+         * reported (det.c) rather than idled on forever */
+        int64_t stuck = weft__det_deadlock_in(min);
+        if (stuck == 0 && !work_visible(c)) weft__det_deadlock();
         if (min != INT64_MAX && !hold) {
             weft__det_jump(min);
             continue;
@@ -1080,7 +1085,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (!work_visible(c) && !atomic_load(&R.stop)) {
             /* a bounded real wait if a jump is due after it, or the
              * stacks' idle trim (real time) */
-            int64_t wait = min != INT64_MAX ? hold : INT64_MAX;
+            int64_t wait = min != INT64_MAX ? hold : stuck;
             int64_t trim = weft__stacks_trim_due(&c->stacks);
             if (trim != INT64_MAX) {
                 struct timespec ts;
@@ -2143,15 +2148,21 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
     atomic_store_explicit(&self->block_line, line, memory_order_relaxed);
     atomic_store_explicit(&self->block_obj, obj, memory_order_relaxed);
-    atomic_store_explicit(&self->block_since, coarse_now(), memory_order_relaxed);
+    /* (on weft_now's clock, as block_until and the dump's now: the virtual
+     * one in deterministic mode) */
+    atomic_store_explicit(&self->block_since, __builtin_expect(WEFT__DET_ON(), 0) ? weft__det_now() : coarse_now(),
+                          memory_order_relaxed);
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
     /* deterministic mode: an operation the kernel or the pool completes
-     * (io.c parks on it with its op as obj) holds back the clock's jump */
-    int det_io = __builtin_expect(WEFT__DET_ON(), 0) && why == WEFT__WHY_IO && obj;
-    if (det_io) weft__det_io_begin();
+     * (io.c parks on it with its op as obj) holds back the clock's jump;
+     * that and an async dispatcher's park (operations of its may be in the
+     * kernel) rule a deadlock out */
+    int det_io = __builtin_expect(WEFT__DET_ON(), 0) && ((why == WEFT__WHY_IO && obj) || why == WEFT__WHY_ASYNC);
+    int det_hold = why == WEFT__WHY_IO;
+    if (det_io) weft__det_io_begin(det_hold);
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
-    if (det_io) weft__det_io_end();
+    if (det_io) weft__det_io_end(det_hold);
     if (h && WEFT__PW_STATE(atomic_load(&p->word)) != WEFT__PS_TIMEDOUT) {
         /* ended otherwise: its heap entry is dead (counted, dropped later) */
         atomic_fetch_add_explicit(&R.c[self->timer_heap]->timers.dead, 1, memory_order_relaxed);
