@@ -1200,7 +1200,11 @@ static weft_thread *find_work(weft__carrier *c) {
             c->spinning = 0;
             atomic_fetch_sub(&g->nspinning, 1);
         }
-        if (work_visible(c) || atomic_load(&R.stop) || atomic_load(&g->stop)) {
+        /* (a spare retired since the loop's top looked -- its kick may
+         * have been taken by the spin's polls -- sleeps outside the idle
+         * set: in it, it would count as a carrier ready for work and keep
+         * the monitor from activating a spare, while it takes none) */
+        if (work_visible(c) || atomic_load(&R.stop) || atomic_load(&g->stop) || !atomic_load(&c->shared)) {
             if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
             else c->spinning = 1; /* a waker counted us as spinning */
             mon_need(); /* busy again (the monitor may have seen us idle) */
@@ -1387,6 +1391,16 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
     mon_need();
 }
 
+/* An idle carrier of the default group that takes shared work: a retired
+ * spare may sit in the idle set for a moment (find_work), and counting it
+ * (g0.nidle) kept a spare from being activated while nobody took the
+ * stranded work. */
+static int idle_taker(void) {
+    for (int i = 0, n = nall(); i < n; i++)
+        if (carrier_idle(R.c[i]) && atomic_load(&R.c[i]->shared)) return 1;
+    return 0;
+}
+
 /* One spare more (activated, or made) or fewer, to match the carriers
  * that call for one (`need`: in a stall, or held for the threshold, see
  * mon_look): more only while they leave runnable work behind and no
@@ -1396,7 +1410,7 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
  * monitor may disarm.  1 if a spare was activated or made. */
 static int compensate(int need, int waiting) {
     int active = atomic_load(&R.nactive), n = nall();
-    if (need > active && active < R.max_comp && waiting && atomic_load(&R.g0.nidle) == 0) {
+    if (need > active && active < R.max_comp && waiting && !idle_taker()) {
         /* a retired spare, unless it is stalled itself (a vthread pinned
          * to it blocks it): then a new one, while there are fewer than
          * max_comp, else that one anyway (it helps once its stall ends) */
@@ -1404,7 +1418,7 @@ static int compensate(int need, int waiting) {
         for (int i = R.n; i < n; i++) {
             weft__carrier *c = R.c[i];
             if (atomic_load(&c->shared)) continue;
-            if (!atomic_load(&c->stall) && !c->mon_stuck) {
+            if (!atomic_load(&c->stall) && !(c->mon_stuck && __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE))) {
                 spare_activate(c);
                 return 1;
             }
