@@ -244,10 +244,10 @@ int weft__stacks_init(size_t default_size) {
     size_t sz = round_page(default_size < 16 * PAGE ? 16 * PAGE : default_size);
     const char *g = getenv("WEFT_STACK_GUARD");
     long lull_ms = TRIM_IDLE_NS / 1000000;
-    if ((g && *g && strcmp(g, "mprotect") != 0 && strcmp(g, "canary") != 0) ||
+    int bad_guard = g && *g && strcmp(g, "default") != 0 && strcmp(g, "mprotect") != 0 && strcmp(g, "canary") != 0;
+    if (bad_guard) fprintf(stderr, "weft: WEFT_STACK_GUARD=%s is not default, mprotect or canary\n", g);
+    if (bad_guard ||
         weft__env_long("WEFT_STACK_IDLE_MS", 0, LONG_MAX / 1000000, "a lull in ms (0 or more)", &lull_ms) < 0) {
-        if (g && *g && strcmp(g, "mprotect") != 0 && strcmp(g, "canary") != 0)
-            fprintf(stderr, "weft: WEFT_STACK_GUARD=%s is not mprotect or canary\n", g);
         pthread_mutex_unlock(&S.lock);
         return -EINVAL;
     }
