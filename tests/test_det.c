@@ -12,6 +12,8 @@
 #include "det.h"
 
 #include "weft/chan.h"
+#include "weft/exec.h"
+#include "weft/future.h"
 #include "weft/sync.h"
 
 #include <fcntl.h>
@@ -571,3 +573,32 @@ static int parked_since_body(void *arg) {
 }
 
 TEST(dump_parked_since_on_the_virtual_clock) { CHECK_EQ(det_run(parked_since_body, NULL, 1, NULL), DET_PASS); }
+
+/* Nor is a vthread waiting for a task that a new pool thread runs for
+ * longer than the grace. */
+static void *slow_task(void *arg) {
+    struct timespec ts = {1, 500 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return arg;
+}
+
+static int pool_body(void *arg) {
+    (void)arg;
+    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+    CHECK(e != NULL);
+    weft_future *f = weft_submit(e, slow_task, (void *)9);
+    void *v = NULL;
+    CHECK_EQ(weft_future_get(f, &v, 0), 0);
+    CHECK(v == (void *)9);
+    weft_future_free(f);
+    CHECK_EQ(weft_executor_close(e), 0);
+    return 0;
+}
+
+TEST(waiting_on_a_pool_task_is_no_deadlock) {
+    static char err[1 << 14];
+    int st = det_run_capture(pool_body, NULL, 1, err, sizeof err);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "status %#x, stderr:\n%s\n", st, err);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}

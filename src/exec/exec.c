@@ -56,6 +56,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
+#include "../sched/det.h"
 #include "../sync/future_int.h"
 #include "exec.h"
 
@@ -358,6 +359,10 @@ static int worker_start(weft_executor *e, task *first) {
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_t tid;
+    /* deterministic mode: a new pool thread is a platform thread at work
+     * (det.c) until it waits in weft, as one woken is -- the carrier must
+     * not take a vthread waiting for its task for a deadlock */
+    if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active();
     int r = pthread_create(&tid, &a, worker_main, w);
     pthread_attr_destroy(&a);
     if (r) {

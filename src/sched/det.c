@@ -106,7 +106,8 @@
  * since), and through those, signals (a handler reaches a vthread only
  * through an fd it reads, or a platform thread).  With none of these for
  * WEFT__DET_DEADLOCK_NS of real time (1 s: a platform thread that weft
- * counts as parked, past the grace, may still be about to act), it is a
+ * counts as parked, past the grace, may still be about to act; an
+ * executor's new pool thread counts as active from its start), it is a
  * deadlock: one line on stderr (seed, step, virtual time), the trace's
  * last line, weft_dump on stderr -- sched calling up to observe here, as
  * the monitor does for its stall probe -- and the process ends with
@@ -116,7 +117,8 @@
  * alternative: a seed that deadlocks then hung its test until a timeout,
  * with nothing to say which lock.  A program whose platform thread stays
  * away from weft longer than that while every vthread waits for it
- * (counted as parked once a timer's grace ran out) is taken for one.
+ * (counted as parked once a timer's grace ran out, or once another
+ * platform thread parked: the rule sees them as one) is taken for one.
  * Vthreads' "parked since" is taken on the virtual clock in this mode,
  * as the dump's now and every deadline are.
  *
