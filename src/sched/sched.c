@@ -1200,11 +1200,21 @@ static weft_thread *find_work(weft__carrier *c) {
             c->spinning = 0;
             atomic_fetch_sub(&g->nspinning, 1);
         }
-        /* (a spare retired since the loop's top looked -- its kick may
-         * have been taken by the spin's polls -- sleeps outside the idle
-         * set: in it, it would count as a carrier ready for work and keep
-         * the monitor from activating a spare, while it takes none) */
-        if (work_visible(c) || atomic_load(&R.stop) || atomic_load(&g->stop) || !atomic_load(&c->shared)) {
+        /* A spare retired since the loop's top looked (its kick may have
+         * been taken by the spin's polls) sleeps outside the idle set: in
+         * it, it would count as a carrier ready for work -- keeping the
+         * monitor from activating a spare -- while it takes none.  And a
+         * wake-up it absorbed as a spinner (a submitter saw nspinning and
+         * woke nobody) is passed on: its last look does not cover the
+         * injection queue, which it no longer takes. */
+        if (__builtin_expect(!atomic_load(&c->shared), 0)) {
+            if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
+            else c->spinning = 1; /* a waker counted us as spinning: passed on at the top */
+            wake_if_needed(g);
+            mon_need();
+            continue;
+        }
+        if (work_visible(c) || atomic_load(&R.stop) || atomic_load(&g->stop)) {
             if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
             else c->spinning = 1; /* a waker counted us as spinning */
             mon_need(); /* busy again (the monitor may have seen us idle) */
