@@ -1255,6 +1255,8 @@ static weft_thread *find_work(weft__carrier *c) {
 #define PIN_THRESHOLD_NS 20000000 /* a vthread holding its carrier this long is a stall (default) */
 
 static weft_thread *yq_take(weft__carrier *v);
+static int yq_lock_thief(weft__carrier *v);
+static void yq_unlock_thief(weft__carrier *v);
 
 static int carrier_idle(weft__carrier *v) {
     weft_group *g = v->grp;
@@ -1557,7 +1559,13 @@ static void stall_end(weft__carrier *v, int64_t now) {
  * carrier (a racy look: the next look corrects it). */
 static int work_behind(weft__carrier *v, int64_t now) {
 #ifdef WEFT_TSAN
-    int fifo = 0; /* the FIFO is read under its gate's lock only there (yq_take) */
+    /* the FIFO is read under its gate's lock only there (yq_take): a
+     * yielder behind the only carrier must call for a spare here too */
+    int fifo = 0;
+    if (R.yq_stealable && yq_lock_thief(v)) {
+        fifo = v->yq_head != NULL;
+        yq_unlock_thief(v);
+    }
 #else
     int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
 #endif
