@@ -453,7 +453,12 @@ static void *worker_main(void *arg) {
             task_free(dead);
             dead = NULL;
         }
+        /* (deterministic mode: a task at work on a pool thread may still
+         * wake a vthread, so an idle carrier is no deadlock meanwhile) */
+        int det = WEFT__DET_ON();
+        if (__builtin_expect(det, 0)) weft__det_work(1);
         void *r = t->fn(t->arg);
+        if (__builtin_expect(det, 0)) weft__det_work(-1);
         if (t->period) { /* scheduled periodically: again, unless it stopped */
             lock(e);
             if (!r && !e->shut && !weft_future_done(t->fut)) {

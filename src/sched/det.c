@@ -107,7 +107,8 @@
  * through an fd it reads, or a platform thread).  With none of these for
  * WEFT__DET_DEADLOCK_NS of real time (1 s: a platform thread that weft
  * counts as parked, past the grace, may still be about to act; an
- * executor's new pool thread counts as active from its start), it is a
+ * executor's new pool thread counts as active from its start, and one
+ * running a task rules a deadlock out: weft__det_work), it is a
  * deadlock: one line on stderr (seed, step, virtual time), the trace's
  * last line, weft_dump on stderr -- sched calling up to observe here, as
  * the monitor does for its stall probe -- and the process ends with
@@ -498,11 +499,15 @@ static int64_t real_now(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static _Atomic int plat_work; /* pool tasks running (weft__det_work) */
+
+void weft__det_work(int d) { atomic_fetch_add_explicit(&plat_work, d, memory_order_relaxed); }
+
 int64_t weft__det_deadlock_in(int64_t min) {
     /* a timer (the carrier's or a platform thread's timed wait), an
      * operation the kernel or the blocking pool may complete, a platform
      * thread that may act: not (yet) a deadlock */
-    if (min != INT64_MAX || D.outside > 0 || platform_busy()) {
+    if (min != INT64_MAX || D.outside > 0 || platform_busy() || atomic_load_explicit(&plat_work, memory_order_relaxed) > 0) {
         D.stuck_since = 0;
         return INT64_MAX;
     }

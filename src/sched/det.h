@@ -97,6 +97,9 @@ int weft__det_platform_parks(void);
  * weft_dump on stderr) and ends the process with WEFT__DET_DEADLOCK_EXIT.
  * A pick resets the count. */
 int64_t weft__det_deadlock_in(int64_t min);
+/* A platform thread of weft's (an executor's pool thread) begins (+1) or
+ * ends (-1) a task: while any runs, no deadlock (any thread). */
+void weft__det_work(int d);
 _Noreturn void weft__det_deadlock(void);
 
 #define WEFT__DET_EPOCH 1000000000000LL  /* the virtual clock's start: 1000 s */
