@@ -128,9 +128,10 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *    vthread and joins it (weft_main): what platform threads hand in
  *    arrives in real time, and vthread ids (which restart at 1) are
  *    deterministic on the same terms.
- * A deadlock -- no vthread can run, no timer is pending, and no I/O, no
- * blocking-pool job and no active platform thread is left that could wake
- * one, for 1 s of real time -- is reported: one line on stderr with the
+ * A deadlock -- a non-daemon vthread waits, none can run, no timer is
+ * pending, and no I/O, no blocking-pool job, no pool task and no active
+ * platform thread is left that could wake one, for 1 s of real time -- is
+ * reported: one line on stderr with the
  * seed and step, weft_dump's on stderr, and the process exits with status
  * 2 (weft_*_async operations once started keep this check quiet: their
  * dispatcher may be waiting on the kernel).

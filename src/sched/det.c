@@ -104,7 +104,9 @@
  * rather than something false), a platform thread that is active (the
  * rule above: it handed work in or was woken, and has not waited in weft
  * since), and through those, signals (a handler reaches a vthread only
- * through an fd it reads, or a platform thread).  With none of these for
+ * through an fd it reads, or a platform thread).  And a non-daemon vthread
+ * must be alive: with none, or only daemons, nothing is stuck that the
+ * program waits for.  With none of these for
  * WEFT__DET_DEADLOCK_NS of real time (1 s: a platform thread that weft
  * counts as parked, past the grace, may still be about to act; an
  * executor's new pool thread counts as active from its start, and one

@@ -1027,6 +1027,7 @@ static void stop_spinning(weft__carrier *c) {
 
 static void flush_live(weft__carrier *c);
 static void retired_sleep(weft__carrier *c, weft__poller *pl);
+static int64_t nondaemon_live(void);
 
 /* ---- deterministic mode (det.c has the design) ----------------------------
  * The one carrier's decision: what arrived from outside (the injection
@@ -1068,7 +1069,12 @@ static weft_thread *find_work_det(weft__carrier *c) {
          * vthread, for WEFT__DET_DEADLOCK_NS of real time: a deadlock,
          * reported (det.c) rather than idled on forever */
         int64_t stuck = weft__det_deadlock_in(min);
-        if (stuck == 0 && !work_visible(c)) weft__det_deadlock();
+        if (stuck == 0) {
+            /* only if some vthread waits: a runtime with none (a program
+             * between two of its own) or only daemons idles as ever */
+            if (!work_visible(c) && nondaemon_live() > 0) weft__det_deadlock();
+            stuck = INT64_MAX;
+        }
         if (min != INT64_MAX && !hold) {
             weft__det_jump(min);
             continue;
