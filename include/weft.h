@@ -32,7 +32,8 @@
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
- *    carrier by the runtime's monitor thread within about 20 ms; I/O
+ *    carrier by the runtime's monitor thread within about 20 ms (with one
+ *    carrier, or all busy: to a spare carrier, within pin_threshold_ns); I/O
  *    completions on its ring, and vthreads pinned to it, wait for it.
  *
  * Sections, in layer order: runtime, virtual threads, time and
@@ -127,6 +128,13 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *    vthread and joins it (weft_main): what platform threads hand in
  *    arrives in real time, and vthread ids (which restart at 1) are
  *    deterministic on the same terms.
+ * A deadlock -- a non-daemon vthread waits, none can run, no timer is
+ * pending, and no I/O, no blocking-pool job, no pool task and no active
+ * platform thread is left that could wake one, for 1 s of real time -- is
+ * reported: one line on stderr with the
+ * seed and step, weft_dump's on stderr, and the process exits with status
+ * 2 (weft_*_async operations once started keep this check quiet: their
+ * dispatcher may be waiting on the kernel).
  * A vthread that computes without a switch holds the only carrier; tests
  * that need several carriers or real time cannot run in this mode.
  * weft_init fails with -EINVAL for a bad deterministic flag or a
@@ -379,7 +387,8 @@ WEFT_API int64_t weft_now(void);
  * sleeping vthread costs no CPU and holds no carrier.  Returns 0 when the
  * time has come, -ECANCELED when cancelled first, -ETIMEDOUT when the
  * caller's own deadline (weft_deadline_set) comes first.
- * weft_sleep_until(INT64_MAX) sleeps until cancelled.
+ * weft_sleep_until(INT64_MAX) sleeps until cancelled; a deadline in the
+ * past (0 and negative ones too) returns 0 at once, as weft_sleep(ns <= 0).
  */
 WEFT_API int weft_sleep(int64_t ns);
 WEFT_API int weft_sleep_until(int64_t deadline_ns);

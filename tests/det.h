@@ -8,9 +8,9 @@
  *   det_run(body, arg, seed, trace)
  *       runs body once in a forked child whose runtime is deterministic with
  *       `seed` (trace: a WEFT_TRACE file, or NULL); returns DET_PASS,
- *       DET_FAIL (the body said so, or exited non-zero), or DET_CRASH (a
- *       signal, or DET_TIMEOUT_S seconds of real time: a deadlock with no
- *       timer left ends that way -- virtual time never expires on its own).
+ *       DET_FAIL (the body said so, or exited non-zero: a deadlock, which
+ *       the runtime reports with a dump and exit status 2), or DET_CRASH
+ *       (a signal, or DET_TIMEOUT_S seconds of real time).
  *   det_explore(name, body, arg, nseeds)
  *       det_run under seeds 1..nseeds, stopping at the first that fails:
  *       prints "det: NAME fails with seed S" and how to replay it, and

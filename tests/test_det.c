@@ -12,10 +12,14 @@
 #include "det.h"
 
 #include "weft/chan.h"
+#include "weft/exec.h"
+#include "weft/future.h"
 #include "weft/sync.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -398,4 +402,203 @@ TEST(config_errors) {
     weft_config ok = {.deterministic = WEFT_DET_ON, .deterministic_seed = 3};
     CHECK_EQ(weft_init(&ok), 0);
     weft_shutdown();
+}
+
+/* ---- a deadlock is reported, not idled on ---------------------------------- */
+
+/* Runs body under `seed` in a child, as det_run does, with its stderr in
+ * `err`; returns its wait status (a hang ends at DET_TIMEOUT_S: SIGALRM). */
+static int det_run_capture(det_body body, void *arg, uint64_t seed, char *err, size_t n) {
+    int ep[2];
+    CHECK_EQ(pipe(ep), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(ep[1], 2);
+        close(ep[0]);
+        close(ep[1]);
+        alarm(DET_TIMEOUT_S);
+        weft_config cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed};
+        if (weft_init(&cfg) != 0) _exit(3);
+        struct det_root_ r = {body, arg, 0};
+        weft_thread *t;
+        weft_attr a = {.name = "det-root"};
+        if (weft_spawn(&t, det_root_, &r, &a) != 0 || weft_join(t, NULL) != 0) _exit(3);
+        weft_shutdown();
+        _exit(r.result ? DET_FAIL : DET_PASS);
+    }
+    close(ep[1]);
+    size_t k = 0;
+    ssize_t m;
+    while (k < n - 1 && (m = read(ep[0], err + k, n - 1 - k)) > 0) k += (size_t)m;
+    err[k] = 0;
+    char sink[4096];
+    while (read(ep[0], sink, sizeof sink) > 0) {} /* the rest: the child must not block on it */
+    close(ep[0]);
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+static weft_mutex lo_m[2];
+
+static void *lo_locker(void *arg) {
+    int first = (int)(intptr_t)arg;
+    weft_mutex_lock(&lo_m[first]);
+    weft_yield(); /* the other may take its first lock here */
+    weft_mutex_lock(&lo_m[!first]);
+    weft_mutex_unlock(&lo_m[!first]);
+    weft_mutex_unlock(&lo_m[first]);
+    return NULL;
+}
+
+/* Two vthreads taking two locks in opposite orders: some seeds deadlock. */
+static int lock_order_body(void *arg) {
+    (void)arg;
+    weft_mutex_init(&lo_m[0]);
+    weft_mutex_init(&lo_m[1]);
+    weft_thread *a, *b;
+    weft_attr na = {.name = "locks-0-1"}, nb = {.name = "locks-1-0"};
+    CHECK_EQ(weft_spawn(&a, lo_locker, (void *)0, &na), 0);
+    CHECK_EQ(weft_spawn(&b, lo_locker, (void *)1, &nb), 0);
+    CHECK_EQ(weft_join(a, NULL), 0);
+    CHECK_EQ(weft_join(b, NULL), 0);
+    return 0;
+}
+
+TEST(deadlock_is_reported_with_a_dump) {
+    static char err[1 << 16];
+    int deadlocked = 0, passed = 0;
+    for (uint64_t seed = 1; seed <= 16 && !(deadlocked >= 2 && passed >= 1); seed++) {
+        int st = det_run_capture(lock_order_body, NULL, seed, err, sizeof err);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == DET_PASS) {
+            passed++;
+            CHECK(strstr(err, "deadlock") == NULL);
+            continue;
+        }
+        /* not a hang (SIGALRM) and not a pass: the report and the dump */
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2)
+            fprintf(stderr, "seed %llu: status %#x, stderr:\n%s\n", (unsigned long long)seed, st, err);
+        CHECK(WIFEXITED(st));
+        CHECK_EQ(WEXITSTATUS(st), 2);
+        CHECK(strstr(err, "weft: deadlock (deterministic mode, seed ") != NULL);
+        CHECK(strstr(err, "weft thread dump") != NULL);
+        CHECK(strstr(err, "locks-0-1") != NULL && strstr(err, "locks-1-0") != NULL);
+        /* "parked on ... since X s": on the virtual clock, as the dump's now */
+        CHECK(strstr(err, "parked on") != NULL);
+        CHECK(strstr(err, "since -") == NULL);
+        deadlocked++;
+    }
+    CHECK(deadlocked >= 1); /* (the seeds that deadlock are fixed: 6 and 7 among them) */
+    CHECK(passed >= 1);
+}
+
+/* Not a deadlock: every vthread waits, no timer is pending, but what they
+ * wait for comes from outside -- a pipe a platform thread writes after
+ * longer than the deadlock's real-time grace, a blocking-pool job as slow. */
+static int dl_pipe[2];
+
+static void *late_writer(void *arg) {
+    (void)arg;
+    struct timespec ts = {1, 500 * 1000 * 1000}; /* past WEFT__DET_DEADLOCK_NS */
+    nanosleep(&ts, NULL);
+    CHECK_EQ(write(dl_pipe[1], "x", 1), 1);
+    return NULL;
+}
+
+static void *slow_job(void *arg) {
+    struct timespec ts = {1, 500 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return arg;
+}
+
+static int outside_body(void *arg) {
+    (void)arg;
+    CHECK_EQ(pipe(dl_pipe), 0);
+    pthread_t w;
+    CHECK_EQ(pthread_create(&w, NULL, late_writer, NULL), 0);
+    char c;
+    CHECK_EQ(weft_read(dl_pipe[0], &c, 1), 1);
+    pthread_join(w, NULL);
+    void *r = NULL;
+    CHECK_EQ(weft_blocking(slow_job, (void *)7, &r), 0);
+    CHECK(r == (void *)7);
+    return 0;
+}
+
+TEST(waiting_on_the_outside_is_no_deadlock) {
+    static char err[1 << 14];
+    int st = det_run_capture(outside_body, NULL, 1, err, sizeof err);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "status %#x, stderr:\n%s\n", st, err);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
+/* The dump's "parked since" and its now are on one clock: the virtual one
+ * (a real park time against the virtual now read "since -2437 s"). */
+static weft_sem ps_sem;
+static void *ps_waiter(void *arg) {
+    (void)arg;
+    weft_sem_acquire(&ps_sem);
+    return NULL;
+}
+
+static int parked_since_body(void *arg) {
+    (void)arg;
+    weft_sem_init(&ps_sem, 0);
+    weft_thread *t;
+    weft_attr a = {.name = "ps-waiter"};
+    CHECK_EQ(weft_spawn(&t, ps_waiter, NULL, &a), 0);
+    CHECK_EQ(weft_sleep(5 * MS), 0); /* it parks; 5 ms pass on the virtual clock */
+    int fd = memfd_create("dump", MFD_CLOEXEC);
+    CHECK(fd >= 0);
+    CHECK_EQ(weft_dump(fd, WEFT_DUMP_TEXT), 0);
+    static char buf[1 << 16];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    CHECK(n > 0);
+    buf[n > 0 ? n : 0] = 0;
+    close(fd);
+    char *line = strstr(buf, "\"ps-waiter\" parked on");
+    CHECK(line != NULL);
+    char *since = line ? strstr(line, "since ") : NULL;
+    CHECK(since != NULL);
+    double s = since ? atof(since + 6) : -1;
+    if (s < 0.004 || s > 1.0) fprintf(stderr, "%.200s\n", line ? line : buf);
+    CHECK(s >= 0.004); /* 5 ms of virtual time, to the dump's precision */
+    CHECK(s < 1.0);
+    weft_sem_release(&ps_sem);
+    CHECK_EQ(weft_join(t, NULL), 0);
+    return 0;
+}
+
+TEST(dump_parked_since_on_the_virtual_clock) { CHECK_EQ(det_run(parked_since_body, NULL, 1, NULL), DET_PASS); }
+
+/* Nor is a vthread waiting for a task that a new pool thread runs for
+ * longer than the grace. */
+static void *slow_task(void *arg) {
+    struct timespec ts = {1, 500 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return arg;
+}
+
+static int pool_body(void *arg) {
+    (void)arg;
+    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+    CHECK(e != NULL);
+    weft_future *f = weft_submit(e, slow_task, (void *)9);
+    void *v = NULL;
+    CHECK_EQ(weft_future_get(f, &v, 0), 0);
+    CHECK(v == (void *)9);
+    weft_future_free(f);
+    CHECK_EQ(weft_executor_close(e), 0);
+    return 0;
+}
+
+TEST(waiting_on_a_pool_task_is_no_deadlock) {
+    static char err[1 << 14];
+    int st = det_run_capture(pool_body, NULL, 1, err, sizeof err);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "status %#x, stderr:\n%s\n", st, err);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
 }

@@ -791,6 +791,65 @@ TEST(scheduled_close_now_cancels_delayed) {
     weft_future_free(g);
 }
 
+/* Times past the clock's range saturate (never) instead of wrapping into
+ * the past (at once, and a periodic task again and again, starving the
+ * pool); a delay <= 0 is now. */
+TEST(scheduled_huge_times_saturate) {
+    weft_executor *e = weft_executor_scheduled(2);
+    rec never = {.id = 1}, neg = {.id = 2}, most_neg = {.id = 3};
+    ticker rate = {.stop_at = -1}, delay = {.stop_at = -1}, late = {.stop_at = -1}, witness = {.stop_at = 5};
+    weft_future *f_never = weft_schedule(e, count_task, &never, INT64_MAX);
+    weft_future *f_rate = weft_schedule_every(e, tick, &rate, 0, INT64_MAX, 1);
+    weft_future *f_delay = weft_schedule_every(e, tick, &delay, 0, INT64_MAX, 0);
+    weft_future *f_late = weft_schedule_every(e, tick, &late, INT64_MAX - 1, 1000, 1);
+    weft_future *f_neg = weft_schedule(e, count_task, &neg, -5 * MS);
+    weft_future *f_most_neg = weft_schedule(e, count_task, &most_neg, INT64_MIN);
+    CHECK(f_never && f_rate && f_delay && f_late && f_neg && f_most_neg);
+    CHECK(weft_schedule_every(e, tick, &witness, 0, 0, 1) == NULL);  /* a period must be positive */
+    CHECK(weft_schedule_every(e, tick, &witness, 0, -MS, 0) == NULL);
+    /* negative delays run now (bounded waits: a failure, not a hang) */
+    void *v;
+    CHECK_EQ(weft_future_get(f_neg, &v, weft_now() + 10000 * MS), 0);
+    CHECK_EQ(I(v), 3);
+    CHECK_EQ(weft_future_get(f_most_neg, &v, weft_now() + 10000 * MS), 0);
+    CHECK_EQ(I(v), 4);
+    /* a task due after the huge ones still gets a thread */
+    weft_future *f_w = weft_schedule_every(e, tick, &witness, MS, MS, 1);
+    CHECK_EQ(weft_future_get(f_w, &v, weft_now() + 10000 * MS), 0);
+    CHECK_EQ(I(v), 5);
+    /* the periodic ones due now ran once; their next run is never */
+    for (int i = 0; i < 10000 && (atomic_load(&rate.runs) < 1 || atomic_load(&delay.runs) < 1); i++) usleep(1000);
+    usleep(20 * 1000); /* a wrapped next run would be due now: room for it to show */
+    CHECK_EQ(atomic_load(&rate.runs), 1);
+    CHECK_EQ(atomic_load(&delay.runs), 1);
+    CHECK_EQ(atomic_load(&late.runs), 0);
+    CHECK_EQ(atomic_load(&never.runs), 0);
+    /* close_now takes every one of them off */
+    CHECK_EQ(weft_executor_close_now(e), 1); /* the one-shot; the periodic ones went with the shutdown */
+    CHECK_EQ(weft_future_get(f_never, NULL, 0), -ECANCELED);
+    CHECK_EQ(weft_future_get(f_rate, NULL, 0), -ECANCELED);
+    CHECK_EQ(weft_future_get(f_delay, NULL, 0), -ECANCELED);
+    CHECK_EQ(weft_future_get(f_late, NULL, 0), -ECANCELED);
+    CHECK_EQ(atomic_load(&rate.runs), 1);
+    weft_future *all[] = {f_never, f_rate, f_delay, f_late, f_neg, f_most_neg, f_w};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) weft_future_free(all[i]);
+}
+
+/* A keep-alive past the clock's range is forever, not a deadline in the
+ * past that ends an idle thread at once. */
+TEST(cached_huge_keep_alive_keeps_threads) {
+    weft_executor *e = weft_executor_cached(0, INT64_MAX);
+    rec r = {.id = 1};
+    weft_future *f = weft_submit(e, count_task, &r);
+    CHECK_EQ(weft_future_get(f, NULL, 0), 0);
+    weft_future_free(f);
+    usleep(20 * 1000); /* an idle thread that timed out at once has left by now */
+    weft_executor_stats s = stats_of(e);
+    CHECK_EQ(s.threads_started, 1);
+    CHECK_EQ(s.threads_live, 1);
+    CHECK_EQ(weft_executor_close(e), 0);
+}
+
 /* ---- observe ------------------------------------------------------------------------- */
 
 TEST(dump_shows_executors) {

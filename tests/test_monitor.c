@@ -271,6 +271,9 @@ TEST(pinned_site_names_the_callers) {
     CHECK_EQ(weft_join(t, NULL), 0);
     usleep(30 * 1000);
     char *log = cap_end();
+    if (count_lines(log, "weft: pinned:", "\"deep\"", "blocked in nanosleep", "at monitor_test_bigframe+0x",
+                    "<- monitor_test_outer+0x", (char *)NULL) != 1)
+        fprintf(stderr, "the monitor's lines:\n%s", log);
     CHECK_EQ(count_lines(log, "weft: pinned:", "\"deep\"", "blocked in nanosleep",
                          "at monitor_test_bigframe+0x", "<- monitor_test_outer+0x", (char *)NULL),
              1);

@@ -4,7 +4,9 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static void *ret_arg(void *a) { return a; }
 
@@ -253,6 +255,81 @@ TEST(init_twice_and_restart) {
     weft_shutdown();
     weft_config bad = {.carriers = -1};
     CHECK_EQ(weft_init(&bad), -EINVAL);
+}
+
+/* weft_init(NULL) with $name=value: its result, and what it said on
+ * stderr in said (the variable's name must be there). */
+static int init_with_env(const char *name, const char *value, char *said, size_t n) {
+    int p[2], saved = dup(2);
+    CHECK(saved >= 0 && pipe(p) == 0);
+    CHECK(dup2(p[1], 2) == 2);
+    setenv(name, value, 1);
+    int r = weft_init(NULL);
+    unsetenv(name);
+    CHECK(dup2(saved, 2) == 2);
+    close(saved);
+    close(p[1]);
+    ssize_t k = read(p[0], said, n - 1); /* (a line: far less than a pipe holds) */
+    said[k > 0 ? k : 0] = 0;
+    close(p[0]);
+    if (r == 0) weft_shutdown();
+    return r;
+}
+
+/* A WEFT_* value that is not a number, or out of its range, fails
+ * weft_init with -EINVAL and a line naming it -- not the default, quietly
+ * (docs/errors.md).  The stack allocator's are read at its first start,
+ * so they go first. */
+TEST(bad_environment_fails_init) {
+    DET_SKIP("WEFT_DETERMINISTIC fixes the carriers");
+    static const char *bad[][2] = {
+        {"WEFT_STACK_GUARD", "nope"},       {"WEFT_STACK_IDLE_MS", "-1"},
+        {"WEFT_STACK_SIZE", "12q"},         {"WEFT_STACK_SIZE", "99999999999999999999999"},
+        {"WEFT_STACK_SIZE", "0"},           {"WEFT_STACK_SIZE", "-4096"},
+        {"WEFT_CARRIERS", "-3"},            {"WEFT_CARRIERS", "0"},
+        {"WEFT_CARRIERS", "abc"},           {"WEFT_CARRIERS", "2x"},
+        {"WEFT_CARRIERS", "1025"},          {"WEFT_PIN_THRESHOLD_MS", "20ms"},
+        {"WEFT_MAX_COMPENSATE", "many"},    {"WEFT_SPIN_US", "-1"},
+        {"WEFT_PIN_LOG", "off"},            {"WEFT_IO", "uring2"},
+    };
+    char said[512];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int r = init_with_env(bad[i][0], bad[i][1], said, sizeof said);
+        if (r != -EINVAL || !strstr(said, bad[i][0]))
+            fprintf(stderr, "%s=%s: %d, said \"%s\"\n", bad[i][0], bad[i][1], r, said);
+        CHECK_EQ(r, -EINVAL);
+        CHECK(strstr(said, bad[i][0]) != NULL);
+    }
+    /* good values still work, and a config field wins over the variable */
+    CHECK_EQ(init_with_env("WEFT_CARRIERS", "2", said, sizeof said), 0);
+    setenv("WEFT_CARRIERS", "abc", 1);
+    weft_config cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_stats st;
+    weft_stats_get(&st);
+    CHECK_EQ(st.carriers, 1);
+    weft_shutdown();
+    unsetenv("WEFT_CARRIERS");
+}
+
+/* A stack size that round_page would wrap to a small one is refused,
+ * not served with a 64 KiB stack. */
+TEST(huge_stack_size_is_refused) {
+    weft_config cfg = {.stack_size = SIZE_MAX - 100};
+    CHECK_EQ(weft_init(&cfg), -ENOMEM);
+    cfg.stack_size = SIZE_MAX / 2;
+    CHECK_EQ(weft_init(&cfg), -ENOMEM);
+    CHECK_EQ(weft_init(NULL), 0);
+    weft_attr a = {.stack_size = SIZE_MAX - 100};
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, ret_arg, NULL, &a), -ENOMEM);
+    a.stack_size = SIZE_MAX - 4096 * 4;
+    CHECK_EQ(weft_spawn(&t, ret_arg, NULL, &a), -ENOMEM);
+    a.stack_size = 128 * 1024; /* and a sane one after them */
+    CHECK_EQ(weft_spawn(&t, ret_arg, (void *)3, &a), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == (void *)3);
 }
 
 static int main_fn(void *arg) {

@@ -26,6 +26,33 @@ TEST(sleep_never_returns_early) {
     CHECK_EQ(weft_sleep(-5), 0);
 }
 
+/* A deadline in the past returns at once, as weft_sleep(ns <= 0) does --
+ * negative and 0 too (0 is the epoch here, not "none") -- from a vthread
+ * and from a platform thread; INT64_MAX still means until cancelled. */
+static atomic_int past_done;
+static void *past_sleeper(void *arg) {
+    static const int64_t past[] = {-1, -5000000000LL, INT64_MIN, 0, 1};
+    for (size_t i = 0; i < sizeof past / sizeof *past; i++) CHECK_EQ((weft_sleep_until)(past[i]), 0);
+    CHECK_EQ((weft_sleep_until)(weft_now() - 1000), 0);
+    atomic_store(&past_done, 1);
+    return (void *)(intptr_t)weft_sleep_until(INT64_MAX); /* until the cancel below */
+}
+
+TEST(sleep_until_the_past_returns_at_once) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, past_sleeper, NULL, NULL), 0);
+    /* bounded: a sleep that never returns fails here instead of hanging */
+    for (int i = 0; i < 20000 && !atomic_load(&past_done); i++) usleep(500);
+    CHECK(atomic_load(&past_done));
+    weft_cancel(t);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK_EQ((intptr_t)r, -ECANCELED);
+    /* a platform thread: the same */
+    CHECK_EQ((weft_sleep_until)(-1), 0);
+    CHECK_EQ((weft_sleep_until)(0), 0);
+}
+
 /* With one carrier, vthreads wake in deadline order.  The order says
  * something only if every sleeper was in the timer heap before the first
  * deadline: one whose deadline had passed when it called weft_sleep_until

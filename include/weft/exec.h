@@ -119,6 +119,13 @@ WEFT_API weft_future *weft_submit_until(weft_executor *e, void *(*fn)(void *), v
  * then completes with that value), when its future is cancelled, or at
  * shutdown; a stopped-by-cancel or shutdown future fails with -ECANCELED.
  * weft_submit on a scheduled executor is weft_schedule with delay 0.
+ * Times: a delay_ns or first_ns of 0 or less means now (as Java's
+ * ScheduledExecutorService treats a negative delay); period_ns must be
+ * positive (NULL otherwise).  A time beyond the clock's range (weft_now()
+ * plus delay, or a run's time plus period, past INT64_MAX) is saturated to
+ * INT64_MAX -- never, in practice -- instead of wrapping to the past: such
+ * a task does not run (a periodic one does not run again), and a one-shot
+ * one keeps close waiting until it is cancelled (close_now cancels it).
  * At shutdown delayed one-shot tasks still run (close waits for them) and
  * periodic ones stop -- Java's defaults.
  */

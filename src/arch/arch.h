@@ -29,6 +29,33 @@
 #endif
 #endif
 
+/* ---- the environment ------------------------------------------------------ */
+
+/*
+ * $name as a decimal integer in [lo, hi]: 1 with *out set,
+ * 0 when it is unset or empty (*out untouched), or -EINVAL after one line
+ * on stderr naming it ("weft: WEFT_CARRIERS=abc is not a carrier count
+ * (1 to 1024)").  Every WEFT_* variable that weft_init reads goes through
+ * it, so a bad value fails weft_init the same way whichever it is (here,
+ * in the lowest layer, so that every layer can).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+static inline int weft__env_long(const char *name, long lo, long hi, const char *what, long *out) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "weft: %s=%s is not %s\n", name, v, what);
+        return -EINVAL;
+    }
+    *out = x;
+    return 1;
+}
+
 /* ---- context switch (switch_x86_64.S) ---------------------------------- */
 
 /*

@@ -84,6 +84,7 @@
 #include "arch.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,11 @@
 #define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
 #define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
 #define IOV_MAX_BATCH 1024u
+/* The largest stack: a slab of SLAB_SLOTS of them (plus guards) must not
+ * overflow size_t, and no address space holds more anyway (x86-64 gives a
+ * process 128 TiB); a larger size is -ENOMEM, not a size that wrapped to a
+ * small one. */
+#define STACK_MAX ((size_t)1 << 40)
 
 typedef struct slab {
     char *base;
@@ -234,9 +240,18 @@ static long max_map_count(void) {
 int weft__stacks_init(size_t default_size) {
     pthread_mutex_lock(&S.lock);
     if (S.inited) { pthread_mutex_unlock(&S.lock); return 0; }
+    if (default_size > STACK_MAX) { pthread_mutex_unlock(&S.lock); return -ENOMEM; }
     size_t sz = round_page(default_size < 16 * PAGE ? 16 * PAGE : default_size);
-    S.default_size = sz;
     const char *g = getenv("WEFT_STACK_GUARD");
+    long lull_ms = TRIM_IDLE_NS / 1000000;
+    int bad_guard = g && *g && strcmp(g, "default") != 0 && strcmp(g, "mprotect") != 0 && strcmp(g, "canary") != 0;
+    if (bad_guard) fprintf(stderr, "weft: WEFT_STACK_GUARD=%s is not default, mprotect or canary\n", g);
+    if (bad_guard ||
+        weft__env_long("WEFT_STACK_IDLE_MS", 0, LONG_MAX / 1000000, "a lull in ms (0 or more)", &lull_ms) < 0) {
+        pthread_mutex_unlock(&S.lock);
+        return -EINVAL;
+    }
+    S.default_size = sz;
     if (g && strcmp(g, "mprotect") == 0) S.guard_mode = WEFT__GUARD_MPROTECT;
     else if (g && strcmp(g, "canary") == 0) S.guard_mode = WEFT__GUARD_CANARY;
     else if (probe_guard_install()) S.guard_mode = WEFT__GUARD_MADVISE;
@@ -250,9 +265,7 @@ int weft__stacks_init(size_t default_size) {
         S.vma_budget = b ? atol(b) : (maxm - used - reserve) / 2;
         if (S.vma_budget < 0) S.vma_budget = 0;
     }
-    const char *l = getenv("WEFT_STACK_IDLE_MS");
-    long lull_ms = l && *l ? atol(l) : -1;
-    S.trim_idle_ns = lull_ms >= 0 ? (int64_t)lull_ms * 1000000 : TRIM_IDLE_NS;
+    S.trim_idle_ns = (int64_t)lull_ms * 1000000;
     S.pidfd = probe_process_madvise();
     S.inited = 1;
     pthread_mutex_unlock(&S.lock);
@@ -562,6 +575,7 @@ void weft__stack_done(weft__stack *s, const void *sp) {
 #endif
 
 weft__stack *weft__stack_get(weft__stack_cache *cache, size_t size) {
+    if (size > STACK_MAX) return NULL; /* (round_page would wrap it to a small one) */
     size_t want = size ? round_page(size) : S.default_size;
     if (want < 16 * PAGE) want = 16 * PAGE;
     if (want == S.default_size) {

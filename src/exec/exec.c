@@ -52,12 +52,16 @@
  * rejection policy.  A cached pool (core 0) prefers a new thread to the
  * queue, and queues once `max` threads run.  A scheduled pool keeps its
  * queue as a binary heap ordered by (when, seq); its threads wait until
- * the earliest task is due.
+ * the earliest task is due.  A `when` is saturated at INT64_MAX (never):
+ * now + delay, or a run's when + period, wrapped past INT64_MAX into the
+ * past made a task due at once, and a periodic one ran again and again,
+ * holding the pool's threads from every other task.
  *
  * The registry.  Live executors are on one list (reg_lock) for weft_dump.
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
+#include "../sched/det.h"
 #include "../sync/future_int.h"
 #include "exec.h"
 
@@ -363,6 +367,10 @@ static int worker_start(weft_executor *e, task *first) {
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_t tid;
+    /* deterministic mode: a new pool thread is a platform thread at work
+     * (det.c) until it waits in weft, as one woken is -- the carrier must
+     * not take a vthread waiting for its task for a deadlock */
+    if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active();
     int r = pthread_create(&tid, &a, worker_main, w);
     pthread_attr_destroy(&a);
     if (r) {
@@ -384,6 +392,12 @@ static int worker_start(weft_executor *e, task *first) {
         list_link(&e->running, first);
     }
     return 0;
+}
+
+/* when + period (period > 0), saturated: a period too long for the clock
+ * means never again, not a time in the past and a run at once. */
+static int64_t when_after(int64_t when, int64_t period) {
+    return period > INT64_MAX - when ? INT64_MAX : when + period;
 }
 
 /* The next task for w, RUNNING on it, or NULL when w should end; lock held. */
@@ -409,7 +423,7 @@ static task *take(weft_executor *e, worker *w) {
         }
         if (e->shut && !q_first(e)) return NULL;
         if (expired && e->nthreads > e->core) return NULL;
-        if (!deadline && e->keep_alive && e->nthreads > e->core) deadline = weft_now() + e->keep_alive;
+        if (!deadline && e->keep_alive && e->nthreads > e->core) deadline = weft__sleep_deadline(e->keep_alive);
         int r = wait_on(e, &e->idle, deadline, 1);
         if (r == -ETIMEDOUT && e->kind != EX_SCHED) expired = 1;
     }
@@ -447,11 +461,16 @@ static void *worker_main(void *arg) {
             task_free(dead);
             dead = NULL;
         }
+        /* (deterministic mode: a task at work on a pool thread may still
+         * wake a vthread, so an idle carrier is no deadlock meanwhile) */
+        int det = WEFT__DET_ON();
+        if (__builtin_expect(det, 0)) weft__det_work(1);
         void *r = t->fn(t->arg);
+        if (__builtin_expect(det, 0)) weft__det_work(-1);
         if (t->period) { /* scheduled periodically: again, unless it stopped */
             lock(e);
             if (!r && !e->shut && !weft_future_done(t->fut)) {
-                t->when = t->fixed_rate ? t->when + t->period : weft_now() + t->period;
+                t->when = t->fixed_rate ? when_after(t->when, t->period) : weft__sleep_deadline(t->period);
                 list_unlink(&e->running, t);
                 t->w = NULL;
                 t->cancel_req = 0;
@@ -740,7 +759,7 @@ static weft_future *schedule(weft_executor *e, void *(*fn)(void *), void *arg, i
     if (!e || !fn || e->kind != EX_SCHED || period < 0) return NULL;
     task *t = task_new(e, fn, arg);
     if (!t) return NULL;
-    t->when = weft_now() + (first > 0 ? first : 0);
+    t->when = weft__sleep_deadline(first); /* (saturated; now for first <= 0) */
     t->period = period;
     t->fixed_rate = fixed_rate != 0;
     return submit_pool(e, t, 0);

@@ -808,8 +808,9 @@ static int pool_submit(pool_job *j) {
         return -ESHUTDOWN;
     }
     if (!P.max) {
-        const char *v = getenv("WEFT_BLOCKING_MAX");
-        P.max = v && atoi(v) > 0 ? atoi(v) : 64;
+        long m = 64; /* (read lazily, past weft_init: a bad value is told, and the default used) */
+        if (weft__env_long("WEFT_BLOCKING_MAX", 1, INT_MAX, "a thread count (1 or more): using 64", &m) < 0) m = 64;
+        P.max = (int)m;
     }
     j->next = NULL;
     if (P.tail) P.tail->next = j;
@@ -909,8 +910,9 @@ static int env_mode(void) {
     if (!v || !*v || !strcmp(v, "auto")) return WEFT_IO_AUTO;
     if (!strcmp(v, "uring") || !strcmp(v, "io_uring")) return WEFT_IO_URING;
     if (!strcmp(v, "epoll")) return WEFT_IO_EPOLL;
-    fprintf(stderr, "weft: WEFT_IO=%s is not auto, uring or epoll: using auto\n", v);
-    return WEFT_IO_AUTO;
+    /* weft_init fails, as on any bad WEFT_* value (arch.h, weft__env_long) */
+    fprintf(stderr, "weft: WEFT_IO=%s is not auto, uring or epoll\n", v);
+    return -EINVAL;
 }
 
 /* Why io_uring cannot be used here (err: the probe's -errno), in words
@@ -941,6 +943,7 @@ int weft__io_start(int mode) {
     if (mode < 0 || mode > WEFT_IO_EPOLL) return -EINVAL;
     int by_env = mode == WEFT_IO_AUTO;
     if (mode == WEFT_IO_AUTO) mode = env_mode();
+    if (mode < 0) return mode;
     if (mode == WEFT_IO_AUTO && RUNNING_ON_VALGRIND) {
         /* Under valgrind (3.19 here) a carrier asleep in io_uring_enter
          * stops every other thread for good (its scheduler lock is not let

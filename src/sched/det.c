@@ -93,6 +93,38 @@
  * its deadlines will run on), by weft_init (off when the configuration
  * says so) and weft_shutdown, while no carrier runs.
  *
+ * Deadlock.  With one carrier and virtual time, the carrier idle with no
+ * vthread runnable and no timer pending (its heap's or a platform
+ * thread's timed wait) is stuck for good unless something outside the
+ * carrier can still make a vthread runnable.  What can: an I/O operation
+ * the kernel or the blocking pool completes (a vthread parked on it:
+ * weft__det_io_begin), an asynchronous operations' dispatcher parked
+ * while its operations may be in the kernel (counted the same way; so is
+ * a dispatcher with none -- this file cannot tell, and says nothing
+ * rather than something false), a platform thread that is active (the
+ * rule above: it handed work in or was woken, and has not waited in weft
+ * since), and through those, signals (a handler reaches a vthread only
+ * through an fd it reads, or a platform thread).  And a non-daemon vthread
+ * must be alive: with none, or only daemons, nothing is stuck that the
+ * program waits for.  With none of these for
+ * WEFT__DET_DEADLOCK_NS of real time (1 s: a platform thread that weft
+ * counts as parked, past the grace, may still be about to act; an
+ * executor's new pool thread counts as active from its start, and one
+ * running a task rules a deadlock out: weft__det_work), it is a
+ * deadlock: one line on stderr (seed, step, virtual time), the trace's
+ * last line, weft_dump on stderr -- sched calling up to observe here, as
+ * the monitor does for its stall probe -- and the process ends with
+ * status 2 (WEFT__DET_DEADLOCK_EXIT, as Go's "all goroutines are
+ * asleep"), through _exit: an exit handler that shut the runtime down
+ * would wait for the deadlocked vthreads.  Idling on silently was the
+ * alternative: a seed that deadlocks then hung its test until a timeout,
+ * with nothing to say which lock.  A program whose platform thread stays
+ * away from weft longer than that while every vthread waits for it
+ * (counted as parked once a timer's grace ran out, or once another
+ * platform thread parked: the rule sees them as one) is taken for one.
+ * Vthreads' "parked since" is taken on the virtual clock in this mode,
+ * as the dump's now and every deadline are.
+ *
  * Failure.  The run set grows by doubling; if it cannot grow, the vthread
  * waits on an overflow list (through t->next) that moves into the set as
  * it has room -- out of memory never loses a runnable vthread.  A trace
@@ -130,6 +162,9 @@ static struct {
     size_t novf;
     int trace_fd;               /* -1: none */
     int io_pending;
+    int outside;                /* parks something outside may end (weft__det_io_begin) */
+    uint64_t seed;
+    int64_t stuck_since;        /* real ns: idle with nothing that could wake a vthread since; 0: not */
 } D = {.trace_fd = -1};
 
 /* weft_now() before weft_init (a test's t0, read before its first spawn
@@ -235,6 +270,9 @@ int weft__det_start(uint64_t seed, const char *tr) {
     if (!clock_set) atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
     clock_set = 1;
     D.rng = seed;
+    D.seed = seed;
+    D.stuck_since = 0;
+    D.outside = 0;
     D.step = 0;
     D.n = 0;
     D.ovf_head = D.ovf_tail = NULL;
@@ -361,6 +399,7 @@ weft_thread *weft__det_pick(void) {
             if (!D.ovf_head) D.ovf_tail = NULL;
             D.novf--;
             t->next = NULL;
+            D.stuck_since = 0;
             return t;
         }
     }
@@ -369,6 +408,7 @@ weft_thread *weft__det_pick(void) {
     weft_thread *t = D.set[k];
     D.set[k] = D.set[--D.n];
     ovf_drain();
+    D.stuck_since = 0;
     D.step++;
     int64_t vt = weft__det_now() + WEFT__DET_TICK_NS;
     advance(vt);
@@ -418,8 +458,14 @@ void weft__det_pwait_fire(int64_t now) {
     pthread_mutex_unlock(&pw_lock);
 }
 
-void weft__det_io_begin(void) { D.io_pending++; }
-void weft__det_io_end(void) { D.io_pending--; }
+void weft__det_io_begin(int hold) {
+    D.io_pending += hold;
+    D.outside++;
+}
+void weft__det_io_end(int hold) {
+    D.io_pending -= hold;
+    D.outside--;
+}
 /* Platform threads' activity, as events on one counter: the latest
  * "active" (one handed work in, or the carrier woke one) after the latest
  * "parked" (one began to wait) means a platform thread may be about to act. */
@@ -445,4 +491,49 @@ int weft__det_platform_parks(void) {
     int was = platform_busy();
     atomic_store_explicit(&pev_parked, atomic_fetch_add(&pev, 1) + 1, memory_order_relaxed);
     return was;
+}
+
+/* ---- deadlock ---- */
+
+static int64_t real_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static _Atomic int plat_work; /* pool tasks running (weft__det_work) */
+
+void weft__det_work(int d) { atomic_fetch_add_explicit(&plat_work, d, memory_order_relaxed); }
+
+int64_t weft__det_deadlock_in(int64_t min) {
+    /* a timer (the carrier's or a platform thread's timed wait), an
+     * operation the kernel or the blocking pool may complete, a platform
+     * thread that may act: not (yet) a deadlock */
+    if (min != INT64_MAX || D.outside > 0 || platform_busy() || atomic_load_explicit(&plat_work, memory_order_relaxed) > 0) {
+        D.stuck_since = 0;
+        return INT64_MAX;
+    }
+    int64_t now = real_now();
+    if (!D.stuck_since) D.stuck_since = now;
+    int64_t left = D.stuck_since + WEFT__DET_DEADLOCK_NS - now;
+    return left > 0 ? left : 0;
+}
+
+_Noreturn void weft__det_deadlock(void) {
+    int64_t vt = weft__det_now() - WEFT__DET_EPOCH;
+    trace("step %llu vt=%lld deadlock", (unsigned long long)D.step, (long long)vt);
+    fprintf(stderr,
+            "weft: deadlock (deterministic mode, seed %llu, step %llu, vt=%lld ns): no vthread can run, no "
+            "timer is pending, and no I/O, blocking job or platform thread is left to wake one\n",
+            (unsigned long long)D.seed, (unsigned long long)D.step, (long long)vt);
+    weft_dump(2, WEFT_DUMP_TEXT);
+    /* what the program printed, unless a thread holds the stream (one
+     * blocked in it would hang us), then no exit handlers: one that shuts
+     * the runtime down would wait for the deadlocked vthreads */
+    if (ftrylockfile(stdout) == 0) {
+        fflush_unlocked(stdout);
+        funlockfile(stdout);
+    }
+    if (D.trace_fd >= 0) close(D.trace_fd);
+    _exit(WEFT__DET_DEADLOCK_EXIT);
 }

@@ -71,11 +71,14 @@ weft_thread *weft__det_pick(void);
 /* A vthread that came from outside (the injection queue): traced. */
 void weft__det_note_inject(weft_thread *t);
 
-/* Outstanding I/O parks of vthreads (operations whose completion comes
- * from the kernel or the blocking pool): the clock waits a little for
- * them before it jumps.  Carrier thread only. */
-void weft__det_io_begin(void);
-void weft__det_io_end(void);
+/* Parks of vthreads that something outside the carrier may end: an I/O
+ * operation the kernel or the blocking pool completes (hold 1: the clock
+ * waits a little for it before it jumps), or an asynchronous operations'
+ * dispatcher, which may have operations in the kernel (hold 0).  While
+ * any is open, an idle carrier with no timer is not deadlocked.  Carrier
+ * thread only. */
+void weft__det_io_begin(int hold);
+void weft__det_io_end(int hold);
 /* How long (real ns) the idle carrier waits for outside input before the
  * clock jumps: WEFT__DET_GRACE_NS while a platform thread is active (below),
  * WEFT__DET_IO_WAIT_NS while I/O is outstanding, else 0. */
@@ -87,9 +90,23 @@ void weft__det_platform_active(void);
  * (the carrier may be holding the clock for it: kick it). */
 int weft__det_platform_parks(void);
 
+/* A deadlock (det.c, "Deadlock"): the idle carrier with no timer pending
+ * (min: its earliest, INT64_MAX for none) asks how long (real ns) to wait
+ * before it is declared -- INT64_MAX while something outside may still
+ * wake a vthread; 0: now, and weft__det_deadlock reports it (a line and
+ * weft_dump on stderr) and ends the process with WEFT__DET_DEADLOCK_EXIT.
+ * A pick resets the count. */
+int64_t weft__det_deadlock_in(int64_t min);
+/* A platform thread of weft's (an executor's pool thread) begins (+1) or
+ * ends (-1) a task: while any runs, no deadlock (any thread). */
+void weft__det_work(int d);
+_Noreturn void weft__det_deadlock(void);
+
 #define WEFT__DET_EPOCH 1000000000000LL  /* the virtual clock's start: 1000 s */
 #define WEFT__DET_TICK_NS 1000           /* the clock's advance per scheduling decision */
 #define WEFT__DET_IO_WAIT_NS 5000000     /* how long (real) the idle carrier waits for I/O before a jump */
 #define WEFT__DET_GRACE_NS 100000000     /* ... and for an active platform thread */
+#define WEFT__DET_DEADLOCK_NS 1000000000LL /* how long (real) nothing may happen before a deadlock is declared */
+#define WEFT__DET_DEADLOCK_EXIT 2         /* the exit status of a deadlocked program (as Go's) */
 
 #endif /* WEFT_SCHED_DET_H */

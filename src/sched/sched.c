@@ -89,7 +89,11 @@
  * with nothing else to run still makes every SLOW_EVERY yields -- is
  * running one vthread's own code all along, and the monitor moves its
  * slot, its FIFO and its due timers' vthreads to the injection queue and
- * wakes an idle carrier (when some other carrier takes shared work).  It
+ * wakes an idle carrier (when some other carrier of its group takes shared
+ * work: a configured one, or an active spare; for a retired spare, any).
+ * With one carrier -- the default on a one-CPU machine -- or every carrier
+ * busy, nobody takes it until a spare does ("Spares"): then it waits the
+ * stall threshold, not the computation.  It
  * disarms and sleeps without a deadline once every carrier is idle (the
  * idle bits, a retired spare's dormant flag and mon_armed are a Dekker
  * pair: see monitor_main).  Cost: at most ~100 wake-ups a second of one
@@ -120,8 +124,17 @@
  * injection queue, or in a stalled carrier's deque, slot, FIFO or due
  * timers) with no carrier idle to take it, the monitor activates a spare
  * carrier, up to max_compensate at once (default: 2 x the carriers), one
- * more per look while each stall has none; as stalls end it retires as
- * many at once (compensate).  At most max_compensate spares are ever made;
+ * more per look while each stall has none, and moves that work to it in
+ * the same look; as stalls end it retires as many at once (compensate).
+ * "Stalled" here is measured from before the carrier's last progress (the
+ * look before the one that saw it, mon_from), and the monitor looks again
+ * exactly when that reaches the threshold: so work stranded behind the
+ * only carrier runs within the threshold (plus the spare's wake-up), where
+ * the stall event -- measured strictly, from the look that saw the
+ * progress -- can come up to two looks later.  A spare may so be called
+ * for by a computation of half the threshold; one is not called for by a
+ * vthread that computes on purpose (WEFT__F_COMPUTE) until it is found
+ * blocked.  At most max_compensate spares are ever made;
  * a retired one is reused first, unless it is stalled itself.  A spare is a full
  * carrier -- deque, mailbox, timer heap, poller (its own ring), stack
  * cache -- at an index past the configured ones in R.c, made on first need
@@ -347,6 +360,9 @@ struct weft__carrier {
     /* the monitor's (see "The monitor"); stall_* also read by the dump */
     uint64_t mon_seen;              /* progress (switches + slow turns) at its last look */
     int64_t mon_since;              /* when it first saw mon_seen */
+    int64_t mon_last;               /* its last look */
+    int64_t mon_from;               /* the look before mon_since's: mon_seen was reached after it */
+    int mon_stuck;                  /* its last look found no progress */
     int64_t mon_cpu0;               /* the thread's CPU time at the first look that saw no progress; -1 */
     clockid_t cpuclk;               /* the carrier thread's CPU clock */
     int cpuclk_ok;
@@ -1062,6 +1078,7 @@ static void stop_spinning(weft__carrier *c) {
 
 static void flush_live(weft__carrier *c);
 static void retired_sleep(weft__carrier *c, weft__poller *pl);
+static int64_t nondaemon_live(void);
 
 /* ---- deterministic mode (det.c has the design) ----------------------------
  * The one carrier's decision: what arrived from outside (the injection
@@ -1099,6 +1116,16 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (pmin < min) min = pmin;
         int waited = 0;
         int64_t hold = min != INT64_MAX ? weft__det_hold_ns() : 0;
+        /* nothing runnable, no timer, nothing outside that could wake a
+         * vthread, for WEFT__DET_DEADLOCK_NS of real time: a deadlock,
+         * reported (det.c) rather than idled on forever */
+        int64_t stuck = weft__det_deadlock_in(min);
+        if (stuck == 0) {
+            /* only if some vthread waits: a runtime with none (a program
+             * between two of its own) or only daemons idles as ever */
+            if (!work_visible(c) && nondaemon_live() > 0) weft__det_deadlock();
+            stuck = INT64_MAX;
+        }
         if (min != INT64_MAX && !hold) {
             weft__det_jump(min);
             continue;
@@ -1115,7 +1142,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (!work_visible(c) && !atomic_load(&R.stop)) {
             /* a bounded real wait if a jump is due after it, or the
              * stacks' idle trim (real time) */
-            int64_t wait = min != INT64_MAX ? hold : INT64_MAX;
+            int64_t wait = min != INT64_MAX ? hold : stuck;
             int64_t trim = weft__stacks_trim_due(&c->stacks);
             if (trim != INT64_MAX) {
                 struct timespec ts;
@@ -1230,6 +1257,20 @@ static weft_thread *find_work(weft__carrier *c) {
             c->spinning = 0;
             atomic_fetch_sub(&g->nspinning, 1);
         }
+        /* A spare retired since the loop's top looked (its kick may have
+         * been taken by the spin's polls) sleeps outside the idle set: in
+         * it, it would count as a carrier ready for work -- keeping the
+         * monitor from activating a spare -- while it takes none.  And a
+         * wake-up it absorbed as a spinner (a submitter saw nspinning and
+         * woke nobody) is passed on: its last look does not cover the
+         * injection queue, which it no longer takes. */
+        if (__builtin_expect(!atomic_load(&c->shared), 0)) {
+            if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
+            else c->spinning = 1; /* a waker counted us as spinning: passed on at the top */
+            wake_if_needed(g);
+            mon_need();
+            continue;
+        }
         if (work_visible(c) || atomic_load(&R.stop) || atomic_load(&g->stop)) {
             if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
             else c->spinning = 1; /* a waker counted us as spinning */
@@ -1271,6 +1312,8 @@ static weft_thread *find_work(weft__carrier *c) {
 #define PIN_THRESHOLD_NS 20000000 /* a vthread holding its carrier this long is a stall (default) */
 
 static weft_thread *yq_take(weft__carrier *v);
+static int yq_lock_thief(weft__carrier *v);
+static void yq_unlock_thief(weft__carrier *v);
 
 static int carrier_idle(weft__carrier *v) {
     weft_group *g = v->grp;
@@ -1417,15 +1460,26 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
     mon_need();
 }
 
-/* One spare more (activated, or made) or fewer, to match the stalls:
- * more only while stalled carriers leave runnable work behind and no
- * carrier that could take it is idle, one a look; fewer as soon as stalls
- * end, all at once (an active spare that stalls itself counts as a stall,
- * and retires last).  So no spare is active once no stall is open, and
- * the monitor may disarm. */
-static void compensate(int stalled, int waiting) {
+/* An idle carrier of the default group that takes shared work: a retired
+ * spare may sit in the idle set for a moment (find_work), and counting it
+ * (g0.nidle) kept a spare from being activated while nobody took the
+ * stranded work. */
+static int idle_taker(void) {
+    for (int i = 0, n = nall(); i < n; i++)
+        if (carrier_idle(R.c[i]) && atomic_load(&R.c[i]->shared)) return 1;
+    return 0;
+}
+
+/* One spare more (activated, or made) or fewer, to match the carriers
+ * that call for one (`need`: in a stall, or held for the threshold, see
+ * mon_look): more only while they leave runnable work behind and no
+ * carrier that could take it is idle, one a look; fewer as soon as they
+ * move on, all at once (an active spare that is held itself counts, and
+ * retires last).  So no spare is active once no stall is open, and the
+ * monitor may disarm.  1 if a spare was activated or made. */
+static int compensate(int need, int waiting) {
     int active = atomic_load(&R.nactive), n = nall();
-    if (stalled > active && active < R.max_comp && waiting && atomic_load(&R.g0.nidle) == 0) {
+    if (need > active && active < R.max_comp && waiting && !idle_taker()) {
         /* a retired spare, unless it is stalled itself (a vthread pinned
          * to it blocks it): then a new one, while there are fewer than
          * max_comp, else that one anyway (it helps once its stall ends) */
@@ -1433,15 +1487,15 @@ static void compensate(int stalled, int waiting) {
         for (int i = R.n; i < n; i++) {
             weft__carrier *c = R.c[i];
             if (atomic_load(&c->shared)) continue;
-            if (!atomic_load(&c->stall)) {
+            if (!atomic_load(&c->stall) && !(c->mon_stuck && __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE))) {
                 spare_activate(c);
-                return;
+                return 1;
             }
             stalled_spare = c;
         }
         if (stalled_spare && n - R.n >= R.max_comp) {
             spare_activate(stalled_spare);
-            return;
+            return 1;
         }
         int r = spare_make();
         if (r < 0) {
@@ -1449,10 +1503,11 @@ static void compensate(int stalled, int waiting) {
             if (!atomic_exchange(&told, 1))
                 fprintf(stderr, "weft: cannot start a spare carrier to compensate for a stalled one: %s\n",
                         strerror(-r));
+            return 0;
         }
-        return;
+        return 1;
     }
-    for (; active > stalled; active--) {
+    for (; active > need; active--) {
         weft__carrier *pick = NULL;
         for (int i = n - 1; i >= R.n; i--) {
             weft__carrier *c = R.c[i];
@@ -1462,6 +1517,7 @@ static void compensate(int stalled, int waiting) {
         if (!pick) break;
         spare_retire(pick);
     }
+    return 0;
 }
 
 /* ---- stalls ---- */
@@ -1560,7 +1616,13 @@ static void stall_end(weft__carrier *v, int64_t now) {
  * carrier (a racy look: the next look corrects it). */
 static int work_behind(weft__carrier *v, int64_t now) {
 #ifdef WEFT_TSAN
-    int fifo = 0; /* the FIFO is read under its gate's lock only there (yq_take) */
+    /* the FIFO is read under its gate's lock only there (yq_take): a
+     * yielder behind the only carrier must call for a spare here too */
+    int fifo = 0;
+    if (R.yq_stealable && yq_lock_thief(v)) {
+        fifo = v->yq_head != NULL;
+        yq_unlock_thief(v);
+    }
 #else
     int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
 #endif
@@ -1569,12 +1631,37 @@ static int work_behind(weft__carrier *v, int64_t now) {
            atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
 }
 
+/* What one look at the carriers found (mon_look adds to it). */
+typedef struct mon_tally {
+    int moved;    /* vthreads rescued */
+    int stalled;  /* carriers in an open stall event */
+    int need;     /* carriers that call for a spare: stalled, or held long enough to be (compensate) */
+    int waiting;  /* runnable work waits behind one of those */
+    int64_t next; /* look again by then (a carrier's threshold falls due) */
+} mon_tally;
+
+/* Another carrier of v's group takes shared work (v's rescued work is
+ * for it): the group's shared carriers less v if v is one.  With one
+ * carrier and no spare active there is nobody, and moving it would only
+ * reorder it; a retired spare's is for the configured carriers. */
+static int others_take(weft__carrier *v) {
+    int k = nshared(v->grp);
+    return (v->grp->dflt && !atomic_load_explicit(&v->shared, memory_order_relaxed)) ? k > 0 : k > 1;
+}
+
 /* The monitor's look at carrier v (see "The monitor" and "Stalls"). */
-static void mon_look(weft__carrier *v, int64_t now, int fresh, int *moved, int *stalled, int *waiting) {
+static void mon_look(weft__carrier *v, int64_t now, int fresh, mon_tally *m) {
     uint64_t prog = progress(v);
     int stuck = !fresh && prog == v->mon_seen && !carrier_resting(v);
+    int64_t last = v->mon_last;
+    v->mon_last = now;
+    v->mon_stuck = stuck;
     if (!stuck) {
         if (atomic_load_explicit(&v->stall, memory_order_relaxed)) stall_end(v, now);
+        /* progress since the look before: it was made after that one (a
+         * fresh look's predecessor is long past: the carrier left idle
+         * about when it woke us) */
+        v->mon_from = fresh || prog == v->mon_seen || last == INT64_MIN ? now : last;
         v->mon_seen = prog;
         v->mon_since = now;
         v->mon_cpu0 = -1;
@@ -1584,32 +1671,44 @@ static void mon_look(weft__carrier *v, int64_t now, int fresh, int *moved, int *
      * the scheduler, between two) */
     if (R.pin_threshold >= 0) {
         const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
+        int compute = 0;
         if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
             /* the CPU it uses from here tells a hog from a thread
              * the kernel has not run (weft__stall_probe) */
             if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
+            /* a parallel worker (WEFT__F_COMPUTE, parallel.c) or a
+             * vthread of a compute group (group.c) computes on purpose:
+             * no hog event and no spare for it -- a spare would
+             * oversubscribe the CPUs it uses -- and no probe while its
+             * CPU clock runs; blocked in a system call it is pinned as
+             * any vthread.  (A stale read of a reused slot costs at most
+             * one look.) */
+            compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0 || v->grp->compute;
             if (now - v->mon_since >= R.pin_threshold) {
-                /* a parallel worker (WEFT__F_COMPUTE, parallel.c) or a
-                 * vthread of a compute group (group.c) computes on
-                 * purpose: no hog event and no spare for it -- a spare
-                 * would oversubscribe the CPUs it uses -- and no probe
-                 * while its CPU clock runs; blocked in a system call it
-                 * is pinned as any vthread.  (A stale read of a reused
-                 * slot costs at most one look.) */
-                int compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0 || v->grp->compute;
                 int64_t cpu = compute ? carrier_cpu(v) : -1;
                 if (!compute || cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < MON_COMPUTE_NS)
                     stall_begin(v, t, prog, now, compute);
+            } else if (v->mon_since + R.pin_threshold < m->next) {
+                m->next = v->mon_since + R.pin_threshold;
             }
         }
-        if (atomic_load_explicit(&v->stall, memory_order_relaxed)) {
-            (*stalled)++;
-            if (work_behind(v, now)) *waiting = 1;
+        int stall = atomic_load_explicit(&v->stall, memory_order_relaxed) != 0;
+        if (stall) m->stalled++;
+        /* A spare is called for once v may have held its vthread for the
+         * threshold -- since mon_from, which is before its last progress
+         * -- not only once the stall is proven (since mon_since, up to a
+         * look later): so work behind the only carrier, or behind every
+         * busy one, waits the threshold at most, not the threshold and
+         * two looks.  The stall event itself keeps the strict measure. */
+        int held = t && !compute && now - v->mon_from >= R.pin_threshold;
+        if (!stall && t && !compute && !held && v->mon_from + R.pin_threshold < m->next)
+            m->next = v->mon_from + R.pin_threshold;
+        if (stall || held) {
+            m->need++;
+            if (work_behind(v, now)) m->waiting = 1;
         }
     }
-    /* (with nobody else to take it -- one carrier, no spare active
-     * yet -- moving it would only reorder it) */
-    if (nshared(v->grp) > 1) *moved += rescue(v, now);
+    if (others_take(v)) m->moved += rescue(v, now);
 }
 
 static void *monitor_main(void *unused) {
@@ -1629,26 +1728,37 @@ static void *monitor_main(void *unused) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) break;
         int64_t now = weft_now();
-        int moved = 0, stalled = 0, waiting = 0, any_group_stall = 0;
+        mon_tally m = {.next = INT64_MAX}, gm = {.next = INT64_MAX};
+        int any_group_stall = 0;
         int n = nall();
-        for (int i = 0; i < n; i++) mon_look(R.c[i], now, fresh, &moved, &stalled, &waiting);
+        for (int i = 0; i < n; i++) mon_look(R.c[i], now, fresh, &m);
         /* the groups' carriers: their stalls are logged, their stranded
          * work moved within the group; spares are the default group's
          * only, so their stalls do not count for compensate */
         pthread_mutex_lock(&weft__groups.mon_lock);
         for (weft_group *g = weft__groups.head; g; g = g->next) {
-            int gs = 0, gw = 0;
-            for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &moved, &gs, &gw);
-            if (gs) any_group_stall = 1;
+            gm.stalled = 0;
+            for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &gm);
+            if (gm.stalled) any_group_stall = 1;
         }
         pthread_mutex_unlock(&weft__groups.mon_lock);
         fresh = 0;
-        if (R.max_comp > 0) compensate(stalled, waiting);
+        if (R.max_comp > 0 && compensate(m.need, m.waiting)) {
+            /* a spare takes shared work now: what the held carriers
+             * strand goes to it at once, not a look later (with one
+             * carrier, mon_look moved nothing: nobody else took it) */
+            n = nall();
+            for (int i = 0; i < n; i++)
+                if (R.c[i]->mon_stuck && others_take(R.c[i])) m.moved += rescue(R.c[i], now);
+        }
         /* (rescue woke the groups it moved work to) */
-        if (moved || stalled + any_group_stall != last_stalled) grace = MON_GRACE_MIN_NS;
+        m.moved += gm.moved;
+        if (m.moved || m.stalled + any_group_stall != last_stalled) grace = MON_GRACE_MIN_NS;
         else grace = grace * 2 < gmax ? grace * 2 : gmax;
-        last_stalled = stalled + any_group_stall;
+        last_stalled = m.stalled + any_group_stall;
         int64_t until = now + grace;
+        if (gm.next < m.next) m.next = gm.next;
+        if (m.next > now && m.next < until) until = m.next;
         if (!any_busy()) {
             /* disarm, then look again: a carrier that leaves idle (seq_cst
              * RMW on its bit, or its dormant flag) and then reads
@@ -2127,15 +2237,21 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_file, file, memory_order_relaxed);
     atomic_store_explicit(&self->block_line, line, memory_order_relaxed);
     atomic_store_explicit(&self->block_obj, obj, memory_order_relaxed);
-    atomic_store_explicit(&self->block_since, coarse_now(), memory_order_relaxed);
+    /* (on weft_now's clock, as block_until and the dump's now: the virtual
+     * one in deterministic mode) */
+    atomic_store_explicit(&self->block_since, __builtin_expect(WEFT__DET_ON(), 0) ? weft__det_now() : coarse_now(),
+                          memory_order_relaxed);
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
     /* deterministic mode: an operation the kernel or the pool completes
-     * (io.c parks on it with its op as obj) holds back the clock's jump */
-    int det_io = __builtin_expect(WEFT__DET_ON(), 0) && why == WEFT__WHY_IO && obj;
-    if (det_io) weft__det_io_begin();
+     * (io.c parks on it with its op as obj) holds back the clock's jump;
+     * that and an async dispatcher's park (operations of its may be in the
+     * kernel) rule a deadlock out */
+    int det_io = __builtin_expect(WEFT__DET_ON(), 0) && ((why == WEFT__WHY_IO && obj) || why == WEFT__WHY_ASYNC);
+    int det_hold = why == WEFT__WHY_IO;
+    if (det_io) weft__det_io_begin(det_hold);
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
-    if (det_io) weft__det_io_end();
+    if (det_io) weft__det_io_end(det_hold);
     if (h && WEFT__PW_STATE(atomic_load(&p->word)) != WEFT__PS_TIMEDOUT) {
         /* ended otherwise: its heap entry is dead (counted, dropped later) */
         atomic_fetch_add_explicit(&R.c[self->timer_heap]->timers.dead, 1, memory_order_relaxed);
@@ -2675,7 +2791,11 @@ int weft__sleep_until_at(int64_t deadline, const char *file, int line) {
     if (!tok) return -ECANCELED;
     int64_t own = weft__effective_deadline(0);
     int r;
-    if (deadline != INT64_MAX && deadline > 0 && (!own || deadline <= own)) {
+    /* a deadline in the past returns at once, as weft_sleep(ns <= 0): 0
+     * and below too, which are park_wait's "none" or would be sleeps
+     * until cancelled (1 is as past, and a deadline to it) */
+    if (deadline <= 0) deadline = 1;
+    if (deadline != INT64_MAX && (!own || deadline <= own)) {
         /* our own sleep time comes first: its expiry is success */
         r = weft__park_wait(p, tok, deadline, WEFT__WHY_SLEEP, NULL, file, line);
         if (r == -ETIMEDOUT) r = 0;
@@ -2876,31 +2996,22 @@ static void *carrier_main(void *arg) {
 
 weft__window *weft__carrier_window(const weft__carrier *c) { return c ? c->win : NULL; }
 
-static int env_int(const char *name, int def) {
+/* $WEFT_STACK_SIZE: bytes, or with a k or m suffix; 1 with *out set, 0
+ * when unset, -EINVAL (one line on stderr, as weft__env_long) otherwise. */
+static int env_size(const char *name, size_t *out) {
     const char *v = getenv(name);
-    if (!v || !*v) return def;
+    if (!v || !*v) return 0;
     char *end;
-    long x = strtol(v, &end, 10);
-    return (*end || x <= 0 || x > INT_MAX) ? def : (int)x;
-}
-
-/* Any integer (signed; 0 too), else def. */
-static long env_long(const char *name, long def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return *end ? def : x;
-}
-
-static size_t env_size(const char *name, size_t def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
+    errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    if (*end == 'k' || *end == 'K') x <<= 10, end++;
-    else if (*end == 'm' || *end == 'M') x <<= 20, end++;
-    return *end || x == 0 ? def : (size_t)x;
+    int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'm' || *end == 'M' ? 20 : 0;
+    if (shift) end++;
+    if (errno || *end || end == v || v[0] == '-' || x == 0 || x > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "weft: %s=%s is not a size (bytes, or with k or m)\n", name, v);
+        return -EINVAL;
+    }
+    *out = (size_t)x << shift;
+    return 1;
 }
 
 /* A carrier's memory, for index i (its thread is started apart). */
@@ -2919,6 +3030,7 @@ static weft__carrier *carrier_alloc(int i) {
     c->det = WEFT__DET_ON() != 0;
     atomic_init(&c->shared, 1);
     c->mon_seen = UINT64_MAX; /* the monitor's first look at it only records */
+    c->mon_last = INT64_MIN;
     c->mon_cpu0 = -1;
 #ifdef WEFT_TSAN
     atomic_init(&c->yq_lock, 1); /* in the scheduler until a vthread runs */
@@ -3031,30 +3143,45 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         return det;
     }
     if (lazy && R.inherit_cfg) det_trace = NULL; /* a fork child: the trace is the parent's */
-    int n = det ? 1 : cfg && cfg->carriers ? cfg->carriers : env_int("WEFT_CARRIERS", (int)sysconf(_SC_NPROCESSORS_ONLN));
-    size_t stack = cfg && cfg->stack_size ? cfg->stack_size : env_size("WEFT_STACK_SIZE", 256 * 1024);
+    /* The environment, where cfg leaves a field 0: a value that is not a
+     * number, or out of its range, fails weft_init with -EINVAL and a line
+     * naming it (weft__env_long), as $WEFT_DETERMINISTIC's does -- a
+     * typo must not quietly run the default. */
+    long nl = sysconf(_SC_NPROCESSORS_ONLN), ms = 0, maxc = 0, spin_us = SPIN_NS / 1000, pin_log = 1;
+    if (nl < 1) nl = 1;
+    if (nl > WEFT__MAX_CARRIERS) nl = WEFT__MAX_CARRIERS;
+    size_t stack = 256 * 1024;
+    int bad = 0, maxc_env = 0;
+    if (det) nl = 1;
+    else if (cfg && cfg->carriers) nl = cfg->carriers;
+    else bad |= weft__env_long("WEFT_CARRIERS", 1, WEFT__MAX_CARRIERS, "a carrier count (1 to 1024)", &nl) < 0;
+    if (cfg && cfg->stack_size) stack = cfg->stack_size;
+    else bad |= env_size("WEFT_STACK_SIZE", &stack) < 0;
+    if (!(cfg && cfg->pin_threshold_ns))
+        bad |= weft__env_long("WEFT_PIN_THRESHOLD_MS", LONG_MIN, INT64_MAX / 1000000,
+                              "a threshold in ms (negative: off)", &ms) < 0;
+    if (cfg && cfg->max_compensate) maxc = cfg->max_compensate, maxc_env = 1;
+    else if ((maxc_env = weft__env_long("WEFT_MAX_COMPENSATE", LONG_MIN, LONG_MAX,
+                                        "a number of spare carriers (0 or less: none)", &maxc)) < 0)
+        bad = 1;
+    bad |= weft__env_long("WEFT_SPIN_US", 0, INT64_MAX / 1000, "a spin in us (0 or more)", &spin_us) < 0;
+    bad |= weft__env_long("WEFT_PIN_LOG", LONG_MIN, LONG_MAX, "an integer (0: off)", &pin_log) < 0;
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
 #endif
-    if (n < 1 || n > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
+    if (bad || nl < 1 || nl > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
     }
+    int n = (int)nl;
     /* the monitor's stall threshold and bound (weft.h, "The monitor") */
     int64_t thr = cfg && cfg->pin_threshold_ns ? cfg->pin_threshold_ns : 0;
-    if (!thr) {
-        long ms = env_long("WEFT_PIN_THRESHOLD_MS", 0);
-        thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
-    }
+    if (!thr) thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
     if (thr < 0 || det) thr = -1;
-    long maxc = cfg && cfg->max_compensate ? cfg->max_compensate : env_long("WEFT_MAX_COMPENSATE", 2L * n);
+    if (!maxc_env) maxc = 2L * n;
     if (maxc < 0 || det) maxc = 0;
     if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
-    {
-        const char *v = getenv("WEFT_SPIN_US");
-        spin_ns = v && *v ? (int64_t)atoi(v) * 1000 : SPIN_NS;
-        if (spin_ns < 0) spin_ns = SPIN_NS;
-    }
+    spin_ns = (int64_t)spin_us * 1000;
     if (!det) atomic_store_explicit(&weft__det_on, 0, memory_order_relaxed); /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
     int r = det ? weft__det_start(det_seed, det_trace) : 0;
     if (r < 0) goto fail0;
@@ -3079,7 +3206,7 @@ static int init_runtime(const weft_config *cfg, int lazy) {
     atomic_store(&R.n_hogs, 0);
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
-    R.pin_log = env_long("WEFT_PIN_LOG", 1) != 0;
+    R.pin_log = pin_log != 0;
     atomic_store(&R.stop, 0);
     atomic_store(&R.g0.nidle, 0);
     atomic_store(&R.g0.nspinning, 0);
