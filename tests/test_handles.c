@@ -7,6 +7,7 @@
  * reported by ASan as the use after free it is).
  */
 #include "harness.h"
+#include "proc.h"
 #include "sched/sched.h" /* weft__thread_of: a handle's descriptor; join_state, rstate */
 
 #include <fcntl.h>
@@ -233,37 +234,13 @@ TEST(self_is_the_spawned_handle) {
 
 /* ---- heap objects ended twice --------------------------------------------- */
 
-/* Runs fn in a forked child, its stderr captured; *status: its wait status. */
-static char *run_child(void (*fn)(void), int *status) {
-    int pfd[2];
-    CHECK_EQ(pipe(pfd), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(pfd[1], 2);
-        close(pfd[0]);
-        fn();
-        _exit(0);
-    }
-    close(pfd[1]);
-    static char buf[65536];
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof buf - 1 && (r = read(pfd[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
-    buf[n] = 0;
-    close(pfd[0]);
-    CHECK(waitpid(pid, status, 0) == pid);
-    return buf;
-}
-
 /* The child must have been stopped at the second call: by weft's message
  * naming `call` and the child's function `site`, then abort -- or, under
  * ASan or TSan, by the sanitizer's heap-use-after-free report (the freed
  * memory stays poisoned: the check's own read is the use it reports). */
-static void expect_stopped(void (*fn)(void), const char *call, const char *what, const char *site) {
+static void expect_stopped(void (*fn)(void *), const char *call, const char *what, const char *site) {
     int st;
-    char *err = run_child(fn, &st);
+    char *err = child_stderr(fn, NULL, &st);
     char want[128];
     snprintf(want, sizeof want, "weft: %s(0x", call);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -288,7 +265,7 @@ static int task_ok(void *arg, void **result) {
     return 0;
 }
 
-__attribute__((noinline)) static void scope_twice(void) {
+__attribute__((noinline)) static void scope_twice(void *unused) {
     weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
     if (!s || !weft_fork(s, task_ok, NULL) || weft_scope_join(s) != 0) _exit(3);
     weft_scope_close(s);
@@ -300,7 +277,7 @@ TEST(scope_closed_twice_stops_the_program) {
     expect_stopped(scope_twice, "weft_scope_close", "not an open scope", "scope_twice");
 }
 
-__attribute__((noinline)) static void future_twice(void) {
+__attribute__((noinline)) static void future_twice(void *unused) {
     weft_future *f = weft_future_new();
     if (!f || weft_future_complete(f, NULL) != 0) _exit(3);
     weft_future_unref(f);
@@ -312,7 +289,7 @@ TEST(future_unreferenced_twice_stops_the_program) {
     expect_stopped(future_twice, "weft_future_unref", "no reference left", "future_twice");
 }
 
-__attribute__((noinline)) static void file_twice(void) {
+__attribute__((noinline)) static void file_twice(void *unused) {
     char path[] = "/tmp/weft-test-handles-XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) _exit(3);
@@ -329,7 +306,7 @@ TEST(file_closed_twice_stops_the_program) {
 
 static void *exec_task(void *arg) { return arg; }
 
-__attribute__((noinline)) static void executor_twice(void) {
+__attribute__((noinline)) static void executor_twice(void *unused) {
     weft_executor *e = weft_executor_fixed(2, 0, WEFT_REJECT_ABORT);
     if (!e) _exit(3);
     weft_future *f = weft_submit(e, exec_task, NULL);

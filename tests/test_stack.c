@@ -1,36 +1,30 @@
 /* Stacks: overflow is reported with the vthread's name (guard page or
  * canary), stacks are reused, memory above the high-water mark goes back. */
 #include "harness.h"
+#include "proc.h"
 #include "sched/sched.h"
 
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 
-/* Runs fn in a child with `env` set; returns its stderr and how it died. */
+/* Runs fn in a child with up to two environment variables set (k1=v1,
+ * k2=v2; NULL: none); returns its stderr and how it died (child_stderr). */
+struct env_child {
+    void (*fn)(void);
+    const char *k1, *v1, *k2, *v2;
+};
+
+static void env_child_run(void *arg) {
+    const struct env_child *c = arg;
+    if (c->k1) setenv(c->k1, c->v1, 1);
+    if (c->k2) setenv(c->k2, c->v2, 1);
+    c->fn();
+}
+
 static char *run_child(void (*fn)(void), const char *k1, const char *v1, const char *k2, const char *v2, int *status) {
-    int pfd[2];
-    CHECK_EQ(pipe(pfd), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(pfd[1], 2);
-        close(pfd[0]);
-        if (k1) setenv(k1, v1, 1);
-        if (k2) setenv(k2, v2, 1);
-        fn();
-        _exit(0);
-    }
-    close(pfd[1]);
-    static char buf[16384];
-    size_t n = 0;
-    ssize_t r;
-    while ((r = read(pfd[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
-    buf[n] = 0;
-    close(pfd[0]);
-    waitpid(pid, status, 0);
-    return buf;
+    struct env_child c = {fn, k1, v1, k2, v2};
+    return child_stderr(env_child_run, &c, status);
 }
 
 static int depth;
