@@ -4,7 +4,7 @@
  * it even when the test process runs deterministic mode's virtual one), a
  * sleep of the calling OS thread, FAIL, which reports and _exits (a forked
  * test process must not run the parent's atexit handlers or flush its
- * buffers twice), and child_stderr, which runs a function in a forked child
+ * buffers twice), and fork_stderr, which runs a function in a forked child
  * and hands back what it said on stderr and how it ended.
  */
 #ifndef WEFT_TEST_PROC_H
@@ -43,7 +43,7 @@ static inline void sleep_ms(int ms) {
  * _exits 0 when fn returns.  Returns what it wrote (at most 64 KiB,
  * NUL-terminated, in a buffer the next call reuses) and puts its wait
  * status in *status. */
-static inline char *child_stderr(void (*fn)(void *), void *arg, int *status) {
+static inline char *fork_stderr(void (*fn)(void *), void *arg, int *status) {
     static char buf[65536];
     int pfd[2];
     if (pipe(pfd) < 0) FAIL("pipe: %s", strerror(errno));

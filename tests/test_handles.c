@@ -240,7 +240,7 @@ TEST(self_is_the_spawned_handle) {
  * memory stays poisoned: the check's own read is the use it reports). */
 static void expect_stopped(void (*fn)(void *), const char *call, const char *what, const char *site) {
     int st;
-    char *err = child_stderr(fn, NULL, &st);
+    char *err = fork_stderr(fn, NULL, &st);
     char want[128];
     snprintf(want, sizeof want, "weft: %s(0x", call);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -9,7 +9,7 @@
 #include <stdatomic.h>
 
 /* Runs fn in a child with up to two environment variables set (k1=v1,
- * k2=v2; NULL: none); returns its stderr and how it died (child_stderr). */
+ * k2=v2; NULL: none); returns its stderr and how it died (fork_stderr). */
 struct env_child {
     void (*fn)(void);
     const char *k1, *v1, *k2, *v2;
@@ -24,7 +24,7 @@ static void env_child_run(void *arg) {
 
 static char *run_child(void (*fn)(void), const char *k1, const char *v1, const char *k2, const char *v2, int *status) {
     struct env_child c = {fn, k1, v1, k2, v2};
-    return child_stderr(env_child_run, &c, status);
+    return fork_stderr(env_child_run, &c, status);
 }
 
 static int depth;
