@@ -116,12 +116,16 @@
 
 /* the hooked functions: exported from libweft.so and libweft-hook.so */
 #define HOOK_API __attribute__((visibility("default")))
+/* The sigaction family is called by a sanitizer's own start-up (TSan's,
+ * from a shared libweft, before its thread state exists): not instrumented,
+ * nor the stubs and the lookup of libc's functions they may reach first. */
+#define SIG_NOSAN __attribute__((no_sanitize("thread")))
 
-static void resolve(void);
-static void resolve_jumps(void);
+SIG_NOSAN static void resolve(void);
+SIG_NOSAN static void resolve_jumps(void);
 
 #define STUB(ret, name, params, args)    \
-    static ret stub_##name params {      \
+    SIG_NOSAN static ret stub_##name params { \
         resolve();                       \
         return weft__libc.name args;     \
     }
@@ -132,7 +136,7 @@ WEFT__HOOKED_FUNCS(STUB)
 __attribute__((visibility("hidden"))) weft__libc_t weft__libc = {WEFT__HOOKED_FUNCS(STUB_INIT)};
 #undef STUB_INIT
 
-static void resolve(void) {
+SIG_NOSAN static void resolve(void) {
 #define LOOK(ret, name, params, args)                                                              \
     {                                                                                              \
         void *f = dlsym(RTLD_NEXT, #name);                                                         \
@@ -1119,21 +1123,21 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
     sig_depth--;
 }
 
-static void sig_table_lock(sigset_t *saved) {
+SIG_NOSAN static void sig_table_lock(sigset_t *saved) {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, saved);
     while (atomic_flag_test_and_set_explicit(&sig_lock, memory_order_acquire)) sched_yield();
 }
 
-static void sig_table_unlock(const sigset_t *saved) {
+SIG_NOSAN static void sig_table_unlock(const sigset_t *saved) {
     atomic_flag_clear_explicit(&sig_lock, memory_order_release);
     pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
 /* A handler that is a function of the program's (not SIG_DFL, SIG_IGN,
  * SIG_HOLD, SIG_ERR). */
-static int is_function(const struct sigaction *a) {
+SIG_NOSAN static int is_function(const struct sigaction *a) {
     void *h = (a->sa_flags & SA_SIGINFO) ? (void *)a->sa_sigaction : (void *)a->sa_handler;
     return h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR
 #ifdef SIG_HOLD
@@ -1143,7 +1147,7 @@ static int is_function(const struct sigaction *a) {
 }
 
 /* sigaction with the table lock held. */
-static int sigaction_locked(int sig, const struct sigaction *act, struct sigaction *old) {
+SIG_NOSAN static int sigaction_locked(int sig, const struct sigaction *act, struct sigaction *old) {
     plain_fn was_plain = atomic_load_explicit(&sig_plain[sig], memory_order_relaxed);
     info_fn was_info = atomic_load_explicit(&sig_info[sig], memory_order_relaxed);
     struct sigaction k;
@@ -1174,7 +1178,7 @@ static int sigaction_locked(int sig, const struct sigaction *act, struct sigacti
     return r;
 }
 
-HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+SIG_NOSAN HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     if (sig <= 0 || sig >= _NSIG) return weft__libc.sigaction(sig, act, old); /* EINVAL, as libc */
     if ((!act || !is_function(act)) && !old) return weft__libc.sigaction(sig, act, old);
     sigset_t saved;
@@ -1188,7 +1192,7 @@ HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *o
 
 /* glibc's signal(): BSD semantics (the handler stays, SA_RESTART, the
  * signal blocked while its handler runs) */
-HOOK_API sighandler_t signal(int sig, sighandler_t h) {
+SIG_NOSAN HOOK_API sighandler_t signal(int sig, sighandler_t h) {
     struct sigaction a, o;
     memset(&a, 0, sizeof a);
     a.sa_handler = h;
@@ -1199,11 +1203,11 @@ HOOK_API sighandler_t signal(int sig, sighandler_t h) {
     return o.sa_handler;
 }
 
-HOOK_API sighandler_t bsd_signal(int sig, sighandler_t h) { return signal(sig, h); }
+SIG_NOSAN HOOK_API sighandler_t bsd_signal(int sig, sighandler_t h) { return signal(sig, h); }
 
 /* System V semantics: the handler is reset on delivery and the signal not
  * blocked (what signal() is in glibc under strict ISO C) */
-HOOK_API sighandler_t sysv_signal(int sig, sighandler_t h) {
+SIG_NOSAN HOOK_API sighandler_t sysv_signal(int sig, sighandler_t h) {
     struct sigaction a, o;
     memset(&a, 0, sizeof a);
     a.sa_handler = h;
@@ -1212,7 +1216,7 @@ HOOK_API sighandler_t sysv_signal(int sig, sighandler_t h) {
     if (sigaction(sig, &a, &o) < 0) return SIG_ERR;
     return o.sa_handler;
 }
-HOOK_API sighandler_t __sysv_signal(int sig, sighandler_t h) { return sysv_signal(sig, h); }
+SIG_NOSAN HOOK_API sighandler_t __sysv_signal(int sig, sighandler_t h) { return sysv_signal(sig, h); }
 
 /* Wraps the handlers the kernel has that did not come through sigaction
  * above (see the top of this section). */
@@ -1238,7 +1242,7 @@ enum { J_LONGJMP, J__LONGJMP, J_SIGLONGJMP, J_CHK, J_N };
 static const char *const jump_names[J_N] = {"longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"};
 static jump_fn jump_next[J_N];
 
-static void resolve_jumps(void) {
+SIG_NOSAN static void resolve_jumps(void) {
     for (int i = 0; i < J_N; i++) {
         jump_fn f = (jump_fn)dlsym(RTLD_NEXT, jump_names[i]);
         if (!f && i != J_CHK) {
