@@ -1170,6 +1170,17 @@ static void *write_once_parked(void *arg) {
     return NULL;
 }
 
+/* A hooked read outside any handler parks (the writer waits for the park). */
+static void expect_read_parks(void) {
+    uint64_t p0 = parks_now();
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, write_once_parked, (void *)(uintptr_t)p0), 0);
+    char c;
+    CHECK_EQ(read(sig_idle[0], &c, 1), 1);
+    CHECK(parks_now() > p0);
+    pthread_join(th, NULL);
+}
+
 static void *jump_body(void *unused) {
     for (int i = 0; i < 5; i++) {
         volatile int jumped = 0;
@@ -1177,13 +1188,7 @@ static void *jump_body(void *unused) {
         else jumped = 1;
         CHECK(jumped);
         /* out of the handler: a hooked call parks again */
-        uint64_t p0 = parks_now();
-        pthread_t th;
-        CHECK_EQ(pthread_create(&th, NULL, write_once_parked, (void *)(uintptr_t)p0), 0);
-        char c;
-        CHECK_EQ(read(sig_idle[0], &c, 1), 1);
-        CHECK(parks_now() > p0);
-        pthread_join(th, NULL);
+        expect_read_parks();
     }
     return NULL;
 }
@@ -1200,13 +1205,7 @@ static void *raise_body(void *unused) {
     /* and outside a handler a hooked call parks, as before (the writer
      * waits for the park: a spare carrier the monitor adds while a
      * handler's sleep holds this one must not make the read find data) */
-    uint64_t p0 = parks_now();
-    pthread_t th;
-    CHECK_EQ(pthread_create(&th, NULL, write_once_parked, (void *)(uintptr_t)p0), 0);
-    char c;
-    CHECK_EQ(read(sig_idle[0], &c, 1), 1);
-    CHECK(parks_now() > p0);
-    pthread_join(th, NULL);
+    expect_read_parks();
     return NULL;
 }
 
