@@ -2565,6 +2565,7 @@ static int pool_drain_round(const docroot *d, const char *drain_timeout) {
     child_stderr = -1;
     close(e[1]);
     client c[N];
+    int64_t sent = now_ms(); /* no request is read, nor answered 700 ms later, before this */
     for (int i = 0; i < N; i++) {
         cl_open(&c[i], s.port);
         cl_sends(&c[i], "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -2582,15 +2583,24 @@ static int pool_drain_round(const docroot *d, const char *drain_timeout) {
     err[0] = 0;
     if (!read_until(e[0], err, sizeof err, &len, "connection(s)\n", 10000 + 2 * SLACK_MS))
         FAIL("no 'draining' line on stderr: %s", err);
+    /* The server sets its drain flag before it writes the line, and one
+     * worker answers 700 ms after it read each request: so, the line seen
+     * within 1.4 s of the first send, no answer after the first was
+     * decided before the drain -- they must all say close.  Later (a
+     * loaded machine), the round proves nothing about that. */
+    int64_t seen = now_ms();
     char want[64];
     snprintf(want, sizeof want, "draining %d connection(s)", N);
-    if (!strstr(err, want)) { /* an accepted connection not counted yet */
+    const char *again = !strstr(err, want)       ? "the signal came before every connection was counted"
+                        : seen - sent > 1400 - 50 ? "the drain began after the second answer could have"
+                                                  : NULL;
+    if (again) {
         kill(s.pid, SIGKILL);
         waitpid(s.pid, NULL, 0);
         for (int i = 0; i < N; i++) cl_close(&c[i]);
         close(e[0]);
         close(s.out);
-        printf("(the signal came before every connection was counted: %s; again)\n", err);
+        printf("(%s: %s; again)\n", again, err);
         return 0;
     }
     int answered = 0;
@@ -2600,7 +2610,7 @@ static int pool_drain_round(const docroot *d, const char *drain_timeout) {
         if (got == 1) {
             CHECK_STATUS(&r, 200);
             CHECK_BODY_STR(&r, HELLO_BODY);
-            if (i > 0) CHECK_HDR(&r, "Connection", "close"); /* read while draining: the last one */
+            if (i > 0) CHECK_HDR(&r, "Connection", "close"); /* answered while draining: the last one */
             resp_free(&r);
             CHECK_CLOSED(&c[i]);
             answered++;
@@ -2641,7 +2651,7 @@ TEST(pool_drain_serves_queued_requests) {
     for (int round = 0; round < 2; round++) {
         int tries = 0;
         while (!pool_drain_round(&d, round ? "1" : "60"))
-            if (++tries == 5) FAIL("5 tries, and never every connection accepted before the signal");
+            if (++tries == 5) FAIL("5 tries, and never every connection accepted in time before the signal");
     }
 }
 

@@ -942,8 +942,8 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t acce
             if (send_status(&c, NULL, -hl, 0, NULL) < 0) goto out;
             goto linger;
         }
-        keep = request_keep(&rq);
         sleep_delay();
+        keep = request_keep(&rq); /* after the wait: a drain begun meanwhile closes */
         int refused = 0;
         response resp;
         response_init(&resp);
@@ -1287,6 +1287,7 @@ static void a_status_then(aconn *a, int status, int linger) {
 /* -- a request */
 static void a_respond(aconn *a) {
     areq *r = a->r;
+    r->keep = request_keep(&r->rq); /* at answer time: a drain begun in a --delay-ms wait closes */
     if (!(r->resp = malloc(sizeof *r->resp))) {
         a_end(a);
         return;
@@ -1303,7 +1304,6 @@ static void a_respond(aconn *a) {
 static void a_delayed(ssize_t n, void *ctx) { a_respond(ctx); }
 
 static void a_request(aconn *a) {
-    a->r->keep = request_keep(&a->r->rq);
     int64_t d = request_delay();
     if (d) a_check(a, weft_timer_async(weft_now() + d, a_delayed, a, NULL));
     else a_respond(a);
@@ -1684,9 +1684,12 @@ static void *signal_watcher(void *unused) {
     struct signalfd_siginfo si;
     ssize_t r = weft_read(sig_fd, &si, sizeof si);
     if (r == -ECANCELED) return NULL;
-    if (!O.quiet) fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal((int)si.ssi_signo),
-                          atomic_load(&nopen));
+    /* the flag before the line: whoever reads the line knows that every
+     * answer decided from now on closes its connection */
+    int open_now = atomic_load(&nopen);
     atomic_store(&draining, 1);
+    if (!O.quiet)
+        fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal((int)si.ssi_signo), open_now);
     for (int i = 0; i < nacceptors; i++) weft_cancel(acceptors[i]);
     /* connections waiting for a request: end their wait */
     pthread_mutex_lock(&conns_lock);
