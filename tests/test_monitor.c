@@ -681,6 +681,13 @@ TEST(fork_after_compensation) {
     weft_stats st;
     stats(&st);
     CHECK_EQ(st.spares, 1);
+    /* the stall is over, so the spare retires: the monitor must not
+     * disarm with one active (it did, when the carriers went idle just
+     * after a look that still saw the stall) */
+    if (!await_retired()) {
+        weft_dump(2, WEFT_DUMP_TEXT);
+        CHECK(!"a spare still compensates 10 s after the stall ended");
+    }
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {

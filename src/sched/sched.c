@@ -176,10 +176,11 @@
  * the runtime is not carried into the child but abandoned there, and a
  * fresh one starts on the child's next weft call.  pthread_atfork
  * handlers, registered by the first weft_init: prepare keeps the io
- * layer's pollers from being freed mid-fork, and idle carriers from carving
- * stacks (their malloc: ASan's allocator, unlike glibc's, is not locked
- * across fork by libasan 12, and a child forked amid a malloc on another
- * thread can hang in its own); the child handler closes the
+ * layer's pollers from being freed mid-fork, idle carriers from carving
+ * stacks and the monitor from looking (R.mon_fork: a look may probe a
+ * stall, make a spare -- malloc; ASan's allocator, unlike glibc's, is not
+ * locked across fork by libasan 12, and a child forked amid a malloc on
+ * another thread can hang in its own); the child handler closes the
  * child's copies of the parent's rings, eventfds and epoll sets (the same
  * kernel objects as the parent's: the child must never submit to them),
  * reinitialises the locks, and forgets carriers, queues, timers and stacks
@@ -412,6 +413,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
     _Atomic uint32_t mon_up;                          /* it runs (weft_init waits for it) */
+    pthread_mutex_t mon_fork;                         /* held through each look; and by fork (see "Fork") */
     pthread_t mon_thread;
     int mon_started;
     int64_t pin_threshold;     /* ns; < 0: no stall detection */
@@ -430,6 +432,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
 #endif
 } R = {.init_lock = PTHREAD_MUTEX_INITIALIZER,
+       .mon_fork = PTHREAD_MUTEX_INITIALIZER,
        .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
        .next_id = 1};
 
@@ -1727,6 +1730,7 @@ static void *monitor_main(void *unused) {
     for (;;) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) break;
+        pthread_mutex_lock(&R.mon_fork);
         int64_t now = weft_now();
         mon_tally m = {.next = INT64_MAX}, gm = {.next = INT64_MAX};
         int any_group_stall = 0;
@@ -1759,7 +1763,12 @@ static void *monitor_main(void *unused) {
         int64_t until = now + grace;
         if (gm.next < m.next) m.next = gm.next;
         if (m.next > now && m.next < until) until = m.next;
-        if (!any_busy()) {
+        /* All resting -- but this look's tally may predate that: a stall
+         * it counted (and the spare kept for it) can have ended since,
+         * and a carrier that goes idle wakes nobody.  So not while a
+         * spare is active or a stall open: the next look ends those,
+         * then disarms. */
+        if (!any_busy() && atomic_load(&R.nactive) == 0 && last_stalled == 0) {
             /* disarm, then look again: a carrier that leaves idle (seq_cst
              * RMW on its bit, or its dormant flag) and then reads
              * mon_armed (seq_cst, mon_need) either is seen busy here or
@@ -1768,6 +1777,7 @@ static void *monitor_main(void *unused) {
             if (any_busy()) atomic_store(&R.mon_armed, 1);
             else until = 0, fresh = 1;
         }
+        pthread_mutex_unlock(&R.mon_fork);
         futex_wait_until(&R.mon_word, seq, until);
     }
     return NULL;
@@ -3072,12 +3082,16 @@ static void free_carriers(int n) {
 /* ---- fork (see "Fork" at the top) ---- */
 
 static void fork_prepare(void) {
+    /* first: a look may make a spare, whose poller the io layer's lock
+     * (taken next) would hold up */
+    pthread_mutex_lock(&R.mon_fork);
     weft__io_fork_prepare();
     weft__stacks_fork_prepare();
 }
 static void fork_parent(void) {
     weft__stacks_fork_parent();
     weft__io_fork_parent();
+    pthread_mutex_unlock(&R.mon_fork);
 }
 
 static void fork_child(void) {
@@ -3089,6 +3103,7 @@ static void fork_child(void) {
     /* a vthread that forked goes on as the child's platform thread */
     tls_carrier = NULL;
     R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    R.mon_fork = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     R.g0.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__groups.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__groups.mon_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
