@@ -195,14 +195,30 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     free(log);
 }
 
-/* The issue's own words: one 200 ms unhooked nanosleep, and the others run
- * meanwhile. */
-static atomic_int big_done;
+/* Waits (a platform thread) until the monitor has counted a pinned
+ * stall, at most 10 s: 1 if it has.  A pinned call in these tests lasts
+ * until then, not a fixed time: on a loaded machine the monitor itself
+ * may wait for a CPU longer than any fixed nap. */
+static int await_pinned(void) {
+    weft_stats s;
+    for (int i = 0; i < 10000; i++) {
+        stats(&s);
+        if (s.pinned >= 1) return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+/* The issue's own words: a 200 ms unhooked nanosleep, and the others run
+ * meanwhile -- here at least 200 ms, in 50 ms naps without a switch (one
+ * stall), until the test has seen the others run and the stall counted
+ * (10 s at most). */
+static atomic_int big_done, big_release;
 void *monitor_test_sleep200(void *a);
 void *monitor_test_sleep200(void *a) {
     (void)a;
     atomic_store(&sl_started, 1);
-    nap_ms(200);
+    for (int i = 0; i < 200 && (i < 4 || !atomic_load(&big_release)); i++) nap_ms(50);
     atomic_store(&big_done, 1);
     return NULL;
 }
@@ -219,6 +235,7 @@ TEST(pinned_200ms_others_run_meanwhile) {
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
     atomic_store(&big_done, 0);
+    atomic_store(&big_release, 0);
     cap_begin();
     weft_thread *s, *o[8];
     weft_attr sa = {.name = "sleep200"};
@@ -226,6 +243,8 @@ TEST(pinned_200ms_others_run_meanwhile) {
     int started = await_flag(&sl_started);
     for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(&o[i], note_order, NULL, NULL), 0);
     for (int i = 0; i < 8; i++) CHECK_EQ(weft_join(o[i], NULL), 0);
+    await_pinned();
+    atomic_store(&big_release, 1);
     CHECK_EQ(weft_join(s, NULL), 0);
     usleep(30 * 1000);
     char *log = cap_end();
@@ -246,16 +265,18 @@ TEST(pinned_200ms_others_run_meanwhile) {
  * request buffer): the frame-pointer chain names them. */
 void *monitor_test_outer(void *a);
 __attribute__((noinline)) void monitor_test_bigframe(int ms);
+static atomic_int deep_release;
+/* Naps of ms until the test has seen the stall counted (10 s at most). */
 __attribute__((noinline)) void monitor_test_bigframe(int ms) {
     volatile char buf[16384];
     buf[0] = 1;
     struct timespec ts = {0, (long)ms * 1000000};
-    syscall(SYS_nanosleep, &ts, NULL);
+    for (int i = 0; i < 10000 / ms && !atomic_load(&deep_release); i++) syscall(SYS_nanosleep, &ts, NULL);
     buf[sizeof buf - 1] = buf[0];
 }
 void *monitor_test_outer(void *a) {
     (void)a;
-    monitor_test_bigframe(150);
+    monitor_test_bigframe(50);
     __asm__ volatile("" ::: "memory"); /* (not a tail call) */
     return NULL;
 }
@@ -264,10 +285,13 @@ TEST(pinned_site_names_the_callers) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
+    atomic_store(&deep_release, 0);
     cap_begin();
     weft_thread *t;
     weft_attr a = {.name = "deep"};
     CHECK_EQ(weft_spawn(&t, monitor_test_outer, NULL, &a), 0);
+    await_pinned();
+    atomic_store(&deep_release, 1);
     CHECK_EQ(weft_join(t, NULL), 0);
     usleep(30 * 1000);
     char *log = cap_end();
@@ -405,7 +429,8 @@ TEST(bound_respected) {
 
 /* ---- turned off ------------------------------------------------------------------ */
 
-/* The sleeper for a fixed 4 x 50 ms; a runner spawned meanwhile. */
+/* The sleeper for a fixed 4 x 50 ms; a runner spawned meanwhile.  With
+ * the monitor off nothing may see it; with it on, run_seen_stall. */
 static void run_fixed_stall(void) {
     reset_flags();
     weft_thread *s, *r;
@@ -421,12 +446,29 @@ static void run_fixed_stall(void) {
     CHECK_EQ(weft_join(r, NULL), 0);
 }
 
+/* The sleeper, 50 ms a call, until the monitor counted the stall and
+ * (if runs_meanwhile: a spare may take it) the runner spawned meanwhile
+ * has run -- or 10 s. */
+static void run_seen_stall(int runs_meanwhile) {
+    reset_flags();
+    weft_thread *s, *r;
+    weft_attr sa = {.name = "fixed"};
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
+    CHECK(await_flag(&sl_started));
+    CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
+    if (runs_meanwhile) await_flag(&ran);
+    await_pinned();
+    atomic_store(&sl_flag, 1);
+    CHECK_EQ(weft_join(s, NULL), 0);
+    CHECK_EQ(weft_join(r, NULL), 0);
+}
+
 TEST(no_compensation_when_max_negative) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     weft_config cfg = {.carriers = 1, .max_compensate = -1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
-    run_fixed_stall();
+    run_seen_stall(0);
     usleep(30 * 1000);
     char *log = cap_end();
     weft_stats st;
@@ -473,7 +515,7 @@ TEST(env_threshold_off_and_log_off) {
     setenv("WEFT_PIN_LOG", "0", 1);
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
-    run_fixed_stall();
+    run_seen_stall(1);
     usleep(30 * 1000);
     char *log = cap_end();
     stats(&st);
