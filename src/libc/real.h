@@ -16,10 +16,10 @@
  * (dlsym(RTLD_NEXT), libc.c).
  *
  * This header and libc.c are the floor under every layer: any file may
- * include them, and they include nothing of weft's.  The table is the one
- * list of the hooked functions (WEFT__HOOKED_FUNCS): libc.c builds the
- * table and its resolver from it, hook.c its interposers, and the suite's
- * check (scripts/lint-libc-calls.sh) reads it to fail any object of the
+ * include them, and they include nothing of weft's.  WEFT__HOOKED_FUNCS
+ * below is the one list of the hooked functions: libc.c builds the table
+ * and its resolver from it, and the suite's check
+ * (scripts/lint-libc-calls.sh) reads it to fail any object of the
  * library, other than hook.c's, that still calls one of them directly.  A
  * name added to the list needs its line among the macros below too; the
  * check is what says so if it is forgotten.
