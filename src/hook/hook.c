@@ -30,11 +30,14 @@
  * The cost of the choice: a program linking libweft has its read() et al.
  * pass through here even when it never turns hooks on -- measured above.
  *
- * The next definition.  dlsym(RTLD_NEXT, name), looked up once, at load (a
- * constructor) or at the first call, whichever comes first: the C
- * library's, or a sanitizer's interceptor in front of it, which then still
- * sees every call.  The library's own calls of these functions never come
- * here (real.h).
+ * The next definition.  weft__libc (src/libc/libc.c, the floor under every
+ * layer): dlsym(RTLD_NEXT, name), looked up once, at load (a constructor)
+ * or at the first call, whichever comes first: the C library's, or a
+ * sanitizer's interceptor in front of it, which then still sees every
+ * call.  The library's own calls of these functions never come here
+ * (src/libc/real.h, put in front of every library file by src/prelude.h).
+ * This file and libc.c are the two compiled with WEFT__NO_LIBC_REWRITE:
+ * they name the functions themselves.
  *
  * When a call parks.  Hooks on, the caller a vthread (weft__self(): a
  * platform thread, a carrier's scheduler and the blocking pool's threads
@@ -92,10 +95,12 @@
  * (most does) would spin.
  */
 #define _GNU_SOURCE
-#define WEFT__HOOK_IMPL 1
 #include "../io/io.h"
 
-#include <dlfcn.h>
+#ifndef WEFT__NO_LIBC_REWRITE
+#error "hook.c defines read, write, close ... itself: compile it with -DWEFT__NO_LIBC_REWRITE (CMakeLists.txt)"
+#endif
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -110,49 +115,13 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-/* ------------------------------------------------------------------------ */
-/* the C library's functions                                                 */
-/* ------------------------------------------------------------------------ */
-
 /* the hooked functions: exported from libweft.so and libweft-hook.so */
 #define HOOK_API __attribute__((visibility("default")))
 /* The sigaction family is called by a sanitizer's own start-up (TSan's,
- * from a shared libweft, before its thread state exists): not instrumented,
- * nor the stubs and the lookup of libc's functions they may reach first. */
+ * from a shared libweft, before its thread state exists): not instrumented
+ * (the stubs and the lookup of libc's functions they may reach first are
+ * not either: libc.c). */
 #define SIG_NOSAN __attribute__((no_sanitize("thread")))
-
-SIG_NOSAN static void resolve(void);
-SIG_NOSAN static void resolve_jumps(void);
-
-#define STUB(ret, name, params, args)    \
-    SIG_NOSAN static ret stub_##name params { \
-        resolve();                       \
-        return weft__libc.name args;     \
-    }
-WEFT__HOOKED_FUNCS(STUB)
-#undef STUB
-
-#define STUB_INIT(ret, name, params, args) .name = stub_##name,
-__attribute__((visibility("hidden"))) weft__libc_t weft__libc = {WEFT__HOOKED_FUNCS(STUB_INIT)};
-#undef STUB_INIT
-
-SIG_NOSAN static void resolve(void) {
-#define LOOK(ret, name, params, args)                                                              \
-    {                                                                                              \
-        void *f = dlsym(RTLD_NEXT, #name);                                                         \
-        if (!f) {                                                                                  \
-            fprintf(stderr, "weft: the C library's %s cannot be found (dlsym: %s)\n", #name, dlerror()); \
-            abort();                                                                               \
-        }                                                                                          \
-        __atomic_store_n((void **)&weft__libc.name, f, __ATOMIC_RELEASE);                          \
-    }
-    WEFT__HOOKED_FUNCS(LOOK)
-#undef LOOK
-    resolve_jumps();
-}
-
-/* at load: before any thread but the loader's exists */
-__attribute__((constructor(101))) static void resolve_at_load(void) { resolve(); }
 
 /* ------------------------------------------------------------------------ */
 /* on or off                                                                 */
@@ -1236,37 +1205,21 @@ static void wrap_installed(void) {
 }
 
 /* longjmp and its kin: leave the handler count behind (see "Leaving by a
- * jump" above). */
-typedef void (*jump_fn)(struct __jmp_buf_tag *, int);
-enum { J_LONGJMP, J__LONGJMP, J_SIGLONGJMP, J_CHK, J_N };
-static const char *const jump_names[J_N] = {"longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"};
-static jump_fn jump_next[J_N];
-
-SIG_NOSAN static void resolve_jumps(void) {
-    for (int i = 0; i < J_N; i++) {
-        jump_fn f = (jump_fn)dlsym(RTLD_NEXT, jump_names[i]);
-        if (!f && i != J_CHK) {
-            fprintf(stderr, "weft: the C library's %s cannot be found (dlsym: %s)\n", jump_names[i], dlerror());
-            abort();
-        }
-        __atomic_store_n(&jump_next[i], f, __ATOMIC_RELEASE);
-    }
-}
-
+ * jump" above); the C library's are looked up at load (libc.c). */
 __attribute__((noreturn)) static void jump(int which, struct __jmp_buf_tag *env, int val) {
     sig_depth = 0;
     atomic_signal_fence(memory_order_seq_cst);
-    jump_fn f = __atomic_load_n(&jump_next[which], __ATOMIC_ACQUIRE);
+    weft__jump_fn f = __atomic_load_n(&weft__libc_jump[which], __ATOMIC_ACQUIRE);
     if (!f) { /* before the constructor (another library's) */
-        resolve_jumps();
-        f = jump_next[which] ? jump_next[which] : jump_next[J_LONGJMP];
+        weft__libc_jumps_resolve();
+        f = weft__libc_jump[which] ? weft__libc_jump[which] : weft__libc_jump[WEFT__J_LONGJMP];
     }
     f(env, val);
     __builtin_unreachable();
 }
 
-HOOK_API void longjmp(jmp_buf env, int val) { jump(J_LONGJMP, env, val); }
-HOOK_API void _longjmp(jmp_buf env, int val) { jump(J__LONGJMP, env, val); }
-HOOK_API void siglongjmp(sigjmp_buf env, int val) { jump(J_SIGLONGJMP, env, val); }
+HOOK_API void longjmp(jmp_buf env, int val) { jump(WEFT__J_LONGJMP, env, val); }
+HOOK_API void _longjmp(jmp_buf env, int val) { jump(WEFT__J__LONGJMP, env, val); }
+HOOK_API void siglongjmp(sigjmp_buf env, int val) { jump(WEFT__J_SIGLONGJMP, env, val); }
 HOOK_API __attribute__((noreturn)) void __longjmp_chk(struct __jmp_buf_tag *env, int val);
-HOOK_API void __longjmp_chk(struct __jmp_buf_tag *env, int val) { jump(J_CHK, env, val); }
+HOOK_API void __longjmp_chk(struct __jmp_buf_tag *env, int val) { jump(WEFT__J_CHK, env, val); }

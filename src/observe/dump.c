@@ -850,7 +850,7 @@ static int sq_sigaction(int sig, const struct sigaction *sa, struct sigaction *o
     if (!fn) {
         void *h = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
         if (h) fn = (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(h, "sigaction");
-        if (!fn) fn = sigaction;
+        if (!fn) fn = weft__libc.sigaction; /* the next one, not weft's own (hook.c) */
     }
     return fn(sig, sa, old);
 }

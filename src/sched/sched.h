@@ -601,6 +601,3 @@ void weft__hook_start(int cfg_hook);
 void weft__hook_stop(void);
 
 #endif /* WEFT_SCHED_H */
-
-/* after every system header the library's files include: see real.h */
-#include "../hook/real.h"

@@ -1,32 +1,46 @@
 /*
- * The C library's own functions, for weft's internals.
+ * The C library's own functions, for weft's internals: the ground floor.
  *
  * hook.c defines read, write, poll, close ... with default visibility, in
  * libweft and in libweft-hook.so, so that a program's calls (and those of
  * the libraries it links: libpq, libcurl, hiredis) reach weft first.  The
  * runtime's own calls of the same functions must not: a carrier's eventfd
  * read, the epoll backend's MSG_DONTWAIT attempt, weft_close's close(2) run
- * inside the very operations the hooks are built on.  So every file of the
- * library includes this header (sched.h includes it last; so does any file
- * that does not include sched.h), and after it a call read(...) in the
- * library's source is a call through weft__libc.read: the next definition
- * after weft's in the lookup order -- the C library, or a sanitizer's
- * interceptor in front of it (dlsym(RTLD_NEXT), hook.c).
+ * inside the very operations the hooks are built on, and a stack slot's
+ * probe in arch must not reach up into io through weft_close.  So every
+ * file of the library is compiled with this header in front of its first
+ * line (src/prelude.h, forced with -include by CMakeLists.txt), and after
+ * it a call read(...) in the library's source is a call through
+ * weft__libc.read: the next definition after weft's in the lookup order --
+ * the C library, or a sanitizer's interceptor in front of it
+ * (dlsym(RTLD_NEXT), libc.c).
+ *
+ * This header and libc.c are the floor under every layer: any file may
+ * include them, and they include nothing of weft's.  WEFT__HOOKED_FUNCS
+ * below is the one list of the hooked functions: libc.c builds the table
+ * and its resolver from it, and the suite's check
+ * (scripts/lint-libc-calls.sh) reads it to fail any object of the
+ * library, other than hook.c's, that still calls one of them directly.  A
+ * name added to the list needs its line among the macros below too; the
+ * check is what says so if it is forgotten.
  *
  * The macros are function-like, so only calls are redirected (a member
  * named read is left alone, `struct sigaction` stays a type, and a call
  * through one fails to compile rather than going astray).  sigaction is
  * here too: hook.c wraps the program's handlers (see "Signal handlers"
  * there), and the library's own handlers -- the overflow reporter, the
- * dump's -- are installed as they are.  The system headers that declare these functions are
- * included first, so that their declarations are never rewritten.
+ * dump's -- are installed as they are.  The system headers that declare
+ * these functions are included first, so that their declarations are
+ * never rewritten.  The two files that name the functions themselves --
+ * libc.c (the table) and hook.c (the definitions) -- are compiled with
+ * WEFT__NO_LIBC_REWRITE and see no macros.
  *
  * The pointers start as resolvers: the first call through any of them
  * looks all of them up, so a call made before weft starts (or from another
  * library's constructor) works.
  */
-#ifndef WEFT_HOOK_REAL_H
-#define WEFT_HOOK_REAL_H
+#ifndef WEFT_LIBC_REAL_H
+#define WEFT_LIBC_REAL_H
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -92,10 +106,23 @@ typedef struct weft__libc_t {
 } weft__libc_t;
 #undef WEFT__REAL_PTR
 
-/* hook.c; hidden in the library */
-extern weft__libc_t weft__libc;
+/* libc.c; hidden in the library, and declared so: a call through it is a
+ * load relative to the instruction pointer, not through the GOT */
+#define WEFT__LIBC_HIDDEN __attribute__((visibility("hidden")))
+extern WEFT__LIBC_HIDDEN weft__libc_t weft__libc;
 
-#ifndef WEFT__HOOK_IMPL /* hook.c defines the functions themselves */
+/* The C library's longjmp, _longjmp, siglongjmp and __longjmp_chk (NULL:
+ * not there), for hook.c's own definitions of them ("Leaving by a jump"
+ * there); looked up with the table, at load, since a signal handler that
+ * leaves by a jump must not call dlsym.  weft__libc_jumps_resolve looks
+ * them up again (a jump before libc.c's constructor). */
+enum { WEFT__J_LONGJMP, WEFT__J__LONGJMP, WEFT__J_SIGLONGJMP, WEFT__J_CHK, WEFT__J_N };
+struct __jmp_buf_tag;
+typedef void (*weft__jump_fn)(struct __jmp_buf_tag *, int);
+extern WEFT__LIBC_HIDDEN weft__jump_fn weft__libc_jump[WEFT__J_N];
+WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
+
+#ifndef WEFT__NO_LIBC_REWRITE /* libc.c and hook.c name the functions themselves */
 #define read(...) weft__libc.read(__VA_ARGS__)
 #define write(...) weft__libc.write(__VA_ARGS__)
 #define readv(...) weft__libc.readv(__VA_ARGS__)
@@ -128,4 +155,4 @@ extern weft__libc_t weft__libc;
 #define sigaction(...) weft__libc.sigaction(__VA_ARGS__)
 #endif
 
-#endif /* WEFT_HOOK_REAL_H */
+#endif /* WEFT_LIBC_REAL_H */
