@@ -98,7 +98,7 @@ typedef struct aop {
     weft_executor *ex;
     _Atomic int state; /* ST_*: written where the kernel part ends, read by the dispatcher */
     int8_t kind;
-    int8_t polling;   /* io_uring: 1, waiting for readiness after -EAGAIN; -1: an attempt's result */
+    int8_t polling;   /* 1: waiting for readiness after an -EAGAIN; -1: an attempt's result */
     int8_t timed_out; /* its deadline passed */
     int8_t spread;    /* started on the next dispatcher in turn */
     int hidx;         /* in d's heap, or -1 */
@@ -306,8 +306,8 @@ static void issue(disp *d, aop *a) {
         finish(d, a, err);
         return;
     }
-    if (weft__io_mode == WEFT_IO_URING) {
-        if (a->kind == A_SEND && !a->polling) {
+    if (!a->polling && weft__io.kernel_ops) { /* io_uring: the kernel carries it out */
+        if (a->kind == A_SEND) {
             /* A send almost always finds room in the socket buffer: one
              * non-blocking attempt costs a system call but saves the
              * ring's round trip (as a blocking weft_send does) */
@@ -319,21 +319,24 @@ static void issue(disp *d, aop *a) {
             }
         }
         atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
-        weft__uring_start_op(&a->iop, &a->rq, a->polling ? weft__ioreq_events(&a->rq) : 0);
+        weft__io.submit(&a->iop, &a->rq);
         return;
     }
-    /* epoll: try it; wait for readiness only if it would block */
-    if (a->kind != A_POLL) {
-        ssize_t r = weft__epoll_try(&a->rq);
+    if (!a->polling && a->kind != A_POLL) {
+        /* epoll: try it; wait for readiness only if it would block */
+        ssize_t r = weft__io.try_op(&a->rq);
         if (r != -EAGAIN) {
             attempted(d, a, r);
             return;
         }
+        a->polling = 1;
     }
+    /* readiness: after an attempt's (or an O_NONBLOCK socket's) -EAGAIN,
+     * or a poll's own on epoll */
     a->iop.fd = a->rq.fd;
     a->iop.events = weft__ioreq_events(&a->rq);
     atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
-    int r = weft__epoll_add_waiter(&a->iop); /* may complete it at once: then it is in the inbox */
+    int r = weft__io.wait_ready(&a->iop); /* may complete it at once: then it is in the inbox */
     if (r < 0) {
         weft__fd_leave(a->use);
         a->use = NULL;
@@ -369,25 +372,17 @@ static void back(disp *d, aop *a) {
         progress(d, a, res);
         return;
     }
-    if (weft__io_mode == WEFT_IO_URING) {
-        if (res == -ECANCELED) { /* its deadline's cancel, or weft_close's */
-            finish(d, a, a->timed_out ? -ETIMEDOUT : -EBADF);
-        } else if (a->polling) { /* readiness (or its error): try the operation again */
-            a->polling = 0;
-            if (res < 0) finish(d, a, res);
-            else issue(d, a);
-        } else if (res == -EAGAIN && a->kind != A_POLL) { /* an O_NONBLOCK socket */
-            a->polling = 1;
-            issue(d, a);
-        } else {
-            progress(d, a, res);
-        }
-        return;
-    }
-    if (a->kind == A_POLL || res < 0) {
-        finish(d, a, res);
-    } else {
-        issue(d, a); /* ready: the attempt */
+    if (res == -ECANCELED) { /* io_uring: its deadline's cancel, or weft_close's */
+        finish(d, a, a->timed_out ? -ETIMEDOUT : -EBADF);
+    } else if (a->polling) { /* readiness (or its error): try the operation again */
+        a->polling = 0;
+        if (res < 0) finish(d, a, res);
+        else issue(d, a);
+    } else if (res == -EAGAIN && a->kind != A_POLL) { /* io_uring: an O_NONBLOCK socket */
+        a->polling = 1;
+        issue(d, a);
+    } else { /* the operation's result (on epoll, a poll's readiness) */
+        progress(d, a, res);
     }
 }
 
@@ -412,13 +407,13 @@ static void fire(disp *d) {
         }
         a->timed_out = 1;
         if (atomic_load_explicit(&a->state, memory_order_relaxed) != ST_KERNEL) continue; /* issue/back see it */
-        if (weft__io_mode == WEFT_IO_URING) {
-            weft__uring_cancel_op(&a->iop); /* it comes back with -ECANCELED, or its result */
-        } else if (weft__epoll_remove_waiter(&a->iop)) {
+        /* io_uring: it comes back with -ECANCELED, or its result; epoll:
+         * off its fd, or its readiness is in the inbox already */
+        if (weft__io.withdraw(&a->iop)) {
             weft__fd_leave(a->use);
             a->use = NULL;
             finish(d, a, -ETIMEDOUT);
-        } /* else its readiness is in the inbox already */
+        }
     }
 }
 

@@ -135,7 +135,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-int weft__io_mode;
+struct weft__io_ops weft__io;
 
 /* ------------------------------------------------------------------------ */
 /* completion and waiting                                                    */
@@ -233,15 +233,10 @@ int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline) {
         op->p = &self->parker;
         op->fd = fds[i].fd;
         op->events = (unsigned short)fds[i].events;
-        if (weft__io_mode == WEFT_IO_URING) {
-            weft__ioreq rq = {.op = IOR_POLL, .fd = op->fd, .events = op->events};
-            weft__uring_start_op(op, &rq, 0);
-        } else {
-            int r = weft__epoll_add_waiter(op); /* may complete it at once */
-            if (r < 0) {
-                op->res = r;
-                atomic_store(&op->done, 1);
-            }
+        int r = weft__io.wait_ready(op); /* may complete it at once */
+        if (r < 0) {
+            op->res = r;
+            atomic_store(&op->done, 1);
         }
     }
     int intr = 0;
@@ -265,9 +260,7 @@ int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline) {
     for (size_t i = 0; i < n; i++) {
         weft__iop *op = &ops[i];
         if (!op->p || atomic_load(&op->done)) continue;
-        if (weft__io_mode == WEFT_IO_URING) {
-            weft__uring_cancel_op(op);
-        } else if (weft__epoll_remove_waiter(op)) {
+        if (weft__io.withdraw(op)) { /* off its fd: it will not complete */
             op->res = -ECANCELED;
             atomic_store(&op->done, 1);
         }
@@ -532,20 +525,7 @@ static ssize_t exec(weft__ioreq *rq) {
     int err;
     _Atomic uint64_t *use = fd_enter(rq->fd, deadline, &err);
     if (err) return err;
-    ssize_t res;
-    if (rq->op == IOR_SEND && weft__io_mode == WEFT_IO_URING) {
-        /* A send almost always finds room in the socket buffer: one
-         * non-blocking attempt costs a system call but saves the ring's
-         * round trip, a park and a timer.  Only when the buffer is full does
-         * the send go through the ring and wait. */
-        res = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT);
-        if (res < 0) res = -errno;
-        if (res >= 0 || (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR)) {
-            fd_leave(use);
-            return res;
-        }
-    }
-    res = weft__io_mode == WEFT_IO_URING ? weft__uring_exec(rq, deadline) : weft__epoll_exec(rq, deadline);
+    ssize_t res = weft__io.exec(rq, deadline);
     fd_leave(use);
     return res;
 }
@@ -641,14 +621,9 @@ int weft_fdatasync(int fd) {
     return (int)exec(&rq);
 }
 
-/* Ends the waits of the calls in flight on fd (see "Closing" above). */
-static void interrupt_fd(int fd) {
-    if (weft__io_mode == WEFT_IO_URING) weft__uring_cancel_fd(fd);
-    else if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd);
-}
-
 int weft_close(int fd) {
     if (fd < 0) return -EBADF;
+    int asked = 0;
     weft_thread *self = weft__self();
     if (self) { /* for the dump, should the close wait (below) */
         atomic_store_explicit(&self->block_pc, CALLER, memory_order_relaxed);
@@ -674,21 +649,20 @@ int weft_close(int fd) {
         }
         /* until no call uses fd: interrupt the waits now and then (a call
          * may begin its wait after an interruption), nap in between */
-        int asked = 0;
         for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & FDU_USES; round++) {
             if (round % 16 == 0) {
-                interrupt_fd(fd);
+                weft__io.interrupt_fd(fd); /* (see "Closing" above) */
                 asked = 1;
             }
             nap(20000);
         }
-        /* A ring that was asked and has not acted yet (its carrier busy in
-         * a vthread) would act later, keyed on the number, and so on
-         * whatever file has the number then: take the requests back before
-         * the number is free.  Nothing uses fd now, so nothing is lost. */
-        if (asked && weft__io_mode == WEFT_IO_URING) weft__uring_cancel_fd_withdraw(fd);
     }
-    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd); /* its registration and kind go */
+    /* What the backend keeps about the number goes: an interruption that a
+     * ring was asked for and has not acted on yet (its carrier busy in a
+     * vthread) would act later, keyed on the number, and so on whatever
+     * file has the number then; epoll's registration and the fd's kind.
+     * Nothing uses fd now, so nothing is lost. */
+    if (weft__io.closing) weft__io.closing(fd, asked);
     /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
     int r = close(fd) < 0 && errno != EINTR ? -errno : 0;
     /* a call that came meanwhile waited for this; it now finds the number
@@ -733,7 +707,7 @@ ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
 
 int weft_io_backend(void) {
     int r = weft__ensure_init();
-    return r < 0 ? r : weft__io_mode;
+    return r < 0 ? r : weft__io.id;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -915,30 +889,6 @@ static int env_mode(void) {
     return -EINVAL;
 }
 
-/* Why io_uring cannot be used here (err: the probe's -errno), in words
- * for the one line that says so. */
-static const char *uring_why(int err, char *buf, size_t n) {
-    int disabled = -1;
-    FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
-    if (f) {
-        if (fscanf(f, "%d", &disabled) != 1) disabled = -1;
-        fclose(f);
-    }
-    if ((err == -EPERM || err == -EACCES) && disabled == 2)
-        snprintf(buf, n, "%s: kernel.io_uring_disabled is 2", strerror(-err));
-    else if ((err == -EPERM || err == -EACCES) && disabled == 1)
-        snprintf(buf, n, "%s: kernel.io_uring_disabled is 1 and this process is not in kernel.io_uring_group",
-                 strerror(-err));
-    else if (err == -EPERM || err == -EACCES)
-        snprintf(buf, n, "%s: a seccomp filter forbids it, as container runtimes' default profiles do",
-                 strerror(-err));
-    else if (err == -ENOSYS)
-        snprintf(buf, n, "this kernel has no io_uring, or not the operations weft needs (Linux 5.6)");
-    else
-        snprintf(buf, n, "%s", strerror(-err));
-    return buf;
-}
-
 int weft__io_start(int mode) {
     if (mode < 0 || mode > WEFT_IO_EPOLL) return -EINVAL;
     int by_env = mode == WEFT_IO_AUTO;
@@ -954,30 +904,35 @@ int weft__io_start(int mode) {
             fprintf(stderr, "weft: running under valgrind, whose io_uring_enter blocks every thread: using epoll\n");
         mode = WEFT_IO_EPOLL;
     }
+    const struct weft__io_ops *b = NULL;
     if (mode != WEFT_IO_EPOLL) {
-        int r = weft__uring_probe();
+        int r = weft__io_uring.start();
         if (r == 0) {
-            if (weft__uring_can_cancel_fd()) fdu_start();
-            weft__io_mode = WEFT_IO_URING;
-            return 0;
+            b = &weft__io_uring;
+        } else {
+            char why[200];
+            if (mode == WEFT_IO_URING) { /* asked for by name: no fallback, and say why, once */
+                static _Atomic int told;
+                if (!atomic_exchange(&told, 1))
+                    fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
+                                    "use WEFT_IO=epoll or auto\n",
+                            by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING",
+                            weft__io_uring.why_not(r, why, sizeof why));
+                return r;
+            }
+            static _Atomic int logged;
+            if (!atomic_exchange(&logged, 1))
+                fprintf(stderr, "weft: io_uring is not available here (%s): using epoll\n",
+                        weft__io_uring.why_not(r, why, sizeof why));
         }
-        char why[200];
-        if (mode == WEFT_IO_URING) { /* asked for by name: no fallback, and say why, once */
-            static _Atomic int told;
-            if (!atomic_exchange(&told, 1))
-                fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
-                                "use WEFT_IO=epoll or auto\n",
-                        by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING", uring_why(r, why, sizeof why));
-            return r;
-        }
-        static _Atomic int logged;
-        if (!atomic_exchange(&logged, 1))
-            fprintf(stderr, "weft: io_uring is not available here (%s): using epoll\n", uring_why(r, why, sizeof why));
     }
-    int r = weft__epoll_start();
-    if (r < 0) return r;
-    fdu_start();
-    weft__io_mode = WEFT_IO_EPOLL;
+    if (!b) {
+        int r = weft__io_epoll.start();
+        if (r < 0) return r;
+        b = &weft__io_epoll;
+    }
+    if (b->can_interrupt_fd()) fdu_start();
+    weft__io = *b; /* no carrier runs yet: they all see it */
     return 0;
 }
 
@@ -986,9 +941,9 @@ void weft__io_drain(void) { pool_stop(); }
 void weft__io_stop(void) {
     weft__async_stop();
     pool_stop();
-    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_stop();
+    if (weft__io.stop) weft__io.stop();
     fdu_stop();
-    weft__io_mode = 0;
+    weft__io = (struct weft__io_ops){0};
 }
 
 /* Every live poller, for a fork child to forget (see "Fork" above). */
@@ -1000,8 +955,7 @@ static struct {
 weft__poller *weft__poller_new(int index, int *err) {
     *err = 0;
     weft__poller *p = NULL;
-    if (weft__io_mode == WEFT_IO_URING) p = weft__uring_new(index, err);
-    else if (weft__io_mode == WEFT_IO_EPOLL) p = weft__epoll_new(index, err);
+    if (weft__io.poller_new) p = weft__io.poller_new(index, err);
     if (p && index >= 0 && index < WEFT__MAX_CARRIERS) {
         pthread_mutex_lock(&PL.lock);
         PL.p[index] = p;
@@ -1013,8 +967,7 @@ void weft__poller_free(weft__poller *p) {
     pthread_mutex_lock(&PL.lock);
     if (p->index >= 0 && p->index < WEFT__MAX_CARRIERS && PL.p[p->index] == p) PL.p[p->index] = NULL;
     pthread_mutex_unlock(&PL.lock);
-    if (p->backend == WEFT_IO_URING) weft__uring_free(p);
-    else weft__epoll_free(p);
+    p->ops->poller_free(p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1029,8 +982,7 @@ void weft__io_fork_child(void) {
     for (int i = 0; i < WEFT__MAX_CARRIERS; i++) {
         weft__poller *p = PL.p[i];
         if (!p) continue;
-        if (p->backend == WEFT_IO_URING) weft__uring_abandon(p);
-        else weft__epoll_abandon(p);
+        p->ops->poller_abandon(p);
         weft__fork_keep(p);
         PL.p[i] = NULL;
     }
@@ -1047,16 +999,14 @@ void weft__io_fork_child(void) {
     P.gone = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     P.head = P.tail = NULL;
     P.threads = P.idle = P.claimed = P.stopping = 0;
-    weft__io_mode = 0;
+    weft__io = (struct weft__io_ops){0};
 }
+
+/* The scheduler's calls, on the poller's backend. */
 int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap) {
-    return p->backend == WEFT_IO_URING ? weft__uring_poll(p, out, max, cheap) : weft__epoll_poll(p, out, max, cheap);
+    return p->ops->poller_poll(p, out, max, cheap);
 }
 int weft__poller_wait(weft__poller *p, int64_t deadline, weft_thread **out, int max) {
-    return p->backend == WEFT_IO_URING ? weft__uring_wait(p, deadline, out, max)
-                                       : weft__epoll_wait(p, deadline, out, max);
+    return p->ops->poller_wait(p, deadline, out, max);
 }
-void weft__poller_kick(weft__poller *p) {
-    if (p->backend == WEFT_IO_URING) weft__uring_kick(p);
-    else weft__epoll_kick(p);
-}
+void weft__poller_kick(weft__poller *p) { p->ops->poller_kick(p); }
