@@ -1,6 +1,7 @@
 /*
- * io layer internals shared by its backends (io.c: the API, the platform
- * path and the blocking pool; uring.c; epoll.c).
+ * io layer internals shared by its files (io.c: the API, the platform
+ * path, weft_close's use counts, choosing the backend; pool.c: the blocking
+ * pool; the backends uring.c and epoll.c) and by the async layer above.
  */
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
@@ -189,7 +190,11 @@ static inline int weft__io_nb_ours(int fd) { return weft__io.nb_ours && weft__io
 
 /* The plain system call, blocking the calling OS thread. */
 ssize_t weft__sys_exec(weft__ioreq *rq);
-/* Runs rq as a plain system call on the blocking pool (files, epoll mode). */
+/* The blocking pool (pool.c).  Runs rq as a plain system call on it
+ * (files, epoll mode), waiting uncancellably; ends its threads (waits for
+ * them: weft__io_drain, weft__io_stop); forgets them in a fork child. */
 ssize_t weft__pool_exec(weft__ioreq *rq);
+void weft__pool_stop(void);
+void weft__pool_fork_child(void);
 
 #endif /* WEFT_IO_H */
