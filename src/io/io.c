@@ -65,7 +65,7 @@
  * before 5.19 (no cancel-by-fd), or for fds beyond the table, weft_close
  * is close(2) alone (epoll: after waking the waiters).  Cost: two atomic
  * operations per call on a word of its own fd (no other call contends for
- * it unless it uses the same fd).  An asynchronous operation (async.c)
+ * it unless it uses the same fd).  An asynchronous operation (src/async)
  * takes the number's epoch when it is called and counts itself in only
  * while in the kernel: one queued for its dispatcher when a close begins
  * ends with -EBADF without touching the number, and the close does not
@@ -133,7 +133,7 @@ struct weft__io_ops weft__io;
 
 weft_thread *weft__iop_complete(weft__iop *op, int res) {
     weft__parker *p = op->p;
-    if (!p) return weft__async_kernel_done(op, res);
+    if (!p) return op->kdone(op, res);
     op->res = res;
     atomic_store(&op->done, 1); /* seq_cst; op may be gone after this */
     if (weft__unpark_kind(p, WEFT__PK_IO) == 2) return p->vt;
@@ -369,8 +369,8 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
 /* A word: bits 0-23 the calls using the fd, 24-62 the number of closes
  * begun (its epoch, mod 2^39), bit 63 CLOSING.  The epoch is wide because
  * an asynchronous operation keeps the one it saw when it was called for as
- * long as it waits in its dispatcher's inbox (async.c): it must not come
- * round again however many times the number is closed and reused
+ * long as it waits in its dispatcher's inbox (src/async/async.c): it must
+ * not come round again however many times the number is closed and reused
  * meanwhile (with 7 bits, 128 closes of the number while an operation
  * waited brought it round, and the operation ran on the new file). */
 #define FDU_CHUNK 4096u
@@ -764,7 +764,6 @@ int weft__io_start(int mode) {
 void weft__io_drain(void) { weft__pool_stop(); }
 
 void weft__io_stop(void) {
-    weft__async_stop();
     weft__pool_stop();
     if (weft__io.stop) weft__io.stop();
     fdu_stop();
@@ -814,7 +813,6 @@ void weft__io_fork_child(void) {
     PL.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__uring_fork_child();
     weft__epoll_fork_child();
-    weft__async_fork_child();
     weft__fork_keep((void *)fdu_top);
     fdu_top = NULL;
     fdu_nchunks = 0;

@@ -17,6 +17,9 @@
  * and after that touches only the parker (weft__unpark_kind), never op. */
 typedef struct weft__iop {
     weft__parker *p;
+    /* p NULL: an asynchronous operation's (the async layer's), whose
+     * kernel part ended with res; returns what to make runnable, or NULL */
+    weft_thread *(*kdone)(struct weft__iop *op, int res);
     int32_t res;
     _Atomic int done;
     struct weft__poller *pl; /* the poller it was submitted to */
@@ -28,15 +31,11 @@ typedef struct weft__iop {
 } weft__iop;
 
 /* Completes op with res; returns the vthread to make runnable, or NULL.
- * An op with p == NULL is an asynchronous one's (async.c): its dispatcher
- * takes it from there. */
+ * An op with p == NULL is an asynchronous one's (src/async/async.c): its
+ * kdone takes it from there. */
 weft_thread *weft__iop_complete(weft__iop *op, int res);
 
-/* async.c: the kernel's part of an asynchronous operation ended with res;
- * returns its dispatcher if that must be made runnable. */
-weft_thread *weft__async_kernel_done(weft__iop *op, int res);
-void weft__async_stop(void);
-/* fd's epoch (io.c, "Closing": the number of closes of it begun), or -1
+/* For the async layer above (src/async/async.c).  fd's epoch (io.c, "Closing": the number of closes of it begun), or -1
  * if fd is not counted.  An asynchronous operation takes it when it is
  * called: its hold on the number while it waits for its dispatcher. */
 int64_t weft__fd_epoch(int fd);
@@ -48,8 +47,7 @@ int64_t weft__fd_epoch(int fd);
  * closed, and the number another file's now).  NULL with *err 0: fd is
  * not counted. */
 _Atomic uint64_t *weft__fd_enter_nowait(int fd, int64_t *epoch, int *err);
-void weft__fd_leave(_Atomic uint64_t *u);       /* weft__io_stop: drops what is left */
-void weft__async_fork_child(void); /* a fork child: forgets the parent's dispatchers */
+void weft__fd_leave(_Atomic uint64_t *u);
 
 /*
  * Waits for op's completion as a vthread.  The first wait honours deadline

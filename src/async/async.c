@@ -2,10 +2,17 @@
  * Asynchronous socket operations and timers with completion handlers
  * (include/weft/async.h): the dispatchers.
  *
+ * Layer.  The async layer (this file and file.c) stands above exec: it
+ * uses io's operations and fd use counts (io.h) and hands handlers to
+ * executors (weft_submit).  Nothing below calls into it: io sees an
+ * operation of ours only as a weft__iop without a parker, and completes it
+ * through the iop's kdone; the runtime's life stops it (weft__async_stop,
+ * before weft__io_stop) and forgets it in a fork child (async_int.h).
+ *
  * Pieces.  An operation is an `aop`, allocated by the call that starts it
  * and freed after its handler ran.  Its first member is a weft__iop whose
  * parker is NULL: that is how the backends' completion path
- * (weft__iop_complete) knows to hand it here (weft__async_kernel_done)
+ * (weft__iop_complete) knows to hand it here (its kdone, kernel_done)
  * instead of waking a vthread.  Each carrier k has a dispatcher: a daemon
  * vthread pinned to k, made when k first needs one, living until the
  * runtime stops.  It owns
@@ -32,7 +39,7 @@
  * single issuer rule holds because only the dispatcher, pinned to the
  * ring's carrier, queues SQEs for its aops.
  *
- * Closing (io.c's "Closing").  An aop's hold on its number is taken by the
+ * Closing (src/io/io.c's "Closing").  An aop's hold on its number is taken by the
  * call that starts it: the number's epoch then (weft__fd_epoch, the count
  * of closes of it begun).  Everything the dispatcher does with the fd --
  * the first issue, each restart -- first counts in without waiting
@@ -42,7 +49,7 @@
  * must not go to the new socket's peer).  While in the kernel an aop holds
  * that count, like a blocking call, so weft_close interrupts it
  * (-ECANCELED from the ring, -EBADF from the epoll table) and waits for it.
- * The count is dropped where the kernel part ends (weft__async_kernel_done),
+ * The count is dropped where the kernel part ends (kernel_done),
  * not when the dispatcher gets to it; and an aop waiting in an inbox holds
  * the epoch, not a count.  Either count would make weft_close wait for the
  * dispatcher: for ever when the closer is a handler on that dispatcher, or
@@ -70,8 +77,9 @@
  * for ever).
  */
 #define _GNU_SOURCE
-#include "io.h"
+#include "async_int.h"
 #include "../exec/exec.h"
+#include "../io/io.h"
 #include "../sync/future_int.h"
 
 #include <errno.h>
@@ -204,7 +212,8 @@ static weft_thread *push(disp *d, aop *a) {
     return weft__unpark_kind(&d->vt->parker, WEFT__PK_LOOP) == 2 ? d->vt : NULL;
 }
 
-weft_thread *weft__async_kernel_done(weft__iop *op, int res) {
+/* a's kernel part ended (its iop's kdone: io.h) */
+static weft_thread *kernel_done(weft__iop *op, int res) {
     aop *a = (aop *)op;
     a->iop.res = res;
     if (a->use) { /* a close waiting for the fd goes on (see the top) */
@@ -509,6 +518,7 @@ static int start(aop *a) {
 static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *o) {
     aop *a = calloc(1, sizeof *a);
     if (!a) return NULL;
+    a->iop.kdone = kernel_done; /* p NULL: the backends hand it back here */
     a->kind = kind;
     a->h = h;
     a->ctx = ctx;
