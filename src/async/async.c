@@ -39,9 +39,9 @@
  * single issuer rule holds because only the dispatcher, pinned to the
  * ring's carrier, queues SQEs for its aops.
  *
- * Closing (src/io/io.c's "Closing").  An aop's hold on its number is taken by the
- * call that starts it: the number's epoch then (weft__fd_epoch, the count
- * of closes of it begun).  Everything the dispatcher does with the fd --
+ * Closing (src/io/io.c's "Closing").  An aop's hold on its number is
+ * taken by the call that starts it: the number's epoch then
+ * (weft__fd_epoch, the count of closes of it begun).  Everything the dispatcher does with the fd --
  * the first issue, each restart -- first counts in without waiting
  * (weft__fd_enter_nowait) and ends the aop with -EBADF, touching nothing,
  * if a close began since the call: the number may be another file's by

@@ -8,8 +8,9 @@
  * to the ring of the carrier the vthread runs on, and the vthread parks
  * until the carrier reaps its completion) or epoll (epoll.c: the call is
  * tried without blocking and the vthread parks on the fd's readiness;
- * regular files go to the blocking pool, pool.c).  A platform thread makes the plain
- * system call, after a poll(2) for its deadline where the call can wait.
+ * regular files go to the blocking pool, pool.c).  A platform thread makes
+ * the plain system call, after a poll(2) for its deadline where the call
+ * can wait.
  *
  * The wait (weft__iop_wait).  The operation record lives on the vthread's
  * stack.  The completer -- a carrier reaping a CQE, a carrier handling an
@@ -86,7 +87,12 @@
  * (ENOSYS) -- auto says so in one line naming the likely cause (the
  * sysctl is read to tell it from seccomp), once per process, and uses
  * epoll; io_uring asked for by name fails the start with the kernel's
- * errno after one line of its own.
+ * errno after one line of its own.  The chosen backend's table of
+ * operations (io.h, struct weft__io_ops) is copied into weft__io, which
+ * nothing writes while carriers run (weft__io_stop and a fork child zero
+ * it); every call goes through it, and nothing outside uring.c and
+ * epoll.c asks which backend runs.  A poller keeps its own backend's table
+ * (p->ops): the scheduler's poll, wait and kick, and freeing it, use that.
  *
  * Fork.  A child process must never reach the parent's runtime through
  * what it inherited: the rings and epoll sets are the parent's own kernel
