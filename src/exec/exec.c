@@ -4,7 +4,7 @@
  *
  * Objects and who owns them.
  *  - weft_executor: made by a constructor, freed by close / close_now --
- *    or, when asynchronous operations that name it are pending (io/async.c
+ *    or, when asynchronous operations that name it are pending (async/async.c
  *    holds a reference for each: `refs`), by the last of them, shut.  A
  *    close checks the magic word and poisons it as the owner lets go, so
  *    a second close stops the program with a message (sched.h "heap

@@ -12,7 +12,7 @@ void weft__executors_each(void (*fn)(const char *label, const weft_executor_stat
                           void *ctx);
 
 /* A reference on e for an asynchronous operation that names it as its
- * handler's executor (io/async.c), taken while e is open: e's memory lives,
+ * handler's executor (async/async.c), taken while e is open: e's memory lives,
  * shut, after weft_executor_close until the last is dropped, so a handler
  * submitted then is refused (the dispatcher runs it) rather than a use
  * after free.  Close does not wait for these. */

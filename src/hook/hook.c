@@ -51,7 +51,7 @@
  *  - the program's own O_NONBLOCK (or MSG_DONTWAIT): EAGAIN, as libc.  On
  *    the epoll backend weft itself makes some files O_NONBLOCK (a listening
  *    socket, a connecting one: epoll.c); the fd table remembers those
- *    (weft__epoll_nb_ours) and they count as blocking;
+ *    (weft__io_nb_ours: the backend's nb_ours) and they count as blocking;
  *  - a regular file or block device: weft_readv & co. (a ring operation,
  *    or the blocking pool on epoll), which never waits for readiness;
  *  - a blocking socket, pipe, tty ...: park on readiness (weft_poll, with
@@ -174,14 +174,14 @@ static int user_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0) return -errno;
     if (!(fl & O_NONBLOCK)) return 0;
-    return !(weft__io_mode == WEFT_IO_EPOLL && weft__epoll_nb_ours(fd));
+    return !weft__io_nb_ours(fd);
 }
 
 /* 1 if fd is O_NONBLOCK only because the epoll backend made it so (and
  * the runtime is up, with hooks on, not in a handler); 0 if not. */
 static int hook_in_epoll_nb(int fd) {
-    return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__io_mode == WEFT_IO_EPOLL &&
-           weft__running() && weft__epoll_nb_ours(fd);
+    return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__io.nb_ours &&
+           weft__running() && weft__io.nb_ours(fd);
 }
 
 /* The absolute deadline a blocking socket's SO_RCVTIMEO / SO_SNDTIMEO
@@ -631,7 +631,7 @@ HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
     int64_t dl;
     int64_t old = deadline_push(fd, SO_SNDTIMEO, &dl);
     int r;
-    if (weft__io_mode == WEFT_IO_URING) {
+    if (weft__io.connect_keeps_flags) {
         r = weft_connect(fd, sa, sl); /* a ring operation: the flags stay */
     } else {
         /* weft_connect would leave the socket O_NONBLOCK: start it so for

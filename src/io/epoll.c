@@ -64,8 +64,12 @@
  * Fork.  The shared set and the carriers' sets are kernel objects the
  * child shares with the parent: an epoll_ctl from the child would change
  * what the parent waits for.  A fork child closes its copies
- * (weft__epoll_abandon, weft__epoll_fork_child) and starts a table of its
- * own on its next runtime.
+ * (epoll_abandon, weft__epoll_fork_child) and starts a table of its own
+ * on its next runtime.
+ *
+ * The interface (io.h, struct weft__io_ops): weft__io_epoll at the end.
+ * The kernel does no operation here (kernel_ops 0): the async layer makes
+ * each attempt itself (try_op) and waits for readiness in between.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -135,12 +139,12 @@ static fd_ent *ent(int fd) {
     return &c[fd % CHUNK];
 }
 
-int weft__epoll_start(void) {
+static int epoll_start(void) {
     E.epfd = epoll_create1(EPOLL_CLOEXEC);
     return E.epfd < 0 ? -errno : 0;
 }
 
-void weft__epoll_stop(void) {
+static void epoll_stop(void) {
     if (E.epfd >= 0) close(E.epfd);
     E.epfd = -1;
     for (int i = 0; i < MAX_CHUNKS; i++) {
@@ -152,13 +156,13 @@ void weft__epoll_stop(void) {
     }
 }
 
-struct weft__poller *weft__epoll_new(int index, int *err) {
+static struct weft__poller *epoll_new(int index, int *err) {
     epoll_poller *pl = calloc(1, sizeof *pl);
     if (!pl) {
         *err = -ENOMEM;
         return NULL;
     }
-    pl->base.backend = WEFT_IO_EPOLL;
+    pl->base.ops = &weft__io_epoll;
     pl->base.index = index;
     pl->pfd = epoll_create1(EPOLL_CLOEXEC);
     pl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -175,14 +179,14 @@ struct weft__poller *weft__epoll_new(int index, int *err) {
     return &pl->base;
 }
 
-void weft__epoll_free(struct weft__poller *p) {
+static void epoll_free(struct weft__poller *p) {
     epoll_poller *pl = (epoll_poller *)p;
     close(pl->pfd);
     close(pl->efd);
     free(pl);
 }
 
-void weft__epoll_abandon(struct weft__poller *p) {
+static void epoll_abandon(struct weft__poller *p) {
     epoll_poller *pl = (epoll_poller *)p;
     close(pl->pfd);
     close(pl->efd);
@@ -205,7 +209,7 @@ void weft__epoll_fork_child(void) {
     atomic_store(&E.last_poll, 0);
 }
 
-void weft__epoll_kick(struct weft__poller *p) {
+static void epoll_kick(struct weft__poller *p) {
     eventfd_write(((epoll_poller *)p)->efd, 1);
 }
 
@@ -282,12 +286,12 @@ static int poll_shared(weft_thread **out, int max) {
     return k > 0 ? handle(evs, k, out, max) : 0;
 }
 
-int weft__epoll_poll(struct weft__poller *p, weft_thread **out, int max, int cheap) {
+static int epoll_poll(struct weft__poller *p, weft_thread **out, int max, int cheap) {
     if (cheap && weft_now() - atomic_load_explicit(&E.last_poll, memory_order_relaxed) < POLL_EVERY_NS) return 0;
     return poll_shared(out, max);
 }
 
-int weft__epoll_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max) {
+static int epoll_wait_poller(struct weft__poller *p, int64_t deadline, weft_thread **out, int max) {
     epoll_poller *pl = (epoll_poller *)p;
     struct epoll_event evs[2];
     struct timespec ts, *tsp = NULL;
@@ -325,7 +329,9 @@ static void epoll_cancel(weft__iop *op) {
     pthread_mutex_unlock(&e->lock);
 }
 
-int weft__epoll_wait_fd(int fd, int events, int64_t deadline) {
+/* Parks until fd is ready for events or the wait is interrupted; returns
+ * the ready events, -ETIMEDOUT or -ECANCELED. */
+static int wait_fd(int fd, int events, int64_t deadline) {
     fd_ent *e = ent(fd);
     if (!e) return fd < 0 ? -EBADF : -ENOMEM;
     weft__iop op;
@@ -343,7 +349,7 @@ int weft__epoll_wait_fd(int fd, int events, int64_t deadline) {
     return op.res;
 }
 
-int weft__epoll_add_waiter(weft__iop *op) {
+static int epoll_add_waiter(weft__iop *op) {
     fd_ent *e = ent(op->fd);
     if (!e) return op->fd < 0 ? -EBADF : -ENOMEM;
     pthread_mutex_lock(&e->lock);
@@ -354,7 +360,7 @@ int weft__epoll_add_waiter(weft__iop *op) {
     return 0;
 }
 
-int weft__epoll_remove_waiter(weft__iop *op) {
+static int epoll_remove_waiter(weft__iop *op) {
     fd_ent *e = ent(op->fd);
     int found = 0;
     if (!e) return 0;
@@ -370,7 +376,9 @@ int weft__epoll_remove_waiter(weft__iop *op) {
     return found;
 }
 
-void weft__epoll_forget(int fd) {
+/* Wakes fd's waiters with -EBADF, drops its registration and what the
+ * table says about the number. */
+static void epoll_forget(int fd) {
     fd_ent *e = ent(fd);
     if (!e) return;
     pthread_mutex_lock(&e->lock);
@@ -400,7 +408,7 @@ static int set_nonblock(int fd) {
     return 0;
 }
 
-int weft__epoll_nb_ours(int fd) {
+static int epoll_nb_ours(int fd) {
     fd_ent *e = fd >= 0 && fd / CHUNK < MAX_CHUNKS ? atomic_load_explicit(&E.chunks[fd / CHUNK], memory_order_acquire) : NULL;
     return e ? atomic_load_explicit(&e[fd % CHUNK].nb_ours, memory_order_relaxed) : 0;
 }
@@ -493,7 +501,7 @@ static int checked_kind(weft__ioreq *rq) {
     return kind;
 }
 
-ssize_t weft__epoll_try(weft__ioreq *rq) {
+static ssize_t epoll_try(weft__ioreq *rq) {
     for (;;) {
         int kind = checked_kind(rq);
         if (kind < 0) return kind;
@@ -508,7 +516,7 @@ ssize_t weft__epoll_try(weft__ioreq *rq) {
     }
 }
 
-ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
+static ssize_t epoll_exec(weft__ioreq *rq, int64_t deadline) {
     switch (rq->op) {
     case IOR_PREAD:
     case IOR_PWRITE:
@@ -518,7 +526,7 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
     case IOR_FSYNC: return weft__pool_exec(rq);
     case IOR_POLL:
         for (;;) {
-            int r = weft__epoll_wait_fd(rq->fd, rq->events, deadline);
+            int r = wait_fd(rq->fd, rq->events, deadline);
             if (r <= 0) return r;
             /* An event tells of a moment that may precede this call: a
              * registration armed for an earlier wait (one that timed out)
@@ -535,7 +543,7 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
         if (connect(rq->fd, rq->addr, rq->caddrlen) == 0) return 0;
         if (errno != EINPROGRESS && errno != EINTR) return -errno;
         for (;;) {
-            int w = weft__epoll_wait_fd(rq->fd, POLLOUT, deadline);
+            int w = wait_fd(rq->fd, POLLOUT, deadline);
             if (w < 0) return w; /* the attempt goes on in the kernel; the caller closes the fd */
             /* the outcome from connect itself, as a blocking connect learns
              * it: the error once, and the socket ready for another try
@@ -570,7 +578,36 @@ ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline) {
         }
         if (r != -EAGAIN && r != -EINTR) return r;
         if (r == -EINTR) continue;
-        int w = weft__epoll_wait_fd(rq->fd, ev, deadline);
+        int w = wait_fd(rq->fd, ev, deadline);
         if (w < 0) return w;
     }
 }
+
+static int can_interrupt_fd(void) { return 1; }
+
+static void epoll_closing(int fd, int asked) {
+    (void)asked;
+    epoll_forget(fd); /* its registration and kind go */
+}
+
+const struct weft__io_ops weft__io_epoll = {
+    .id = WEFT_IO_EPOLL,
+    .kernel_ops = 0,
+    .connect_keeps_flags = 0,
+    .start = epoll_start,
+    .can_interrupt_fd = can_interrupt_fd,
+    .stop = epoll_stop,
+    .poller_new = epoll_new,
+    .poller_free = epoll_free,
+    .poller_poll = epoll_poll,
+    .poller_wait = epoll_wait_poller,
+    .poller_kick = epoll_kick,
+    .poller_abandon = epoll_abandon,
+    .exec = epoll_exec,
+    .wait_ready = epoll_add_waiter,
+    .try_op = epoll_try,
+    .withdraw = epoll_remove_waiter,
+    .interrupt_fd = epoll_forget,
+    .closing = epoll_closing,
+    .nb_ours = epoll_nb_ours,
+};

@@ -1,14 +1,16 @@
 /*
  * Blocking-style I/O: the public calls, the platform-thread path, the wait
- * for an operation's completion, and the blocking pool.
+ * for an operation's completion, fd use counts for weft_close, and
+ * choosing the backend.  (The blocking pool is pool.c's.)
  *
  * Who does what.  A vthread's call builds a request (weft__ioreq) and hands
  * it to the backend of the runtime: io_uring (uring.c: the operation goes
  * to the ring of the carrier the vthread runs on, and the vthread parks
  * until the carrier reaps its completion) or epoll (epoll.c: the call is
  * tried without blocking and the vthread parks on the fd's readiness;
- * regular files go to the blocking pool).  A platform thread makes the plain
- * system call, after a poll(2) for its deadline where the call can wait.
+ * regular files go to the blocking pool, pool.c).  A platform thread makes
+ * the plain system call, after a poll(2) for its deadline where the call
+ * can wait.
  *
  * The wait (weft__iop_wait).  The operation record lives on the vthread's
  * stack.  The completer -- a carrier reaping a CQE, a carrier handling an
@@ -64,7 +66,7 @@
  * before 5.19 (no cancel-by-fd), or for fds beyond the table, weft_close
  * is close(2) alone (epoll: after waking the waiters).  Cost: two atomic
  * operations per call on a word of its own fd (no other call contends for
- * it unless it uses the same fd).  An asynchronous operation (async.c)
+ * it unless it uses the same fd).  An asynchronous operation (src/async)
  * takes the number's epoch when it is called and counts itself in only
  * while in the kernel: one queued for its dispatcher when a close begins
  * ends with -EBADF without touching the number, and the close does not
@@ -77,15 +79,6 @@
  * reads them while the vthread is parked on I/O and names the site with
  * libdw (src/observe/symbolize.c).
  *
- * The blocking pool.  Up to WEFT_BLOCKING_MAX (default 64) platform threads,
- * started on demand, leaving after 10 s idle; a FIFO of jobs under one
- * mutex.  A job never waits behind another while the pool may grow: a
- * submission either claims a waiting thread that no earlier submission has
- * claimed, or starts one, so jobs that wait for each other (a pipe's reader
- * and its writer) each have a thread.  weft_blocking and the epoll backend's file operations use it.
- * A job is on the caller's stack; the pool thread completes it like any
- * operation and then never touches it again.
- *
  * Choosing the backend (weft__io_start, once per runtime start).  io_uring
  * unless told otherwise, if a probe ring can be made and entered on this
  * kernel with the operations weft needs; else epoll.  Where it cannot --
@@ -94,7 +87,12 @@
  * (ENOSYS) -- auto says so in one line naming the likely cause (the
  * sysctl is read to tell it from seccomp), once per process, and uses
  * epoll; io_uring asked for by name fails the start with the kernel's
- * errno after one line of its own.
+ * errno after one line of its own.  The chosen backend's table of
+ * operations (io.h, struct weft__io_ops) is copied into weft__io, which
+ * nothing writes while carriers run (weft__io_stop and a fork child zero
+ * it); every call goes through it, and nothing outside uring.c and
+ * epoll.c asks which backend runs.  A poller keeps its own backend's table
+ * (p->ops): the scheduler's poll, wait and kick, and freeing it, use that.
  *
  * Fork.  A child process must never reach the parent's runtime through
  * what it inherited: the rings and epoll sets are the parent's own kernel
@@ -103,10 +101,8 @@
  * the child's copies of every ring, eventfd and epoll fd (a ring's memory
  * unmapped, nothing submitted; pollers are registered in PL, whose lock
  * prepare takes so that none is freed mid-fork), forget the blocking pool
- * (its threads are not in the child, its jobs are the parent's vthreads')
- * and reset the backend choice: the child's next weft call probes and
- * starts afresh.  A pool thread whose job forked, and that is the child
- * when the job returns, has nobody to return to: it stops with a message.
+ * (pool.c) and reset the backend choice: the child's next weft call probes
+ * and starts afresh.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -135,7 +131,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-int weft__io_mode;
+struct weft__io_ops weft__io;
 
 /* ------------------------------------------------------------------------ */
 /* completion and waiting                                                    */
@@ -143,7 +139,7 @@ int weft__io_mode;
 
 weft_thread *weft__iop_complete(weft__iop *op, int res) {
     weft__parker *p = op->p;
-    if (!p) return weft__async_kernel_done(op, res);
+    if (!p) return op->kdone(op, res);
     op->res = res;
     atomic_store(&op->done, 1); /* seq_cst; op may be gone after this */
     if (weft__unpark_kind(p, WEFT__PK_IO) == 2) return p->vt;
@@ -233,15 +229,10 @@ int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline) {
         op->p = &self->parker;
         op->fd = fds[i].fd;
         op->events = (unsigned short)fds[i].events;
-        if (weft__io_mode == WEFT_IO_URING) {
-            weft__ioreq rq = {.op = IOR_POLL, .fd = op->fd, .events = op->events};
-            weft__uring_start_op(op, &rq, 0);
-        } else {
-            int r = weft__epoll_add_waiter(op); /* may complete it at once */
-            if (r < 0) {
-                op->res = r;
-                atomic_store(&op->done, 1);
-            }
+        int r = weft__io.wait_ready(op); /* may complete it at once */
+        if (r < 0) {
+            op->res = r;
+            atomic_store(&op->done, 1);
         }
     }
     int intr = 0;
@@ -265,9 +256,7 @@ int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline) {
     for (size_t i = 0; i < n; i++) {
         weft__iop *op = &ops[i];
         if (!op->p || atomic_load(&op->done)) continue;
-        if (weft__io_mode == WEFT_IO_URING) {
-            weft__uring_cancel_op(op);
-        } else if (weft__epoll_remove_waiter(op)) {
+        if (weft__io.withdraw(op)) { /* off its fd: it will not complete */
             op->res = -ECANCELED;
             atomic_store(&op->done, 1);
         }
@@ -386,8 +375,8 @@ static ssize_t platform_exec(weft__ioreq *rq, int64_t deadline) {
 /* A word: bits 0-23 the calls using the fd, 24-62 the number of closes
  * begun (its epoch, mod 2^39), bit 63 CLOSING.  The epoch is wide because
  * an asynchronous operation keeps the one it saw when it was called for as
- * long as it waits in its dispatcher's inbox (async.c): it must not come
- * round again however many times the number is closed and reused
+ * long as it waits in its dispatcher's inbox (src/async/async.c): it must
+ * not come round again however many times the number is closed and reused
  * meanwhile (with 7 bits, 128 closes of the number while an operation
  * waited brought it round, and the operation ran on the new file). */
 #define FDU_CHUNK 4096u
@@ -532,20 +521,7 @@ static ssize_t exec(weft__ioreq *rq) {
     int err;
     _Atomic uint64_t *use = fd_enter(rq->fd, deadline, &err);
     if (err) return err;
-    ssize_t res;
-    if (rq->op == IOR_SEND && weft__io_mode == WEFT_IO_URING) {
-        /* A send almost always finds room in the socket buffer: one
-         * non-blocking attempt costs a system call but saves the ring's
-         * round trip, a park and a timer.  Only when the buffer is full does
-         * the send go through the ring and wait. */
-        res = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT);
-        if (res < 0) res = -errno;
-        if (res >= 0 || (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR)) {
-            fd_leave(use);
-            return res;
-        }
-    }
-    res = weft__io_mode == WEFT_IO_URING ? weft__uring_exec(rq, deadline) : weft__epoll_exec(rq, deadline);
+    ssize_t res = weft__io.exec(rq, deadline);
     fd_leave(use);
     return res;
 }
@@ -641,14 +617,9 @@ int weft_fdatasync(int fd) {
     return (int)exec(&rq);
 }
 
-/* Ends the waits of the calls in flight on fd (see "Closing" above). */
-static void interrupt_fd(int fd) {
-    if (weft__io_mode == WEFT_IO_URING) weft__uring_cancel_fd(fd);
-    else if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd);
-}
-
 int weft_close(int fd) {
     if (fd < 0) return -EBADF;
+    int asked = 0;
     weft_thread *self = weft__self();
     if (self) { /* for the dump, should the close wait (below) */
         atomic_store_explicit(&self->block_pc, CALLER, memory_order_relaxed);
@@ -674,21 +645,20 @@ int weft_close(int fd) {
         }
         /* until no call uses fd: interrupt the waits now and then (a call
          * may begin its wait after an interruption), nap in between */
-        int asked = 0;
         for (int round = 0; atomic_load_explicit(u, memory_order_acquire) & FDU_USES; round++) {
             if (round % 16 == 0) {
-                interrupt_fd(fd);
+                weft__io.interrupt_fd(fd); /* (see "Closing" above) */
                 asked = 1;
             }
             nap(20000);
         }
-        /* A ring that was asked and has not acted yet (its carrier busy in
-         * a vthread) would act later, keyed on the number, and so on
-         * whatever file has the number then: take the requests back before
-         * the number is free.  Nothing uses fd now, so nothing is lost. */
-        if (asked && weft__io_mode == WEFT_IO_URING) weft__uring_cancel_fd_withdraw(fd);
     }
-    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_forget(fd); /* its registration and kind go */
+    /* What the backend keeps about the number goes: an interruption that a
+     * ring was asked for and has not acted on yet (its carrier busy in a
+     * vthread) would act later, keyed on the number, and so on whatever
+     * file has the number then; epoll's registration and the fd's kind.
+     * Nothing uses fd now, so nothing is lost. */
+    if (weft__io.closing) weft__io.closing(fd, asked);
     /* close(2) is not retried on EINTR: the fd is gone either way on Linux */
     int r = close(fd) < 0 && errno != EINTR ? -errno : 0;
     /* a call that came meanwhile waited for this; it now finds the number
@@ -733,172 +703,7 @@ ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
 
 int weft_io_backend(void) {
     int r = weft__ensure_init();
-    return r < 0 ? r : weft__io_mode;
-}
-
-/* ------------------------------------------------------------------------ */
-/* the blocking pool                                                         */
-/* ------------------------------------------------------------------------ */
-
-typedef struct pool_job {
-    void *(*fn)(void *);
-    void *arg;
-    void *result;
-    weft__ioreq *rq;
-    weft__iop op;
-    struct pool_job *next;
-} pool_job;
-
-/* idle counts the waiting threads that no submission has claimed yet;
- * claimed, those a submission has signalled and counted on (taken off
- * idle by the submitter itself, under the lock).  A waiter that wakes
- * consumes a claim if there is one, else leaves idle itself, so idle +
- * claimed is always the number of waiters.  Two jobs submitted back to
- * back while one thread waits: the first claims it, the second finds idle
- * at 0 and starts a thread -- it does not queue behind the first job (which
- * may be waiting for it). */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    pool_job *head, *tail;
-    int threads, idle, claimed, max, stopping;
-    pthread_cond_t gone;
-} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER};
-
-static void *pool_main(void *unused) {
-    pthread_mutex_lock(&P.lock);
-    for (;;) {
-        while (!P.head && !P.stopping) {
-            P.idle++;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 10;
-            int e = pthread_cond_timedwait(&P.cond, &P.lock, &ts);
-            if (P.claimed > 0) P.claimed--;
-            else P.idle--;
-            if (e == ETIMEDOUT && !P.head) goto leave;
-        }
-        if (!P.head) break; /* stopping */
-        pool_job *j = P.head;
-        P.head = j->next;
-        if (!P.head) P.tail = NULL;
-        pthread_mutex_unlock(&P.lock);
-        int res = 0;
-        unsigned gen = weft__fork_gen();
-        if (j->rq) res = (int)weft__sys_exec(j->rq); /* counts fit: ops ask for < 2 GiB */
-        else j->result = j->fn(j->arg);
-        if (weft__fork_gen() != gen) /* fn forked, and this is the child: nobody to return to */
-            weft__fatal("a weft_blocking function that called fork() returned in the child; "
-                        "the child of a fork inside weft_blocking must end with _exit, exit or exec");
-        weft_thread *t = weft__iop_complete(&j->op, res); /* j is gone now */
-        if (t) weft__ready(t);
-        pthread_mutex_lock(&P.lock);
-    }
-leave:
-    P.threads--;
-    pthread_cond_broadcast(&P.gone);
-    pthread_mutex_unlock(&P.lock);
-    return NULL;
-}
-
-static int pool_submit(pool_job *j) {
-    pthread_mutex_lock(&P.lock);
-    if (P.stopping) {
-        pthread_mutex_unlock(&P.lock);
-        return -ESHUTDOWN;
-    }
-    if (!P.max) {
-        long m = 64; /* (read lazily, past weft_init: a bad value is told, and the default used) */
-        if (weft__env_long("WEFT_BLOCKING_MAX", 1, INT_MAX, "a thread count (1 or more): using 64", &m) < 0) m = 64;
-        P.max = (int)m;
-    }
-    j->next = NULL;
-    if (P.tail) P.tail->next = j;
-    else P.head = j;
-    P.tail = j;
-    int grow = 0;
-    if (P.idle > 0) {
-        P.idle--; /* this job's thread: no later submission counts on it */
-        P.claimed++;
-        pthread_cond_signal(&P.cond);
-    } else if (P.threads < P.max) {
-        P.threads++; /* counted now, started below */
-        grow = 1;
-    }
-    pthread_mutex_unlock(&P.lock);
-    if (!grow) return 0;
-    /* The thread is created outside the lock: pthread_create maps a stack
-     * and clones (milliseconds on a loaded machine), and every other
-     * carrier's submission would wait for it in the mutex -- a carrier
-     * blocked in a futex, which the monitor reports as pinned (seen:
-     * 200 getaddrinfo at once from hooked libpq connects). */
-    pthread_t th;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 256 * 1024);
-    int e = pthread_create(&th, &a, pool_main, NULL);
-    pthread_attr_destroy(&a);
-    if (e == 0) {
-        pthread_setname_np(th, "weft-blocking");
-        return 0;
-    }
-    pthread_mutex_lock(&P.lock);
-    P.threads--;
-    pthread_cond_broadcast(&P.gone); /* pool_stop counts threads */
-    if (P.threads == 0) { /* nobody will ever run it: take it back if still queued */
-        for (pool_job **pp = &P.head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
-            if (*pp != j) continue;
-            *pp = j->next;
-            if (P.tail == j) P.tail = prev;
-            pthread_mutex_unlock(&P.lock);
-            return -e;
-        }
-    }
-    pthread_mutex_unlock(&P.lock);
-    return 0;
-}
-
-static void pool_run(pool_job *j) {
-    j->op.p = &weft__self()->parker;
-    atomic_store_explicit(&j->op.done, 0, memory_order_relaxed);
-}
-
-int weft_blocking(void *(*fn)(void *), void *arg, void **result) {
-    if (!fn) return -EINVAL;
-    if (!weft_self()) {
-        void *r = fn(arg);
-        if (result) *result = r;
-        return 0;
-    }
-    pool_job j = {.fn = fn, .arg = arg};
-    pool_run(&j);
-    int r = pool_submit(&j);
-    if (r < 0) return r;
-    weft__iop_wait(&j.op, 0, NULL);
-    if (result) *result = j.result;
-    return 0;
-}
-
-ssize_t weft__pool_exec(weft__ioreq *rq) {
-    pool_job j = {.rq = rq};
-    pool_run(&j);
-    int r = pool_submit(&j);
-    if (r < 0) return r;
-    /* a file operation in flight cannot be taken back: wait it out */
-    int w = weft__iop_wait(&j.op, 0, NULL);
-    (void)w;
-    return j.op.res;
-}
-
-static void pool_stop(void) {
-    pthread_mutex_lock(&P.lock);
-    P.stopping = 1;
-    pthread_cond_broadcast(&P.cond);
-    while (P.threads > 0) pthread_cond_wait(&P.gone, &P.lock);
-    P.stopping = 0;
-    P.idle = P.claimed = 0;
-    pthread_mutex_unlock(&P.lock);
+    return r < 0 ? r : weft__io.id;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -913,30 +718,6 @@ static int env_mode(void) {
     /* weft_init fails, as on any bad WEFT_* value (arch.h, weft__env_long) */
     fprintf(stderr, "weft: WEFT_IO=%s is not auto, uring or epoll\n", v);
     return -EINVAL;
-}
-
-/* Why io_uring cannot be used here (err: the probe's -errno), in words
- * for the one line that says so. */
-static const char *uring_why(int err, char *buf, size_t n) {
-    int disabled = -1;
-    FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
-    if (f) {
-        if (fscanf(f, "%d", &disabled) != 1) disabled = -1;
-        fclose(f);
-    }
-    if ((err == -EPERM || err == -EACCES) && disabled == 2)
-        snprintf(buf, n, "%s: kernel.io_uring_disabled is 2", strerror(-err));
-    else if ((err == -EPERM || err == -EACCES) && disabled == 1)
-        snprintf(buf, n, "%s: kernel.io_uring_disabled is 1 and this process is not in kernel.io_uring_group",
-                 strerror(-err));
-    else if (err == -EPERM || err == -EACCES)
-        snprintf(buf, n, "%s: a seccomp filter forbids it, as container runtimes' default profiles do",
-                 strerror(-err));
-    else if (err == -ENOSYS)
-        snprintf(buf, n, "this kernel has no io_uring, or not the operations weft needs (Linux 5.6)");
-    else
-        snprintf(buf, n, "%s", strerror(-err));
-    return buf;
 }
 
 int weft__io_start(int mode) {
@@ -954,41 +735,45 @@ int weft__io_start(int mode) {
             fprintf(stderr, "weft: running under valgrind, whose io_uring_enter blocks every thread: using epoll\n");
         mode = WEFT_IO_EPOLL;
     }
+    const struct weft__io_ops *b = NULL;
     if (mode != WEFT_IO_EPOLL) {
-        int r = weft__uring_probe();
+        int r = weft__io_uring.start();
         if (r == 0) {
-            if (weft__uring_can_cancel_fd()) fdu_start();
-            weft__io_mode = WEFT_IO_URING;
-            return 0;
+            b = &weft__io_uring;
+        } else {
+            char why[200];
+            if (mode == WEFT_IO_URING) { /* asked for by name: no fallback, and say why, once */
+                static _Atomic int told;
+                if (!atomic_exchange(&told, 1))
+                    fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
+                                    "use WEFT_IO=epoll or auto\n",
+                            by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING",
+                            weft__io_uring.why_not(r, why, sizeof why));
+                return r;
+            }
+            static _Atomic int logged;
+            if (!atomic_exchange(&logged, 1))
+                fprintf(stderr, "weft: io_uring is not available here (%s): using epoll\n",
+                        weft__io_uring.why_not(r, why, sizeof why));
         }
-        char why[200];
-        if (mode == WEFT_IO_URING) { /* asked for by name: no fallback, and say why, once */
-            static _Atomic int told;
-            if (!atomic_exchange(&told, 1))
-                fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
-                                "use WEFT_IO=epoll or auto\n",
-                        by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING", uring_why(r, why, sizeof why));
-            return r;
-        }
-        static _Atomic int logged;
-        if (!atomic_exchange(&logged, 1))
-            fprintf(stderr, "weft: io_uring is not available here (%s): using epoll\n", uring_why(r, why, sizeof why));
     }
-    int r = weft__epoll_start();
-    if (r < 0) return r;
-    fdu_start();
-    weft__io_mode = WEFT_IO_EPOLL;
+    if (!b) {
+        int r = weft__io_epoll.start();
+        if (r < 0) return r;
+        b = &weft__io_epoll;
+    }
+    if (b->can_interrupt_fd()) fdu_start();
+    weft__io = *b; /* no carrier runs yet: they all see it */
     return 0;
 }
 
-void weft__io_drain(void) { pool_stop(); }
+void weft__io_drain(void) { weft__pool_stop(); }
 
 void weft__io_stop(void) {
-    weft__async_stop();
-    pool_stop();
-    if (weft__io_mode == WEFT_IO_EPOLL) weft__epoll_stop();
+    weft__pool_stop();
+    if (weft__io.stop) weft__io.stop();
     fdu_stop();
-    weft__io_mode = 0;
+    weft__io = (struct weft__io_ops){0};
 }
 
 /* Every live poller, for a fork child to forget (see "Fork" above). */
@@ -1000,8 +785,7 @@ static struct {
 weft__poller *weft__poller_new(int index, int *err) {
     *err = 0;
     weft__poller *p = NULL;
-    if (weft__io_mode == WEFT_IO_URING) p = weft__uring_new(index, err);
-    else if (weft__io_mode == WEFT_IO_EPOLL) p = weft__epoll_new(index, err);
+    if (weft__io.poller_new) p = weft__io.poller_new(index, err);
     if (p && index >= 0 && index < WEFT__MAX_CARRIERS) {
         pthread_mutex_lock(&PL.lock);
         PL.p[index] = p;
@@ -1013,8 +797,7 @@ void weft__poller_free(weft__poller *p) {
     pthread_mutex_lock(&PL.lock);
     if (p->index >= 0 && p->index < WEFT__MAX_CARRIERS && PL.p[p->index] == p) PL.p[p->index] = NULL;
     pthread_mutex_unlock(&PL.lock);
-    if (p->backend == WEFT_IO_URING) weft__uring_free(p);
-    else weft__epoll_free(p);
+    p->ops->poller_free(p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1029,34 +812,25 @@ void weft__io_fork_child(void) {
     for (int i = 0; i < WEFT__MAX_CARRIERS; i++) {
         weft__poller *p = PL.p[i];
         if (!p) continue;
-        if (p->backend == WEFT_IO_URING) weft__uring_abandon(p);
-        else weft__epoll_abandon(p);
+        p->ops->poller_abandon(p);
         weft__fork_keep(p);
         PL.p[i] = NULL;
     }
     PL.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__uring_fork_child();
     weft__epoll_fork_child();
-    weft__async_fork_child();
     weft__fork_keep((void *)fdu_top);
     fdu_top = NULL;
     fdu_nchunks = 0;
-    /* the pool's threads are not here; its queued jobs are the parent's */
-    P.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    P.cond = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
-    P.gone = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
-    P.head = P.tail = NULL;
-    P.threads = P.idle = P.claimed = P.stopping = 0;
-    weft__io_mode = 0;
+    weft__pool_fork_child();
+    weft__io = (struct weft__io_ops){0};
 }
+
+/* The scheduler's calls, on the poller's backend. */
 int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap) {
-    return p->backend == WEFT_IO_URING ? weft__uring_poll(p, out, max, cheap) : weft__epoll_poll(p, out, max, cheap);
+    return p->ops->poller_poll(p, out, max, cheap);
 }
 int weft__poller_wait(weft__poller *p, int64_t deadline, weft_thread **out, int max) {
-    return p->backend == WEFT_IO_URING ? weft__uring_wait(p, deadline, out, max)
-                                       : weft__epoll_wait(p, deadline, out, max);
+    return p->ops->poller_wait(p, deadline, out, max);
 }
-void weft__poller_kick(weft__poller *p) {
-    if (p->backend == WEFT_IO_URING) weft__uring_kick(p);
-    else weft__epoll_kick(p);
-}
+void weft__poller_kick(weft__poller *p) { p->ops->poller_kick(p); }

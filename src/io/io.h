@@ -1,6 +1,7 @@
 /*
- * io layer internals shared by its backends (io.c: the API, the platform
- * path and the blocking pool; uring.c; epoll.c).
+ * io layer internals shared by its files (io.c: the API, the platform
+ * path, weft_close's use counts, choosing the backend; pool.c: the blocking
+ * pool; the backends uring.c and epoll.c) and by the async layer above.
  */
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
@@ -16,6 +17,9 @@
  * and after that touches only the parker (weft__unpark_kind), never op. */
 typedef struct weft__iop {
     weft__parker *p;
+    /* p NULL: an asynchronous operation's (the async layer's), whose
+     * kernel part ended with res; returns what to make runnable, or NULL */
+    weft_thread *(*kdone)(struct weft__iop *op, int res);
     int32_t res;
     _Atomic int done;
     struct weft__poller *pl; /* the poller it was submitted to */
@@ -27,15 +31,11 @@ typedef struct weft__iop {
 } weft__iop;
 
 /* Completes op with res; returns the vthread to make runnable, or NULL.
- * An op with p == NULL is an asynchronous one's (async.c): its dispatcher
- * takes it from there. */
+ * An op with p == NULL is an asynchronous one's (src/async/async.c): its
+ * kdone takes it from there. */
 weft_thread *weft__iop_complete(weft__iop *op, int res);
 
-/* async.c: the kernel's part of an asynchronous operation ended with res;
- * returns its dispatcher if that must be made runnable. */
-weft_thread *weft__async_kernel_done(weft__iop *op, int res);
-void weft__async_stop(void);
-/* fd's epoch (io.c, "Closing": the number of closes of it begun), or -1
+/* For the async layer above (src/async/async.c).  fd's epoch (io.c, "Closing": the number of closes of it begun), or -1
  * if fd is not counted.  An asynchronous operation takes it when it is
  * called: its hold on the number while it waits for its dispatcher. */
 int64_t weft__fd_epoch(int fd);
@@ -47,8 +47,7 @@ int64_t weft__fd_epoch(int fd);
  * closed, and the number another file's now).  NULL with *err 0: fd is
  * not counted. */
 _Atomic uint64_t *weft__fd_enter_nowait(int fd, int64_t *epoch, int *err);
-void weft__fd_leave(_Atomic uint64_t *u);       /* weft__io_stop: drops what is left */
-void weft__async_fork_child(void); /* a fork child: forgets the parent's dispatchers */
+void weft__fd_leave(_Atomic uint64_t *u);
 
 /*
  * Waits for op's completion as a vthread.  The first wait honours deadline
@@ -71,53 +70,9 @@ int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *))
 int weft__poll_any(struct pollfd *fds, size_t n, int64_t deadline);
 
 struct weft__poller {
-    int backend; /* WEFT_IO_URING / WEFT_IO_EPOLL */
+    const struct weft__io_ops *ops; /* its backend's (for freeing and abandoning it) */
     int index;
 };
-
-extern int weft__io_mode; /* chosen backend, 0 before weft__io_start */
-
-/* backends */
-struct weft__poller *weft__uring_new(int index, int *err);
-void weft__uring_free(struct weft__poller *p);
-int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);
-int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
-void weft__uring_kick(struct weft__poller *p);
-int weft__uring_probe(void); /* 0 or -errno */
-int weft__uring_can_cancel_fd(void); /* after a successful probe: kernel >= 5.19 */
-/* Asks every ring to cancel the operations on fd (they return -EBADF). */
-void weft__uring_cancel_fd(int fd);
-/* Takes back the requests of weft__uring_cancel_fd(fd) that a ring has not
- * acted on yet; once it returns, no ring will act on one (see uring.c). */
-void weft__uring_cancel_fd_withdraw(int fd);
-
-/* fork child: close the poller's descriptors and unmap its ring, touching
- * nothing the parent shares (io.c, "Fork"); then reset the backend's state */
-void weft__uring_abandon(struct weft__poller *p);
-void weft__uring_fork_child(void);
-void weft__epoll_abandon(struct weft__poller *p);
-void weft__epoll_fork_child(void);
-
-struct weft__poller *weft__epoll_new(int index, int *err);
-void weft__epoll_free(struct weft__poller *p);
-int weft__epoll_poll(struct weft__poller *p, weft_thread **out, int max, int cheap);
-int weft__epoll_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
-void weft__epoll_kick(struct weft__poller *p);
-int weft__epoll_start(void);
-void weft__epoll_stop(void);
-/* Parks until fd is ready for events or the wait is interrupted; returns
- * the ready events, -ETIMEDOUT or -ECANCELED. */
-int weft__epoll_wait_fd(int fd, int events, int64_t deadline);
-/* 1 if weft made fd O_NONBLOCK (accept, connect, a pipe): hook.c then
- * treats it as the blocking file the program made */
-int weft__epoll_nb_ours(int fd);
-void weft__epoll_forget(int fd); /* wakes fd's waiters with -EBADF, drops its registration */
-/* Asynchronous operations: op (fd and events set) waits for readiness
- * (completed through weft__iop_complete); taken off again (1 if it was
- * still waiting, so will not complete); one attempt of rq that cannot
- * block (-EAGAIN when it would: weft__epoll_try, below). */
-int weft__epoll_add_waiter(weft__iop *op);
-int weft__epoll_remove_waiter(weft__iop *op);
 
 /* Requests the backends handle; the API (io.c) builds them. */
 enum {
@@ -146,16 +101,98 @@ typedef struct weft__ioreq {
  * the sending side (and connect), POLLIN otherwise; a poll's own events. */
 int weft__ioreq_events(const weft__ioreq *rq);
 
-/* Queues op (p NULL: asynchronous) for rq -- or a poll of poll_events when
- * not 0 -- on the calling carrier's ring, without waiting; and cancels it. */
-void weft__uring_start_op(weft__iop *op, weft__ioreq *rq, int poll_events);
-void weft__uring_cancel_op(weft__iop *op);
-ssize_t weft__epoll_try(weft__ioreq *rq);
-ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline);
-ssize_t weft__epoll_exec(weft__ioreq *rq, int64_t deadline);
+/*
+ * The backend interface.  Each backend (uring.c, epoll.c) fills one of
+ * these; weft__io_start chooses one and copies it into weft__io, which
+ * stays as it is until weft__io_stop (or a fork child) zeroes it.  Nothing
+ * outside the backends asks which backend runs: what differs is an
+ * operation here, or a property (the fields before the operations).
+ * Threads: as each operation says; "the carrier" is the calling thread,
+ * which must be the carrier that owns the poller (or op's dispatcher's).
+ */
+struct weft__io_ops {
+    int id;           /* WEFT_IO_URING / WEFT_IO_EPOLL: weft_io_backend's answer */
+    /* The kernel carries an operation out and completes it (io_uring):
+     * submit works, and a readiness wait is only for an O_NONBLOCK fd's
+     * -EAGAIN.  0 (epoll): the kernel only tells readiness; the caller
+     * makes each attempt (try_op). */
+    int kernel_ops;
+    /* weft_connect leaves the socket's flags as they were (io_uring); 0
+     * (epoll): it makes the socket O_NONBLOCK, as it makes every pollable
+     * fd it waits on (hook.c gives a blocking socket back blocking). */
+    int connect_keeps_flags;
+
+    /* -- life (weft__io_start / _stop, any one thread) -- */
+    /* Makes what the backend shares (or probes that it can run); 0, or
+     * -errno when it cannot be used here. */
+    int (*start)(void);
+    /* Why start failed with err, in words for one line (NULL: strerror). */
+    const char *(*why_not)(int err, char *buf, size_t n);
+    /* After a start: interrupt_fd can end every wait on an fd (io_uring:
+     * kernel >= 5.19).  If not, weft_close is close(2) alone. */
+    int (*can_interrupt_fd)(void);
+    void (*stop)(void); /* undoes start; NULL: nothing to undo */
+
+    /* -- the poller (sched.h's weft__poller_*) -- */
+    struct weft__poller *(*poller_new)(int index, int *err);
+    void (*poller_free)(struct weft__poller *p);
+    int (*poller_poll)(struct weft__poller *p, weft_thread **out, int max, int cheap);
+    int (*poller_wait)(struct weft__poller *p, int64_t deadline, weft_thread **out, int max);
+    void (*poller_kick)(struct weft__poller *p);
+    /* fork child: close the poller's descriptors and unmap its ring,
+     * touching nothing the parent shares (io.c, "Fork") */
+    void (*poller_abandon)(struct weft__poller *p);
+
+    /* -- a vthread's blocking-style call (io.c's exec, counted in on rq->fd) -- */
+    ssize_t (*exec)(weft__ioreq *rq, int64_t deadline);
+
+    /* -- waits that complete through weft__iop_complete (weft__poll_any,
+     * the async layer's operations; op->p NULL: an asynchronous one's) -- */
+    /* Queues a readiness wait for op->fd's op->events on the carrier; 0,
+     * or -errno (then it was not queued).  It may complete at once. */
+    int (*wait_ready)(weft__iop *op);
+    /* kernel_ops only: queues op for rq on the carrier, without waiting. */
+    void (*submit)(weft__iop *op, weft__ioreq *rq);
+    /* !kernel_ops only: one attempt of rq that cannot block; -EAGAIN when
+     * it would (sockets only: -ENOTSOCK for a file). */
+    ssize_t (*try_op)(weft__ioreq *rq);
+    /* Takes op (queued by wait_ready or submit) back: 1 if it will not
+     * complete now (the caller completes it); 0 if it will, or has
+     * (io_uring: with -ECANCELED, or its result, some time later). */
+    int (*withdraw)(weft__iop *op);
+
+    /* -- weft_close (io.c, "Closing") -- */
+    /* Ends the waits of the calls on fd (they come back -EBADF). */
+    void (*interrupt_fd)(int fd);
+    /* No call uses fd any more, and close(2) comes next (asked: whether
+     * interrupt_fd was called): forget what is kept about the number.
+     * Also for an fd that was never counted. */
+    void (*closing)(int fd, int asked);
+    /* 1 if weft made fd O_NONBLOCK (accept, connect, a pipe): hook.c then
+     * treats it as the blocking file the program made.  NULL: never. */
+    int (*nb_ours)(int fd);
+};
+
+/* The two backends; their state shared by all pollers reset in a fork
+ * child (each backend's, whichever ran). */
+extern const struct weft__io_ops weft__io_uring, weft__io_epoll;
+void weft__uring_fork_child(void);
+void weft__epoll_fork_child(void);
+
+/* The backend in use (all zero before weft__io_start and after _stop):
+ * written only while no carrier runs, read by everyone. */
+extern struct weft__io_ops weft__io;
+
+/* hook.c's question, 0 while no backend runs */
+static inline int weft__io_nb_ours(int fd) { return weft__io.nb_ours && weft__io.nb_ours(fd); }
+
 /* The plain system call, blocking the calling OS thread. */
 ssize_t weft__sys_exec(weft__ioreq *rq);
-/* Runs rq as a plain system call on the blocking pool (files, epoll mode). */
+/* The blocking pool (pool.c).  Runs rq as a plain system call on it
+ * (files, epoll mode), waiting uncancellably; ends its threads (waits for
+ * them: weft__io_drain, weft__io_stop); forgets them in a fork child. */
 ssize_t weft__pool_exec(weft__ioreq *rq);
+void weft__pool_stop(void);
+void weft__pool_fork_child(void);
 
 #endif /* WEFT_IO_H */

@@ -6,7 +6,7 @@
  * vthread running on the carrier queues its SQE there, then parks.  Other
  * threads reach a ring only through its eventfd (the kick) and the cancel
  * list (below).  A fork child never does: it unmaps and closes its copy of
- * every ring without a system call on it (weft__uring_abandon; io.c,
+ * every ring without a system call on it (uring_abandon; io.c,
  * "Fork"), since the ring is the parent's as much as its own.
  *
  * Batching.  SQEs are not submitted one by one: the carrier submits what
@@ -29,7 +29,7 @@
  *
  * Sleeping.  An idle carrier waits in io_uring_submit_and_wait_timeout with
  * its next timer as the timeout.  A read on its eventfd is always armed;
- * weft__uring_kick writes the eventfd, which completes that read.
+ * uring_kick writes the eventfd, which completes that read.
  *
  * Cancellation.  A vthread whose wait was interrupted must cancel on the
  * ring its operation went to.  On that ring's carrier it queues the
@@ -38,7 +38,7 @@
  * which queues the cancels on its next poll.  Either way the vthread then
  * waits for the original completion (io.c).
  *
- * Closing (the rest is io.c's).  weft__uring_cancel_fd asks every ring to
+ * Closing (the rest is io.c's).  uring_cancel_fd asks every ring to
  * cancel the operations keyed on an fd (IORING_OP_ASYNC_CANCEL with
  * IORING_ASYNC_CANCEL_FD | _ALL): its own directly, the others through
  * their cancel lists and a kick.  An operation that ends with -ECANCELED
@@ -51,10 +51,18 @@
  * its list's lock from taking the requests until io_uring_enter has
  * submitted them (an ASYNC_CANCEL acts during the submission), and the
  * closer, once no call uses the fd, withdraws what is still in the lists
- * (weft__uring_cancel_fd_withdraw) before close(2): after that no ring acts
- * on the number.  A close therefore waits only for the rings that have an
- * operation on the fd, never for an idle one or a busy one that has none.
- * A ring's list holds one request per fd however often a close asks.
+ * (uring_closing) before close(2): after that no ring acts on the number.
+ * A close therefore waits only for the rings that have an operation on the
+ * fd, never for an idle one or a busy one that has none.  A ring's list
+ * holds one request per fd however often a close asks.
+ *
+ * Sends.  A send almost always finds room in the socket buffer, so a
+ * vthread's send (uring_exec) first tries once with MSG_DONTWAIT -- a
+ * system call, but no ring round trip, park or timer -- and only a full
+ * buffer sends it through the ring.  (The async layer's sends do the
+ * same, as this backend's kernel_ops say it may.)
+ *
+ * The interface (io.h, struct weft__io_ops): weft__io_uring at the end.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -62,6 +70,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -101,7 +110,7 @@ typedef struct uring_poller {
 
 static int cancel_fd_ok; /* the kernel cancels by fd (probed) */
 
-/* every ring, for weft__uring_cancel_fd */
+/* every ring, for uring_cancel_fd */
 static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
 static uring_poller *rings[MAX_RINGS];
 static int rings_hi; /* rings[] is empty from here on */
@@ -155,7 +164,7 @@ static void *probe_main(void *arg) {
  * the background and then interrupts the thread that made it (task work),
  * which would surface as one spurious EINTR in the caller's next blocking
  * system call. */
-int weft__uring_probe(void) {
+static int uring_start(void) {
     int res = -ENOSYS;
     pthread_t th;
     if (pthread_create(&th, NULL, probe_main, &res) != 0) {
@@ -166,7 +175,7 @@ int weft__uring_probe(void) {
     return res;
 }
 
-int weft__uring_can_cancel_fd(void) { return cancel_fd_ok; }
+static int can_cancel_fd(void) { return cancel_fd_ok; }
 
 static struct io_uring_sqe *get_sqe(uring_poller *pl) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&pl->ring);
@@ -186,13 +195,13 @@ static void arm_efd(uring_poller *pl) {
     pl->efd_armed = 1;
 }
 
-struct weft__poller *weft__uring_new(int index, int *err) {
+static struct weft__poller *uring_new(int index, int *err) {
     uring_poller *pl = calloc(1, sizeof *pl);
     if (!pl) {
         *err = -ENOMEM;
         return NULL;
     }
-    pl->base.backend = WEFT_IO_URING;
+    pl->base.ops = &weft__io_uring;
     pl->base.index = index;
     struct io_uring_params p;
     memset(&p, 0, sizeof p);
@@ -231,7 +240,7 @@ struct weft__poller *weft__uring_new(int index, int *err) {
     return &pl->base;
 }
 
-void weft__uring_free(struct weft__poller *p) {
+static void uring_free(struct weft__poller *p) {
     uring_poller *pl = (uring_poller *)p;
     pthread_mutex_lock(&rings_lock);
     if (pl->base.index >= 0 && pl->base.index < MAX_RINGS && rings[pl->base.index] == pl)
@@ -244,7 +253,7 @@ void weft__uring_free(struct weft__poller *p) {
     free(pl);
 }
 
-void weft__uring_abandon(struct weft__poller *p) {
+static void uring_abandon(struct weft__poller *p) {
     uring_poller *pl = (uring_poller *)p;
     /* not io_uring_queue_exit: only what it does for a ring whose fd was
      * never registered, spelt out, so that nothing here can ever make a
@@ -264,7 +273,7 @@ void weft__uring_fork_child(void) {
     rings_hi = 0;
 }
 
-void weft__uring_kick(struct weft__poller *p) {
+static void uring_kick(struct weft__poller *p) {
     uring_poller *pl = (uring_poller *)p;
     eventfd_write(pl->efd, 1);
 }
@@ -279,7 +288,7 @@ static void queue_cancel(uring_poller *pl, struct cancel_req c) {
 /* Queues the cancel list's requests and submits them before letting go of
  * the list's lock: a request no longer in the list has been acted on by the
  * kernel (an ASYNC_CANCEL runs at submission), which is what
- * weft__uring_cancel_fd_withdraw relies on. */
+ * uring_cancel_fd_withdraw relies on. */
 static void take_cancels(uring_poller *pl) {
     if (!atomic_load_explicit(&pl->ncancel, memory_order_acquire)) return;
     pthread_mutex_lock(&pl->cancel_lock);
@@ -326,13 +335,13 @@ static int reap(uring_poller *pl, weft_thread **out, int max) {
     return n;
 }
 
-int weft__uring_poll(struct weft__poller *p, weft_thread **out, int max, int cheap) {
+static int uring_poll(struct weft__poller *p, weft_thread **out, int max, int cheap) {
     uring_poller *pl = (uring_poller *)p;
     flush(pl);
     return reap(pl, out, max);
 }
 
-int weft__uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max) {
+static int uring_wait(struct weft__poller *p, int64_t deadline, weft_thread **out, int max) {
     uring_poller *pl = (uring_poller *)p;
     take_cancels(pl);
     if (!pl->efd_armed) arm_efd(pl);
@@ -368,7 +377,7 @@ static void cancel_on(uring_poller *pl, struct cancel_req c) {
         for (int i = 0; i < n; i++)
             if (pl->cancels[i].fd == c.fd) {
                 pthread_mutex_unlock(&pl->cancel_lock);
-                weft__uring_kick(&pl->base);
+                uring_kick(&pl->base);
                 return;
             }
     if (n == pl->cancel_cap) {
@@ -381,7 +390,7 @@ static void cancel_on(uring_poller *pl, struct cancel_req c) {
     pl->cancels[n] = c;
     atomic_store_explicit(&pl->ncancel, n + 1, memory_order_release);
     pthread_mutex_unlock(&pl->cancel_lock);
-    weft__uring_kick(&pl->base);
+    uring_kick(&pl->base);
 }
 
 static void uring_cancel(weft__iop *op) {
@@ -438,20 +447,28 @@ static int submit_wait(weft__ioreq *rq, int poll_events, int64_t deadline, weft_
     return intr;
 }
 
-void weft__uring_start_op(weft__iop *op, weft__ioreq *rq, int poll_events) {
-    queue_op((uring_poller *)weft__poller_self(), rq, poll_events, op);
+static void uring_submit(weft__iop *op, weft__ioreq *rq) { queue_op((uring_poller *)weft__poller_self(), rq, 0, op); }
+
+static int uring_wait_ready(weft__iop *op) {
+    weft__ioreq rq = {.op = IOR_POLL, .fd = op->fd, .events = op->events};
+    queue_op((uring_poller *)weft__poller_self(), &rq, 0, op);
+    return 0;
 }
 
-void weft__uring_cancel_op(weft__iop *op) { uring_cancel(op); }
+/* The cancel's completion or the operation's own ends it, later. */
+static int uring_withdraw(weft__iop *op) {
+    uring_cancel(op);
+    return 0;
+}
 
-void weft__uring_cancel_fd(int fd) {
+static void uring_cancel_fd(int fd) {
     pthread_mutex_lock(&rings_lock);
     for (int i = 0; i < rings_hi; i++)
         if (rings[i]) cancel_on(rings[i], (struct cancel_req){.fd = fd});
     pthread_mutex_unlock(&rings_lock);
 }
 
-void weft__uring_cancel_fd_withdraw(int fd) {
+static void uring_cancel_fd_withdraw(int fd) {
     pthread_mutex_lock(&rings_lock);
     for (int i = 0; i < rings_hi; i++) {
         uring_poller *pl = rings[i];
@@ -466,7 +483,16 @@ void weft__uring_cancel_fd_withdraw(int fd) {
     pthread_mutex_unlock(&rings_lock);
 }
 
-ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
+static ssize_t uring_exec(weft__ioreq *rq, int64_t deadline) {
+    if (rq->op == IOR_SEND) {
+        /* A send almost always finds room in the socket buffer: one
+         * non-blocking attempt costs a system call but saves the ring's
+         * round trip, a park and a timer.  Only when the buffer is full does
+         * the send go through the ring and wait. */
+        ssize_t res = send(rq->fd, rq->buf, rq->n, rq->flags | MSG_DONTWAIT);
+        if (res < 0) res = -errno;
+        if (res >= 0 || (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR)) return res;
+    }
     for (;;) {
         weft__iop op;
         int intr = submit_wait(rq, 0, deadline, &op);
@@ -489,3 +515,54 @@ ssize_t weft__uring_exec(weft__ioreq *rq, int64_t deadline) {
         if (op.res < 0) return op.res;
     }
 }
+
+/* The kernel's numbers are resolved at submission (see the top): what is
+ * still in a cancel list goes before close(2) frees the number. */
+static void uring_closing(int fd, int asked) {
+    if (asked) uring_cancel_fd_withdraw(fd);
+}
+
+/* Why io_uring cannot be used here (err: the probe's -errno), in words
+ * for the one line that says so. */
+static const char *uring_why(int err, char *buf, size_t n) {
+    int disabled = -1;
+    FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
+    if (f) {
+        if (fscanf(f, "%d", &disabled) != 1) disabled = -1;
+        fclose(f);
+    }
+    if ((err == -EPERM || err == -EACCES) && disabled == 2)
+        snprintf(buf, n, "%s: kernel.io_uring_disabled is 2", strerror(-err));
+    else if ((err == -EPERM || err == -EACCES) && disabled == 1)
+        snprintf(buf, n, "%s: kernel.io_uring_disabled is 1 and this process is not in kernel.io_uring_group",
+                 strerror(-err));
+    else if (err == -EPERM || err == -EACCES)
+        snprintf(buf, n, "%s: a seccomp filter forbids it, as container runtimes' default profiles do",
+                 strerror(-err));
+    else if (err == -ENOSYS)
+        snprintf(buf, n, "this kernel has no io_uring, or not the operations weft needs (Linux 5.6)");
+    else
+        snprintf(buf, n, "%s", strerror(-err));
+    return buf;
+}
+
+const struct weft__io_ops weft__io_uring = {
+    .id = WEFT_IO_URING,
+    .kernel_ops = 1,
+    .connect_keeps_flags = 1,
+    .start = uring_start,
+    .why_not = uring_why,
+    .can_interrupt_fd = can_cancel_fd,
+    .poller_new = uring_new,
+    .poller_free = uring_free,
+    .poller_poll = uring_poll,
+    .poller_wait = uring_wait,
+    .poller_kick = uring_kick,
+    .poller_abandon = uring_abandon,
+    .exec = uring_exec,
+    .wait_ready = uring_wait_ready,
+    .submit = uring_submit,
+    .withdraw = uring_withdraw,
+    .interrupt_fd = uring_cancel_fd,
+    .closing = uring_closing,
+};

@@ -278,6 +278,7 @@
 #include "deque.h"
 #include "det.h"
 #include "timer.h"
+#include "../async/async_int.h" /* the runtime's life: the async layer stops first */
 
 #include <errno.h>
 #include <limits.h>
@@ -3112,6 +3113,7 @@ static void fork_child(void) {
     weft__groups.ngroups = 0;
     memset(R.gidx_used, 0, sizeof R.gidx_used);
     weft__io_fork_child();
+    weft__async_fork_child();
     weft__stacks_fork_child();
     weft__det_fork_child();
     weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
@@ -3409,6 +3411,7 @@ void weft_shutdown(void) {
     /* daemons abandoned with local storage: freed, destructors not run */
     if (atomic_load(&weft__locals_live) > 0) weft__stacks_walk(abandon_locals, NULL);
     weft__stacks_fini();
+    weft__async_stop(); /* what is left of the asynchronous operations, before io's state goes */
     weft__io_stop();
     weft__det_stop();
     pthread_mutex_unlock(&R.init_lock);

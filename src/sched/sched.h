@@ -49,7 +49,7 @@ enum {
  * a stale one); a NOCANCEL park ignores weft_cancel and deadlines (the wait
  * for a cancelled operation's completion). */
 enum { WEFT__PK_GENERIC = 0, WEFT__PK_PERMIT = 1, WEFT__PK_IO = 2,
-       WEFT__PK_LOOP = 3, /* an async dispatcher waiting for work (io/async.c) */
+       WEFT__PK_LOOP = 3, /* an async dispatcher waiting for work (async/async.c) */
        WEFT__PK_NOCANCEL = 4, WEFT__PK_PLATFORM = 8 };
 #define WEFT__PW_KIND(w) ((unsigned)(((w) >> 4) & 0x3))
 #define WEFT__PW_NOCANCEL(w) (((w) >> 4) & WEFT__PK_NOCANCEL)

@@ -2,10 +2,17 @@
  * Asynchronous socket operations and timers with completion handlers
  * (include/weft/async.h): the dispatchers.
  *
+ * Layer.  The async layer (this file and file.c) stands above exec: it
+ * uses io's operations and fd use counts (io.h) and hands handlers to
+ * executors (weft_submit).  Nothing below calls into it: io sees an
+ * operation of ours only as a weft__iop without a parker, and completes it
+ * through the iop's kdone; the runtime's life stops it (weft__async_stop,
+ * before weft__io_stop) and forgets it in a fork child (async_int.h).
+ *
  * Pieces.  An operation is an `aop`, allocated by the call that starts it
  * and freed after its handler ran.  Its first member is a weft__iop whose
  * parker is NULL: that is how the backends' completion path
- * (weft__iop_complete) knows to hand it here (weft__async_kernel_done)
+ * (weft__iop_complete) knows to hand it here (its kdone, kernel_done)
  * instead of waking a vthread.  Each carrier k has a dispatcher: a daemon
  * vthread pinned to k, made when k first needs one, living until the
  * runtime stops.  It owns
@@ -32,9 +39,9 @@
  * single issuer rule holds because only the dispatcher, pinned to the
  * ring's carrier, queues SQEs for its aops.
  *
- * Closing (io.c's "Closing").  An aop's hold on its number is taken by the
- * call that starts it: the number's epoch then (weft__fd_epoch, the count
- * of closes of it begun).  Everything the dispatcher does with the fd --
+ * Closing (src/io/io.c's "Closing").  An aop's hold on its number is
+ * taken by the call that starts it: the number's epoch then
+ * (weft__fd_epoch, the count of closes of it begun).  Everything the dispatcher does with the fd --
  * the first issue, each restart -- first counts in without waiting
  * (weft__fd_enter_nowait) and ends the aop with -EBADF, touching nothing,
  * if a close began since the call: the number may be another file's by
@@ -42,7 +49,7 @@
  * must not go to the new socket's peer).  While in the kernel an aop holds
  * that count, like a blocking call, so weft_close interrupts it
  * (-ECANCELED from the ring, -EBADF from the epoll table) and waits for it.
- * The count is dropped where the kernel part ends (weft__async_kernel_done),
+ * The count is dropped where the kernel part ends (kernel_done),
  * not when the dispatcher gets to it; and an aop waiting in an inbox holds
  * the epoch, not a count.  Either count would make weft_close wait for the
  * dispatcher: for ever when the closer is a handler on that dispatcher, or
@@ -70,8 +77,9 @@
  * for ever).
  */
 #define _GNU_SOURCE
-#include "io.h"
+#include "async_int.h"
 #include "../exec/exec.h"
+#include "../io/io.h"
 #include "../sync/future_int.h"
 
 #include <errno.h>
@@ -98,7 +106,7 @@ typedef struct aop {
     weft_executor *ex;
     _Atomic int state; /* ST_*: written where the kernel part ends, read by the dispatcher */
     int8_t kind;
-    int8_t polling;   /* io_uring: 1, waiting for readiness after -EAGAIN; -1: an attempt's result */
+    int8_t polling;   /* 1: waiting for readiness after an -EAGAIN; -1: an attempt's result */
     int8_t timed_out; /* its deadline passed */
     int8_t spread;    /* started on the next dispatcher in turn */
     int hidx;         /* in d's heap, or -1 */
@@ -204,7 +212,8 @@ static weft_thread *push(disp *d, aop *a) {
     return weft__unpark_kind(&d->vt->parker, WEFT__PK_LOOP) == 2 ? d->vt : NULL;
 }
 
-weft_thread *weft__async_kernel_done(weft__iop *op, int res) {
+/* a's kernel part ended (its iop's kdone: io.h) */
+static weft_thread *kernel_done(weft__iop *op, int res) {
     aop *a = (aop *)op;
     a->iop.res = res;
     if (a->use) { /* a close waiting for the fd goes on (see the top) */
@@ -306,8 +315,8 @@ static void issue(disp *d, aop *a) {
         finish(d, a, err);
         return;
     }
-    if (weft__io_mode == WEFT_IO_URING) {
-        if (a->kind == A_SEND && !a->polling) {
+    if (!a->polling && weft__io.kernel_ops) { /* io_uring: the kernel carries it out */
+        if (a->kind == A_SEND) {
             /* A send almost always finds room in the socket buffer: one
              * non-blocking attempt costs a system call but saves the
              * ring's round trip (as a blocking weft_send does) */
@@ -319,21 +328,24 @@ static void issue(disp *d, aop *a) {
             }
         }
         atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
-        weft__uring_start_op(&a->iop, &a->rq, a->polling ? weft__ioreq_events(&a->rq) : 0);
+        weft__io.submit(&a->iop, &a->rq);
         return;
     }
-    /* epoll: try it; wait for readiness only if it would block */
-    if (a->kind != A_POLL) {
-        ssize_t r = weft__epoll_try(&a->rq);
+    if (!a->polling && a->kind != A_POLL) {
+        /* epoll: try it; wait for readiness only if it would block */
+        ssize_t r = weft__io.try_op(&a->rq);
         if (r != -EAGAIN) {
             attempted(d, a, r);
             return;
         }
+        a->polling = 1;
     }
+    /* readiness: after an attempt's (or an O_NONBLOCK socket's) -EAGAIN,
+     * or a poll's own on epoll */
     a->iop.fd = a->rq.fd;
     a->iop.events = weft__ioreq_events(&a->rq);
     atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
-    int r = weft__epoll_add_waiter(&a->iop); /* may complete it at once: then it is in the inbox */
+    int r = weft__io.wait_ready(&a->iop); /* may complete it at once: then it is in the inbox */
     if (r < 0) {
         weft__fd_leave(a->use);
         a->use = NULL;
@@ -369,25 +381,17 @@ static void back(disp *d, aop *a) {
         progress(d, a, res);
         return;
     }
-    if (weft__io_mode == WEFT_IO_URING) {
-        if (res == -ECANCELED) { /* its deadline's cancel, or weft_close's */
-            finish(d, a, a->timed_out ? -ETIMEDOUT : -EBADF);
-        } else if (a->polling) { /* readiness (or its error): try the operation again */
-            a->polling = 0;
-            if (res < 0) finish(d, a, res);
-            else issue(d, a);
-        } else if (res == -EAGAIN && a->kind != A_POLL) { /* an O_NONBLOCK socket */
-            a->polling = 1;
-            issue(d, a);
-        } else {
-            progress(d, a, res);
-        }
-        return;
-    }
-    if (a->kind == A_POLL || res < 0) {
-        finish(d, a, res);
-    } else {
-        issue(d, a); /* ready: the attempt */
+    if (res == -ECANCELED) { /* io_uring: its deadline's cancel, or weft_close's */
+        finish(d, a, a->timed_out ? -ETIMEDOUT : -EBADF);
+    } else if (a->polling) { /* readiness (or its error): try the operation again */
+        a->polling = 0;
+        if (res < 0) finish(d, a, res);
+        else issue(d, a);
+    } else if (res == -EAGAIN && a->kind != A_POLL) { /* io_uring: an O_NONBLOCK socket */
+        a->polling = 1;
+        issue(d, a);
+    } else { /* the operation's result (on epoll, a poll's readiness) */
+        progress(d, a, res);
     }
 }
 
@@ -412,13 +416,13 @@ static void fire(disp *d) {
         }
         a->timed_out = 1;
         if (atomic_load_explicit(&a->state, memory_order_relaxed) != ST_KERNEL) continue; /* issue/back see it */
-        if (weft__io_mode == WEFT_IO_URING) {
-            weft__uring_cancel_op(&a->iop); /* it comes back with -ECANCELED, or its result */
-        } else if (weft__epoll_remove_waiter(&a->iop)) {
+        /* io_uring: it comes back with -ECANCELED, or its result; epoll:
+         * off its fd, or its readiness is in the inbox already */
+        if (weft__io.withdraw(&a->iop)) {
             weft__fd_leave(a->use);
             a->use = NULL;
             finish(d, a, -ETIMEDOUT);
-        } /* else its readiness is in the inbox already */
+        }
     }
 }
 
@@ -514,6 +518,7 @@ static int start(aop *a) {
 static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *o) {
     aop *a = calloc(1, sizeof *a);
     if (!a) return NULL;
+    a->iop.kdone = kernel_done; /* p NULL: the backends hand it back here */
     a->kind = kind;
     a->h = h;
     a->ctx = ctx;

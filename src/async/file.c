@@ -44,7 +44,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
-#include "xwait.h"
+#include "../exec/xwait.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,0 +1,206 @@
+/*
+ * The blocking pool: platform threads for work that must block an OS
+ * thread (weft_blocking; files on the epoll backend).
+ *
+ * Up to WEFT_BLOCKING_MAX (default 64) platform threads, started on
+ * demand, leaving after 10 s idle; a FIFO of jobs under one mutex.  A job
+ * never waits behind another while the pool may grow: a submission either
+ * claims a waiting thread that no earlier submission has claimed, or
+ * starts one, so jobs that wait for each other (a pipe's reader and its
+ * writer) each have a thread.  weft_blocking and the epoll backend's file
+ * operations (weft__pool_exec) use it.
+ *
+ * Ownership.  A job is on the caller's stack, a vthread parked on its
+ * operation record (io.c's weft__iop_wait, uncancellable: a job in flight
+ * cannot be taken back); the pool thread completes it like any operation
+ * (weft__iop_complete) and then never touches it again.  The queue and the
+ * counts are under P.lock; a thread is created outside it.
+ *
+ * Life.  weft_shutdown ends the pool twice (weft__io_drain before the
+ * carriers stop, weft__io_stop after): the threads are told to leave and
+ * waited for; a later runtime starts new ones on demand.
+ *
+ * Fork.  The pool's threads are not in a fork child and its queued jobs
+ * are the parent's vthreads': the child forgets them (weft__pool_fork_child,
+ * from io.c's weft__io_fork_child).  A pool thread whose job forked, and
+ * that is the child when the job returns, has nobody to return to: it
+ * stops with a message.
+ */
+#define _GNU_SOURCE
+#include "io.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef struct pool_job {
+    void *(*fn)(void *);
+    void *arg;
+    void *result;
+    weft__ioreq *rq;
+    weft__iop op;
+    struct pool_job *next;
+} pool_job;
+
+/* idle counts the waiting threads that no submission has claimed yet;
+ * claimed, those a submission has signalled and counted on (taken off
+ * idle by the submitter itself, under the lock).  A waiter that wakes
+ * consumes a claim if there is one, else leaves idle itself, so idle +
+ * claimed is always the number of waiters.  Two jobs submitted back to
+ * back while one thread waits: the first claims it, the second finds idle
+ * at 0 and starts a thread -- it does not queue behind the first job (which
+ * may be waiting for it). */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pool_job *head, *tail;
+    int threads, idle, claimed, max, stopping;
+    pthread_cond_t gone;
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER};
+
+static void *pool_main(void *unused) {
+    pthread_mutex_lock(&P.lock);
+    for (;;) {
+        while (!P.head && !P.stopping) {
+            P.idle++;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 10;
+            int e = pthread_cond_timedwait(&P.cond, &P.lock, &ts);
+            if (P.claimed > 0) P.claimed--;
+            else P.idle--;
+            if (e == ETIMEDOUT && !P.head) goto leave;
+        }
+        if (!P.head) break; /* stopping */
+        pool_job *j = P.head;
+        P.head = j->next;
+        if (!P.head) P.tail = NULL;
+        pthread_mutex_unlock(&P.lock);
+        int res = 0;
+        unsigned gen = weft__fork_gen();
+        if (j->rq) res = (int)weft__sys_exec(j->rq); /* counts fit: ops ask for < 2 GiB */
+        else j->result = j->fn(j->arg);
+        if (weft__fork_gen() != gen) /* fn forked, and this is the child: nobody to return to */
+            weft__fatal("a weft_blocking function that called fork() returned in the child; "
+                        "the child of a fork inside weft_blocking must end with _exit, exit or exec");
+        weft_thread *t = weft__iop_complete(&j->op, res); /* j is gone now */
+        if (t) weft__ready(t);
+        pthread_mutex_lock(&P.lock);
+    }
+leave:
+    P.threads--;
+    pthread_cond_broadcast(&P.gone);
+    pthread_mutex_unlock(&P.lock);
+    return NULL;
+}
+
+static int pool_submit(pool_job *j) {
+    pthread_mutex_lock(&P.lock);
+    if (P.stopping) {
+        pthread_mutex_unlock(&P.lock);
+        return -ESHUTDOWN;
+    }
+    if (!P.max) {
+        long m = 64; /* (read lazily, past weft_init: a bad value is told, and the default used) */
+        if (weft__env_long("WEFT_BLOCKING_MAX", 1, INT_MAX, "a thread count (1 or more): using 64", &m) < 0) m = 64;
+        P.max = (int)m;
+    }
+    j->next = NULL;
+    if (P.tail) P.tail->next = j;
+    else P.head = j;
+    P.tail = j;
+    int grow = 0;
+    if (P.idle > 0) {
+        P.idle--; /* this job's thread: no later submission counts on it */
+        P.claimed++;
+        pthread_cond_signal(&P.cond);
+    } else if (P.threads < P.max) {
+        P.threads++; /* counted now, started below */
+        grow = 1;
+    }
+    pthread_mutex_unlock(&P.lock);
+    if (!grow) return 0;
+    /* The thread is created outside the lock: pthread_create maps a stack
+     * and clones (milliseconds on a loaded machine), and every other
+     * carrier's submission would wait for it in the mutex -- a carrier
+     * blocked in a futex, which the monitor reports as pinned (seen:
+     * 200 getaddrinfo at once from hooked libpq connects). */
+    pthread_t th;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    int e = pthread_create(&th, &a, pool_main, NULL);
+    pthread_attr_destroy(&a);
+    if (e == 0) {
+        pthread_setname_np(th, "weft-blocking");
+        return 0;
+    }
+    pthread_mutex_lock(&P.lock);
+    P.threads--;
+    pthread_cond_broadcast(&P.gone); /* pool_stop counts threads */
+    if (P.threads == 0) { /* nobody will ever run it: take it back if still queued */
+        for (pool_job **pp = &P.head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+            if (*pp != j) continue;
+            *pp = j->next;
+            if (P.tail == j) P.tail = prev;
+            pthread_mutex_unlock(&P.lock);
+            return -e;
+        }
+    }
+    pthread_mutex_unlock(&P.lock);
+    return 0;
+}
+
+static void pool_run(pool_job *j) {
+    j->op.p = &weft__self()->parker;
+    atomic_store_explicit(&j->op.done, 0, memory_order_relaxed);
+}
+
+int weft_blocking(void *(*fn)(void *), void *arg, void **result) {
+    if (!fn) return -EINVAL;
+    if (!weft_self()) {
+        void *r = fn(arg);
+        if (result) *result = r;
+        return 0;
+    }
+    pool_job j = {.fn = fn, .arg = arg};
+    pool_run(&j);
+    int r = pool_submit(&j);
+    if (r < 0) return r;
+    weft__iop_wait(&j.op, 0, NULL);
+    if (result) *result = j.result;
+    return 0;
+}
+
+ssize_t weft__pool_exec(weft__ioreq *rq) {
+    pool_job j = {.rq = rq};
+    pool_run(&j);
+    int r = pool_submit(&j);
+    if (r < 0) return r;
+    /* a file operation in flight cannot be taken back: wait it out */
+    int w = weft__iop_wait(&j.op, 0, NULL);
+    (void)w;
+    return j.op.res;
+}
+
+void weft__pool_stop(void) {
+    pthread_mutex_lock(&P.lock);
+    P.stopping = 1;
+    pthread_cond_broadcast(&P.cond);
+    while (P.threads > 0) pthread_cond_wait(&P.gone, &P.lock);
+    P.stopping = 0;
+    P.idle = P.claimed = 0;
+    pthread_mutex_unlock(&P.lock);
+}
+
+void weft__pool_fork_child(void) {
+    /* the pool's threads are not here; its queued jobs are the parent's */
+    P.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    P.cond = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    P.gone = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    P.head = P.tail = NULL;
+    P.threads = P.idle = P.claimed = P.stopping = 0;
+}
