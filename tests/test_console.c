@@ -5,7 +5,7 @@
  * End to end: the real weft-httpd, started with WEFT_CONSOLE, with clients
  * parked in its --delay-ms sleep; weft-top --once --json against it (by
  * PID and by path), its output parsed with weft-top's own JSON reader
- * (apps/top/json.c) and checked for the server's carriers and vthreads;
+ * (apps/common/json.c) and checked for the server's carriers and vthreads;
  * weft-top's screen in a detached tmux session (capture-pane shows the
  * header and a carrier row; q and Ctrl-C end it); the socket refusing
  * another uid (as root: a child that becomes nobody).  In process: the
@@ -27,7 +27,7 @@
 #include "harness.h"
 #include "proc.h"
 
-#include "../apps/top/json.h"
+#include "json.h"
 
 #include <fcntl.h>
 #include <grp.h>

@@ -21,6 +21,7 @@
  */
 #include "harness.h"
 #include "proc.h"
+
 #include "json.h"
 
 #include <arpa/inet.h>
@@ -2983,15 +2984,15 @@ static int check_dump(const json *root, const char *src_file, const int *ports, 
     const json *d = json_get(root, "weft_dump");
     CHECK(d != NULL);
     const json *vs = json_get(d, "vthreads"), *stacks = json_get(d, "stacks");
-    CHECK(vs && vs->type == JSON_ARRAY);
-    CHECK(stacks && stacks->type == JSON_ARRAY);
+    CHECK(vs && vs->type == JSON_ARR);
+    CHECK(stacks && stacks->type == JSON_ARR);
     char slash_file[64];
     snprintf(slash_file, sizeof slash_file, "/%s", src_file);
     int conns = 0, parked_conns = 0, delayed = 0, listed = 0;
     int seen[DUMP_CONNS] = {0};
-    for (const json *v = vs->kids; v; v = v->next) {
+    for (const json *v = vs->first; v; v = v->next) {
         listed++;
-        const char *name = json_str(v, "name"), *state = json_str(v, "state");
+        const char *name = json_str(json_get(v, "name"), NULL), *state = json_str(json_get(v, "state"), NULL);
         CHECK(name && state);
         if (!*name) FAIL("vthread %.0f has no name", json_get(v, "id") ? json_get(v, "id")->num : -1.0);
         if (!strncmp(name, "conn ", 5)) {
@@ -3004,17 +3005,18 @@ static int check_dump(const json *root, const char *src_file, const int *ports, 
             conns++;
         }
         if (strcmp(state, "parked")) continue;
-        const char *on = json_str(v, "waiting_on"), *call = json_str(v, "call"), *site = json_str(v, "site");
+        const char *on = json_str(json_get(v, "waiting_on"), NULL), *call = json_str(json_get(v, "call"), NULL),
+                   *site = json_str(json_get(v, "site"), NULL);
         CHECK(on && call);
         if (!strncmp(name, "conn ", 5)) parked_conns++;
         if (strcmp(on, "sleep") && strcmp(on, "io")) continue;
         if (!strcmp(on, "sleep") && !strncmp(name, "conn ", 5)) delayed++;
         /* a frame in the program's file with a line, and the call's own */
         const json *bt = json_get(v, "backtrace");
-        CHECK(bt && bt->type == JSON_ARRAY);
+        CHECK(bt && bt->type == JSON_ARR);
         int in_file = 0, has_call = 0;
-        for (const json *f = bt->kids; f; f = f->next) {
-            const char *file = json_str(f, "file"), *fn = json_str(f, "function");
+        for (const json *f = bt->first; f; f = f->next) {
+            const char *file = json_str(json_get(f, "file"), NULL), *fn = json_str(json_get(f, "function"), NULL);
             const json *line = json_get(f, "line");
             if (file && ends_with(file, slash_file) && line && line->num > 0) in_file = 1;
             if (same_call(fn, call)) has_call = 1;
@@ -3027,11 +3029,11 @@ static int check_dump(const json *root, const char *src_file, const int *ports, 
     }
     /* the groups hold every vthread listed, once */
     int grouped = 0;
-    for (const json *g = stacks->kids; g; g = g->next) {
+    for (const json *g = stacks->first; g; g = g->next) {
         const json *c = json_get(g, "count"), *ids = json_get(g, "ids");
-        CHECK(c && ids && ids->type == JSON_ARRAY);
+        CHECK(c && ids && ids->type == JSON_ARR);
         int n = 0;
-        for (const json *i = ids->kids; i; i = i->next) n++;
+        for (const json *i = ids->first; i; i = i->next) n++;
         CHECK_EQ(n, (int)c->num);
         grouped += n;
     }
@@ -3039,8 +3041,9 @@ static int check_dump(const json *root, const char *src_file, const int *ports, 
     return conns == nports && parked_conns == nports && delayed > 0;
 }
 
-/* The last complete dump in the file at fd (from its "{"weft_dump"), or NULL. */
-static json *last_dump(int fd, int *ndumps) {
+/* The last complete dump in the file at fd (from its "{"weft_dump"), or
+ * NULL; *root is its root. */
+static json_doc *last_dump(int fd, int *ndumps, const json **root) {
     off_t len = lseek(fd, 0, SEEK_END);
     char *buf = malloc((size_t)len + 1);
     CHECK(buf != NULL);
@@ -3052,13 +3055,14 @@ static json *last_dump(int fd, int *ndumps) {
         last = p;
         n++;
     }
-    json *j = NULL;
+    json_doc *j = NULL;
     if (last) {
         char err[128];
-        j = json_parse(last, (size_t)(buf + len - last), NULL, err, sizeof err);
+        const char *rest;
+        j = json_parse_prefix(last, (size_t)(buf + len - last), root, &rest, err, sizeof err);
         /* the dump is written in pieces: one cut short is still coming */
         size_t off = 0;
-        if (!j) sscanf(strstr(err, "offset ") ? strstr(err, "offset ") + 7 : "0", "%zu", &off);
+        if (!j) sscanf(strstr(err, "at byte ") ? strstr(err, "at byte ") + 8 : "0", "%zu", &off);
         /* an error where the text ends: the rest has not been written yet */
         if (!j && off < (size_t)(buf + len - last)) {
             size_t from = off > 300 ? off - 300 : 0;
@@ -3091,7 +3095,8 @@ static void dump_under_load(server *s, int errfd, const char *src_file, const ch
         }
         sleep_ms(tries++ ? 300 : 100);
         CHECK(kill(s->pid, SIGQUIT) == 0);
-        json *j = NULL;
+        json_doc *j = NULL;
+        const json *root = NULL;
         int n = taken;
         /* (as long as the whole budget: a first dump loads the debug
          * information, and under TSan on a loaded machine it once took
@@ -3100,10 +3105,10 @@ static void dump_under_load(server *s, int errfd, const char *src_file, const ch
             if (now_ms() > until) FAIL("SIGQUIT wrote no complete JSON dump");
             sleep_ms(20);
             json_free(j);
-            j = last_dump(errfd, &n);
+            j = last_dump(errfd, &n, &root);
         }
         taken = n;
-        ready = check_dump(j, src_file, ports, DUMP_CONNS);
+        ready = check_dump(root, src_file, ports, DUMP_CONNS);
         json_free(j);
     }
     printf("dump %d of the program shows %d connections parked, each named and placed in %s\n", taken, DUMP_CONNS,
