@@ -1,5 +1,5 @@
 /*
- * Deterministic mode (src/sched/det.c, tests/det.h): five classic races,
+ * Deterministic mode (src/sched/det.c, tests/support/det.h): five classic races,
  * each written with weft's real API as real code would have it -- a
  * weft_yield or a blocking call where real code would do I/O or call out --
  * once with the bug and once fixed.  For each: some seed within NSEEDS

@@ -19,7 +19,7 @@
  * Nothing here asserts a duration (a loaded CI machine must not fail
  * them).
  *
- * The servers: tests/backends.h (a temporary directory, own port and Unix
+ * The servers: tests/support/backends.h (a temporary directory, own port and Unix
  * socket, stopped and removed at the end, also when a test fails or times
  * out).  A test skips, saying why, only when the client library was not
  * found at build time or the server is not installed; scripts/deps.sh
