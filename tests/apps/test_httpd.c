@@ -23,6 +23,7 @@
 #include "proc.h"
 
 #include "json.h"
+#include "launch.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -205,9 +206,9 @@ static char *pattern_file(const docroot *d, const char *rel, size_t n) {
 /* ------------------------------------------------------------------------ */
 
 typedef struct server {
-    pid_t pid;
+    pid_t pid; /* l.pid */
     int port;
-    int out; /* its stdout (read for the "listening" line, kept open) */
+    launch l;  /* its stdout: read for the "listening" line, kept open */
 } server;
 
 /* When set, the next server starts with this RLIMIT_NOFILE. */
@@ -245,77 +246,57 @@ static void server_start(server *s, const char *root, ...) {
     prog_start(s, argv);
 }
 
+/* How every server process starts: a test that fails _exits, and the
+ * server must not outlive it (PR_SET_PDEATHSIG); it is another process, on
+ * the real clock -- deterministic mode is the test process's (its timeouts
+ * would run on a virtual clock that jumps while the client, in real time,
+ * writes); then, with settings, child_env's.  env: 8 slots. */
+static void server_opts(launch_opts *o, const char **env, int settings) {
+    int e = 0;
+    env[e++] = "WEFT_DETERMINISTIC";
+    env[e++] = "WEFT_TRACE";
+    for (int i = 0; settings && i < 4 && child_env[i]; i++) env[e++] = child_env[i];
+    env[e] = NULL;
+    *o = (launch_opts){.env = env, .deathsig = SIGKILL};
+}
+
 /* Starts argv[0] (a path) with argv, its stdout a pipe read until it
  * prints "listening on HOST:PORT" (s->port); stderr: child_stderr if set;
- * with child_env's settings in its environment. */
+ * with child_env's settings in its environment; a small fd table (soft and
+ * hard) with child_nofile. */
 static void prog_start(server *s, const char **argv) {
-    int p[2];
-    CHECK(pipe2(p, O_CLOEXEC) == 0);
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        /* a test that fails _exits: the server must not outlive it */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        if (child_nofile) { /* a small fd table, soft and hard */
-            struct rlimit rl = {child_nofile, child_nofile};
-            setrlimit(RLIMIT_NOFILE, &rl);
-        }
-        dup2(p[1], 1);
-        if (child_stderr >= 0) dup2(child_stderr, 2);
-        /* the server is another process, on the real clock: deterministic
-         * mode is the test process's (its timeouts would run on a virtual
-         * clock that jumps while the client, in real time, writes) */
-        unsetenv("WEFT_DETERMINISTIC");
-        unsetenv("WEFT_TRACE");
-        for (int e = 0; e < 4 && child_env[e]; e++) putenv((char *)child_env[e]);
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(p[1]);
-    s->pid = pid;
-    s->out = p[0];
+    const char *env[8];
+    launch_opts o;
+    server_opts(&o, env, 1);
+    o.out = LAUNCH_PIPE;
+    if (child_stderr >= 0) o.err = LAUNCH_FD, o.err_fd = child_stderr;
+    o.nofile = child_nofile;
+    int e = launch_start(&s->l, (char *const *)argv, &o);
+    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
+    s->pid = s->l.pid;
     s->port = 0;
-    char line[256];
-    size_t len = 0;
-    int64_t until = now_ms() + (TEST_SANITIZED ? 60000 : 20000);
-    for (;;) {
-        char *nl = memchr(line, '\n', len);
-        if (nl) {
-            *nl = 0;
-            const char *colon = strrchr(line, ':');
-            if (strncmp(line, "listening on ", 13) != 0 || !colon) FAIL("server printed '%s'", line);
-            s->port = atoi(colon + 1);
-            if (s->port <= 0 || s->port > 65535) FAIL("server printed '%s'", line);
-            return;
-        }
-        int left = (int)(until - now_ms());
-        if (left <= 0 || len >= sizeof line - 1) break;
-        struct pollfd pf = {s->out, POLLIN, 0};
-        if (poll(&pf, 1, left) <= 0) continue;
-        ssize_t r = read(s->out, line + len, sizeof line - 1 - len);
-        if (r <= 0) break;
-        len += (size_t)r;
+    const char *line = launch_wait_line(&s->l, NULL, now_ms() + (TEST_SANITIZED ? 60000 : 20000));
+    if (line) {
+        s->port = launch_listen_port(line);
+        if (s->port < 0) FAIL("server printed '%s'", line);
+        return;
     }
-    int st = 0;
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    FAIL("the server did not print 'listening on HOST:PORT' (exit status 0x%x)", st);
+    launch_stop(&s->l, SIGKILL, -1);
+    FAIL("the server did not print 'listening on HOST:PORT' (exit status 0x%x)", s->l.status);
 }
 
 /* Waits up to ms for the server to exit; returns 1 and *st if it did. */
 static int server_wait(server *s, int ms, int *st) {
-    int64_t until = now_ms() + ms;
-    for (;;) {
-        pid_t r = waitpid(s->pid, st, WNOHANG);
-        if (r == s->pid) return 1;
-        if (r < 0 && errno != EINTR) FAIL("waitpid: %s", strerror(errno));
-        if (now_ms() >= until) return 0;
-        sleep_ms(5);
-    }
+    int r = launch_reap(&s->l, ms);
+    if (r < 0) FAIL("waitpid: %s", strerror(-r));
+    if (r) *st = s->l.status;
+    return r;
+}
+
+/* SIGKILL and reap; *st (if not NULL) gets how it ended. */
+static void server_kill(server *s, int *st) {
+    launch_stop(&s->l, SIGKILL, -1);
+    if (st) *st = s->l.status;
 }
 
 static void check_exit_status(int st) {
@@ -330,13 +311,12 @@ static int64_t server_stop_within(server *s, int within_ms) {
     CHECK(kill(s->pid, SIGTERM) == 0);
     int st;
     if (!server_wait(s, within_ms, &st)) {
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, &st, 0);
+        server_kill(s, &st);
         FAIL("the server did not exit within %d ms of SIGTERM", within_ms);
     }
     int64_t took = now_ms() - t0;
     check_exit_status(st);
-    close(s->out);
+    launch_close(&s->l);
     s->pid = 0;
     return took;
 }
@@ -1789,11 +1769,11 @@ TEST(graceful_drain_finishes_request) {
     cl_close(&c);
     int st;
     if (!server_wait(&s, 5000 + SLACK_MS, &st)) {
-        kill(s.pid, SIGKILL);
+        server_kill(&s, NULL);
         FAIL("the server did not exit within 5 s of SIGTERM");
     }
     check_exit_status(st);
-    close(s.out);
+    launch_close(&s.l);
     CHECK(connect_refused(s.port));
 }
 
@@ -1906,25 +1886,18 @@ static int run_cli(char *out, size_t outsz, char *err, size_t errsz, ...) {
     CHECK(ofd >= 0 && efd >= 0);
     unlink(of);
     unlink(ef);
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        dup2(ofd, 1);
-        dup2(efd, 2);
-        unsetenv("WEFT_DETERMINISTIC"); /* (as server_start) */
-        unsetenv("WEFT_TRACE");
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    server sv = {.pid = pid};
+    const char *env[8];
+    launch_opts o;
+    server_opts(&o, env, 0);
+    o.out = o.err = LAUNCH_FD;
+    o.out_fd = ofd, o.err_fd = efd;
+    server sv;
+    int e = launch_start(&sv.l, (char *const *)argv, &o);
+    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
+    sv.pid = sv.l.pid;
     int st;
     if (!server_wait(&sv, 10000 + 5 * SLACK_MS, &st)) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
+        server_kill(&sv, &st);
         FAIL("weft-httpd %s did not exit", argv[1]);
     }
     ssize_t k = pread(ofd, out, outsz - 1, 0);
@@ -2005,24 +1978,6 @@ TEST(access_log) {
     if (lines != 4 || seen != 15) FAIL("access log: %d lines, found %#x of 0xf", lines, seen);
 }
 
-/* Out of file descriptors: the server sheds the newcomers it cannot hold
- * (closes them rather than leaving them hanging), does not spin, and
- * serves again once descriptors are free. */
-static long proc_ticks(pid_t pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* fields after the command name */
-    long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2) return -1;
-    return ut + st;
-}
-
 /* Asks for /hello.txt every 100 ms until a 200 comes or ms pass; 1 if it
  * came.  After an episode out of descriptors the server may still be at
  * its limit for a while, however few it holds at one moment: the listen
@@ -2046,6 +2001,10 @@ static int serves_again(int port, int ms) {
     }
 }
 
+/* Out of file descriptors: the server sheds the newcomers it cannot hold
+ * (closes them rather than leaving them hanging), does not spin, and
+ * serves again once descriptors are free. */
+
 TEST(emfile_sheds_without_spinning) {
     child_nofile = 48;
     WITH_SERVER(d, s, "--max-conns", "1000");
@@ -2054,12 +2013,12 @@ TEST(emfile_sheds_without_spinning) {
     int fds[N];
     for (int i = 0; i < N; i++) fds[i] = tcp_connect(s.port);
     sleep_ms(300);
-    long t0 = proc_ticks(s.pid);
+    long long t0 = launch_proc_ticks(s.pid);
     sleep_ms(1000);
-    long t1 = proc_ticks(s.pid);
+    long long t1 = launch_proc_ticks(s.pid);
     CHECK(t0 >= 0 && t1 >= 0);
     /* a spinning acceptor would use ~100 ticks a second */
-    if (t1 - t0 > 30) FAIL("the server used %ld ticks in 1 s while out of descriptors", t1 - t0);
+    if (t1 - t0 > 30) FAIL("the server used %lld ticks in 1 s while out of descriptors", t1 - t0);
     /* some were shed: closed by the server, not left hanging */
     int shed = 0;
     for (int i = 0; i < N; i++) {
@@ -2512,8 +2471,7 @@ TEST(drain_count_second_signal_exit_status) {
                 expect = 3;
             }
             if (!server_wait(&s, 30000 + 2 * SLACK_MS, &st)) {
-                kill(s.pid, SIGKILL);
-                waitpid(s.pid, &st, 0);
+                server_kill(&s, &st);
                 FAIL("%s: round %d: the server did not exit", model, round);
             }
             read_until(e[0], err, sizeof err, &len, "\1", 1000); /* the rest, to EOF */
@@ -2521,7 +2479,7 @@ TEST(drain_count_second_signal_exit_status) {
                 FAIL("%s: round %d: exit status 0x%x, expected %d; stderr: %s", model, round, st, expect, err);
             if (expect && !strstr(err, "1 connection(s) cut")) FAIL("%s: round %d: stderr: %s", model, round, err);
             close(e[0]);
-            close(s.out);
+            launch_close(&s.l);
             if (round > 0) cl_close(&c);
         }
     }
@@ -2596,11 +2554,10 @@ static int pool_drain_round(const docroot *d, const char *drain_timeout) {
                         : seen - sent > 1400 - 50 ? "the drain began after the second answer could have"
                                                   : NULL;
     if (again) {
-        kill(s.pid, SIGKILL);
-        waitpid(s.pid, NULL, 0);
+        server_kill(&s, NULL);
         for (int i = 0; i < N; i++) cl_close(&c[i]);
         close(e[0]);
-        close(s.out);
+        launch_close(&s.l);
         printf("(%s: %s; again)\n", again, err);
         return 0;
     }
@@ -2622,13 +2579,12 @@ static int pool_drain_round(const docroot *d, const char *drain_timeout) {
     }
     int st;
     if (!server_wait(&s, 30000 + 2 * SLACK_MS, &st)) {
-        kill(s.pid, SIGKILL);
-        waitpid(s.pid, &st, 0);
+        server_kill(&s, &st);
         FAIL("the server did not exit");
     }
     read_until(e[0], err, sizeof err, &len, "\1", 1000); /* the rest, to EOF */
     close(e[0]);
-    close(s.out);
+    launch_close(&s.l);
     if (!strcmp(drain_timeout, "60")) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) FAIL("exit status 0x%x, expected 0; stderr: %s", st, err);
         return 1;
@@ -2879,18 +2835,6 @@ TEST(file_shrunk_under_sendfile_cut_and_logged) {
     }
 }
 
-static long proc_status_kb(pid_t pid, const char *field) {
-    char p[64], line[256];
-    snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(p, "r");
-    if (!f) return -1;
-    long v = -1;
-    size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
-    fclose(f);
-    return v;
-}
 
 /* After a burst of connections the virtual model gives its stacks' memory
  * back once idle (the async model its receive buffers): the resident size falls most of the way back from the
@@ -2912,7 +2856,7 @@ TEST(rss_returned_after_burst) {
     int *fds = calloc((size_t)n, sizeof *fds);
     CHECK(fds != NULL);
     check_alive(s.port);
-    long base = proc_status_kb(s.pid, "VmRSS");
+    long base = launch_proc_status(s.pid, "VmRSS");
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < n; i++) fds[i] = tcp_connect(s.port);
         const char *req = "GET /index.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
@@ -2927,13 +2871,13 @@ TEST(rss_returned_after_burst) {
             resp_free(&r);
             cl_close(&c);
         }
-        long peak = proc_status_kb(s.pid, "VmHWM");
+        long peak = launch_proc_status(s.pid, "VmHWM");
         CHECK(base > 0 && peak > 0);
         if (TEST_SANITIZED) continue;
         if (peak - base < 10000) FAIL("the burst added only %ld kB (from %ld kB): no burst to give back", peak - base, base);
         long want = base + (peak - base) / 4, rss = 0;
         int64_t until = now_ms() + 20000;
-        while ((rss = proc_status_kb(s.pid, "VmRSS")) > want && now_ms() < until) sleep_ms(100);
+        while ((rss = launch_proc_status(s.pid, "VmRSS")) > want && now_ms() < until) sleep_ms(100);
         printf("round %d: %ld kB before, %ld kB at the peak, %ld kB once idle\n", round, base, peak, rss);
         if (rss > want) FAIL("resident %ld kB 20 s after a burst (peak %ld kB, before %ld kB)", rss, peak, base);
     }

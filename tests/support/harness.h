@@ -102,6 +102,20 @@ static int test_count, test_skipped;
         }                                                                             \
     } while (0)
 
+/* A vthread running fn(arg); the test fails if it cannot start. */
+__attribute__((unused)) static weft_thread *go(void *(*fn)(void *), void *arg) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
+    return t;
+}
+
+/* Joins t (the test fails if the join does); its result. */
+__attribute__((unused)) static void *join(weft_thread *t) {
+    void *r = NULL;
+    CHECK_EQ(weft_join(t, &r), 0);
+    return r;
+}
+
 /* What file fd holds, whole, NUL-terminated; closes fd.  The caller frees. */
 __attribute__((unused)) static char *slurp_fd(int fd) {
     off_t len = lseek(fd, 0, SEEK_END);
