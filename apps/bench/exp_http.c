@@ -57,18 +57,17 @@
  */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "launch.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -203,41 +202,13 @@ static int find_docroot(char out[PATH_LEN]) {
 /* ------------------------------------------------------------------------ */
 
 /*
- * Starts argv; stdin is /dev/null, stdout (and stderr when merge) go to a
- * pipe whose read end is *out_fd.  The child gets deathsig when we die.
- * Returns the pid or -errno.
+ * Every child (launch.h): stdin /dev/null, stdout a pipe (and stderr with
+ * it when merge), an empty signal mask, deathsig when we die.  0 or -errno.
  */
-static pid_t spawn(char *const argv[], int *out_fd, int merge, int deathsig) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) return -errno;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(p[0]);
-        close(p[1]);
-        return -e;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, deathsig);
-        if (getppid() != parent) _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) dup2(nul, 0);
-        dup2(p[1], 1);
-        if (merge) dup2(p[1], 2);
-        execv(argv[0], argv);
-        const char *msg = "weft-bench: exec failed: ";
-        (void)!write(2, msg, strlen(msg));
-        (void)!write(2, argv[0], strlen(argv[0]));
-        (void)!write(2, "\n", 1);
-        _exit(127);
-    }
-    close(p[1]);
-    *out_fd = p[0];
-    return pid;
+static int spawn(launch *l, char *const argv[], int merge, int deathsig) {
+    launch_opts o = {.in = LAUNCH_NULL, .out = LAUNCH_PIPE, .err = merge ? LAUNCH_TO_OUT : LAUNCH_INHERIT,
+                     .deathsig = deathsig, .unblock = 1, .who = "weft-bench: "};
+    return launch_start(l, argv, &o);
 }
 
 typedef struct run_out {
@@ -250,76 +221,26 @@ typedef struct run_out {
 /* Runs argv to its end (SIGKILL after cap_s), collecting stdout+stderr. */
 static int run_capture(char *const argv[], double cap_s, run_out *ro) {
     memset(ro, 0, sizeof *ro);
-    size_t cap = 8192;
-    ro->text = malloc(cap);
-    if (!ro->text) return -ENOMEM;
-    ro->text[0] = '\0';
-    int fd;
-    pid_t pid = spawn(argv, &fd, 1, SIGKILL);
-    if (pid < 0) return (int)pid;
-    double deadline = now_s() + cap_s;
-    for (;;) {
-        double left = deadline - now_s();
-        if (left <= 0) {
-            ro->timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int pr = poll(&pf, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
-        if (pr < 0 && errno != EINTR) break;
-        if (pr <= 0) continue;
-        if (ro->len + 4096 + 1 > cap) {
-            char *t = realloc(ro->text, cap * 2);
-            if (!t) break;
-            ro->text = t;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, ro->text + ro->len, cap - ro->len - 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        ro->len += (size_t)r;
-        ro->text[ro->len] = '\0';
+    launch l;
+    int e = spawn(&l, argv, 1, SIGKILL);
+    if (e < 0) return e;
+    e = launch_read_all(&l, launch_now_ms() + (int64_t)(cap_s * 1000), &ro->text, &ro->len);
+    if (e == -ETIMEDOUT) {
+        ro->timed_out = 1;
+        kill(l.pid, SIGKILL);
     }
-    close(fd);
-    while (wait4(pid, &ro->status, 0, &ro->ru) < 0 && errno == EINTR) {
-    }
-    return 0;
+    launch_close(&l);
+    launch_reap(&l, -1);
+    ro->status = l.status;
+    ro->ru = l.ru;
+    return ro->text ? 0 : -ENOMEM;
 }
 
 /* ------------------------------------------------------------------------ */
 /* /proc                                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* utime+stime of the whole process (every thread, exited ones too), ticks. */
-static long long proc_cpu_ticks(pid_t pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    unsigned long long ut, st;
-    /* after "comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
-    return (long long)(ut + st);
-}
-
-/* VmHWM of a process in KiB, or -1. */
-static long proc_hwm_kib(pid_t pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long v = -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0) v = strtol(line + 6, NULL, 10);
-    fclose(f);
-    return v;
-}
+/* (a process's CPU ticks and VmHWM: launch_proc_ticks, launch_proc_status) */
 
 typedef struct host_ticks {
     long long busy, total;
@@ -367,10 +288,9 @@ static void quiet_wait(void) {
 /* ------------------------------------------------------------------------ */
 
 typedef struct server {
-    pid_t pid;
+    launch l; /* the process: l.pid; l.reaped, l.status once it ended */
     int port;
-    int dead, status; /* dead: reaped, status from waitpid */
-    int java;         /* a JVM: SIGTERM ends it with status 143 */
+    int java; /* a JVM: SIGTERM ends it with status 143 */
 } server;
 
 /* GET path on 127.0.0.1:port with HTTP/1.0; the status code or -errno.
@@ -420,14 +340,8 @@ out:
     return r;
 }
 
-static int server_reap(server *s, int flags) {
-    if (s->dead) return 1;
-    pid_t r;
-    while ((r = waitpid(s->pid, &s->status, flags)) < 0 && errno == EINTR) {
-    }
-    if (r == s->pid) s->dead = 1;
-    return s->dead;
-}
+/* 1 if the server has ended (reaped: s->l.status), without waiting. */
+static int server_ended(server *s) { return launch_reap(&s->l, 0) == 1; }
 
 static void describe_status(char *out, size_t len, int st) {
     if (WIFEXITED(st)) snprintf(out, len, "exit status %d", WEXITSTATUS(st));
@@ -437,22 +351,21 @@ static void describe_status(char *out, size_t len, int st) {
 
 /* Stops the server: SIGTERM, then SIGKILL after 20 s; reports an unclean end. */
 static void server_stop(server *s) {
-    if (!s->dead) {
-        kill(s->pid, SIGTERM);
-        double until = now_s() + 20;
-        while (!server_reap(s, WNOHANG) && now_s() < until) sleep_ns_os(10000000);
-        if (!s->dead) {
-            fprintf(stderr, "weft-bench: weft-httpd (pid %d) still running 20 s after SIGTERM: SIGKILL\n", (int)s->pid);
-            kill(s->pid, SIGKILL);
-            server_reap(s, 0);
+    if (!s->l.reaped) {
+        kill(s->l.pid, SIGTERM);
+        if (launch_reap(&s->l, 20000) != 1) {
+            fprintf(stderr, "weft-bench: weft-httpd (pid %d) still running 20 s after SIGTERM: SIGKILL\n",
+                    (int)s->l.pid);
+            launch_stop(&s->l, SIGKILL, -1);
             return;
         }
     }
-    int clean = WIFEXITED(s->status) && (WEXITSTATUS(s->status) == 0 || (s->java && WEXITSTATUS(s->status) == 143));
+    int st = s->l.status;
+    int clean = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || (s->java && WEXITSTATUS(st) == 143));
     if (!clean) {
         char d[96];
-        describe_status(d, sizeof d, s->status);
-        fprintf(stderr, "weft-bench: the server (pid %d) ended with %s\n", (int)s->pid, d);
+        describe_status(d, sizeof d, st);
+        fprintf(stderr, "weft-bench: the server (pid %d) ended with %s\n", (int)s->l.pid, d);
     }
 }
 
@@ -516,41 +429,21 @@ static int server_start(server *s, const progs *pg, const http_exp *x, const cha
         }
     }
     argv[a] = NULL;
-    int fd;
-    s->pid = spawn(argv, &fd, 0, SIGTERM);
-    if (s->pid < 0) {
-        fprintf(stderr, "weft-bench: cannot start %s: %s\n", argv[0], strerror((int)-s->pid));
-        return (int)s->pid;
+    int r = spawn(&s->l, argv, 0, SIGTERM);
+    if (r < 0) {
+        fprintf(stderr, "weft-bench: cannot start %s: %s\n", argv[0], strerror(-r));
+        return r;
     }
     /* "listening on HOST:PORT"; the servers of http-db first open their
      * database pool, a JVM compiles the peer on its first run */
-    char buf[4096];
-    size_t len = 0;
-    double deadline = now_s() + (x->db ? 120 : 30);
-    int r = -ETIMEDOUT;
-    buf[0] = '\0';
-    while (now_s() < deadline && len < sizeof buf - 1) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, 100) <= 0) continue;
-        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            r = -EPIPE;
-            break;
-        }
-        len += (size_t)k;
-        buf[len] = '\0';
-        char *l = strstr(buf, "listening on ");
-        char *nl = l ? strchr(l, '\n') : NULL;
-        if (nl) {
-            *nl = '\0';
-            char *colon = strrchr(l, ':');
-            s->port = colon ? atoi(colon + 1) : 0;
-            r = s->port > 0 ? 0 : -EPROTO;
-            break;
-        }
+    const char *l = launch_wait_line(&s->l, "listening on ", launch_now_ms() + (x->db ? 120 : 30) * 1000);
+    if (l) {
+        s->port = launch_listen_port(l);
+        r = s->port > 0 ? 0 : -EPROTO;
+    } else {
+        r = errno == EPIPE ? -EPIPE : -ETIMEDOUT;
     }
-    close(fd); /* the servers write nothing more to stdout (weft-httpd: without --access-log) */
+    launch_close(&s->l); /* the servers write nothing more to stdout (weft-httpd: without --access-log) */
     if (r == 0) {
         int code = http_status(s->port, "/hello.html");
         if (code != 200) {
@@ -558,18 +451,15 @@ static int server_start(server *s, const progs *pg, const http_exp *x, const cha
             else fprintf(stderr, "weft-bench: GET /hello.html on port %d answered %d (docroot %s)\n", s->port, code, pg->root);
             r = -EPROTO;
         }
-    } else if (server_reap(s, WNOHANG)) {
+    } else if (server_ended(s)) {
         char d[96];
-        describe_status(d, sizeof d, s->status);
+        describe_status(d, sizeof d, s->l.status);
         fprintf(stderr, "weft-bench: %s (model %s) ended during start (%s)\n", argv[0], model, d);
     } else {
         fprintf(stderr, "weft-bench: %s (model %s) did not print \"listening on HOST:PORT\" within %d s\n", argv[0],
                 model, x->db ? 120 : 30);
     }
-    if (r < 0 && !s->dead) {
-        kill(s->pid, SIGKILL);
-        server_reap(s, 0);
-    }
+    if (r < 0 && !s->l.reaped) launch_stop(&s->l, SIGKILL, -1);
     return r;
 }
 
@@ -586,8 +476,7 @@ static int server_start(server *s, const progs *pg, const http_exp *x, const cha
  * its cleanup).
  */
 typedef struct database {
-    pid_t pid;
-    int out;
+    launch l; /* l.pid 0: none */
     char dir[64];
 } database;
 
@@ -605,53 +494,32 @@ static int db_start(database *db, long pool, char *conninfo, size_t len) {
     snprintf(maxc, sizeof maxc, "%ld", pool + 50);
     setenv("PG_MAX_CONNECTIONS", maxc, 1);
     char *argv[] = {"/bin/bash", script, "run", db->dir, NULL};
-    db->pid = spawn(argv, &db->out, 1, SIGTERM);
-    if (db->pid < 0) {
-        int e = (int)db->pid;
-        db->pid = 0;
+    int e = spawn(&db->l, argv, 1, SIGTERM);
+    if (e < 0) {
+        db->l.pid = 0;
         rmdir(db->dir);
         return e;
     }
-    char buf[8192];
-    size_t n = 0;
-    double deadline = now_s() + 180;
-    buf[0] = '\0';
-    while (now_s() < deadline && n < sizeof buf - 1) {
-        char *l = strstr(buf, "ready ");
-        char *nl = l ? strchr(l, '\n') : NULL;
-        if (nl) {
-            *nl = '\0';
-            snprintf(conninfo, len, "%s", l + 6);
-            return 0;
-        }
-        struct pollfd pf = {.fd = db->out, .events = POLLIN};
-        if (poll(&pf, 1, 200) <= 0) continue;
-        ssize_t k = read(db->out, buf + n, sizeof buf - 1 - n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
-        buf[n] = '\0';
+    const char *l = launch_wait_line(&db->l, "ready ", launch_now_ms() + 180 * 1000);
+    if (l) {
+        snprintf(conninfo, len, "%s", l + 6);
+        return 0;
     }
-    fprintf(stderr, "weft-bench: bench/pg.sh did not start PostgreSQL:\n%s\n", buf);
+    fprintf(stderr, "weft-bench: bench/pg.sh did not start PostgreSQL:\n%s\n", db->l.buf);
     db_stop(db);
     return -EIO;
 }
 
 static void db_stop(database *db) {
-    if (db->pid <= 0) return;
-    kill(db->pid, SIGTERM);
-    int st;
-    double until = now_s() + 90;
-    pid_t r;
-    while ((r = waitpid(db->pid, &st, WNOHANG)) == 0 && now_s() < until) sleep_ns_os(20000000);
-    if (r == 0) {
+    if (db->l.pid <= 0) return;
+    kill(db->l.pid, SIGTERM);
+    if (launch_reap(&db->l, 90000) != 1) {
         fprintf(stderr, "weft-bench: bench/pg.sh (pid %d) still running 90 s after SIGTERM: SIGKILL; %s may be left\n",
-                (int)db->pid, db->dir);
-        kill(db->pid, SIGKILL);
-        waitpid(db->pid, &st, 0);
+                (int)db->l.pid, db->dir);
+        launch_stop(&db->l, SIGKILL, -1);
     }
-    close(db->out);
-    db->pid = 0;
+    launch_close(&db->l);
+    db->l.pid = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -803,14 +671,14 @@ static void measure(server *s, const progs *pg, const http_exp *x, const char *m
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     host_ticks h0, h1;
     host_ticks_get(&h0);
-    long long s0 = proc_cpu_ticks(s->pid);
+    long long s0 = launch_proc_ticks(s->l.pid);
     double t0 = now_s();
     run_out ro;
     int e = run_capture(use_load ? load_argv : ab_argv, cap_s, &ro);
     double wall = now_s() - t0;
-    long long s1 = proc_cpu_ticks(s->pid);
+    long long s1 = launch_proc_ticks(s->l.pid);
     host_ticks_get(&h1);
-    long hwm = proc_hwm_kib(s->pid);
+    long hwm = launch_proc_status(s->l.pid, "VmHWM");
 
     load_result lr;
     memset(&lr, 0, sizeof lr);
@@ -1297,7 +1165,7 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
     double cap_s = o->cap_s > 0 ? o->cap_s : DEFAULT_CAP_S;
     long max_n = 0;
     for (int i = 0; i < npts; i++) max_n = pts[i].n > max_n ? pts[i].n : max_n;
-    database db = {.pid = 0};
+    database db = {.l.pid = 0};
     if (x->db) {
         if ((e = db_start(&db, pg.db_pool, pg.conninfo, sizeof pg.conninfo)) < 0) return e;
         printf("# %s: PostgreSQL %s (bench/pg.sh run %s, max_connections %ld); pool %ld connections a server; "
@@ -1321,9 +1189,9 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
         }
         warm_up(&s, &pg, x, max_n, cap_s);
         for (int i = 0; i < npts; i++) {
-            if (server_reap(&s, WNOHANG)) {
+            if (server_ended(&s)) {
                 char d[96];
-                describe_status(d, sizeof d, s.status);
+                describe_status(d, sizeof d, s.l.status);
                 fprintf(stderr, "weft-bench: weft-httpd --model %s died (%s)\n", models[m], d);
                 error_line(rep, x, models[m], &pts[i], "server_died");
                 continue;
