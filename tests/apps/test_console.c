@@ -146,10 +146,8 @@ __attribute__((sentinel)) static void server_start(server *s, const char *consol
     int n = 7;
     va_list ap;
     va_start(ap, console);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 22) argv[n++] = a;
+    n = argv_add(argv, n, 22, ap);
     va_end(ap);
-    argv[n] = NULL;
     /* the server is another process on the real clock (as test_httpd); a
      * failed test must not leave it (PR_SET_PDEATHSIG) */
     char con[512];
@@ -230,10 +228,8 @@ __attribute__((sentinel)) static char *run_top(int *status, ...) {
     int n = 1;
     va_list ap;
     va_start(ap, status);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 7) argv[n++] = a;
+    n = argv_add(argv, n, 7, ap);
     va_end(ap);
-    argv[n] = NULL;
     char path[] = "/tmp/weft-test-top-out-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);

@@ -14,6 +14,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,15 @@
 /* (launch.h's clock, under the tests' names) */
 static inline int64_t now_ms(void) { return launch_now_ms(); }
 static inline void sleep_ms(int ms) { launch_sleep_ms(ms); }
+
+/* The arguments in ap (NULL-ended) into argv from argv[n] on, while n <
+ * limit, then the NULL; returns n.  argv has limit + 1 slots at least. */
+static inline int argv_add(const char **argv, int n, int limit, va_list ap) {
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < limit) argv[n++] = a;
+    argv[n] = NULL;
+    return n;
+}
 
 #define FAIL(...)                                                              \
     do {                                                                       \

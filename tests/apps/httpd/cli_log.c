@@ -16,10 +16,8 @@ static int run_cli(char *out, size_t outsz, char *err, size_t errsz, ...) {
     argv[n++] = WEFT_HTTPD_PATH;
     va_list ap;
     va_start(ap, errsz);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = a;
+    n = argv_add(argv, n, 31, ap);
     va_end(ap);
-    argv[n] = NULL;
     char of[] = "/tmp/weft-httpd-out-XXXXXX", ef[] = "/tmp/weft-httpd-err-XXXXXX";
     int ofd = mkstemp(of), efd = mkstemp(ef);
     CHECK(ofd >= 0 && efd >= 0);

@@ -150,10 +150,8 @@ void server_start(server *s, const char *root, ...) {
     if (child_stderr < 0) argv[n++] = "--quiet";
     va_list ap;
     va_start(ap, root);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 46) argv[n++] = a;
+    n = argv_add(argv, n, 46, ap);
     va_end(ap);
-    argv[n] = NULL;
     prog_start(s, argv);
 }
 
