@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/pg.sh -- a throwaway PostgreSQL for benchmarks and examples (the
-# shell twin of tests/backends.h).
+# shell twin of tests/support/backends.h).
 #
 #   bench/pg.sh start DIR [PORT]   initdb into DIR/data (if not there yet), start postgres
 #                                  in the background (pg_ctl), wait until it accepts, print

@@ -2,12 +2,12 @@
 # Installs the Debian packages weft needs to build and test, if any is missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 #   scripts/deps.sh          build + test dependencies, with the real backends of
-#                            tests/test_backends.c: PostgreSQL and libpq, redis and
+#                            tests/integration/test_backends.c: PostgreSQL and libpq, redis and
 #                            hiredis, libcurl (the tests start their own servers); python3
-#                            and chromium for weft-bench report's test (tests/report_test.py)
+#                            and chromium for weft-bench report's test (tests/integration/report_test.py)
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context, Java,
 #                            ab, wrk, nginx; for http-db PostgreSQL's JDBC driver)
-# man-db and groff-base render the man pages for their test (tests/docs_test.sh man).
+# man-db and groff-base render the man pages for their test (tests/integration/docs_test.sh man).
 # A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
 # to 10 minutes for the lock, saying who holds it.
@@ -15,8 +15,8 @@ set -euo pipefail
 pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clang libclang-rt-14-dev
       postgresql libpq-dev redis-server libhiredis-dev libcurl4-openssl-dev
       tmux # tmux: test_console draws weft-top in a detached session
-      python3 chromium # tests/report_test.py: weft-bench report's page, rendered headless
-      man-db groff-base) # tests/docs_test.sh man: the man pages render without warnings
+      python3 chromium # tests/integration/report_test.py: weft-bench report's page, rendered headless
+      man-db groff-base) # tests/integration/docs_test.sh man: the man pages render without warnings
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
   # its Java peer the JDK here, Java 17 on Debian 12: bench/parallel/peer.sh)

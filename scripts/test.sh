@@ -65,7 +65,7 @@ for v in "${variants[@]}"; do
     fi
     # The release build once more in deterministic mode (one carrier,
     # virtual time, seed 1): tests that need several carriers or real time
-    # skip themselves there (DET_SKIP in tests/harness.h).
+    # skip themselves there (DET_SKIP in tests/support/harness.h).
     if [[ $v == release ]]; then
       echo "=== $v, io=$io, WEFT_DETERMINISTIC=1: test ==="
       rc=0

@@ -54,21 +54,25 @@
  *
  * Children get PR_SET_PDEATHSIG, so a weft-bench that dies leaves no server
  * behind.
+ *
+ * The files: this one holds the experiments, a point's load and its line
+ * (one load, the parsers of ab's and weft-load's output) and the run over
+ * models and points; http_run.c runs the programs (the server and its
+ * start, the database, the load's process, the host's quiet); http_tables.c
+ * prints the tables after the lines.  http_exp.h is theirs.
  */
 #define _GNU_SOURCE
-#include "bench.h"
+#include "http_exp.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -76,583 +80,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_POINTS 32
-#define MAX_MODELS 8
-#define MAX_PEERS 10
-#define PATH_LEN 4096
-#define WEFT_LOAD_MIN_CONC 10000 /* from here on the load is weft-load's */
-#define DEFAULT_CAP_S 300.0      /* one load at most, without --cap-s */
-
 /* ------------------------------------------------------------------------ */
-/* the two experiments                                                       */
+/* the three experiments                                                     */
 /* ------------------------------------------------------------------------ */
 
-typedef struct http_exp {
-    const char *name;     /* weft-bench's experiment */
-    const char *peer_exp; /* run.sh's */
-    long delay_ms, every;
-    const char *conc, *models; /* defaults */
-    long n;
-    const char *path; /* what the load requests */
-    int db;           /* http-db: examples/http_db.c and the Java peers on PostgreSQL */
-} http_exp;
-
-static const http_exp HTTP_DELAY = {"http-delay", "delay100", 100, 1, "50 150 300 500 1000 1000:20000",
-                                    "virtual async pool:200", 3000, "/hello.html", 0};
-static const http_exp HTTP_EVERY10 = {"http-every10", "delay2s-every10", 2000, 10, "100",
-                                      "virtual thread pool:200 async", 10000, "/hello.html", 0};
+const http_exp HTTP_DELAY = {"http-delay", "delay100", 100, 1, "50 150 300 500 1000 1000:20000",
+                             "virtual async pool:200", 3000, "/hello.html", 0};
+const http_exp HTTP_EVERY10 = {"http-every10", "delay2s-every10", 2000, 10, "100",
+                               "virtual thread pool:200 async", 10000, "/hello.html", 0};
 /* The third article's experiment with PostgreSQL's pg_sleep(0.1) in place of
  * the simulated 100 ms; peer_exp names no run.sh experiment: its peers run
  * here, as models. */
-static const http_exp HTTP_DB = {"http-db", "db100", 100, 1, "50 150 300 500 1000",
-                                 "virtual pool:200 java25-virtual java17-pool200", 3000, "/db", 1};
-
-/* A Java peer of http-db (bench/http-db/peer.sh), not a weft model. */
-static int is_java(const char *model) { return strncmp(model, "java", 4) == 0; }
-
-typedef struct point {
-    long c, n;
-} point;
-
-/* The third article's tables (Spring Boot 3 on Tomcat, Java 21; 3000
- * requests at each concurrency; platform = Tomcat's pool of 200). */
-static const struct article3 {
-    long c;
-    double virt_rps, virt_mean, virt_p95;
-    double plat_rps, plat_mean, plat_p95;
-} ARTICLE3[] = {
-    {50, 455.28, 109.8, 110, 467.26, 107.0, 108},
-    {150, 1288.79, 116.4, 113, 1316.24, 114.0, 111},
-    {300, 2297.41, 130.6, 116, 1768.79, 169.6, 212},
-    {500, 3451.08, 144.9, 136, 1780.12, 280.9, 362},
-    {1000, 5070.74, 197.2, 260, 1754.76, 569.9, 711},
-};
-
-/* ------------------------------------------------------------------------ */
-/* programs and paths                                                        */
-/* ------------------------------------------------------------------------ */
-
-typedef struct progs {
-    char httpd[PATH_LEN], load[PATH_LEN], ab[PATH_LEN], root[PATH_LEN];
-    int have_load;
-    /* http-db: the server (examples/http_db.c), the Java peers' driver,
-     * PostgreSQL's conninfo and the pool size */
-    char http_db[PATH_LEN], peer_sh[PATH_LEN], conninfo[256];
-    long db_pool;
-} progs;
-
-static int is_file(const char *p, int mode) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, mode) == 0;
-}
-
-/* $env, else REL relative to this executable's directory. */
-static int find_prog(char out[PATH_LEN], const char *env, const char *rel) {
-    const char *e = getenv(env);
-    if (e && *e) {
-        if (snprintf(out, PATH_LEN, "%s", e) >= PATH_LEN) return -ENAMETOOLONG;
-    } else {
-        char exe[PATH_LEN];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n < 0) return -errno;
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        if (snprintf(out, PATH_LEN, "%s/%s", exe, rel) >= PATH_LEN) return -ENAMETOOLONG;
-    }
-    return is_file(out, X_OK) ? 0 : -ENOENT;
-}
-
-static int find_in_path(char out[PATH_LEN], const char *name) {
-    const char *path = getenv("PATH");
-    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
-    while (*path) {
-        size_t len = strcspn(path, ":");
-        if (len && snprintf(out, PATH_LEN, "%.*s/%s", (int)len, path, name) < PATH_LEN && is_file(out, X_OK))
-            return 0;
-        path += len + (path[len] == ':');
-    }
-    return -ENOENT;
-}
-
-static int find_docroot(char out[PATH_LEN]) {
-    const char *env = getenv("WEFT_DOCROOT"), *peers = getenv("WEFT_PEERS");
-    char cand[2][PATH_LEN], hello[PATH_LEN + 16];
-    int len;
-    int nc = 0;
-    if (env && *env) {
-        snprintf(cand[nc++], PATH_LEN, "%s", env);
-    } else {
-        snprintf(cand[nc++], PATH_LEN, "%s/http/docroot", peers && *peers ? peers : WEFT_PEERS_DEFAULT);
-        snprintf(cand[nc++], PATH_LEN, "%s/www", WEFT_SOURCE_DIR);
-    }
-    for (int i = 0; i < nc; i++) {
-        len = snprintf(hello, sizeof hello, "%s/hello.html", cand[i]);
-        if (len < (int)sizeof hello && is_file(hello, R_OK)) {
-            memcpy(out, cand[i], PATH_LEN);
-            return 0;
-        }
-    }
-    fprintf(stderr, "weft-bench: no docroot with hello.html (tried %s%s%s; set WEFT_DOCROOT)\n", cand[0],
-            nc > 1 ? " and " : "", nc > 1 ? cand[1] : "");
-    return -ENOENT;
-}
-
-/* ------------------------------------------------------------------------ */
-/* child processes                                                           */
-/* ------------------------------------------------------------------------ */
-
-/*
- * Starts argv; stdin is /dev/null, stdout (and stderr when merge) go to a
- * pipe whose read end is *out_fd.  The child gets deathsig when we die.
- * Returns the pid or -errno.
- */
-static pid_t spawn(char *const argv[], int *out_fd, int merge, int deathsig) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) return -errno;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(p[0]);
-        close(p[1]);
-        return -e;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, deathsig);
-        if (getppid() != parent) _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) dup2(nul, 0);
-        dup2(p[1], 1);
-        if (merge) dup2(p[1], 2);
-        execv(argv[0], argv);
-        const char *msg = "weft-bench: exec failed: ";
-        (void)!write(2, msg, strlen(msg));
-        (void)!write(2, argv[0], strlen(argv[0]));
-        (void)!write(2, "\n", 1);
-        _exit(127);
-    }
-    close(p[1]);
-    *out_fd = p[0];
-    return pid;
-}
-
-typedef struct run_out {
-    char *text;
-    size_t len;
-    int status, timed_out;
-    struct rusage ru;
-} run_out;
-
-/* Runs argv to its end (SIGKILL after cap_s), collecting stdout+stderr. */
-static int run_capture(char *const argv[], double cap_s, run_out *ro) {
-    memset(ro, 0, sizeof *ro);
-    size_t cap = 8192;
-    ro->text = malloc(cap);
-    if (!ro->text) return -ENOMEM;
-    ro->text[0] = '\0';
-    int fd;
-    pid_t pid = spawn(argv, &fd, 1, SIGKILL);
-    if (pid < 0) return (int)pid;
-    double deadline = now_s() + cap_s;
-    for (;;) {
-        double left = deadline - now_s();
-        if (left <= 0) {
-            ro->timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int pr = poll(&pf, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
-        if (pr < 0 && errno != EINTR) break;
-        if (pr <= 0) continue;
-        if (ro->len + 4096 + 1 > cap) {
-            char *t = realloc(ro->text, cap * 2);
-            if (!t) break;
-            ro->text = t;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, ro->text + ro->len, cap - ro->len - 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        ro->len += (size_t)r;
-        ro->text[ro->len] = '\0';
-    }
-    close(fd);
-    while (wait4(pid, &ro->status, 0, &ro->ru) < 0 && errno == EINTR) {
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* /proc                                                                     */
-/* ------------------------------------------------------------------------ */
-
-/* utime+stime of the whole process (every thread, exited ones too), ticks. */
-static long long proc_cpu_ticks(pid_t pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    unsigned long long ut, st;
-    /* after "comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
-    return (long long)(ut + st);
-}
-
-/* VmHWM of a process in KiB, or -1. */
-static long proc_hwm_kib(pid_t pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long v = -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0) v = strtol(line + 6, NULL, 10);
-    fclose(f);
-    return v;
-}
-
-typedef struct host_ticks {
-    long long busy, total;
-} host_ticks;
-
-static void host_ticks_get(host_ticks *h) {
-    long long v[8] = {0};
-    FILE *f = fopen("/proc/stat", "r");
-    h->busy = h->total = 0;
-    if (!f) return;
-    /* cpu user nice system idle iowait irq softirq steal */
-    if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-               &v[7]) == 8) {
-        h->busy = v[0] + v[1] + v[2] + v[5] + v[6];
-        for (int i = 0; i < 8; i++) h->total += v[i];
-    }
-    fclose(f);
-}
-
-/* Waits until the host is below 25 % busy over half a second, at most
- * $QUIET_WAIT_S (10) seconds. */
-static void quiet_wait(void) {
-    const char *e = getenv("QUIET_WAIT_S");
-    double max_s = e && *e ? strtod(e, NULL) : 10;
-    if (max_s <= 0) return;
-    double t0 = now_s();
-    int busy = 0;
-    for (;;) {
-        host_ticks a, b;
-        host_ticks_get(&a);
-        sleep_ns_os(500000000);
-        host_ticks_get(&b);
-        busy = b.total > a.total ? (int)(100 * (b.busy - a.busy) / (b.total - a.total)) : 0;
-        if (busy < 25) break;
-        if (now_s() - t0 >= max_s) {
-            printf("# host still %d%% busy after %.0f s: measuring anyway\n", busy, max_s);
-            return;
-        }
-    }
-    if (now_s() - t0 > 1.5) printf("# waited %.0f s for a quiet host\n", now_s() - t0);
-}
-
-/* ------------------------------------------------------------------------ */
-/* the server                                                                */
-/* ------------------------------------------------------------------------ */
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    int dead, status; /* dead: reaped, status from waitpid */
-    int java;         /* a JVM: SIGTERM ends it with status 143 */
-} server;
-
-/* GET path on 127.0.0.1:port with HTTP/1.0; the status code or -errno.
- * EINTR is retried: the io_uring rings of weft_carriers_for's runtime are
- * torn down asynchronously after weft_shutdown, and the kernel's task_work
- * for that (TWA_SIGNAL) makes one wait with SO_RCVTIMEO fail with EINTR. */
-static int http_status(int port, const char *path) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -errno;
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    char buf[256];
-    int r = -EPROTO, n;
-    int c;
-    while ((c = connect(fd, (struct sockaddr *)&a, sizeof a)) < 0 && errno == EINTR) {
-    }
-    if (c < 0) {
-        r = -errno;
-        goto out;
-    }
-    n = snprintf(buf, sizeof buf, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-    ssize_t sent;
-    while ((sent = send(fd, buf, (size_t)n, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-    }
-    if (sent != n) {
-        r = sent < 0 ? -errno : -EIO;
-        goto out;
-    }
-    size_t got = 0;
-    while (got < 12) {
-        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            r = k < 0 ? -errno : -EPROTO;
-            goto out;
-        }
-        got += (size_t)k;
-    }
-    buf[got] = '\0';
-    int code;
-    if (sscanf(buf, "HTTP/%*d.%*d %d", &code) == 1) r = code;
-out:
-    close(fd);
-    return r;
-}
-
-static int server_reap(server *s, int flags) {
-    if (s->dead) return 1;
-    pid_t r;
-    while ((r = waitpid(s->pid, &s->status, flags)) < 0 && errno == EINTR) {
-    }
-    if (r == s->pid) s->dead = 1;
-    return s->dead;
-}
-
-static void describe_status(char *out, size_t len, int st) {
-    if (WIFEXITED(st)) snprintf(out, len, "exit status %d", WEXITSTATUS(st));
-    else if (WIFSIGNALED(st)) snprintf(out, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
-    else snprintf(out, len, "status 0x%x", st);
-}
-
-/* Stops the server: SIGTERM, then SIGKILL after 20 s; reports an unclean end. */
-static void server_stop(server *s) {
-    if (!s->dead) {
-        kill(s->pid, SIGTERM);
-        double until = now_s() + 20;
-        while (!server_reap(s, WNOHANG) && now_s() < until) sleep_ns_os(10000000);
-        if (!s->dead) {
-            fprintf(stderr, "weft-bench: weft-httpd (pid %d) still running 20 s after SIGTERM: SIGKILL\n", (int)s->pid);
-            kill(s->pid, SIGKILL);
-            server_reap(s, 0);
-            return;
-        }
-    }
-    int clean = WIFEXITED(s->status) && (WEXITSTATUS(s->status) == 0 || (s->java && WEXITSTATUS(s->status) == 143));
-    if (!clean) {
-        char d[96];
-        describe_status(d, sizeof d, s->status);
-        fprintf(stderr, "weft-bench: the server (pid %d) ended with %s\n", (int)s->pid, d);
-    }
-}
-
-/* Starts weft-httpd; 0, or -errno with the reason on stderr. */
-static int server_start(server *s, const progs *pg, const http_exp *x, const char *model, int carriers) {
-    memset(s, 0, sizeof *s);
-    char delay[24], every[24], car[24];
-    snprintf(delay, sizeof delay, "%ld", x->delay_ms);
-    snprintf(every, sizeof every, "%ld", x->every);
-    snprintf(car, sizeof car, "%d", carriers);
-    char dbpool[24], sleep_s[24];
-    snprintf(dbpool, sizeof dbpool, "%ld", pg->db_pool);
-    snprintf(sleep_s, sizeof sleep_s, "%g", (double)x->delay_ms / 1000.0);
-    char *argv[20];
-    int a = 0;
-    if (x->db && is_java(model)) {
-        /* bench/http-db/peer.sh PEER PORT CONNINFO POOL SLEEP_S (it execs the JVM) */
-        s->java = 1;
-        argv[a++] = "/bin/bash";
-        argv[a++] = (char *)pg->peer_sh;
-        argv[a++] = (char *)model;
-        argv[a++] = "0";
-        argv[a++] = (char *)pg->conninfo;
-        argv[a++] = dbpool;
-        argv[a++] = sleep_s;
-    } else if (x->db) {
-        argv[a++] = (char *)pg->http_db;
-        argv[a++] = "--model";
-        argv[a++] = (char *)model;
-        argv[a++] = "--port";
-        argv[a++] = "0";
-        argv[a++] = "--db-pool";
-        argv[a++] = dbpool;
-        argv[a++] = "--sleep";
-        argv[a++] = sleep_s;
-        argv[a++] = "--hooks";
-        argv[a++] = "on";
-        if (carriers > 0) {
-            argv[a++] = "--carriers";
-            argv[a++] = car;
-        }
-        argv[a++] = (char *)pg->conninfo;
-    } else {
-        argv[a++] = (char *)pg->httpd;
-        argv[a++] = "--model";
-        argv[a++] = (char *)model;
-        argv[a++] = "--port";
-        argv[a++] = "0";
-        argv[a++] = "--root";
-        argv[a++] = (char *)pg->root;
-        argv[a++] = "--quiet";
-        argv[a++] = "--delay-ms";
-        argv[a++] = delay;
-        if (x->every > 1) {
-            argv[a++] = "--delay-every";
-            argv[a++] = every;
-        }
-        if (carriers > 0) {
-            argv[a++] = "--carriers";
-            argv[a++] = car;
-        }
-    }
-    argv[a] = NULL;
-    int fd;
-    s->pid = spawn(argv, &fd, 0, SIGTERM);
-    if (s->pid < 0) {
-        fprintf(stderr, "weft-bench: cannot start %s: %s\n", argv[0], strerror((int)-s->pid));
-        return (int)s->pid;
-    }
-    /* "listening on HOST:PORT"; the servers of http-db first open their
-     * database pool, a JVM compiles the peer on its first run */
-    char buf[4096];
-    size_t len = 0;
-    double deadline = now_s() + (x->db ? 120 : 30);
-    int r = -ETIMEDOUT;
-    buf[0] = '\0';
-    while (now_s() < deadline && len < sizeof buf - 1) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, 100) <= 0) continue;
-        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            r = -EPIPE;
-            break;
-        }
-        len += (size_t)k;
-        buf[len] = '\0';
-        char *l = strstr(buf, "listening on ");
-        char *nl = l ? strchr(l, '\n') : NULL;
-        if (nl) {
-            *nl = '\0';
-            char *colon = strrchr(l, ':');
-            s->port = colon ? atoi(colon + 1) : 0;
-            r = s->port > 0 ? 0 : -EPROTO;
-            break;
-        }
-    }
-    close(fd); /* the servers write nothing more to stdout (weft-httpd: without --access-log) */
-    if (r == 0) {
-        int code = http_status(s->port, "/hello.html");
-        if (code != 200) {
-            if (code < 0) fprintf(stderr, "weft-bench: GET /hello.html on port %d: %s\n", s->port, strerror(-code));
-            else fprintf(stderr, "weft-bench: GET /hello.html on port %d answered %d (docroot %s)\n", s->port, code, pg->root);
-            r = -EPROTO;
-        }
-    } else if (server_reap(s, WNOHANG)) {
-        char d[96];
-        describe_status(d, sizeof d, s->status);
-        fprintf(stderr, "weft-bench: %s (model %s) ended during start (%s)\n", argv[0], model, d);
-    } else {
-        fprintf(stderr, "weft-bench: %s (model %s) did not print \"listening on HOST:PORT\" within %d s\n", argv[0],
-                model, x->db ? 120 : 30);
-    }
-    if (r < 0 && !s->dead) {
-        kill(s->pid, SIGKILL);
-        server_reap(s, 0);
-    }
-    return r;
-}
-
-/* ------------------------------------------------------------------------ */
-/* http-db's PostgreSQL                                                      */
-/* ------------------------------------------------------------------------ */
-
-/*
- * bench/pg.sh run DIR in a temporary directory: it starts PostgreSQL, prints
- * "ready CONNINFO" and stays until SIGTERM, then stops the server and
- * removes DIR.  It gets SIGTERM as its parent-death signal too, so a
- * weft-bench that dies leaves no database behind.  Its output pipe stays
- * open until it has ended (a closed pipe would kill it with SIGPIPE before
- * its cleanup).
- */
-typedef struct database {
-    pid_t pid;
-    int out;
-    char dir[64];
-} database;
-
-static void db_stop(database *db);
-
-static int db_start(database *db, long pool, char *conninfo, size_t len) {
-    char script[PATH_LEN], maxc[24];
-    snprintf(script, sizeof script, "%s/bench/pg.sh", WEFT_SOURCE_DIR);
-    if (!is_file(script, R_OK)) {
-        fprintf(stderr, "weft-bench: no %s (the source tree's bench/pg.sh)\n", script);
-        return -ENOENT;
-    }
-    snprintf(db->dir, sizeof db->dir, "/tmp/weft-bench-pg-XXXXXX");
-    if (!mkdtemp(db->dir)) return -errno;
-    snprintf(maxc, sizeof maxc, "%ld", pool + 50);
-    setenv("PG_MAX_CONNECTIONS", maxc, 1);
-    char *argv[] = {"/bin/bash", script, "run", db->dir, NULL};
-    db->pid = spawn(argv, &db->out, 1, SIGTERM);
-    if (db->pid < 0) {
-        int e = (int)db->pid;
-        db->pid = 0;
-        rmdir(db->dir);
-        return e;
-    }
-    char buf[8192];
-    size_t n = 0;
-    double deadline = now_s() + 180;
-    buf[0] = '\0';
-    while (now_s() < deadline && n < sizeof buf - 1) {
-        char *l = strstr(buf, "ready ");
-        char *nl = l ? strchr(l, '\n') : NULL;
-        if (nl) {
-            *nl = '\0';
-            snprintf(conninfo, len, "%s", l + 6);
-            return 0;
-        }
-        struct pollfd pf = {.fd = db->out, .events = POLLIN};
-        if (poll(&pf, 1, 200) <= 0) continue;
-        ssize_t k = read(db->out, buf + n, sizeof buf - 1 - n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
-        buf[n] = '\0';
-    }
-    fprintf(stderr, "weft-bench: bench/pg.sh did not start PostgreSQL:\n%s\n", buf);
-    db_stop(db);
-    return -EIO;
-}
-
-static void db_stop(database *db) {
-    if (db->pid <= 0) return;
-    kill(db->pid, SIGTERM);
-    int st;
-    double until = now_s() + 90;
-    pid_t r;
-    while ((r = waitpid(db->pid, &st, WNOHANG)) == 0 && now_s() < until) sleep_ns_os(20000000);
-    if (r == 0) {
-        fprintf(stderr, "weft-bench: bench/pg.sh (pid %d) still running 90 s after SIGTERM: SIGKILL; %s may be left\n",
-                (int)db->pid, db->dir);
-        kill(db->pid, SIGKILL);
-        waitpid(db->pid, &st, 0);
-    }
-    close(db->out);
-    db->pid = 0;
-}
+const http_exp HTTP_DB = {"http-db", "db100", 100, 1, "50 150 300 500 1000",
+                          "virtual pool:200 java25-virtual java17-pool200", 3000, "/db", 1};
 
 /* ------------------------------------------------------------------------ */
 /* one load                                                                  */
@@ -725,7 +165,7 @@ static void parse_weft_load(const char *text, load_result *lr) {
 
 /* "weft-virtual", "weft-pool200"; a Java peer of http-db keeps its name
  * ("java25-virtual"), as run.sh's peers are named */
-static void peer_name(char *out, size_t len, const char *model) {
+void peer_name(char *out, size_t len, const char *model) {
     if (is_java(model)) {
         snprintf(out, len, "%s", model);
         return;
@@ -740,7 +180,7 @@ static void peer_name(char *out, size_t len, const char *model) {
  * when http-db's pool is smaller (the rest wait for a connection). */
 static long in_delay(long c, long pool) { return pool > 0 && pool < c ? pool : c; }
 
-static double limit_rps(const http_exp *x, long c, long pool) {
+double limit_rps(const http_exp *x, long c, long pool) {
     return (double)in_delay(c, pool) * (double)x->every * 1000.0 / (double)x->delay_ms;
 }
 
@@ -756,7 +196,7 @@ static double limit_rps(const http_exp *x, long c, long pool) {
  * (93.75 % of the pool's 2,000/s).  0 where it does not apply (weft-load,
  * which starts all C at once; every > 1).
  */
-static double ab_ceiling_rps(const http_exp *x, const point *p, long pool) {
+double ab_ceiling_rps(const http_exp *x, const point *p, long pool) {
     if (x->every != 1 || p->c >= WEFT_LOAD_MIN_CONC || p->c <= 0 || p->n <= 0) return 0;
     long k = in_delay(p->c, pool);
     double waves = 1.0 + (double)((p->n - 1 + k - 1) / k);
@@ -803,14 +243,14 @@ static void measure(server *s, const progs *pg, const http_exp *x, const char *m
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     host_ticks h0, h1;
     host_ticks_get(&h0);
-    long long s0 = proc_cpu_ticks(s->pid);
+    long long s0 = launch_proc_ticks(s->l.pid);
     double t0 = now_s();
     run_out ro;
     int e = run_capture(use_load ? load_argv : ab_argv, cap_s, &ro);
     double wall = now_s() - t0;
-    long long s1 = proc_cpu_ticks(s->pid);
+    long long s1 = launch_proc_ticks(s->l.pid);
     host_ticks_get(&h1);
-    long hwm = proc_hwm_kib(s->pid);
+    long hwm = launch_proc_status(s->l.pid, "VmHWM");
 
     load_result lr;
     memset(&lr, 0, sizeof lr);
@@ -888,294 +328,6 @@ static void warm_up(server *s, const progs *pg, const http_exp *x, long max_n, d
         printf("# warm-up failed: %s\n", l);
     }
     free(ro.text);
-}
-
-/* ------------------------------------------------------------------------ */
-/* the tables                                                                */
-/* ------------------------------------------------------------------------ */
-
-#define T_ROWS 48
-#define T_COLS 14
-#define T_CELL 40
-
-typedef struct tbl {
-    int nr, nc;
-    char c[T_ROWS][T_COLS][T_CELL];
-} tbl;
-
-static void tbl_print(const tbl *t) {
-    int w[T_COLS] = {0};
-    for (int r = 0; r < t->nr; r++)
-        for (int c = 0; c < t->nc; c++) {
-            int l = (int)strlen(t->c[r][c]);
-            if (l > w[c]) w[c] = l;
-        }
-    for (int r = 0; r < t->nr; r++) {
-        printf("  ");
-        for (int c = 0; c < t->nc; c++) {
-            int last = c == t->nc - 1;
-            /* first column left-aligned, figures right-aligned */
-            if (c == 0) printf("%-*s", last ? 0 : w[c], t->c[r][c]);
-            else printf("%*s", w[c], t->c[r][c]);
-            fputs(last ? "\n" : "  ", stdout);
-        }
-        if (r == 0) {
-            printf("  ");
-            for (int c = 0; c < t->nc; c++) {
-                for (int k = 0; k < w[c]; k++) putchar('-');
-                fputs(c == t->nc - 1 ? "\n" : "  ", stdout);
-            }
-        }
-    }
-}
-
-static char *cell(tbl *t, int r, int c) {
-    if (c >= t->nc) t->nc = c + 1;
-    return t->c[r][c];
-}
-
-static int matches(const bench_result *r, const char *exp, const char *peer, const point *p) {
-    double c, n;
-    if (strcmp(br_get(r, "experiment"), exp) != 0) return 0;
-    if (peer && strcmp(br_get(r, "peer"), peer) != 0) return 0;
-    if (!p) return 1;
-    return br_num(r, "concurrency", &c) && br_num(r, "n", &n) && (long)c == p->c && (long)n == p->n;
-}
-
-/* weft's line for (model, point): the last one. */
-static const bench_result *find_weft(const bench_report *rep, const http_exp *x, const char *peer, const point *p) {
-    const bench_result *found = NULL;
-    for (int i = 0; i < rep->nweft; i++)
-        if (matches(&rep->weft[i], x->name, peer, p)) found = &rep->weft[i];
-    return found;
-}
-
-/* A peer's line for a point: its median line (rep=median, or a SUMMARY) when
- * there is one, else the last. */
-static const bench_result *find_peer(const bench_report *rep, const http_exp *x, const char *peer, const point *p) {
-    const bench_result *found = NULL, *median = NULL;
-    for (int i = 0; i < rep->npeers; i++) {
-        const bench_result *r = &rep->peers[i];
-        if (!matches(r, x->peer_exp, peer, p) || !br_get(r, "rps")) continue;
-        const char *rp = br_get(r, "rep");
-        if ((rp && strcmp(rp, "median") == 0) || br_get(r, "reps")) median = r;
-        found = r;
-    }
-    return median ? median : found;
-}
-
-/* The peers of the experiment, in the order of their first line. */
-static int peer_list(const bench_report *rep, const http_exp *x, const char *names[MAX_PEERS]) {
-    int n = 0;
-    for (int i = 0; i < rep->npeers; i++) {
-        const bench_result *r = &rep->peers[i];
-        if (strcmp(br_get(r, "experiment"), x->peer_exp) != 0 || !br_get(r, "rps")) continue;
-        const char *p = br_get(r, "peer");
-        int k;
-        for (k = 0; k < n && strcmp(names[k], p) != 0; k++) {
-        }
-        if (k == n && n < MAX_PEERS) names[n++] = p;
-    }
-    return n;
-}
-
-/* The points: weft's, then the peers' that weft did not run. */
-static int point_list(const bench_report *rep, const http_exp *x, const point *ran, int nran, point out[MAX_POINTS]) {
-    int n = 0;
-    for (int i = 0; i < nran && n < MAX_POINTS; i++) out[n++] = ran[i];
-    for (int i = 0; i < rep->npeers && n < MAX_POINTS; i++) {
-        const bench_result *r = &rep->peers[i];
-        double c, nn;
-        if (strcmp(br_get(r, "experiment"), x->peer_exp) != 0 || !br_get(r, "rps")) continue;
-        if (!br_num(r, "concurrency", &c) || !br_num(r, "n", &nn)) continue;
-        int k;
-        for (k = 0; k < n && !(out[k].c == (long)c && out[k].n == (long)nn); k++) {
-        }
-        if (k == n) out[n++] = (point){(long)c, (long)nn};
-    }
-    return n;
-}
-
-static const struct article3 *article_for(const point *p) {
-    if (p->n != 3000) return NULL;
-    for (size_t i = 0; i < sizeof ARTICLE3 / sizeof ARTICLE3[0]; i++)
-        if (ARTICLE3[i].c == p->c) return &ARTICLE3[i];
-    return NULL;
-}
-
-enum what { W_RPS, W_LATENCY, W_CPU };
-
-/* A result's figure as a cell. */
-static void fig(char out[T_CELL], const bench_result *r, enum what w) {
-    double a, b, f;
-    if (!r) {
-        snprintf(out, T_CELL, "-");
-        return;
-    }
-    const char *st = br_get(r, "status");
-    if (st && strcmp(st, "ok") != 0 && !br_get(r, "rps")) {
-        snprintf(out, T_CELL, "%.12s", st);
-        return;
-    }
-    switch (w) {
-    case W_RPS:
-        if (!br_num(r, "rps", &a)) {
-            snprintf(out, T_CELL, "-");
-            return;
-        }
-        if (br_num(r, "failed", &f) && f > 0) snprintf(out, T_CELL, "%.1f (%.0f failed)", a, f);
-        else snprintf(out, T_CELL, "%.1f", a);
-        break;
-    case W_LATENCY:
-        if (!br_num(r, "mean_ms", &a) || !br_num(r, "p95_ms", &b)) snprintf(out, T_CELL, "-");
-        else snprintf(out, T_CELL, "%.1f / %.0f", a, b);
-        break;
-    case W_CPU:
-        if (br_num(r, "cpu_us_per_req", &a) || br_num(r, "srv_cpu_us_req", &a)) snprintf(out, T_CELL, "%.0f", a);
-        else snprintf(out, T_CELL, "-");
-        break;
-    }
-}
-
-static void print_delay_tables(const bench_report *rep, const http_exp *x, long pool, const point *ran, int nran,
-                               char models[][32], int nmodels) {
-    const char *peers[MAX_PEERS];
-    int npeers = peer_list(rep, x, peers);
-    point pts[MAX_POINTS];
-    int npts = point_list(rep, x, ran, nran, pts);
-    static const char *const titles[] = {"requests/s", "latency mean / p95, ms", "server CPU per request, us"};
-    if (x->db) {
-        printf("\nhttp-db: every request runs SELECT pg_sleep(0.1) on one of a pool of connections (weft: blocking "
-               "libpq, hooks on for virtual; Java: JDBC); ab -r, no keep-alive; limit = min(C, pool) / 0.1 s; ab "
-               "ceiling = 1 + ceil((n-1)/min(C, pool)) delays (ab sends its first request alone); server CPU "
-               "leaves out PostgreSQL's\n"
-               "article: Spring Boot 3 on Tomcat, Java 21, a simulated 100 ms, 3000 requests per C (platform: "
-               "Tomcat's 200 threads)\n");
-    } else {
-        printf("\nhttp-delay: every request sleeps 100 ms; ab -r, no keep-alive (weft-load from C=%d); "
-               "limit = C / 0.1 s (Little's law); ab ceiling = what ab allows any server: it sends its first "
-               "request alone, so n requests take at least 1 + ceil((n-1)/C) delays\n"
-               "article: Spring Boot 3 on Tomcat, Java 21, 3000 requests per C (platform: Tomcat's 200 threads); "
-               "peers: run.sh delay100 (%d peer%s, median line when REPS>1)\n",
-               WEFT_LOAD_MIN_CONC, npeers, npeers == 1 ? "" : "s");
-    }
-    for (int w = W_RPS; w <= W_CPU; w++) {
-        static tbl t;
-        memset(&t, 0, sizeof t);
-        int col = 0;
-        snprintf(cell(&t, 0, col++), T_CELL, "C");
-        snprintf(cell(&t, 0, col++), T_CELL, "n");
-        if (w == W_RPS) snprintf(cell(&t, 0, col++), T_CELL, "limit");
-        if (w == W_RPS) snprintf(cell(&t, 0, col++), T_CELL, "ab ceiling");
-        if (w != W_CPU) {
-            snprintf(cell(&t, 0, col++), T_CELL, "article virtual");
-            snprintf(cell(&t, 0, col++), T_CELL, "article platform");
-        }
-        int first_weft = col;
-        for (int m = 0; m < nmodels; m++) peer_name(cell(&t, 0, col++), T_CELL, models[m]);
-        for (int k = 0; k < npeers; k++) snprintf(cell(&t, 0, col++), T_CELL, "%s", peers[k]);
-        for (int i = 0; i < npts && i + 1 < T_ROWS; i++) {
-            int r = i + 1;
-            col = 0;
-            snprintf(cell(&t, r, col++), T_CELL, "%ld", pts[i].c);
-            snprintf(cell(&t, r, col++), T_CELL, "%ld", pts[i].n);
-            if (w == W_RPS) snprintf(cell(&t, r, col++), T_CELL, "%.0f", limit_rps(x, pts[i].c, pool));
-            if (w == W_RPS) {
-                double ab_c = ab_ceiling_rps(x, &pts[i], pool);
-                if (ab_c > 0) snprintf(cell(&t, r, col++), T_CELL, "%.0f", ab_c);
-                else snprintf(cell(&t, r, col++), T_CELL, "-");
-            }
-            if (w != W_CPU) {
-                const struct article3 *a = article_for(&pts[i]);
-                if (!a) {
-                    snprintf(cell(&t, r, col++), T_CELL, "-");
-                    snprintf(cell(&t, r, col++), T_CELL, "-");
-                } else if (w == W_RPS) {
-                    snprintf(cell(&t, r, col++), T_CELL, "%.2f", a->virt_rps);
-                    snprintf(cell(&t, r, col++), T_CELL, "%.2f", a->plat_rps);
-                } else {
-                    snprintf(cell(&t, r, col++), T_CELL, "%.1f / %.0f", a->virt_mean, a->virt_p95);
-                    snprintf(cell(&t, r, col++), T_CELL, "%.1f / %.0f", a->plat_mean, a->plat_p95);
-                }
-            }
-            for (int m = 0; m < nmodels; m++) {
-                char pn[64];
-                peer_name(pn, sizeof pn, models[m]);
-                fig(cell(&t, r, first_weft + m), find_weft(rep, x, pn, &pts[i]), (enum what)w);
-            }
-            for (int k = 0; k < npeers; k++)
-                fig(cell(&t, r, first_weft + nmodels + k), find_peer(rep, x, peers[k], &pts[i]), (enum what)w);
-            t.nr = r + 1;
-        }
-        printf("\n%s\n", titles[w]);
-        tbl_print(&t);
-    }
-}
-
-static void every10_row(tbl *t, const char *label, const bench_result *r, const http_exp *x) {
-    if (t->nr >= T_ROWS) return;
-    int row = t->nr++;
-    double c = 0, n = 0, v;
-    br_num(r, "concurrency", &c);
-    br_num(r, "n", &n);
-    snprintf(cell(t, row, 0), T_CELL, "%s", label);
-    snprintf(cell(t, row, 1), T_CELL, "%.0f", c);
-    snprintf(cell(t, row, 2), T_CELL, "%.0f", n);
-    static const char *const keys[] = {"rps", "pct", "mean_ms", "p90_ms", "p95_ms", "failed", "cpu"};
-    for (int k = 0; k < 7; k++) {
-        char *out = cell(t, row, 3 + k);
-        snprintf(out, T_CELL, "-");
-        if (k == 1) {
-            if (br_num(r, "rps", &v) && c > 0) snprintf(out, T_CELL, "%.1f", 100 * v / limit_rps(x, (long)c, 0));
-        } else if (k == 6) {
-            fig(out, r, W_CPU);
-        } else if (br_num(r, keys[k], &v)) {
-            snprintf(out, T_CELL, k == 0 ? "%.2f" : "%.0f", v);
-        }
-    }
-    const char *st = br_get(r, "status");
-    if (st && strcmp(st, "ok") != 0 && !br_get(r, "rps")) snprintf(cell(t, row, 3), T_CELL, "%.12s", st);
-}
-
-static void print_every10_table(const bench_report *rep, const http_exp *x, const point *ran, int nran,
-                                char models[][32], int nmodels) {
-    static tbl t;
-    memset(&t, 0, sizeof t);
-    static const char *const head[] = {"source", "C", "n", "req/s", "% of limit", "mean ms", "p90 ms", "p95 ms",
-                                       "failed", "server us/req"};
-    for (int c = 0; c < 10; c++) snprintf(cell(&t, 0, c), T_CELL, "%s", head[c]);
-    t.nr = 1;
-    bench_result a;
-    br_parse(&a, "experiment=article peer=article concurrency=100 n=10000 rps=491.98 mean_ms=202 p90_ms=2000 "
-                 "p95_ms=2001 failed=0");
-    every10_row(&t, "article: thread per connection (Java)", &a, x);
-    br_parse(&a, "experiment=article peer=article concurrency=100 n=10000 rps=494.00 mean_ms=202 p90_ms=2000 "
-                 "p95_ms=2001 failed=0");
-    every10_row(&t, "article: async (NIO.2)", &a, x);
-    br_parse(&a, "experiment=limit peer=limit concurrency=100 n=10000 rps=500");
-    every10_row(&t, "limit (Little's law)", &a, x);
-    for (int i = 0; i < nran; i++)
-        for (int m = 0; m < nmodels; m++) {
-            char pn[64];
-            peer_name(pn, sizeof pn, models[m]);
-            const bench_result *r = find_weft(rep, x, pn, &ran[i]);
-            if (r) every10_row(&t, pn, r, x);
-        }
-    const char *peers[MAX_PEERS];
-    int npeers = peer_list(rep, x, peers);
-    point pts[MAX_POINTS];
-    int npts = point_list(rep, x, NULL, 0, pts);
-    for (int i = 0; i < npts; i++)
-        for (int k = 0; k < npeers; k++) {
-            const bench_result *r = find_peer(rep, x, peers[k], &pts[i]);
-            if (r) every10_row(&t, peers[k], r, x);
-        }
-    printf("\nhttp-every10: every 10th request sleeps 2 s; ab -r -c 100 -n 10000, no keep-alive; "
-           "limit = C / (2 s / 10) = 500 req/s at C=100\n"
-           "article: Java 16, 176-byte hello.html (its ab ran without -r); peers: run.sh delay2s-every10 "
-           "(%d peer%s)\n",
-           npeers, npeers == 1 ? "" : "s");
-    tbl_print(&t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1297,7 +449,7 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
     double cap_s = o->cap_s > 0 ? o->cap_s : DEFAULT_CAP_S;
     long max_n = 0;
     for (int i = 0; i < npts; i++) max_n = pts[i].n > max_n ? pts[i].n : max_n;
-    database db = {.pid = 0};
+    database db = {.l.pid = 0};
     if (x->db) {
         if ((e = db_start(&db, pg.db_pool, pg.conninfo, sizeof pg.conninfo)) < 0) return e;
         printf("# %s: PostgreSQL %s (bench/pg.sh run %s, max_connections %ld); pool %ld connections a server; "
@@ -1321,9 +473,9 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
         }
         warm_up(&s, &pg, x, max_n, cap_s);
         for (int i = 0; i < npts; i++) {
-            if (server_reap(&s, WNOHANG)) {
+            if (server_ended(&s)) {
                 char d[96];
-                describe_status(d, sizeof d, s.status);
+                describe_status(d, sizeof d, s.l.status);
                 fprintf(stderr, "weft-bench: weft-httpd --model %s died (%s)\n", models[m], d);
                 error_line(rep, x, models[m], &pts[i], "server_died");
                 continue;

@@ -46,6 +46,7 @@
  */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "launch.h"
 #include "../../bench/parallel/work.h"
 
 #include <weft.h>
@@ -53,6 +54,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,19 +223,29 @@ out:
 
 /* ---- external peers --------------------------------------------------------- */
 
-/* Runs cmd (after a "# PEER: CMD" line); each of its lines with
- * "experiment=parallel" is printed, kept in rep and, parsed, handed to fn.
- * Returns pclose's status, or -1 when it could not start (with a
- * "# skipped" line). */
+/* Runs cmd with /bin/sh -c (after a "# PEER: CMD" line); each of its
+ * lines with "experiment=parallel" is printed, kept in rep and, parsed,
+ * handed to fn.  Returns its wait status, or -1 when it could not start
+ * (with a "# skipped" line). */
 static int run_lines(const char *peer, const char *cmd, bench_report *rep,
                      void (*fn)(const bench_result *b, void *ctx), void *ctx) {
     printf("# %s: %s\n", peer, cmd);
     fflush(stdout);
-    FILE *f = popen(cmd, "r");
-    if (!f) {
-        printf("# skipped %s: %s\n", peer, strerror(errno));
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    launch_opts o = {.out = LAUNCH_PIPE, .who = "weft-bench: "};
+    launch l;
+    int e = launch_start(&l, argv, &o);
+    FILE *f = e < 0 ? NULL : fdopen(l.out, "r");
+    if (e == 0 && !f) {
+        e = -errno;
+        launch_stop(&l, SIGKILL, -1);
+        launch_close(&l);
+    }
+    if (e < 0) {
+        printf("# skipped %s: %s\n", peer, strerror(-e));
         return -1;
     }
+    l.out = -1; /* f's now */
     char line[2048];
     while (fgets(line, sizeof line, f)) {
         if (!strstr(line, "experiment=parallel")) continue;
@@ -244,7 +256,9 @@ static int run_lines(const char *peer, const char *cmd, bench_report *rep,
         bench_result b;
         if (br_parse(&b, line) == 0) fn(&b, ctx);
     }
-    return pclose(f);
+    fclose(f);
+    launch_reap(&l, -1);
+    return l.status;
 }
 
 typedef struct first_line {

@@ -14,7 +14,7 @@
  *
  * The screen: plain ANSI escapes, no curses (the alternate screen, the
  * cursor hidden, raw keys).  Each snapshot (one a second) is parsed
- * (json.c) and drawn: the header (pid, program, uptime, carriers, I/O
+ * (apps/common/json.c) and drawn: the header (pid, program, uptime, carriers, I/O
  * backend, vthreads by state, totals and rates), one row per carrier (busy
  * %, runnable, switches, steals and parks per second, what it runs), the
  * vthreads grouped by call site, scopes, executors and their queues,

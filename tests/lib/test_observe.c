@@ -224,29 +224,30 @@ TEST(dump_in_fork_child_names_frames) {
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
-/* The JSON checker the dump tests rely on (json.h) refuses what is not
- * JSON, and reads what is; then the whole dump parses with it. */
+/* The JSON checker the dump tests rely on (apps/common/json.h) refuses
+ * what is not JSON, and reads what is; then the whole dump parses with it. */
 TEST(json_checker_and_the_dump) {
     static const char *bad[] = {"", "{", "{\"a\":}", "{\"a\" 1}", "[1,]", "[1 2]", "\"abc", "\"a\\x\"", "01",
                                 "1.", "-", "tru", "{\"a\":1,}", "\"\\ud800\"", "\"tab\there\"", "[[[[", "{1:2}"};
     char err[128];
+    const json *j;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *rest;
-        json *j = json_parse(bad[i], strlen(bad[i]), &rest, err, sizeof err);
-        int whole = j && rest == bad[i] + strlen(bad[i]);
+        json_doc *doc = json_parse_prefix(bad[i], strlen(bad[i]), &j, &rest, err, sizeof err);
+        int whole = doc && rest == bad[i] + strlen(bad[i]);
         if (whole) printf("accepted '%s'\n", bad[i]);
         CHECK(!whole);
-        json_free(j);
+        json_free(doc);
     }
     const char *good = " {\"a\":[1,-2.5e3,true,false,null,\"x\\u00e9\\ud83d\\ude00\\n\"],\"b\":{}} ";
     const char *rest;
-    json *j = json_parse(good, strlen(good), &rest, err, sizeof err);
-    CHECK(j != NULL);
+    json_doc *doc = json_parse_prefix(good, strlen(good), &j, &rest, err, sizeof err);
+    CHECK(doc != NULL);
     CHECK(rest == good + strlen(good));
     const json *a = json_get(j, "a");
-    CHECK(a && a->type == JSON_ARRAY && a->kids && a->kids->num == 1 && a->kids->next->num == -2500);
-    CHECK(!strcmp(a->kids->next->next->next->next->next->str, "x\xc3\xa9\xf0\x9f\x98\x80\n"));
-    json_free(j);
+    CHECK(a && a->type == JSON_ARR && a->first && a->first->num == 1 && a->first->next->num == -2500);
+    CHECK(!strcmp(a->first->next->next->next->next->next->str, "x\xc3\xa9\xf0\x9f\x98\x80\n"));
+    json_free(doc);
     /* a dump with vthreads in it */
     weft_thread *t;
     weft_attr sa = {.name = "quote\"and\\slash"};
@@ -254,16 +255,17 @@ TEST(json_checker_and_the_dump) {
     CHECK_EQ(weft_spawn(&t, park_sleep, NULL, &sa), 0);
     while (atomic_load(&up) < 1) usleep(1000);
     char *d = dump_to_string(WEFT_DUMP_JSON);
-    j = json_parse(d, strlen(d), &rest, err, sizeof err);
-    if (!j) printf("%s\n", err);
-    CHECK(j != NULL);
+    doc = json_parse_prefix(d, strlen(d), &j, &rest, err, sizeof err);
+    if (!doc) printf("%s\n", err);
+    CHECK(doc != NULL);
     CHECK(*rest == 0);
     const json *vs = json_get(json_get(j, "weft_dump"), "vthreads");
-    CHECK(vs && vs->kids);
+    CHECK(vs && vs->first);
     int named = 0;
-    for (const json *v = vs->kids; v; v = v->next) named += !strcmp(json_str(v, "name"), "quote\"and\\slash");
+    for (const json *v = vs->first; v; v = v->next)
+        named += !strcmp(json_str(json_get(v, "name"), NULL), "quote\"and\\slash");
     CHECK_EQ(named, 1);
-    json_free(j);
+    json_free(doc);
     free(d);
     weft_cancel(t);
     CHECK_EQ(weft_join(t, NULL), 0);

@@ -5,7 +5,7 @@
  * End to end: the real weft-httpd, started with WEFT_CONSOLE, with clients
  * parked in its --delay-ms sleep; weft-top --once --json against it (by
  * PID and by path), its output parsed with weft-top's own JSON reader
- * (apps/top/json.c) and checked for the server's carriers and vthreads;
+ * (apps/common/json.c) and checked for the server's carriers and vthreads;
  * weft-top's screen in a detached tmux session (capture-pane shows the
  * header and a carrier row; q and Ctrl-C end it); the socket refusing
  * another uid (as root: a child that becomes nobody).  In process: the
@@ -27,7 +27,8 @@
 #include "harness.h"
 #include "proc.h"
 
-#include "../apps/top/json.h"
+#include "json.h"
+#include "launch.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -132,8 +133,9 @@ static json_doc *read_snapshot(int fd, const json **root, char **text) {
 /* ---- the server and weft-top as processes --------------------------------- */
 
 typedef struct server {
-    pid_t pid;
+    pid_t pid; /* l.pid */
     int port;
+    launch l;
 } server;
 
 /* weft-httpd on a free port, serving the repository's www/, with
@@ -144,50 +146,25 @@ __attribute__((sentinel)) static void server_start(server *s, const char *consol
     int n = 7;
     va_list ap;
     va_start(ap, console);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 22) argv[n++] = a;
+    n = argv_add(argv, n, 22, ap);
     va_end(ap);
-    argv[n] = NULL;
-    int p[2];
-    CHECK(pipe2(p, O_CLOEXEC) == 0);
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test must not leave it */
-        if (getppid() != parent) _exit(127);
-        dup2(p[1], 1);
-        /* the server is another process on the real clock (as test_httpd) */
-        unsetenv("WEFT_DETERMINISTIC");
-        unsetenv("WEFT_TRACE");
-        if (console) setenv("WEFT_CONSOLE", console, 1);
-        else unsetenv("WEFT_CONSOLE");
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+    /* the server is another process on the real clock (as test_httpd); a
+     * failed test must not leave it (PR_SET_PDEATHSIG) */
+    char con[512];
+    snprintf(con, sizeof con, "WEFT_CONSOLE=%s", console ? console : "");
+    const char *env[] = {"WEFT_DETERMINISTIC", "WEFT_TRACE", console ? con : "WEFT_CONSOLE", NULL};
+    launch_opts o = {.out = LAUNCH_PIPE, .env = env, .deathsig = SIGKILL};
+    int e = launch_start(&s->l, (char *const *)argv, &o);
+    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
+    s->pid = s->l.pid;
+    const char *line = launch_wait_line(&s->l, NULL, now_ms() + (TEST_SANITIZED ? 60000 : 20000));
+    if (line) {
+        s->port = launch_listen_port(line);
+        launch_close(&s->l);
+        if (s->port <= 0) FAIL("the server printed '%s'", line);
+        return;
     }
-    close(p[1]);
-    s->pid = pid;
-    char line[256];
-    size_t len = 0;
-    int64_t until = now_ms() + (TEST_SANITIZED ? 60000 : 20000);
-    while (len < sizeof line - 1 && now_ms() < until) {
-        struct pollfd pf = {p[0], POLLIN, 0};
-        if (poll(&pf, 1, 100) <= 0) continue;
-        ssize_t r = read(p[0], line + len, sizeof line - 1 - len);
-        if (r <= 0) break;
-        len += (size_t)r;
-        line[len] = 0;
-        char *colon = strchr(line, '\n') ? strrchr(line, ':') : NULL;
-        if (colon) {
-            s->port = atoi(colon + 1);
-            close(p[0]);
-            if (strncmp(line, "listening on ", 13) || s->port <= 0) FAIL("the server printed '%s'", line);
-            return;
-        }
-    }
-    kill(pid, SIGKILL);
+    kill(s->pid, SIGKILL);
     FAIL("the server did not say it listens");
 }
 
@@ -195,17 +172,11 @@ __attribute__((sentinel)) static void server_start(server *s, const char *consol
  * or 3 with cut_ok: the drain cut connections still in the delay. */
 static void server_stop(server *s, int cut_ok) {
     CHECK_EQ(kill(s->pid, SIGTERM), 0);
-    int st = 0;
-    int64_t until = now_ms() + IO_TIMEOUT_MS * 2;
-    for (;;) {
-        pid_t r = waitpid(s->pid, &st, WNOHANG);
-        if (r == s->pid) break;
-        if (now_ms() > until) {
-            kill(s->pid, SIGKILL);
-            FAIL("the server did not exit on SIGTERM");
-        }
-        sleep_ms(10);
+    if (launch_reap(&s->l, IO_TIMEOUT_MS * 2) != 1) {
+        kill(s->pid, SIGKILL);
+        FAIL("the server did not exit on SIGTERM");
     }
+    int st = s->l.status;
     if (!WIFEXITED(st) || (WEXITSTATUS(st) && !(cut_ok && WEXITSTATUS(st) == 3)))
         FAIL("the server ended with status 0x%x", st);
 }
@@ -239,6 +210,17 @@ static void clients_stop(pid_t pid) {
     }
 }
 
+/* Starts weft-top (argv, argv[0] its path), its stdout to out_fd and its
+ * stderr to err_fd (-1: ours), as uid and gid 65534 with nobody (we are
+ * root), and with an alarm that ends it should it hang. */
+static void top_start(launch *l, const char **argv, int out_fd, int err_fd, int nobody) {
+    launch_opts o = {.alarm_s = IO_TIMEOUT_MS / 1000 + 5, .drop = nobody, .uid = 65534, .gid = 65534};
+    if (out_fd >= 0) o.out = LAUNCH_FD, o.out_fd = out_fd;
+    if (err_fd >= 0) o.err = LAUNCH_FD, o.err_fd = err_fd;
+    int e = launch_start(l, (char *const *)argv, &o);
+    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
+}
+
 /* Runs weft-top with args, its stdout into a string (the caller frees);
  * *status gets its exit status. */
 __attribute__((sentinel)) static char *run_top(int *status, ...) {
@@ -246,27 +228,16 @@ __attribute__((sentinel)) static char *run_top(int *status, ...) {
     int n = 1;
     va_list ap;
     va_start(ap, status);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 7) argv[n++] = a;
+    n = argv_add(argv, n, 7, ap);
     va_end(ap);
-    argv[n] = NULL;
     char path[] = "/tmp/weft-test-top-out-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     unlink(path);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(fd, 1);
-        alarm(IO_TIMEOUT_MS / 1000 + 5);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    *status = st;
+    launch l;
+    top_start(&l, argv, fd, -1, 0);
+    launch_reap(&l, -1);
+    *status = l.status;
     return slurp_fd(fd);
 }
 
@@ -1067,18 +1038,11 @@ TEST(full_console_says_so) {
         int ef = mkstemp(path);
         CHECK(ef >= 0);
         unlink(path);
-        fflush(NULL);
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) {
-            dup2(ef, 2);
-            alarm(IO_TIMEOUT_MS / 1000 + 5);
-            execl(WEFT_TOP_PATH, WEFT_TOP_PATH, "--once", "--json", sock, (char *)NULL);
-            _exit(127);
-        }
-        int st;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        const char *argv[] = {WEFT_TOP_PATH, "--once", "--json", sock, NULL};
+        launch l;
+        top_start(&l, argv, -1, ef, 0);
+        launch_reap(&l, -1);
+        int st = l.status;
         char *msg = slurp_fd(ef);
         printf("weft-top: %s", msg);
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
@@ -1153,18 +1117,11 @@ static char *top_as_nobody(const char *sock, int *status) {
     int ef = mkstemp(path);
     CHECK(ef >= 0);
     unlink(path);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(ef, 2);
-        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0) _exit(10);
-        alarm(IO_TIMEOUT_MS / 1000 + 5);
-        execl(WEFT_TOP_PATH, WEFT_TOP_PATH, "--once", "--json", sock, (char *)NULL);
-        _exit(127);
-    }
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
-    }
+    const char *argv[] = {WEFT_TOP_PATH, "--once", "--json", sock, NULL};
+    launch l;
+    top_start(&l, argv, -1, ef, 1);
+    launch_reap(&l, -1);
+    *status = l.status;
     return slurp_fd(ef);
 }
 
@@ -1218,38 +1175,31 @@ static char *top_on_snapshot(const char *body) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "fake");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(l >= 0);
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(lfd >= 0);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
-    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-    CHECK_EQ(listen(l, 4), 0);
+    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(lfd, 4), 0);
     char path[] = "/tmp/weft-test-top-out-XXXXXX";
     int of = mkstemp(path);
     CHECK(of >= 0);
     unlink(path);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(of, 1);
-        alarm(IO_TIMEOUT_MS / 1000 + 5);
-        execl(WEFT_TOP_PATH, WEFT_TOP_PATH, "--once", sock, (char *)NULL);
-        _exit(127);
-    }
-    struct pollfd pf = {l, POLLIN, 0};
+    const char *argv[] = {WEFT_TOP_PATH, "--once", sock, NULL};
+    launch l;
+    top_start(&l, argv, of, -1, 0);
+    struct pollfd pf = {lfd, POLLIN, 0};
     if (poll(&pf, 1, IO_TIMEOUT_MS) != 1) FAIL("weft-top did not connect");
-    int c = accept(l, NULL, NULL);
+    int c = accept(lfd, NULL, NULL);
     CHECK(c >= 0);
     char head[64];
     int k = snprintf(head, sizeof head, "weft-console 1 %zu\n", strlen(body));
     CHECK(write(c, head, (size_t)k) == k);
     CHECK(write(c, body, strlen(body)) == (ssize_t)strlen(body));
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    launch_reap(&l, -1);
+    int st = l.status;
     close(c);
-    close(l);
+    close(lfd);
     char *out = slurp_fd(of);
     if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL("weft-top ended with 0x%x:\n%s", st, out);
     rm_dir(dir);

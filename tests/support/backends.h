@@ -49,6 +49,7 @@
 #define WEFT_TEST_BACKENDS_H
 
 #include "harness.h"
+#include "launch.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -64,17 +65,9 @@
 
 #define BACKEND_START_S (TEST_SANITIZED ? 120 : 60) /* a loaded machine: generous */
 
-static int64_t backend_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void backend_sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
-}
+/* backend_ms, backend_sleep_ms: the real clock (launch.h) */
+#define backend_ms launch_now_ms
+#define backend_sleep_ms launch_sleep_ms
 
 static int backend_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
     (void)st, (void)flag, (void)f;
@@ -214,69 +207,49 @@ static int backend_free_port(void) {
 }
 
 /*
- * Forks and execs argv as (uid, gid), in dir, stdout and stderr appended to
- * log, with pdeathsig; returns the pid.  When wait is set, waits for it and
+ * How a server starts (launch.h): stdin /dev/null, stdout and stderr
+ * appended to logfd, as (uid, gid) when we are root, then pdeathsig, in
+ * dir, as many fds as allowed (redis sizes maxclients by them), on the
+ * real clock, with an empty signal mask.
+ */
+static void backend_opts(launch_opts *o, const char *dir, int logfd, uid_t uid, gid_t gid, int pdeathsig) {
+    static const char *const env[] = {"WEFT_DETERMINISTIC", "WEFT_TRACE", NULL};
+    *o = (launch_opts){.in = LAUNCH_NULL, .out = LAUNCH_FD, .out_fd = logfd, .err = LAUNCH_TO_OUT,
+                       .drop = 1, .uid = uid, .gid = gid, .deathsig = pdeathsig, .dir = dir,
+                       .nofile = LAUNCH_NOFILE_MAX, .env = env, .unblock = 1};
+}
+
+/* The log (appended to), owned by (uid, gid); its fd. */
+static int backend_log(const char *log, uid_t uid, gid_t gid) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    CHECK(fd >= 0);
+    if (fchown(fd, uid, gid) < 0) {
+    }
+    return fd;
+}
+
+/*
+ * Starts argv as (uid, gid), in dir, stdout and stderr appended to log,
+ * with pdeathsig; returns the pid.  When wait is set, waits for it and
  * returns its exit status instead.
  */
 static int backend_run(char *const argv[], const char *dir, const char *log, uid_t uid, gid_t gid, int pdeathsig,
                        int wait) {
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        alarm(0);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        int nul = open("/dev/null", O_RDONLY);
-        if (fd < 0 || nul < 0) _exit(126);
-        dup2(nul, 0), dup2(fd, 1), dup2(fd, 2);
-        if (geteuid() == 0 && uid != 0) {
-            if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
-                dprintf(2, "drop to uid %d: %s\n", (int)uid, strerror(errno));
-                _exit(126);
-            }
-        }
-        if (fchown(fd, uid, gid) < 0) {
-        }
-        /* after the uid change, which clears it */
-        prctl(PR_SET_PDEATHSIG, pdeathsig);
-        if (getppid() != parent) _exit(127);
-        if (chdir(dir) < 0) _exit(126);
-        /* as many fds as allowed: redis sizes maxclients by them */
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-            rl.rlim_cur = rl.rlim_max;
-            setrlimit(RLIMIT_NOFILE, &rl);
-        }
-        unsetenv("WEFT_DETERMINISTIC"); /* a server runs on the real clock */
-        unsetenv("WEFT_TRACE");
-        execv(argv[0], argv);
-        dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    if (!wait) return pid;
-    int st;
-    while (waitpid(pid, &st, 0) < 0) CHECK(errno == EINTR);
-    return st;
+    int fd = backend_log(log, uid, gid);
+    launch_opts o;
+    backend_opts(&o, dir, fd, uid, gid, pdeathsig);
+    launch l;
+    CHECK_EQ(launch_start(&l, argv, &o), 0);
+    close(fd);
+    if (!wait) return l.pid;
+    CHECK_EQ(launch_reap(&l, -1), 1);
+    return l.status;
 }
 
 /* Sends sig, waits up to ms for pid (our child) to exit; SIGKILL after. */
 static void backend_kill_wait(pid_t pid, int sig, int ms) {
-    kill(pid, sig);
-    int64_t until = backend_ms() + ms;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR)) return;
-        if (backend_ms() >= until) break;
-        backend_sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    launch l = {.pid = pid};
+    launch_stop(&l, sig, ms);
 }
 
 /* A temporary directory /tmp/weft-PREFIX-XXXXXX owned by (uid, gid). */

@@ -19,7 +19,7 @@
  * Nothing here asserts a duration (a loaded CI machine must not fail
  * them).
  *
- * The servers: tests/backends.h (a temporary directory, own port and Unix
+ * The servers: tests/support/backends.h (a temporary directory, own port and Unix
  * socket, stopped and removed at the end, also when a test fails or times
  * out).  A test skips, saying why, only when the client library was not
  * found at build time or the server is not installed; scripts/deps.sh
@@ -527,40 +527,32 @@ static void cu_file(const char *dir, const char *name, const char *data, size_t 
     CHECK_EQ(fclose(f), 0);
 }
 
-/* weft-httpd --port 0 on dir (a child, registered with the guardian); its
- * port from the "listening on HOST:PORT" line in its log. */
+/* weft-httpd --port 0 on dir (a child, registered with the guardian, its
+ * stderr in dir/httpd.log); its port from the "listening on HOST:PORT"
+ * line on its stdout. */
+static launch cu_srv;
 static pid_t cu_server_start(const char *dir) {
     char root[128], log[128];
     snprintf(root, sizeof root, "%s/www", dir);
     snprintf(log, sizeof log, "%s/httpd.log", dir);
     char *argv[] = {WEFT_HTTPD_PATH, "--port", "0", "--root", root, "--quiet", NULL};
-    pid_t pid = backend_run(argv, dir, log, getuid(), getgid(), SIGKILL, 0);
+    int fd = backend_log(log, getuid(), getgid());
+    launch_opts o;
+    backend_opts(&o, dir, fd, getuid(), getgid(), SIGKILL);
+    o.out = LAUNCH_PIPE, o.err = LAUNCH_FD, o.err_fd = fd;
+    CHECK_EQ(launch_start(&cu_srv, argv, &o), 0);
+    close(fd);
+    pid_t pid = cu_srv.pid;
     backend_guard("add %d %d %s\n", (int)pid, SIGKILL, dir);
-    int64_t until = backend_ms() + BACKEND_START_S * 1000;
-    for (;;) {
-        char buf[512] = {0};
-        int fd = open(log, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            CHECK(read(fd, buf, sizeof buf - 1) >= 0);
-            close(fd);
-        }
-        const char *l = strstr(buf, "listening on ");
-        const char *nl = l ? strchr(l, '\n') : NULL;
-        if (nl) {
-            const char *colon = memrchr(l, ':', (size_t)(nl - l));
-            CHECK(colon != NULL);
-            cu.port = atoi(colon + 1);
-            CHECK(cu.port > 0);
-            return pid;
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid || backend_ms() > until) {
-            backend_print_file(log);
-            fprintf(stderr, "weft-httpd did not start\n");
-            _exit(1);
-        }
-        backend_sleep_ms(20);
+    const char *l = launch_wait_line(&cu_srv, "listening on ", backend_ms() + BACKEND_START_S * 1000);
+    if (l) {
+        cu.port = launch_listen_port(l);
+        CHECK(cu.port > 0);
+        return pid;
     }
+    backend_print_file(log);
+    fprintf(stderr, "weft-httpd did not start: %s\n", cu_srv.buf);
+    _exit(1);
 }
 
 #endif /* HAVE_LIBCURL && WEFT_HTTPD_PATH */
@@ -602,8 +594,9 @@ TEST(curl_easy_1000_vthreads_against_httpd) {
 
     backend_guard("del %d\n", (int)srv);
     kill(srv, SIGTERM);
-    int st;
-    while (waitpid(srv, &st, 0) < 0) CHECK(errno == EINTR);
+    CHECK_EQ(launch_reap(&cu_srv, -1), 1);
+    launch_close(&cu_srv);
+    int st = cu_srv.status;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         char log[96];
         snprintf(log, sizeof log, "%s/httpd.log", dir);

@@ -7,7 +7,7 @@
 #include <pthread.h>
 
 #define HANDLE_ORDER_NO_MAIN
-#include "../examples/handle_order.c"
+#include "../../examples/handle_order.c"
 
 #define MS 1000000LL
 /* Longer than any test may run (the harness's timeout): a task that sleeps

@@ -70,9 +70,17 @@ __attribute__((unused)) static int test_det_mode(void) {
         if (test_det_mode()) SKIP("deterministic mode: %s", why);                     \
     } while (0)
 
+/* A program is one file, or several (test_httpd: tests/apps/httpd/): then
+ * every file but the one with main defines TEST_PART before this header,
+ * and the list of tests and main are that one's. */
 typedef struct test_entry { const char *name; void (*fn)(void); } test_entry;
-static test_entry test_list[256];
-static int test_count, test_skipped;
+#ifdef TEST_PART
+extern test_entry test_list[256];
+extern int test_count;
+#else
+test_entry test_list[256];
+int test_count;
+#endif
 
 #define TEST(tname)                                                                   \
     static void test_##tname(void);                                                   \
@@ -101,6 +109,20 @@ static int test_count, test_skipped;
             _exit(1);                                                                 \
         }                                                                             \
     } while (0)
+
+/* A vthread running fn(arg); the test fails if it cannot start. */
+__attribute__((unused)) static weft_thread *go(void *(*fn)(void *), void *arg) {
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
+    return t;
+}
+
+/* Joins t (the test fails if the join does); its result. */
+__attribute__((unused)) static void *join(weft_thread *t) {
+    void *r = NULL;
+    CHECK_EQ(weft_join(t, &r), 0);
+    return r;
+}
 
 /* What file fd holds, whole, NUL-terminated; closes fd.  The caller frees. */
 __attribute__((unused)) static char *slurp_fd(int fd) {
@@ -155,6 +177,9 @@ __attribute__((unused)) static int listen_any(int *port) {
     *port = ntohs(a.sin_port);
     return fd;
 }
+
+#ifndef TEST_PART
+static int test_skipped;
 
 static int test_timeout_s(void) {
     const char *t = getenv("WEFT_TEST_TIMEOUT");
@@ -272,5 +297,6 @@ int main(int argc, char **argv) {
     else if (ran > 1) printf("%d passed, %d failed\n", ran - failed, failed);
     return failed ? 1 : 0;
 }
+#endif /* TEST_PART */
 
 #endif

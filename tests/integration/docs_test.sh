@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/docs_test.sh -- keeps docs/ honest.
+# tests/integration/docs_test.sh -- keeps docs/ honest.
 #
 # The guide (docs/guide.md) shows every example program of docs/examples/
 # verbatim, each followed by what it prints.  The files are the source of
@@ -63,7 +63,7 @@ mode_sync() {
         *) echo "docs_test: $guide: '<!-- example: $name -->' is not followed by a fenced block" >&2; bad=1; continue ;;
         esac
         if ! diff -u --label "$f" --label "$guide ($name)" "$f" <(printf '%s\n' "$out") >&2; then
-            echo "docs_test: the guide's copy of $name differs from the file (tests/docs_test.sh update fixes it)" >&2
+            echo "docs_test: the guide's copy of $name differs from the file (tests/integration/docs_test.sh update fixes it)" >&2
             bad=1
         fi
         block "$guide" output "$name" >/dev/null || { echo "docs_test: $guide has no output block for $name" >&2; bad=1; }

@@ -1,5 +1,5 @@
 /*
- * Deterministic mode (src/sched/det.c, tests/det.h): five classic races,
+ * Deterministic mode (src/sched/det.c, tests/support/det.h): five classic races,
  * each written with weft's real API as real code would have it -- a
  * weft_yield or a blocking call where real code would do I/O or call out --
  * once with the bug and once fixed.  For each: some seed within NSEEDS
@@ -41,11 +41,7 @@ static void race(const char *name, det_body buggy, det_body fixed) {
     printf("det: %s (fixed): %d/%d seeds passed\n", name, NSEEDS, NSEEDS);
 }
 
-static weft_thread *spawn(void *(*fn)(void *), void *arg) {
-    weft_thread *t;
-    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
-    return t;
-}
+/* go (spawn or fail): harness.h */
 
 /* ---- 1. lost update: read, (a call that may switch), write, no lock ---- */
 
@@ -79,7 +75,7 @@ static void *lu_deposit_fixed(void *arg) {
 static int lu_run(void *(*fn)(void *)) {
     lu_balance = 0;
     weft_thread *t[LU_WORKERS];
-    for (int i = 0; i < LU_WORKERS; i++) t[i] = spawn(fn, NULL);
+    for (int i = 0; i < LU_WORKERS; i++) t[i] = go(fn, NULL);
     for (int i = 0; i < LU_WORKERS; i++) weft_join(t[i], NULL);
     return lu_balance != 10L * LU_WORKERS * LU_ROUNDS;
 }
@@ -117,7 +113,7 @@ static int ca_run(void *(*fn)(void *)) {
     atomic_store(&ca_starved, 0);
     int job = 1;
     weft_thread *t[2];
-    for (int i = 0; i < 2; i++) t[i] = spawn(fn, NULL);
+    for (int i = 0; i < 2; i++) t[i] = go(fn, NULL);
     CHECK_EQ(weft_chan_send(ca_jobs, &job), 0); /* one job, two consumers */
     for (int i = 0; i < 2; i++) weft_join(t[i], NULL);
     weft_chan_free(ca_jobs);
@@ -179,7 +175,7 @@ static void *mw_setter_fixed(void *arg) {
 
 static int mw_run(void *(*waiter)(void *), void *(*setter)(void *)) {
     mw_ready = 0;
-    weft_thread *w = spawn(waiter, NULL), *s = spawn(setter, NULL);
+    weft_thread *w = go(waiter, NULL), *s = go(setter, NULL);
     void *r;
     weft_join(s, NULL);
     weft_join(w, &r);
@@ -224,7 +220,7 @@ static int dc_run(void *(*fn)(void *)) {
     dc_closed = 0;
     atomic_store(&dc_close_errors, 0);
     weft_thread *t[2];
-    for (int i = 0; i < 2; i++) t[i] = spawn(fn, (void *)(intptr_t)i);
+    for (int i = 0; i < 2; i++) t[i] = go(fn, (void *)(intptr_t)i);
     for (int i = 0; i < 2; i++) weft_join(t[i], NULL);
     weft_chan_free(dc_results);
     return atomic_load(&dc_close_errors) != 0; /* -EPIPE: it was closed twice */
@@ -285,7 +281,7 @@ static int dl_caller(int fixed) {
 static int dl_run(void *(*backend)(void *), int fixed) {
     memset(&dl, 0, sizeof dl);
     CHECK_EQ(weft_sem_init(&dl_done, 0), 0);
-    weft_thread *b = spawn(backend, NULL);
+    weft_thread *b = go(backend, NULL);
     dl_caller(fixed);
     weft_join(b, NULL);
     return dl.written_after_release;
@@ -318,7 +314,7 @@ static int mix_body(void *arg) {
     CHECK_EQ(weft_chan_make(&mix_a, sizeof(int), 2), 0);
     CHECK_EQ(weft_chan_make(&mix_b, sizeof(int), 2), 0);
     weft_thread *t[6];
-    for (int i = 0; i < 6; i++) t[i] = spawn(mix_worker, (void *)(intptr_t)i);
+    for (int i = 0; i < 6; i++) t[i] = go(mix_worker, (void *)(intptr_t)i);
     for (int got = 0; got < 30; got++) {
         int va, vb;
         weft_case cs[2] = {{.chan = mix_a, .op = WEFT_CASE_RECV, .msg = &va},

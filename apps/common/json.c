@@ -1,9 +1,12 @@
 /*
- * The JSON reader (json.h): a recursive-descent parser over the text,
- * allocating nodes and unescaped strings from an arena of 64 KiB blocks
- * (larger blocks for larger strings), so that a snapshot of a hundred
- * thousand vthreads costs a few hundred allocations, not millions, and is
- * freed in one walk of the block list.
+ * The JSON reader (json.h): a strict (RFC 8259) recursive-descent parser
+ * over the text, allocating nodes and unescaped strings from an arena of
+ * 64 KiB blocks (larger blocks for larger strings), so that a snapshot of a
+ * hundred thousand vthreads costs a few hundred allocations, not millions,
+ * and is freed in one walk of the block list.  Strict, because the tests
+ * use it as the checker of what weft_dump and the console print: a number
+ * outside the grammar ("01", "1.", "+1"), a lone surrogate, a control
+ * character in a string or a trailing comma is an error, not a guess.
  */
 #include "json.h"
 
@@ -92,6 +95,7 @@ static char *string(parser *ps) {
         raw++;
     }
     if (q >= ps->end) {
+        ps->p = ps->end; /* where the text ends: a document cut short says so */
         fail(ps, "unterminated string");
         return NULL;
     }
@@ -127,14 +131,21 @@ static char *string(parser *ps) {
                 fail(ps, "bad \\u escape");
                 return NULL;
             }
-            if (cp >= 0xD800 && cp < 0xDC00 && ps->end - ps->p >= 6 && ps->p[0] == '\\' && ps->p[1] == 'u') {
+            if (cp >= 0xD800 && cp < 0xDC00) { /* a surrogate pair */
                 unsigned lo;
+                if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u') {
+                    fail(ps, "lone surrogate in a string");
+                    return NULL;
+                }
                 ps->p += 2;
                 if (hex4(ps, &lo) < 0 || lo < 0xDC00 || lo > 0xDFFF) {
                     fail(ps, "bad surrogate pair");
                     return NULL;
                 }
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp < 0xE000) {
+                fail(ps, "lone surrogate in a string");
+                return NULL;
             }
             if (cp < 0x80) *o++ = (char)cp;
             else if (cp < 0x800) *o++ = (char)(0xC0 | cp >> 6), *o++ = (char)(0x80 | (cp & 0x3F));
@@ -156,6 +167,45 @@ static char *string(parser *ps) {
     ps->p++; /* the closing quote */
     *o = 0;
     return out;
+}
+
+static int digit(const parser *ps, const char *p) { return p < ps->end && *p >= '0' && *p <= '9'; }
+
+/* A number at ps->p, by the grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int number(parser *ps, double *out) {
+    const char *p = ps->p;
+    if (p < ps->end && *p == '-') p++;
+    if (p < ps->end && *p == '0') p++;
+    else if (digit(ps, p))
+        while (digit(ps, p)) p++;
+    else {
+        fail(ps, "bad number");
+        return -1;
+    }
+    if (p < ps->end && *p == '.') {
+        if (!digit(ps, ++p)) {
+            fail(ps, "bad fraction");
+            return -1;
+        }
+        while (digit(ps, p)) p++;
+    }
+    if (p < ps->end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < ps->end && (*p == '+' || *p == '-')) p++;
+        if (!digit(ps, p)) {
+            fail(ps, "bad exponent");
+            return -1;
+        }
+        while (digit(ps, p)) p++;
+    }
+    char buf[64];
+    size_t n = (size_t)(p - ps->p);
+    if (n >= sizeof buf) n = sizeof buf - 1; /* (the value is only indicative past 63 digits) */
+    memcpy(buf, ps->p, n);
+    buf[n] = 0;
+    *out = strtod(buf, NULL);
+    ps->p = p;
+    return 0;
 }
 
 static json *value(parser *ps, int depth);
@@ -251,18 +301,8 @@ static json *value(parser *ps, int depth) {
     }
     if (lit(ps, "null")) return node(ps, JSON_NULL);
     if (c == '-' || (c >= '0' && c <= '9')) {
-        char buf[64];
-        size_t n = 0;
-        while (ps->p + n < ps->end && n < sizeof buf - 1 && strchr("+-0123456789.eE", ps->p[n])) n++;
-        memcpy(buf, ps->p, n);
-        buf[n] = 0;
-        char *e;
-        double d = strtod(buf, &e);
-        if (e == buf || (size_t)(e - buf) != n) {
-            fail(ps, "bad number");
-            return NULL;
-        }
-        ps->p += n;
+        double d;
+        if (number(ps, &d) < 0) return NULL;
         json *v = node(ps, JSON_NUM);
         if (v) v->num = d;
         return v;
@@ -271,7 +311,8 @@ static json *value(parser *ps, int depth) {
     return NULL;
 }
 
-json_doc *json_parse(const char *text, size_t len, const json **root, char *err, size_t errcap) {
+static json_doc *parse(const char *text, size_t len, const json **root, const char **rest, char *err,
+                       size_t errcap) {
     json_doc *d = calloc(1, sizeof *d);
     if (!d) {
         if (err && errcap) snprintf(err, errcap, "JSON: out of memory");
@@ -281,14 +322,24 @@ json_doc *json_parse(const char *text, size_t len, const json **root, char *err,
     d->root = value(&ps, 0);
     if (d->root) {
         ws(&ps);
-        if (ps.p != ps.end) fail(&ps, "trailing bytes after the document");
+        if (!rest && ps.p != ps.end) fail(&ps, "trailing bytes after the document");
     }
+    if (rest) *rest = ps.p;
     if (ps.failed || !d->root) {
         json_free(d);
         return NULL;
     }
     *root = d->root;
     return d;
+}
+
+json_doc *json_parse(const char *text, size_t len, const json **root, char *err, size_t errcap) {
+    return parse(text, len, root, NULL, err, errcap);
+}
+
+json_doc *json_parse_prefix(const char *text, size_t len, const json **root, const char **rest, char *err,
+                            size_t errcap) {
+    return parse(text, len, root, rest, err, errcap);
 }
 
 void json_free(json_doc *d) {

@@ -1,5 +1,7 @@
 /*
- * A small JSON reader for weft-top and its tests: parses one document into
+ * The one JSON reader of weft's programs and tests (weft-top reads the
+ * console's snapshots with it; the tests check weft_dump's and the
+ * console's JSON with it): parses one document, strictly (RFC 8259), into
  * a tree of nodes held in one arena (json_free releases it all at once).
  *
  * Each node knows its type, its key (inside an object), a number, a string
@@ -8,10 +10,10 @@
  * console's objects have tens of keys, and arrays are walked in order.
  * Limits: nesting depth 200; numbers are doubles (the console's counters
  * fit in 2^53 for centuries).  Errors: NULL, with a message naming the
- * byte offset and what was expected.
+ * byte offset ("... at byte N") and what was expected.
  */
-#ifndef WEFT_TOP_JSON_H
-#define WEFT_TOP_JSON_H
+#ifndef WEFT_COMMON_JSON_H
+#define WEFT_COMMON_JSON_H
 
 #include <stddef.h>
 
@@ -32,6 +34,11 @@ typedef struct json_doc json_doc;
 /* Parses text[0..len); the document's root is *root.  Returns the document
  * (free it with json_free), or NULL with a message in err. */
 json_doc *json_parse(const char *text, size_t len, const json **root, char *err, size_t errcap);
+/* The same, for a document followed by other bytes: *rest gets where the
+ * value and the white space after it end (also on an error: where it
+ * stopped). */
+json_doc *json_parse_prefix(const char *text, size_t len, const json **root, const char **rest, char *err,
+                            size_t errcap);
 void json_free(json_doc *d);
 
 /* The member `key` of object o (NULL if o is not an object or has none). */

@@ -1,8 +1,9 @@
 /*
  * Helpers of the tests that drive other processes (test_httpd, test_console,
- * test_handles, test_stack): the real clock in milliseconds (a child runs on
- * it even when the test process runs deterministic mode's virtual one), a
- * sleep of the calling OS thread, FAIL, which reports and _exits (a forked
+ * test_handles, test_stack; the processes themselves start with launch.h):
+ * the real clock in milliseconds (a child runs on it even when the test
+ * process runs deterministic mode's virtual one), a sleep of the calling
+ * OS thread, FAIL, which reports and _exits (a forked
  * test process must not run the parent's atexit handlers or flush its
  * buffers twice), and fork_stderr, which runs a function in a forked child
  * and hands back what it said on stderr and how it ended.
@@ -10,7 +11,10 @@
 #ifndef WEFT_TEST_PROC_H
 #define WEFT_TEST_PROC_H
 
+#include "launch.h"
+
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,16 +22,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static inline int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* (launch.h's clock, under the tests' names) */
+static inline int64_t now_ms(void) { return launch_now_ms(); }
+static inline void sleep_ms(int ms) { launch_sleep_ms(ms); }
 
-static inline void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
+/* The arguments in ap (NULL-ended) into argv from argv[n] on, while n <
+ * limit, then the NULL; returns n.  argv has limit + 1 slots at least. */
+static inline int argv_add(const char **argv, int n, int limit, va_list ap) {
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < limit) argv[n++] = a;
+    argv[n] = NULL;
+    return n;
 }
 
 #define FAIL(...)                                                              \

@@ -6,7 +6,7 @@ report_test.py -- tests of `weft-bench report DIR --from FILE` (html_report.c).
     report_test.py chromium WEFT_BENCH FIXTURE [PNG_COPY]
 
 numbers: the page drawn from FIXTURE (result lines saved from real
-  compare.sh runs, tests/data/report-lines.txt) is self-contained (no script,
+  compare.sh runs, tests/integration/data/report-lines.txt) is self-contained (no script,
   no external fetch), has its charts, and every number it prints from the
   lines -- the text of elements of class "v" -- is found among the numbers
   of the lines the report reads (result lines and "#" lines), after removing

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/install_test.sh CMAKE BINARY_DIR CC [SOURCE_DIR]
+# tests/integration/install_test.sh CMAKE BINARY_DIR CC [SOURCE_DIR]
 #
 # What a user does with an installed weft, end to end: installs the built tree
 # BINARY_DIR to a fresh temporary prefix, then moves that prefix elsewhere (an

@@ -17,17 +17,7 @@
 /* A key's index bits (local.c: index * 8, a window slot's offset). */
 #define KEY_SLOT(k) ((k) & WEFT__LOCAL_SLOT_MASK)
 
-static weft_thread *go(void *(*fn)(void *), void *arg) {
-    weft_thread *t;
-    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
-    return t;
-}
-
-static void *join(weft_thread *t) {
-    void *r = NULL;
-    CHECK_EQ(weft_join(t, &r), 0);
-    return r;
-}
+/* go, join: harness.h */
 
 /* The carrier the caller runs on now (never a value from before a switch). */
 __attribute__((noinline)) static int carrier_now(void) {

@@ -33,17 +33,7 @@ static void start(int carriers, int hook) {
     CHECK_EQ(weft_init(&c), 0);
 }
 
-static weft_thread *go(void *(*fn)(void *), void *arg) {
-    weft_thread *t;
-    CHECK_EQ(weft_spawn(&t, fn, arg, NULL), 0);
-    return t;
-}
-
-static void *join(weft_thread *t) {
-    void *r = NULL;
-    CHECK_EQ(weft_join(t, &r), 0);
-    return r;
-}
+/* go, join: harness.h */
 
 static uint64_t parks_now(void) {
     weft_stats s;
