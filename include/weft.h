@@ -7,8 +7,30 @@
  *  - Functions that can fail return >= 0 on success and a negative errno
  *    value on failure (-EINVAL, -ENOMEM, -ECANCELED, -ETIMEDOUT, ...), as
  *    liburing does.  errno is never the channel for weft results.
+ *  - Constructors store the new object through their first parameter and
+ *    return 0 or -errno (weft_spawn(&t, ...), weft_chan_create(&c, ...),
+ *    weft_group_create(&g, ...), weft_file_create(&f, ...)); on failure
+ *    the out-parameter is set to NULL where it can be.
+ *  - A call that never waits is named with try_ before its verb
+ *    (weft_mutex_try_lock, weft_sem_try_acquire, weft_chan_try_send,
+ *    weft_try_select); it returns -EAGAIN (or -EBUSY, as its comment says)
+ *    where its waiting twin would wait.
+ *  - Options are a struct named after what they configure, weft_<what>_opts
+ *    (weft_runtime_opts for weft_init, weft_thread_opts for weft_spawn,
+ *    weft_group_opts, weft_file_opts, weft_async_opts); NULL, or a zero
+ *    field, means the default.
  *  - Times are int64_t nanoseconds of CLOCK_MONOTONIC (weft_now()).  A
- *    deadline is an absolute time; 0 means "no deadline".
+ *    deadline is an absolute time of that clock; 0 means "no deadline".
+ *    One rule, everywhere: a parameter or field named deadline_ns (or
+ *    deadline) is such an absolute time; any other *_ns (weft_sleep's ns,
+ *    delay_ns, period_ns, keep_alive_ns, pin_threshold_ns) is a duration.
+ *    A blocking call takes its deadline in one of two ways: the calling
+ *    thread's deadline (weft_deadline_set), which every blocking call
+ *    honours, or a per-call one, given to the call's _until twin
+ *    (weft_mutex_lock_until, weft_chan_recv_until, weft_recv_until ...) or
+ *    as its last parameter where waiting is the call's purpose (weft_poll,
+ *    weft_select, weft_future_get).  A per-call deadline adds to the
+ *    thread's: the earlier of the two applies.
  *  - Every blocking call is a cancellation point: once the calling vthread
  *    has been cancelled (weft_cancel), the call returns -ECANCELED.
  *    Cancellation is sticky, like a cancelled Go context: a cancelled vthread
@@ -35,9 +57,24 @@
  *    carrier by the runtime's monitor thread within about 20 ms (with one
  *    carrier, or all busy: to a spare carrier, within pin_threshold_ns); I/O
  *    completions on its ring, and vthreads pinned to it, wait for it.
+ *  - Call-site capture: the blocking calls record where they were called
+ *    from, for weft_dump.  Those that take no fd (weft_join, weft_sleep,
+ *    weft_park, the locks, channels, futures, scope joins) are macros that
+ *    pass __FILE__ and __LINE__ to a weft__*_at function, defined right
+ *    after the function they stand for; the real function stays callable
+ *    as (weft_sleep)(ns) or through a pointer.  The I/O calls (weft_read
+ *    ... weft_close) record their return address, fd and operation
+ *    instead; any other wait is placed by its stack's first frame outside
+ *    weft.
  *
- * Sections, in layer order: runtime, virtual threads, time and
- * cancellation, parking, observe.
+ * The header reads as an index: the types, then one section per concept
+ * in layer order -- runtime, virtual threads, carrier groups, time and
+ * cancellation, parking, blocking-style I/O, synchronisation, channels,
+ * futures, scopes, vthread-locals, executors, file channels, completion
+ * handlers, parallel work, observe -- each section either here or in the
+ * weft/CONCEPT.h it includes at its place.  Every such header also compiles
+ * on its own (it includes this header first).  Last comes the
+ * compatibility section: earlier names kept working, deprecated.
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -64,7 +101,25 @@ extern "C" {
 #define WEFT_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------------ */
-/* Runtime                                                                   */
+/* Types                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every object weft hands out is an opaque handle, declared here once; each
+ * section below (or the header it includes) says how one is made, used and
+ * ended.
+ */
+typedef struct weft_thread weft_thread;     /* a virtual thread ("Virtual threads") */
+typedef struct weft_group weft_group;       /* a carrier group ("Carrier groups") */
+typedef struct weft_chan weft_chan;         /* a channel (weft/chan.h) */
+typedef struct weft_future weft_future;     /* a future (weft/future.h) */
+typedef struct weft_scope weft_scope;       /* a structured scope (weft/scope.h) */
+typedef struct weft_task weft_task;         /* a scope's forked task (weft/scope.h) */
+typedef struct weft_executor weft_executor; /* an executor (weft/exec.h) */
+typedef struct weft_file weft_file;         /* a file channel (weft/file.h) */
+
+/* ------------------------------------------------------------------------ */
+/* Runtime                                                                  */
 /* ------------------------------------------------------------------------ */
 
 enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
@@ -281,11 +336,9 @@ WEFT_API int weft_hook_active(void);
  */
 
 /* ------------------------------------------------------------------------ */
-/* Virtual threads                                                           */
+/* Virtual threads                                                          */
 /* ------------------------------------------------------------------------ */
 
-typedef struct weft_thread weft_thread;
-typedef struct weft_group weft_group; /* a carrier group: "Carrier groups" below */
 
 /*
  * Spawn attributes; a NULL attr or zero fields mean the defaults.
@@ -343,6 +396,8 @@ WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const w
  * so an owner can always collect what it spawned.
  */
 WEFT_API int weft_join(weft_thread *t, void **result);
+WEFT_API int weft__join_at(weft_thread *t, void **result, const char *file, int line);
+#define weft_join(t, r) weft__join_at((t), (r), __FILE__, __LINE__) /* call-site capture */
 
 /* Lets t free itself when it finishes (frees it now if it has).  Returns 0,
  * -EINVAL when someone joins it or it is detached already, or -ESRCH when t
@@ -375,7 +430,92 @@ WEFT_API int weft_set_name(const char *name);
 WEFT_API int weft_yield(void);
 
 /* ------------------------------------------------------------------------ */
-/* Time, deadlines, cancellation                                             */
+/* Carrier groups                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A carrier group is a set of carriers of its own -- a scheduler of its
+ * own, as Loom's custom schedulers are -- so that CPU-bound work does not
+ * take the carriers that latency-sensitive vthreads need.  The default
+ * group is the runtime's pool (weft_config.carriers, and the monitor's
+ * spares).  A vthread spawned into a group runs only on that group's
+ * carriers, all its life: its wake-ups, timers and I/O completions, from
+ * whatever thread, queue it to a carrier of its group (never run it on
+ * another group's carrier).  Blocking I/O goes through the carrier's own
+ * ring or epoll set, as in the default group.  Groups are fixed in size:
+ * the monitor moves work that a computing vthread strands on one carrier
+ * to the other carriers of the same group, but starts spare carriers for
+ * the default group only.  Carriers in all, default and groups together,
+ * are at most 1024 (less the spares' reserve: 2 x weft_config.carriers by
+ * default).
+ */
+
+/* Options for weft_group_new_opts; zero fields are the defaults. */
+typedef struct weft_group_opts {
+    /* The group's vthreads compute on purpose (batch work, weft_parallel_for
+     * jobs): the monitor logs no hog event for them and counts none in
+     * weft_stats.hogs.  Work they strand on their carrier is still moved
+     * to the group's other carriers, and a carrier blocked in a system
+     * call is still reported as pinned. */
+    int compute;
+} weft_group_opts;
+
+/*
+ * Starts a group of `carriers` carriers (threads named "weft-g<id>.<k>"),
+ * named `name` (copied, up to 31 bytes; NULL: "group-<id>") for weft_dump
+ * and weft_group_stats.  Returns the group, or NULL with errno set:
+ * EINVAL (carriers < 1), EAGAIN (no carrier index left: the total above),
+ * ENOMEM, ESHUTDOWN (weft_shutdown has begun), EOPNOTSUPP (deterministic
+ * mode: its one carrier runs everything), or a thread's or poller's
+ * start error.  Starts the runtime if it is not running.  Called from a
+ * vthread, it holds that vthread's carrier while the threads start (each
+ * makes its ring: well under a millisecond apiece); so does the last step
+ * of weft_group_close, which joins them.
+ */
+WEFT_API weft_group *weft_group_new(const char *name, int carriers);
+WEFT_API weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts);
+
+/*
+ * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,
+ * weft_executor_group's futures fail so), waits until every vthread of g
+ * has finished (daemons too; one that has finished need not have been
+ * joined), then stops its carriers and frees g: the pointer is invalid
+ * afterwards, as after free().  Parks a vthread, blocks a platform thread;
+ * not interrupted by cancellation or deadlines (as weft_scope_close).
+ * Returns 0; -EINVAL for NULL or the default group; -EDEADLK when the
+ * caller is a vthread of g (it would wait for itself); -EBUSY when another
+ * weft_group_close of g is in progress (only the first closes it; close a
+ * group once).  weft_shutdown closes the groups still open, after their
+ * non-daemon vthreads ended.
+ */
+WEFT_API int weft_group_close(weft_group *g);
+
+/* The default group (the runtime's pool; starts the runtime if needed, NULL
+ * if it cannot start), and the calling vthread's group (NULL on a platform
+ * thread). */
+WEFT_API weft_group *weft_group_default(void);
+WEFT_API weft_group *weft_group_self(void);
+
+/* A group as weft_group_stats_get sees it: racy sums, each exact when read
+ * but not all at one instant. */
+typedef struct weft_group_stats {
+    unsigned id;          /* 0: the default group */
+    char name[32];
+    int carriers;         /* its carriers (the default group: configured, spares not counted) */
+    int compute;          /* made with weft_group_opts.compute */
+    uint64_t live;        /* its vthreads not finished (the default group: 0, not counted) */
+    uint64_t started;     /* vthreads ever spawned into it (the default group: 0, not counted) */
+    uint64_t runnable;    /* vthreads queued to run on its carriers */
+    uint64_t switches;    /* switches into a vthread on its carriers */
+    uint64_t steals;      /* vthreads its carriers took from one another */
+} weft_group_stats;
+
+/* Fills *s for g (NULL: the default group).  Returns 0, or -EINVAL for a
+ * NULL s.  weft_dump shows every group (text and JSON). */
+WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
+
+/* ------------------------------------------------------------------------ */
+/* Time, deadlines, cancellation                                            */
 /* ------------------------------------------------------------------------ */
 
 /* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_config) the
@@ -392,6 +532,10 @@ WEFT_API int64_t weft_now(void);
  */
 WEFT_API int weft_sleep(int64_t ns);
 WEFT_API int weft_sleep_until(int64_t deadline_ns);
+WEFT_API int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
+WEFT_API int64_t weft__sleep_deadline(int64_t ns);
+#define weft_sleep(ns) weft__sleep_until_at(weft__sleep_deadline(ns), __FILE__, __LINE__)
+#define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
 
 /*
  * Sets the calling thread's deadline for all its blocking calls and returns
@@ -411,7 +555,7 @@ WEFT_API int weft_cancel(weft_thread *t);
 WEFT_API int weft_cancelled(void);
 
 /* ------------------------------------------------------------------------ */
-/* Parking (java.util.concurrent.locks.LockSupport)                          */
+/* Parking (java.util.concurrent.locks.LockSupport)                         */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -426,10 +570,12 @@ WEFT_API int weft_cancelled(void);
  * any thread.
  */
 WEFT_API int weft_park(int64_t deadline_ns);
+WEFT_API int weft__park_at(int64_t deadline_ns, const char *file, int line);
+#define weft_park(d) weft__park_at((d), __FILE__, __LINE__)
 WEFT_API int weft_unpark(weft_thread *t);
 
 /* ------------------------------------------------------------------------ */
-/* Blocking-style I/O                                                        */
+/* Blocking-style I/O                                                       */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -518,107 +664,61 @@ WEFT_API int weft_blocking(void *(*fn)(void *), void *arg, void **result);
 WEFT_API int weft_io_backend(void);
 
 /* ------------------------------------------------------------------------ */
-/* Layers with their own headers                                             */
+/* Synchronisation: mutex, condition, semaphore, rwlock, latch, once        */
 /* ------------------------------------------------------------------------ */
 
-/* weft-layer-includes: one line per layer header (include/weft/...) */
 #include "weft/sync.h"
-#include "weft/scope.h"
-#include "weft/local.h"
-#include "weft/future.h"
+
+/* ------------------------------------------------------------------------ */
+/* Channels and select                                                      */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/chan.h"
+
+/* ------------------------------------------------------------------------ */
+/* Futures                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/future.h"
+
+/* ------------------------------------------------------------------------ */
+/* Structured concurrency: scopes and tasks                                 */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/scope.h"
+
+/* ------------------------------------------------------------------------ */
+/* Vthread-local storage and scoped values                                  */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/local.h"
+
+/* ------------------------------------------------------------------------ */
+/* Executors                                                                */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/exec.h"
+
+/* ------------------------------------------------------------------------ */
+/* File channels                                                            */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/file.h"
+
+/* ------------------------------------------------------------------------ */
+/* Completion handlers on sockets, and timers                               */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/async.h"
+
+/* ------------------------------------------------------------------------ */
+/* Parallel work on the carriers                                            */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/parallel.h"
 
 /* ------------------------------------------------------------------------ */
-/* Carrier groups                                                            */
-/* ------------------------------------------------------------------------ */
-
-/*
- * A carrier group is a set of carriers of its own -- a scheduler of its
- * own, as Loom's custom schedulers are -- so that CPU-bound work does not
- * take the carriers that latency-sensitive vthreads need.  The default
- * group is the runtime's pool (weft_config.carriers, and the monitor's
- * spares).  A vthread spawned into a group runs only on that group's
- * carriers, all its life: its wake-ups, timers and I/O completions, from
- * whatever thread, queue it to a carrier of its group (never run it on
- * another group's carrier).  Blocking I/O goes through the carrier's own
- * ring or epoll set, as in the default group.  Groups are fixed in size:
- * the monitor moves work that a computing vthread strands on one carrier
- * to the other carriers of the same group, but starts spare carriers for
- * the default group only.  Carriers in all, default and groups together,
- * are at most 1024 (less the spares' reserve: 2 x weft_config.carriers by
- * default).
- */
-
-/* Options for weft_group_new_opts; zero fields are the defaults. */
-typedef struct weft_group_opts {
-    /* The group's vthreads compute on purpose (batch work, weft_parallel_for
-     * jobs): the monitor logs no hog event for them and counts none in
-     * weft_stats.hogs.  Work they strand on their carrier is still moved
-     * to the group's other carriers, and a carrier blocked in a system
-     * call is still reported as pinned. */
-    int compute;
-} weft_group_opts;
-
-/*
- * Starts a group of `carriers` carriers (threads named "weft-g<id>.<k>"),
- * named `name` (copied, up to 31 bytes; NULL: "group-<id>") for weft_dump
- * and weft_group_stats.  Returns the group, or NULL with errno set:
- * EINVAL (carriers < 1), EAGAIN (no carrier index left: the total above),
- * ENOMEM, ESHUTDOWN (weft_shutdown has begun), EOPNOTSUPP (deterministic
- * mode: its one carrier runs everything), or a thread's or poller's
- * start error.  Starts the runtime if it is not running.  Called from a
- * vthread, it holds that vthread's carrier while the threads start (each
- * makes its ring: well under a millisecond apiece); so does the last step
- * of weft_group_close, which joins them.
- */
-WEFT_API weft_group *weft_group_new(const char *name, int carriers);
-WEFT_API weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts);
-
-/*
- * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,
- * weft_executor_group's futures fail so), waits until every vthread of g
- * has finished (daemons too; one that has finished need not have been
- * joined), then stops its carriers and frees g: the pointer is invalid
- * afterwards, as after free().  Parks a vthread, blocks a platform thread;
- * not interrupted by cancellation or deadlines (as weft_scope_close).
- * Returns 0; -EINVAL for NULL or the default group; -EDEADLK when the
- * caller is a vthread of g (it would wait for itself); -EBUSY when another
- * weft_group_close of g is in progress (only the first closes it; close a
- * group once).  weft_shutdown closes the groups still open, after their
- * non-daemon vthreads ended.
- */
-WEFT_API int weft_group_close(weft_group *g);
-
-/* The default group (the runtime's pool; starts the runtime if needed, NULL
- * if it cannot start), and the calling vthread's group (NULL on a platform
- * thread). */
-WEFT_API weft_group *weft_group_default(void);
-WEFT_API weft_group *weft_group_self(void);
-
-/* A group as weft_group_stats_get sees it: racy sums, each exact when read
- * but not all at one instant. */
-typedef struct weft_group_stats {
-    unsigned id;          /* 0: the default group */
-    char name[32];
-    int carriers;         /* its carriers (the default group: configured, spares not counted) */
-    int compute;          /* made with weft_group_opts.compute */
-    uint64_t live;        /* its vthreads not finished (the default group: 0, not counted) */
-    uint64_t started;     /* vthreads ever spawned into it (the default group: 0, not counted) */
-    uint64_t runnable;    /* vthreads queued to run on its carriers */
-    uint64_t switches;    /* switches into a vthread on its carriers */
-    uint64_t steals;      /* vthreads its carriers took from one another */
-} weft_group_stats;
-
-/* Fills *s for g (NULL: the default group).  Returns 0, or -EINVAL for a
- * NULL s.  weft_dump shows every group (text and JSON). */
-WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
-
-/* ------------------------------------------------------------------------ */
-/* Observe                                                                   */
+/* Observe                                                                  */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -753,27 +853,6 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  *  - weft_shutdown closes the socket and removes its file.  A fork child
  *    has no console (the socket is its parent's).
  */
-
-/* ------------------------------------------------------------------------ */
-/* Call-site capture                                                         */
-/* ------------------------------------------------------------------------ */
-
-/*
- * The blocking calls record where they were called from, for weft_dump.  The
- * macros below pass __FILE__ and __LINE__; the real functions stay callable
- * as (weft_sleep)(ns) or through pointers.  The I/O calls (weft_read ...
- * weft_close) record their return address, fd and operation instead; any
- * other wait is placed by its stack's first frame outside weft.
- */
-WEFT_API int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
-WEFT_API int weft__join_at(weft_thread *t, void **result, const char *file, int line);
-WEFT_API int weft__park_at(int64_t deadline_ns, const char *file, int line);
-
-#define weft_sleep(ns) weft__sleep_until_at(weft__sleep_deadline(ns), __FILE__, __LINE__)
-#define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
-#define weft_join(t, r) weft__join_at((t), (r), __FILE__, __LINE__)
-#define weft_park(d) weft__park_at((d), __FILE__, __LINE__)
-WEFT_API int64_t weft__sleep_deadline(int64_t ns);
 
 #ifdef __cplusplus
 }

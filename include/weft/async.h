@@ -48,6 +48,10 @@
  * (the handler will run), or -EINVAL (bad argument) / -ENOMEM, and then the
  * handler never runs.  Both io_uring and epoll backends serve them.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_ASYNC_H
 #define WEFT_ASYNC_H
 

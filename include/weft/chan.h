@@ -24,10 +24,13 @@
  * nothing (the message stays for the next receiver).  The try_ forms never
  * wait and are not cancellation points.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_CHAN_H
 #define WEFT_CHAN_H
 
-#include "weft.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,7 +40,6 @@ extern "C" {
 /* Channels                                                                  */
 /* ------------------------------------------------------------------------ */
 
-typedef struct weft_chan weft_chan;
 
 /*
  * Makes a channel for messages of elem_size bytes (0 is allowed: messages

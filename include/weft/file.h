@@ -38,12 +38,14 @@
  * for itself: those calls return -EDEADLK on the flusher (the file stays
  * open) -- close it from another thread.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_FILE_H
 #define WEFT_FILE_H
 
-#include "weft.h"
 #include "exec.h"
-#include "future.h"
 
 #include <sys/types.h>
 
@@ -66,7 +68,6 @@ enum {
 
 #define WEFT_FILE_INLINE 64
 
-typedef struct weft_file weft_file;
 
 typedef struct weft_file_opts {
     /* where completion handlers run (it must outlive the file); NULL:

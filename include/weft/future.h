@@ -31,10 +31,13 @@
  *    getter waits on it is a bug (that getter holds no reference) and stops
  *    the program with a message.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_FUTURE_H
 #define WEFT_FUTURE_H
 
-#include "weft.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,7 +47,6 @@ extern "C" {
 /* Futures                                                                   */
 /* ------------------------------------------------------------------------ */
 
-typedef struct weft_future weft_future;
 
 /* A new pending future holding one reference (the caller's), or NULL when
  * out of memory.  Needs no running runtime. */
@@ -144,7 +146,7 @@ WEFT_API void weft_future_unref(weft_future *f);
  * weft_future_ref: then it simply frees f. */
 WEFT_API void weft_future_free(weft_future *f);
 
-/* call-site capture (see the end of weft.h) */
+/* call-site capture (weft.h, "Conventions") */
 WEFT_API int weft__future_get_at(weft_future *f, void **v, int64_t deadline_ns, const char *file, int line);
 #define weft_future_get(f, v, d) weft__future_get_at((f), (v), (d), __FILE__, __LINE__)
 

@@ -53,6 +53,10 @@
  * completion handlers (weft/async.h) see their dispatcher's, which every
  * handler it runs shares: keep per-operation state in the handler's ctx.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_LOCAL_H
 #define WEFT_LOCAL_H
 

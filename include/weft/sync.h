@@ -45,12 +45,12 @@
  * an object in use), -EAGAIN (try_acquire found no permit), -EPERM (unlock
  * of an unlocked mutex or rwlock), -EINVAL, -EOVERFLOW.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_SYNC_H
 #define WEFT_SYNC_H
-
-#ifndef WEFT_H
-#error "include weft.h, not weft/sync.h"
-#endif
 
 /* Private: a wait queue (src/sync/waitq.h).  Zero is an empty queue. */
 struct weft__waiter;
