@@ -450,7 +450,7 @@ WEFT_API int weft_yield(void);
  * default).
  */
 
-/* Options for weft_group_new_opts; zero fields are the defaults. */
+/* Options for weft_group_create; NULL or zero fields are the defaults. */
 typedef struct weft_group_opts {
     /* The group's vthreads compute on purpose (batch work, weft_parallel_for
      * jobs): the monitor logs no hog event for them and counts none in
@@ -463,17 +463,16 @@ typedef struct weft_group_opts {
 /*
  * Starts a group of `carriers` carriers (threads named "weft-g<id>.<k>"),
  * named `name` (copied, up to 31 bytes; NULL: "group-<id>") for weft_dump
- * and weft_group_stats.  Returns the group, or NULL with errno set:
- * EINVAL (carriers < 1), EAGAIN (no carrier index left: the total above),
- * ENOMEM, ESHUTDOWN (weft_shutdown has begun), EOPNOTSUPP (deterministic
- * mode: its one carrier runs everything), or a thread's or poller's
- * start error.  Starts the runtime if it is not running.  Called from a
- * vthread, it holds that vthread's carrier while the threads start (each
- * makes its ring: well under a millisecond apiece); so does the last step
- * of weft_group_close, which joins them.
+ * and weft_group_stats, and stores it in *g.  Returns 0, or (*g then
+ * NULL) -EINVAL (g NULL, carriers < 1), -EAGAIN (no carrier index left:
+ * the total above), -ENOMEM, -ESHUTDOWN (weft_shutdown has begun),
+ * -EOPNOTSUPP (deterministic mode: its one carrier runs everything), or a
+ * thread's or poller's start error.  Starts the runtime if it is not
+ * running.  Called from a vthread, it holds that vthread's carrier while
+ * the threads start (each makes its ring: well under a millisecond
+ * apiece); so does the last step of weft_group_close, which joins them.
  */
-WEFT_API weft_group *weft_group_new(const char *name, int carriers);
-WEFT_API weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts);
+WEFT_API int weft_group_create(weft_group **g, const char *name, int carriers, const weft_group_opts *opts);
 
 /*
  * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,

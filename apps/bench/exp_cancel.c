@@ -126,7 +126,7 @@ int exp_cancel_storm(const bench_opts *o, bench_report *rep) {
     }
     int64_t live0 = live_now();
 
-    S.chan = weft_chan_new(1, 0);
+    (void)weft_chan_make(&S.chan, 1, 0); /* NULL when it fails: checked below */
     S.future = weft_future_new();
     weft_mutex_init(&S.mutex);
     S.pairs = calloc((size_t)(S.sockets ? S.sockets : 1), sizeof *S.pairs);

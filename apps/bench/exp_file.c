@@ -192,8 +192,8 @@ static int run_mode(int mode, size_t size, bench_report *rep) {
         if (w.fd < 0) return -errno;
         if (pthread_create(&pt, NULL, write_worker, &w)) return -EAGAIN;
     } else {
-        w.f = weft_file_open(path, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, NULL);
-        if (!w.f) return -errno;
+        int opened = weft_file_create(&w.f, path, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, NULL);
+        if (opened < 0) return opened;
         void *(*fn)(void *) = mode == M_ASYNC_FUTURES    ? futures_worker
                               : mode == M_ASYNC_HANDLERS ? handlers_worker
                                                          : blocking_worker;

@@ -1761,9 +1761,9 @@ static int cpu_job_start(void) {
     if (n > 256) n = 256;
     if (O.cpu_job == CPU_JOB_GROUP) {
         weft_group_opts go = {.compute = 1};
-        CJ.group = weft_group_new_opts("cpu-job", 1, &go);
-        if (!CJ.group) {
-            fprintf(stderr, "weft-httpd: --cpu-job group: cannot make its carrier group: %s\n", strerror(errno));
+        int r = weft_group_create(&CJ.group, "cpu-job", 1, &go);
+        if (r < 0) {
+            fprintf(stderr, "weft-httpd: --cpu-job group: cannot make its carrier group: %s\n", strerror(-r));
             return -1;
         }
     }

@@ -45,12 +45,11 @@ extern "C" {
  * Makes a channel for messages of elem_size bytes (0 is allowed: messages
  * that carry no data, only the event) with room for `capacity` of them
  * (0 = rendezvous).  The buffer is allocated here, once: operations never
- * allocate.  weft_chan_make stores the channel in *c and returns 0, -EINVAL
- * (c NULL, or elem_size * capacity overflows) or -ENOMEM;
- * weft_chan_new returns the channel, or NULL for the same failures.
+ * allocate.  Stores the channel in *c and returns 0, or (*c then NULL
+ * where c is not) -EINVAL (c NULL, or elem_size * capacity overflows) or
+ * -ENOMEM.
  */
 WEFT_API int weft_chan_make(weft_chan **c, size_t elem_size, size_t capacity);
-WEFT_API weft_chan *weft_chan_new(size_t elem_size, size_t capacity);
 
 /*
  * Sends the elem_size bytes at msg (NULL only when elem_size is 0), waiting

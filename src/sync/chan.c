@@ -461,11 +461,6 @@ int weft_chan_make(weft_chan **out, size_t es, size_t cap) {
     return 0;
 }
 
-weft_chan *weft_chan_new(size_t es, size_t cap) {
-    weft_chan *c;
-    return weft_chan_make(&c, es, cap) == 0 ? c : NULL;
-}
-
 int weft_chan_close(weft_chan *c) {
     if (!c) return -EINVAL;
     chan_lock(c);
