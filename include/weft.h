@@ -50,7 +50,7 @@
  *                            or vthread-locals (weft_local_get / _set: a
  *                            pthread_key_t that follows the vthread);
  *      code that needs C TLS itself (a library keeping __thread state across
- *                            blocking calls): spawn it with weft_attr.pinned.
+ *                            blocking calls): spawn it with weft_thread_opts.pinned.
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
@@ -198,7 +198,7 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  */
 enum { WEFT_DET_DEFAULT = 0, WEFT_DET_ON = 1, WEFT_DET_OFF = 2 };
 
-typedef struct weft_config {
+typedef struct weft_runtime_opts {
     int carriers;
     size_t stack_size;
     int io;
@@ -209,7 +209,7 @@ typedef struct weft_config {
     uint64_t deterministic_seed;
     const char *trace;
     const char *console;
-} weft_config;
+} weft_runtime_opts;
 
 /*
  * Blocking code weft did not write (libpq, libcurl, hiredis ...).  libweft
@@ -218,7 +218,7 @@ typedef struct weft_config {
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
  * sleep, fsync, fdatasync, close and getaddrinfo in front of the C
  * library's.  Off (the default), each is the C library's after one load and
- * a branch.  On -- WEFT_HOOK=1, weft_config.hook = WEFT_HOOK_ON, or the
+ * a branch.  On -- WEFT_HOOK=1, weft_runtime_opts.hook = WEFT_HOOK_ON, or the
  * same code preloaded as libweft-hook.so (LD_PRELOAD; `weft-run PROG`) --
  * such a call made on a vthread parks the vthread instead of blocking its
  * carrier, honouring the vthread's deadline and cancellation, and returns
@@ -282,7 +282,7 @@ enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
  * fails with the kernel's answer (-EPERM under seccomp or the sysctl,
  * -ENOSYS without io_uring), after one line on stderr that says so.
  */
-WEFT_API int weft_init(const weft_config *cfg);
+WEFT_API int weft_init(const weft_runtime_opts *cfg);
 
 /*
  * Waits until every non-daemon vthread has finished, then stops the carriers
@@ -299,7 +299,7 @@ WEFT_API void weft_shutdown(void);
  */
 WEFT_API int weft_main(int (*fn)(void *), void *arg);
 
-/* 1 while a runtime runs with libc interposition on (weft_config.hook). */
+/* 1 while a runtime runs with libc interposition on (weft_runtime_opts.hook). */
 WEFT_API int weft_hook_active(void);
 
 /*
@@ -355,13 +355,13 @@ WEFT_API int weft_hook_active(void);
  *               explicitly (a group's vthread handing work back to the
  *               shared pool).
  */
-typedef struct weft_attr {
+typedef struct weft_thread_opts {
     const char *name;
     size_t stack_size;
     int pinned;
     int daemon;
     weft_group *group;
-} weft_attr;
+} weft_thread_opts;
 
 /*
  * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
@@ -384,7 +384,7 @@ typedef struct weft_attr {
  * Java's Thread.start does not carry ScopedValues.  Pass what it needs in
  * arg, or fork it in a scope (weft_fork), whose tasks see the bindings.
  */
-WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
+WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_thread_opts *attr);
 
 /*
  * Waits for t to finish and stores fn's return value in *result (if not
@@ -416,7 +416,7 @@ WEFT_API uint64_t weft_id(const weft_thread *t);
 WEFT_API const char *weft_name(const weft_thread *t);
 
 /* Renames the calling vthread (copied, up to 31 bytes; NULL or "": no
- * name), as weft_attr.name names it at spawn: what weft_dump shows.  A
+ * name), as weft_thread_opts.name names it at spawn: what weft_dump shows.  A
  * program that learns what a vthread is for only after it started (the
  * main vthread of weft_main, a worker taking a job) says so here.  Four
  * stores: cheap enough for a connection's path.  Returns 0, or -EPERM on
@@ -437,7 +437,7 @@ WEFT_API int weft_yield(void);
  * A carrier group is a set of carriers of its own -- a scheduler of its
  * own, as Loom's custom schedulers are -- so that CPU-bound work does not
  * take the carriers that latency-sensitive vthreads need.  The default
- * group is the runtime's pool (weft_config.carriers, and the monitor's
+ * group is the runtime's pool (weft_runtime_opts.carriers, and the monitor's
  * spares).  A vthread spawned into a group runs only on that group's
  * carriers, all its life: its wake-ups, timers and I/O completions, from
  * whatever thread, queue it to a carrier of its group (never run it on
@@ -446,7 +446,7 @@ WEFT_API int weft_yield(void);
  * the monitor moves work that a computing vthread strands on one carrier
  * to the other carriers of the same group, but starts spare carriers for
  * the default group only.  Carriers in all, default and groups together,
- * are at most 1024 (less the spares' reserve: 2 x weft_config.carriers by
+ * are at most 1024 (less the spares' reserve: 2 x weft_runtime_opts.carriers by
  * default).
  */
 
@@ -517,7 +517,7 @@ WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
 /* Time, deadlines, cancellation                                            */
 /* ------------------------------------------------------------------------ */
 
-/* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_config) the
+/* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_runtime_opts) the
  * virtual clock, which starts at 1000 s. */
 WEFT_API int64_t weft_now(void);
 
@@ -748,7 +748,7 @@ WEFT_API int weft_io_backend(void);
  *     set: two descriptors), retired when the stall ends (they finish what
  *     is theirs, then sleep, costing nothing) and reused; they end at
  *     weft_shutdown.  A vthread pinned to
- *     a stalled carrier (weft_attr.pinned) waits for it all the same, as do
+ *     a stalled carrier (weft_thread_opts.pinned) waits for it all the same, as do
  *     the I/O completions of that carrier's ring.
  * A vthread that only calls weft_yield with nothing else to run does not
  * hold its carrier in this sense.
@@ -813,7 +813,7 @@ WEFT_API int weft_dump(int fd, int format);
 WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
 
 /*
- * The live console.  With weft_config.console or $WEFT_CONSOLE set,
+ * The live console.  With weft_runtime_opts.console or $WEFT_CONSOLE set,
  * weft_init serves a read-only snapshot of the runtime on a Unix socket,
  * for `weft-top PID|SOCKET` (and any program that speaks its framing: one
  * line "weft-console 1 <bytes>\n", then that many bytes of one JSON

@@ -22,7 +22,7 @@ static intptr_t join_val(weft_thread *t) {
 }
 
 static void use_carriers(int n) {
-    weft_config cfg = {.carriers = n};
+    weft_runtime_opts cfg = {.carriers = n};
     CHECK_EQ(weft_init(&cfg), 0);
 }
 
@@ -31,7 +31,7 @@ static void use_carriers(int n) {
 /* A channel the test needs: made, or the test fails here. */
 static weft_chan *chan_new(size_t elem_size, size_t capacity) {
     weft_chan *c = NULL;
-    CHECK_EQ(weft_chan_make(&c, elem_size, capacity), 0);
+    CHECK_EQ(weft_chan_create(&c, elem_size, capacity), 0);
     return c;
 }
 
@@ -51,12 +51,12 @@ TEST(make_and_bad_args) {
     weft_chan_free(c);
     weft_chan_free(NULL);
     weft_chan *d;
-    CHECK_EQ(weft_chan_make(&d, SIZE_MAX / 2, 4), -EINVAL);
+    CHECK_EQ(weft_chan_create(&d, SIZE_MAX / 2, 4), -EINVAL);
     CHECK(d == NULL);
-    CHECK_EQ(weft_chan_make(NULL, 8, 0), -EINVAL);
-    CHECK_EQ(weft_chan_make(&d, SIZE_MAX, 2), -EINVAL);
+    CHECK_EQ(weft_chan_create(NULL, 8, 0), -EINVAL);
+    CHECK_EQ(weft_chan_create(&d, SIZE_MAX, 2), -EINVAL);
     CHECK(d == NULL);
-    CHECK_EQ(weft_chan_make(&d, 0, 0), 0); /* messages with no data */
+    CHECK_EQ(weft_chan_create(&d, 0, 0), 0); /* messages with no data */
     CHECK_EQ(weft_chan_cap(d), 0);
     weft_chan_free(d);
 }
@@ -443,7 +443,7 @@ static void *cancelled_ops(void *a) {
     CHECK_EQ(weft_chan_recv(b, &v), -ECANCELED);
     weft_case cs[1] = {WEFT_RECV(b, &v)};
     CHECK_EQ(weft_select(cs, 1, 0), -ECANCELED);
-    CHECK_EQ(weft_select_try(cs, 1), 0);
+    CHECK_EQ(weft_try_select(cs, 1), 0);
     weft_chan_free(b);
     return NULL;
 }
@@ -489,7 +489,7 @@ TEST(select_ready_recv_and_send) {
     CHECK_EQ(weft_select(ss, 2, 0), 1);
     CHECK_EQ(weft_chan_recv(b, &y), 0);
     CHECK_EQ(y, 12);
-    CHECK_EQ(weft_select_try(cs, 2), -EAGAIN);
+    CHECK_EQ(weft_try_select(cs, 2), -EAGAIN);
     weft_chan_free(a);
     weft_chan_free(b);
 }
@@ -549,8 +549,8 @@ TEST(select_deadline_and_nil_cases) {
     CHECK_EQ(weft_select(nil, 2, d), -ETIMEDOUT);
     CHECK(weft_now() >= d);
     CHECK_EQ(weft_select(NULL, 0, weft_now() + MS), -ETIMEDOUT);
-    CHECK_EQ(weft_select_try(nil, 2), -EAGAIN);
-    CHECK_EQ(weft_select_try(NULL, 0), -EAGAIN);
+    CHECK_EQ(weft_try_select(nil, 2), -EAGAIN);
+    CHECK_EQ(weft_try_select(NULL, 0), -EAGAIN);
     /* the effective deadline applies */
     weft_deadline_set(weft_now() + 2 * MS);
     CHECK_EQ(weft_select(cs, 3, 0), -ETIMEDOUT);
@@ -631,7 +631,7 @@ TEST(select_and_close) {
     CHECK_EQ(weft_select(cs, 2, 0), 0);
     CHECK_EQ(cs[0].result, -EPIPE);
     weft_case rc[1] = {WEFT_RECV(b, &v)};
-    CHECK_EQ(weft_select_try(rc, 1), 0);
+    CHECK_EQ(weft_try_select(rc, 1), 0);
     CHECK_EQ(rc[0].result, -EPIPE);
     weft_chan_free(a);
     weft_chan_free(b);
@@ -1052,7 +1052,7 @@ static void *dump_receiver(void *a) {
 
 TEST(dump_shows_channel_wait) {
     weft_chan *c = chan_new(sizeof(int), 0);
-    weft_attr at = {.name = "chanwait"};
+    weft_thread_opts at = {.name = "chanwait"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, dump_receiver, c, &at), 0);
     /* once the receiver is parked, whenever that is */

@@ -100,7 +100,7 @@ TEST(open_flags) {
     CHECK_EQ(weft_file_write(f, " world", 6, 0), 6);
     weft_future *u = weft_file_write_async(f, "!", 1, 0, NULL, NULL);
     CHECK_EQ(weft_future_get(u, NULL, 0), 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     CHECK_EQ(weft_file_size(f), 12);
     CHECK_EQ(weft_file_close(f), 0);
     size_t n;
@@ -153,7 +153,7 @@ static void async_records(const char *p, int n, int shuffled, int flags) {
         rec_of(order[k], rec);
         weft_future *u = weft_file_write_async(f, rec, REC, (off_t)order[k] * REC, NULL, NULL); /* copied */
         CHECK(u != NULL);
-        weft_future_free(u); /* not awaited: close must still carry it out */
+        weft_future_unref(u); /* not awaited: close must still carry it out */
     }
     CHECK_EQ(weft_file_close(f), 0);
     free(order);
@@ -207,7 +207,7 @@ TEST(force_then_sigkill_keeps_every_byte) {
         for (int i = 0; i < n; i++) {
             char rec[REC];
             rec_of(i, rec);
-            weft_future_free(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
+            weft_future_unref(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
         }
         if (weft_file_force(f, 1) != 0) _exit(3);
         if (write(pp[1], "F", 1) != 1) _exit(4);
@@ -215,7 +215,7 @@ TEST(force_then_sigkill_keeps_every_byte) {
         for (int i = n;; i++) {
             char rec[REC];
             rec_of(i, rec);
-            weft_future_free(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
+            weft_future_unref(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
         }
     }
     close(pp[1]);
@@ -270,7 +270,7 @@ TEST(full_disk_fails_only_what_did_not_fit) {
             CHECK_EQ(r, -ENOSPC);
             nospc++;
         }
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     CHECK(ok > 0 && nospc > 0);
     CHECK_EQ(weft_file_close(f), 0);
@@ -308,7 +308,7 @@ TEST(handlers_run_on_the_executor) {
         for (int i = 0; i < n; i++) {
             char rec[REC];
             rec_of(i, rec);
-            weft_future_free(weft_file_write_async(f, rec, REC, (off_t)i * REC, on_done, NULL));
+            weft_future_unref(weft_file_write_async(f, rec, REC, (off_t)i * REC, on_done, NULL));
         }
         CHECK_EQ(weft_file_force(f, 0), 0);
         char buf[REC];
@@ -316,7 +316,7 @@ TEST(handlers_run_on_the_executor) {
         void *v;
         CHECK_EQ(weft_future_get(u, &v, 0), 0);
         CHECK_EQ(I(v), REC);
-        weft_future_free(u);
+        weft_future_unref(u);
         char want[REC];
         rec_of(5, want);
         CHECK(memcmp(buf, want, REC) == 0);
@@ -362,7 +362,7 @@ static void *submit_one(void *arg) {
     weft_file *f = arg;
     weft_future *u = weft_file_write_async(f, "z", 1, 0, NULL, NULL);
     int r = weft_future_get(u, NULL, 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     return (void *)(intptr_t)r;
 }
 
@@ -383,7 +383,7 @@ TEST(close_now_cancels_what_has_not_started) {
     for (int i = 0; i < 10; i++) us[i] = weft_file_write_async(f, "b", 1, 1 + i, NULL, NULL);
     /* past max_inflight, a submitter waits */
     int more = 64 - 11;
-    for (int i = 0; i < more; i++) weft_future_free(weft_file_write_async(f, "c", 1, 100 + i, NULL, NULL));
+    for (int i = 0; i < more; i++) weft_future_unref(weft_file_write_async(f, "c", 1, 100 + i, NULL, NULL));
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, submit_one, f, NULL), 0);
     char *d = dump_showing(WEFT_DUMP_TEXT, "parked on executor", NULL);
@@ -401,10 +401,10 @@ TEST(close_now_cancels_what_has_not_started) {
     CHECK_EQ(weft_future_get(u0, NULL, 0), 0);
     for (int i = 0; i < 10; i++) {
         CHECK_EQ(weft_future_get(us[i], NULL, 0), -ECANCELED);
-        weft_future_free(us[i]);
+        weft_future_unref(us[i]);
     }
-    weft_future_free(u0);
-    for (int i = 0; i < 2; i++) weft_future_free(busy[i]);
+    weft_future_unref(u0);
+    for (int i = 0; i < 2; i++) weft_future_unref(busy[i]);
     CHECK_EQ(weft_executor_close(ex), 0);
     rm_all();
 }
@@ -524,10 +524,10 @@ TEST(handler_on_flusher_cannot_close_its_file) {
     CHECK_EQ(atomic_load(&self_force), -EDEADLK);
     CHECK_EQ(atomic_load(&self_close), -EDEADLK);
     CHECK_EQ(weft_future_get(u, NULL, 0), 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     CHECK_EQ(weft_file_close(self_file), 0); /* from here it works */
     weft_latch_count_down(&hold);
-    for (int i = 0; i < 2; i++) weft_future_free(busy[i]);
+    for (int i = 0; i < 2; i++) weft_future_unref(busy[i]);
     CHECK_EQ(weft_executor_close(ex), 0);
     rm_all();
 }

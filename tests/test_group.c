@@ -31,7 +31,7 @@ static weft_group *group_new(const char *name, int carriers, const weft_group_op
 
 static weft_chan *chan_new(size_t elem_size, size_t capacity) {
     weft_chan *c = NULL;
-    CHECK_EQ(weft_chan_make(&c, elem_size, capacity), 0);
+    CHECK_EQ(weft_chan_create(&c, elem_size, capacity), 0);
     return c;
 }
 
@@ -108,7 +108,7 @@ static void *b_main(void *arg) {
 
 TEST(vthreads_run_only_on_their_groups_carriers) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     GA = group_new("alpha", 2, NULL);
     GB = group_new("beta", 1, NULL);
@@ -117,11 +117,11 @@ TEST(vthreads_run_only_on_their_groups_carriers) {
     weft_thread *bt[K];
     for (int k = 0; k < K; k++) {
         CHECK_EQ(pipe2(pipes[k], O_CLOEXEC), 0);
-        weft_attr a = {.name = "a", .group = GA};
+        weft_thread_opts a = {.name = "a", .group = GA};
         CHECK_EQ(weft_spawn(&a_threads[k], a_main, (void *)(intptr_t)k, &a), 0);
     }
     for (int k = 0; k < K; k++) {
-        weft_attr b = {.name = "b", .group = GB};
+        weft_thread_opts b = {.name = "b", .group = GB};
         CHECK_EQ(weft_spawn(&bt[k], b_main, (void *)(intptr_t)k, &b), 0);
     }
     for (int k = 0; k < K; k++) CHECK_EQ(weft_join(bt[k], NULL), 0);
@@ -186,7 +186,7 @@ static void *pp_default(void *arg) {
 
 TEST(cross_group_handoffs_stay_in_group) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     for (int rep = 0; rep < 3; rep++) {
         GA = group_new("ping", 1 + rep % 2, NULL);
@@ -196,7 +196,7 @@ TEST(cross_group_handoffs_stay_in_group) {
         to_b = chan_new(sizeof(int), rep);
         shared_count = 0;
         weft_thread *a, *b, *d[2];
-        weft_attr aa = {.name = "ping", .group = GA}, ba = {.name = "pong", .group = GB};
+        weft_thread_opts aa = {.name = "ping", .group = GA}, ba = {.name = "pong", .group = GB};
         CHECK_EQ(weft_spawn(&a, pp_a, NULL, &aa), 0);
         CHECK_EQ(weft_spawn(&b, pp_b, NULL, &ba), 0);
         for (int i = 0; i < 2; i++) CHECK_EQ(weft_spawn(&d[i], pp_default, NULL, NULL), 0);
@@ -224,13 +224,13 @@ static void *sleeper_in_group(void *arg) {
 
 TEST(platform_wakes_and_timers_fire_into_the_group) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     GA = group_new("sleepers", 2, NULL);
     CHECK(GA);
     weft_thread *t[4];
     for (int i = 0; i < 4; i++) {
-        weft_attr a = {.group = GA};
+        weft_thread_opts a = {.group = GA};
         CHECK_EQ(weft_spawn(&t[i], sleeper_in_group, NULL, &a), 0);
     }
     for (int i = 0; i < SCALE(300) * 2; i++) {
@@ -264,9 +264,9 @@ static void *parent_in_group(void *arg) {
     weft_group *g = arg;
     CHECK(weft_group_self() == g);
     weft_thread *c1, *c2;
-    weft_attr named = {.name = "child"}; /* no group: the parent's */
+    weft_thread_opts named = {.name = "child"}; /* no group: the parent's */
     CHECK_EQ(weft_spawn(&c1, child_check, g, &named), 0);
-    weft_attr back = {.name = "back", .group = weft_group_default()};
+    weft_thread_opts back = {.name = "back", .group = weft_group_default()};
     CHECK_EQ(weft_spawn(&c2, child_check, NULL, &back), 0);
     CHECK_EQ(weft_join(c1, NULL), 0);
     CHECK_EQ(weft_join(c2, NULL), 0);
@@ -285,7 +285,7 @@ TEST(children_inherit_the_group_default_is_explicit) {
     CHECK(g);
     CHECK(weft_group_default() != NULL && weft_group_default() != g);
     weft_thread *p;
-    weft_attr a = {.group = g};
+    weft_thread_opts a = {.group = g};
     CHECK_EQ(weft_spawn(&p, parent_in_group, g, &a), 0);
     CHECK_EQ(weft_join(p, NULL), 0);
     CHECK_EQ(atomic_load(&child_in_group), 101);
@@ -333,14 +333,14 @@ static int cmp64(const void *a, const void *b) {
 
 TEST(cpu_group_does_not_delay_latency_sleeper) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_group_opts o = {.compute = 1};
     weft_group *cpu = group_new("cpu", 1, &o);
     CHECK(cpu);
     weft_thread *h[3], *s;
     for (int i = 0; i < 3; i++) {
-        weft_attr a = {.name = "hog", .group = cpu};
+        weft_thread_opts a = {.name = "hog", .group = cpu};
         CHECK_EQ(weft_spawn(&h[i], hog, NULL, &a), 0);
     }
     while (atomic_load(&hog_work) < 1) nap_ms(1);
@@ -394,11 +394,11 @@ TEST(close_waits_for_vthreads_and_refuses_spawns) {
     CHECK(g);
     weft_thread *t[6];
     for (int i = 0; i < 6; i++) {
-        weft_attr a = {.group = g, .daemon = i == 5};
+        weft_thread_opts a = {.group = g, .daemon = i == 5};
         CHECK_EQ(weft_spawn(i < 3 ? &t[i] : NULL, slow, (void *)(intptr_t)(100 + 20 * i), &a), 0);
     }
     weft_thread *self_closer;
-    weft_attr ga = {.group = g};
+    weft_thread_opts ga = {.group = g};
     CHECK_EQ(weft_spawn(&self_closer, close_self, g, &ga), 0);
     CHECK_EQ(weft_join(self_closer, NULL), 0);
     pthread_t pt;
@@ -406,7 +406,7 @@ TEST(close_waits_for_vthreads_and_refuses_spawns) {
     /* spawns are refused once the close began, while it waits */
     int r;
     for (;;) {
-        weft_attr a = {.group = g};
+        weft_thread_opts a = {.group = g};
         r = weft_spawn(NULL, slow, (void *)(intptr_t)1, &a);
         if (r == -ESHUTDOWN) break;
         CHECK_EQ(r, 0);
@@ -431,7 +431,7 @@ static void *close_from_vthread(void *arg) {
     (void)arg;
     weft_group *g = group_new("vt-closed", 1, NULL);
     CHECK(g);
-    weft_attr a = {.group = g};
+    weft_thread_opts a = {.group = g};
     for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(NULL, slow, (void *)(intptr_t)20, &a), 0);
     CHECK_EQ(weft_group_close(g), 0); /* parks this vthread */
     return NULL;
@@ -439,7 +439,7 @@ static void *close_from_vthread(void *arg) {
 
 TEST(close_from_a_vthread_parks) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, close_from_vthread, NULL, NULL), 0);
@@ -461,7 +461,7 @@ static void *brief(void *arg) {
 
 TEST(many_groups_created_and_closed) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_stats before;
     weft_stats_get(&before);
@@ -471,7 +471,7 @@ TEST(many_groups_created_and_closed) {
         CHECK(g);
         weft_thread *t[4];
         for (int k = 0; k < 4; k++) {
-            weft_attr a = {.group = g};
+            weft_thread_opts a = {.group = g};
             CHECK_EQ(weft_spawn(&t[k], brief, g, &a), 0);
         }
         if (i % 2) /* joined before the close, or after it */
@@ -500,14 +500,14 @@ static void *stats_worker(void *arg) {
 
 TEST(stats_and_dump_show_groups) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_group_opts o = {.compute = 1};
     weft_group *g = group_new("batchgrp", 2, &o);
     CHECK(g);
     weft_thread *t[3];
     for (int i = 0; i < 3; i++) {
-        weft_attr a = {.group = g, .name = "statsw"};
+        weft_thread_opts a = {.group = g, .name = "statsw"};
         CHECK_EQ(weft_spawn(&t[i], stats_worker, NULL, &a), 0);
     }
     weft_group_stats s;
@@ -574,7 +574,7 @@ TEST(executor_group_runs_tasks_in_the_group) {
         void *v = NULL;
         CHECK_EQ(weft_future_get(f[i], &v, 0), 0);
         CHECK(v == g);
-        weft_future_free(f[i]);
+        weft_future_unref(f[i]);
     }
     CHECK_EQ(atomic_load(&exec_in_group), 2 * N);
     CHECK_EQ(weft_executor_close(e), 0);
@@ -619,9 +619,9 @@ TEST(shutdown_closes_open_groups) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
     weft_group *g = group_new("left-open", 2, NULL);
     CHECK(g);
-    weft_attr a = {.group = g};
+    weft_thread_opts a = {.group = g};
     for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(NULL, slow, (void *)(intptr_t)30, &a), 0);
-    weft_attr d = {.group = g, .daemon = 1};
+    weft_thread_opts d = {.group = g, .daemon = 1};
     CHECK_EQ(weft_spawn(NULL, slow, (void *)(intptr_t)100000, &d), 0); /* a daemon: abandoned */
     weft_shutdown();
     CHECK_EQ(atomic_load(&slow_done), 4);
@@ -644,12 +644,12 @@ static void *hog_once(void *arg) {
 
 TEST(plain_group_hog_is_reported) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_group *g = group_new("plain", 1, NULL);
     CHECK(g);
     weft_thread *t;
-    weft_attr a = {.name = "grouphog", .group = g};
+    weft_thread_opts a = {.name = "grouphog", .group = g};
     CHECK_EQ(weft_spawn(&t, hog_once, NULL, &a), 0);
     weft_stats st;
     int64_t until = weft_now() + 20000 * 1000000LL;
@@ -678,7 +678,7 @@ TEST(fork_child_starts_without_groups) {
         if (TEST_TSAN) _exit(0);
         weft_group *cg;
         if (weft_group_create(&cg, "child", 1, NULL) != 0) _exit(10);
-        weft_attr a = {.group = cg};
+        weft_thread_opts a = {.group = cg};
         weft_thread *t;
         if (weft_spawn(&t, brief, cg, &a) != 0) _exit(11);
         if (weft_join(t, NULL) != 0) _exit(12);
@@ -712,12 +712,12 @@ static void *par_caller(void *arg) {
 
 TEST(parallel_for_stays_in_the_callers_group) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     PG = group_new("par", 2, NULL);
     CHECK(PG);
     weft_thread *t;
-    weft_attr a = {.group = PG};
+    weft_thread_opts a = {.group = PG};
     CHECK_EQ(weft_spawn(&t, par_caller, NULL, &a), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(atomic_load(&par_done), 100000);

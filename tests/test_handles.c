@@ -222,7 +222,7 @@ static void *self_fn(void *arg) {
 
 TEST(self_is_the_spawned_handle) {
     weft_thread *seen = NULL, *t;
-    weft_attr a = {.name = "selfie"};
+    weft_thread_opts a = {.name = "selfie"};
     CHECK_EQ(weft_spawn(&t, self_fn, &seen, &a), 0);
     wait_done(t);
     CHECK(seen == t);

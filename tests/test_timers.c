@@ -84,7 +84,7 @@ static void *order_witness(void *arg) {
 
 TEST(timer_order_one_carrier) {
     DET_SKIP("its witness must run after every sleeper started (spawn order); the seeded pick runs it anywhere");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     int64_t lead = TEST_SANITIZED ? 400000000 : 50000000;
     int valid = 0, round = 0;
@@ -236,7 +236,7 @@ static double carrier_cpu_s(void) {
  * enough; carriers that spin or poll are busy in every one. */
 TEST(sleeping_vthreads_cost_no_cpu) {
     DET_SKIP("needs 2 carriers and an hour of real sleep");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     enum { N = 1000 };
     weft_thread *t[N];

@@ -1570,7 +1570,7 @@ static int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
     if (O.model == MODEL_VIRTUAL) {
         char name[32];
         conn_name(name, peer);
-        weft_attr wa = {.name = name};
+        weft_thread_opts wa = {.name = name};
         int r = weft_spawn(NULL, conn_main, a, &wa);
         if (r < 0) free(a);
         return r;
@@ -1769,7 +1769,7 @@ static int cpu_job_start(void) {
     }
     for (int i = 0; i < n; i++) {
         /* group NULL (shared): the spawning vthread's group, the default one */
-        weft_attr a = {.name = "cpu-job", .group = CJ.group};
+        weft_thread_opts a = {.name = "cpu-job", .group = CJ.group};
         int r = weft_spawn(&CJ.t[i], cpu_job_main, (void *)(intptr_t)i, &a);
         if (r < 0) {
             fprintf(stderr, "weft-httpd: --cpu-job: cannot start its vthreads: %s\n", strerror(-r));
@@ -1847,7 +1847,7 @@ static int server(void *unused) {
     for (int i = 0; i < nacceptors; i++) {
         char an[32];
         snprintf(an, sizeof an, "acceptor %d", i);
-        weft_attr aa = {.name = an};
+        weft_thread_opts aa = {.name = an};
         if (weft_spawn(&acceptors[i], acceptor_main, (void *)(intptr_t)i, &aa) < 0) {
             fprintf(stderr, "weft-httpd: cannot start acceptors\n");
             return 1;
@@ -1856,9 +1856,9 @@ static int server(void *unused) {
     /* after the acceptors: it reads acceptors[] (a signal that came
      * meanwhile waits in the signalfd) */
     weft_thread *sw, *reaper = NULL;
-    weft_attr sa = {.name = "watcher", .daemon = 1}; /* of SIGTERM and SIGINT */
+    weft_thread_opts sa = {.name = "watcher", .daemon = 1}; /* of SIGTERM and SIGINT */
     if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
-    weft_attr ra = {.name = "pool-reaper", .daemon = 1};
+    weft_thread_opts ra = {.name = "pool-reaper", .daemon = 1};
     if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
     if (O.model == MODEL_ASYNC && weft_timer_async(weft_now() + NS, bp_sweep, NULL, NULL) < 0) return 1;
     if (cpu_job_start() < 0) {
@@ -2087,7 +2087,7 @@ int main(int argc, char **argv) {
             }
         }
     }
-    weft_config cfg = {.carriers = O.carriers};
+    weft_runtime_opts cfg = {.carriers = O.carriers};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-httpd: cannot start the runtime: %s\n", strerror(-r));

@@ -385,7 +385,7 @@ static int run(void *arg) {
     res->backend = weft_io_backend();
     int64_t t0 = weft_now();
     if (C.duration_s > 0) g_run_end = t0 + (int64_t)(C.duration_s * 1e9);
-    weft_attr a = {.name = "load"};
+    weft_thread_opts a = {.name = "load"};
     for (int i = 0; i < C.workers; i++) {
         int r = weft_spawn(&res->w[i].t, worker_main, &res->w[i], &a);
         if (r < 0) {
@@ -853,7 +853,7 @@ int main(int argc, char **argv) {
             return 3;
         }
     }
-    weft_config cfg = {.carriers = C.carriers};
+    weft_runtime_opts cfg = {.carriers = C.carriers};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-load: weft_init: %s\n", strerror(-r));

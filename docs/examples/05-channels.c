@@ -35,8 +35,8 @@ static int run(void *arg) {
     pipeline p = {0};
     weft_thread *prod = NULL, *w[WORKERS];
     int r, nw = 0;
-    if ((r = weft_chan_make(&p.jobs, sizeof(int), 8)) < 0 || (r = weft_chan_make(&p.even, sizeof(long), 0)) < 0 ||
-        (r = weft_chan_make(&p.odd, sizeof(long), 0)) < 0)
+    if ((r = weft_chan_create(&p.jobs, sizeof(int), 8)) < 0 || (r = weft_chan_create(&p.even, sizeof(long), 0)) < 0 ||
+        (r = weft_chan_create(&p.odd, sizeof(long), 0)) < 0)
         goto out;
     if ((r = weft_spawn(&prod, produce, &p, NULL)) < 0) goto out;
     for (; nw < WORKERS; nw++)

@@ -40,12 +40,12 @@ static int run(void *arg) {
             r = -ENOMEM;
             break;
         }
-        weft_future_free(last); /* dropping a reference does not cancel the write */
+        weft_future_unref(last); /* dropping a reference does not cancel the write */
         last = fu;
     }
     void *v;
     if (r == 0) r = weft_future_get(last, &v, 0); /* done in order: so are all before it */
-    weft_future_free(last);
+    weft_future_unref(last);
     if (r == 0) r = weft_latch_await(&handlers_left);
     if (r == 0) r = weft_file_force(f, 0); /* fdatasync */
     off_t size = weft_file_size(f);

@@ -32,7 +32,7 @@ static int run(void *arg) {
     if (r < 0) return r; /* -EOPNOTSUPP in deterministic mode: one carrier runs all */
     uint64_t sum = 0;
     weft_thread *t;
-    weft_attr attr = {.name = "batch", .group = g};
+    weft_thread_opts attr = {.name = "batch", .group = g};
     r = weft_spawn(&t, batch, &sum, &attr);
     if (r == 0) {
         /* meanwhile the default carriers serve this vthread as usual */

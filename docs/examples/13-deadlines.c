@@ -22,7 +22,7 @@ static void *sleeper(void *arg) {
 
 static int run(void *arg) {
     weft_chan *c;
-    int made = weft_chan_make(&c, sizeof(int), 1);
+    int made = weft_chan_create(&c, sizeof(int), 1);
     if (made < 0) return made;
 
     /* a deadline for every blocking call of this vthread, restored after */

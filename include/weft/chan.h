@@ -49,7 +49,7 @@ extern "C" {
  * where c is not) -EINVAL (c NULL, or elem_size * capacity overflows) or
  * -ENOMEM.
  */
-WEFT_API int weft_chan_make(weft_chan **c, size_t elem_size, size_t capacity);
+WEFT_API int weft_chan_create(weft_chan **c, size_t elem_size, size_t capacity);
 
 /*
  * Sends the elem_size bytes at msg (NULL only when elem_size is 0), waiting
@@ -136,11 +136,11 @@ typedef struct weft_case {
  * cancellation, as Go's empty select does.  Cases beyond 32 cost one
  * allocation per select (-ENOMEM when it fails); up to 32, none.
  *
- * weft_select_try does not wait: the index of a case that could proceed at
+ * weft_try_select does not wait: the index of a case that could proceed at
  * once, or -EAGAIN.
  */
 WEFT_API int weft_select(weft_case *cases, size_t n, int64_t deadline_ns);
-WEFT_API int weft_select_try(weft_case *cases, size_t n);
+WEFT_API int weft_try_select(weft_case *cases, size_t n);
 
 /* Call-site capture (see weft.h): the real functions stay callable as
  * (weft_chan_send)(c, m) or through pointers. */

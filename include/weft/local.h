@@ -20,7 +20,7 @@
  *                        value, like a pthread key;
  *   code that needs      a library that keeps __thread state across a
  *   __thread itself      blocking call (or keeps errno's address): spawn
- *                        its vthread with weft_attr.pinned, which keeps it
+ *                        its vthread with weft_thread_opts.pinned, which keeps it
  *                        on one carrier (or run it on a platform thread).
  *
  * ---- Vthread-local storage (pthread_key_t, Java's ThreadLocal) ----------

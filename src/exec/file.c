@@ -305,7 +305,7 @@ static void complete(weft_file *f, freq *r) {
     weft_future *g = ex ? weft_submit(ex, call_done, r) : NULL;
     /* refused (or no executor, no memory): run it here rather than lose it */
     int ran_or_queued = g && (!weft_future_done(g) || weft_future_get(g, NULL, 0) == 0);
-    weft_future_free(g);
+    weft_future_unref(g);
     if (!ran_or_queued) call_done(r);
 }
 
@@ -447,7 +447,7 @@ static weft_future *submit(weft_file *f, freq *r) {
         return user;
     }
     if (spawn) {
-        weft_attr a = {.name = "file flusher", .group = weft_group_default()}; /* runtime work: not a group's */
+        weft_thread_opts a = {.name = "file flusher", .group = weft_group_default()}; /* runtime work: not a group's */
         if (weft_spawn(NULL, flusher_main, f, &a) < 0) flusher_main(f); /* no vthread: do it here */
     }
     return user;
@@ -509,7 +509,7 @@ int weft_file_force(weft_file *f, int metadata) {
     if (!r) return -ENOMEM;
     weft_future *u = submit(f, r); /* behind every operation accepted before */
     int res = weft_future_get(u, NULL, 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     return res;
 }
 

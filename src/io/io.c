@@ -967,7 +967,7 @@ int weft__io_start(int mode) {
             if (!atomic_exchange(&told, 1))
                 fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
                                 "use WEFT_IO=epoll or auto\n",
-                        by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING", uring_why(r, why, sizeof why));
+                        by_env ? "WEFT_IO=uring" : "weft_runtime_opts.io = WEFT_IO_URING", uring_why(r, why, sizeof why));
             return r;
         }
         static _Atomic int logged;
