@@ -853,6 +853,64 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  *    has no console (the socket is its parent's).
  */
 
+/* ------------------------------------------------------------------------ */
+/* Compatibility: names of the contract that 0.1 renamed (deprecated)       */
+/* ------------------------------------------------------------------------ */
+
+/* WEFT-COMPAT-BEGIN (scripts/api-rename.sh leaves this section alone)
+ *
+ * ../shared/DESIGN.md -- the API contract that tests are written against --
+ * names these; 0.1 renamed them to follow one rule each (see the
+ * conventions at the top).  They keep working, with their old shape and
+ * behaviour, as inline wrappers of the new calls, and are deprecated: a use
+ * warns (-Wdeprecated-declarations) and names the replacement.  Define
+ * WEFT_ALLOW_DEPRECATED to use them without the warning, or
+ * WEFT_NO_DEPRECATED to leave them out (what weft's own code builds with).
+ *
+ *   weft_config                 weft_runtime_opts (the same struct)
+ *   weft_attr                   weft_thread_opts (the same struct)
+ *   weft_mutex_trylock(m)       weft_mutex_try_lock(m)
+ *   weft_chan_new(es, cap)      weft_chan_create(&c, es, cap); NULL on failure
+ *   weft_group_new(name, n)     weft_group_create(&g, name, n, NULL); NULL with errno set
+ *   weft_file_open(p, fl, m, o) weft_file_create(&f, p, fl, m, o); NULL with errno set
+ */
+#ifndef WEFT_NO_DEPRECATED
+#if defined(__GNUC__) && !defined(WEFT_ALLOW_DEPRECATED)
+#define WEFT__DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define WEFT__DEPRECATED(use)
+#endif
+#include <errno.h>
+
+typedef weft_runtime_opts weft_config WEFT__DEPRECATED("weft_runtime_opts");
+typedef weft_thread_opts weft_attr WEFT__DEPRECATED("weft_thread_opts");
+
+WEFT__DEPRECATED("weft_mutex_try_lock") static inline int weft_mutex_trylock(weft_mutex *m) {
+    return weft_mutex_try_lock(m);
+}
+
+WEFT__DEPRECATED("weft_chan_create") static inline weft_chan *weft_chan_new(size_t elem_size, size_t capacity) {
+    weft_chan *c;
+    return weft_chan_create(&c, elem_size, capacity) == 0 ? c : NULL;
+}
+
+WEFT__DEPRECATED("weft_group_create") static inline weft_group *weft_group_new(const char *name, int carriers) {
+    weft_group *g;
+    int r = weft_group_create(&g, name, carriers, NULL);
+    if (r < 0) errno = -r;
+    return g;
+}
+
+WEFT__DEPRECATED("weft_file_create")
+static inline weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_file_opts *o) {
+    weft_file *f;
+    int r = weft_file_create(&f, path, flags, mode, o);
+    if (r < 0) errno = -r;
+    return f;
+}
+#endif /* WEFT_NO_DEPRECATED */
+/* WEFT-COMPAT-END */
+
 #ifdef __cplusplus
 }
 #endif
