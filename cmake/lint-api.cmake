@@ -60,3 +60,12 @@ target_compile_definitions(test_api_compat PRIVATE WEFT_ALLOW_DEPRECATED)
 target_link_libraries(test_api_compat PRIVATE weft_static)
 add_test(NAME api.compat_design_names COMMAND test_api_compat)
 set_tests_properties(api.compat_design_names PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# The fd calls' per-call deadlines (weft_recv_until & co.: inline in
+# weft.h): the earlier of the call's and the thread's applies, and the
+# thread's is left as it was.
+add_executable(test_api_until ${CMAKE_SOURCE_DIR}/tests/api/until.c)
+target_compile_options(test_api_until PRIVATE ${WEFT_WARN} -Werror)
+target_link_libraries(test_api_until PRIVATE weft_static)
+add_test(NAME api.io_until COMMAND test_api_until)
+set_tests_properties(api.io_until PROPERTIES TIMEOUT 60)

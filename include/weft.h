@@ -537,8 +537,11 @@ WEFT_API int64_t weft__sleep_deadline(int64_t ns);
 #define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
 
 /*
- * Sets the calling thread's deadline for all its blocking calls and returns
- * the previous one, so that it can be restored.  0 removes it.
+ * Sets the calling thread's deadline (absolute, weft_now(); 0 = none) for
+ * all its blocking calls and returns the previous one: restore that, not 0,
+ * when done -- `int64_t saved = weft_deadline_set(d); ...;
+ * weft_deadline_set(saved);` -- so that a caller's deadline survives the
+ * callee.  For one I/O call, weft_X_until ("Blocking-style I/O") does this.
  */
 WEFT_API int64_t weft_deadline_set(int64_t deadline_ns);
 
@@ -651,6 +654,23 @@ WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
 WEFT_API int weft_close(int fd);
 WEFT_API int weft_fsync(int fd);
 WEFT_API int weft_fdatasync(int fd);
+
+/*
+ * Per-call deadlines.  weft_X_until(..., deadline_ns) is weft_X under the
+ * earlier of deadline_ns (absolute, weft_now(); 0 = none) and the calling
+ * thread's own deadline, which it leaves as it found it: a server gives
+ * one send or one read its timeout without touching what the vthread's
+ * caller set.  Same results as weft_X, -ETIMEDOUT included; the dump names
+ * the caller's line, as for weft_X.
+ */
+WEFT_API ssize_t weft_read_until(int fd, void *buf, size_t n, int64_t deadline_ns);
+WEFT_API ssize_t weft_write_until(int fd, const void *buf, size_t n, int64_t deadline_ns);
+WEFT_API ssize_t weft_write_all_until(int fd, const void *buf, size_t n, int64_t deadline_ns);
+WEFT_API ssize_t weft_recv_until(int fd, void *buf, size_t n, int flags, int64_t deadline_ns);
+WEFT_API ssize_t weft_send_until(int fd, const void *buf, size_t n, int flags, int64_t deadline_ns);
+WEFT_API int weft_accept_until(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags, int64_t deadline_ns);
+WEFT_API int weft_connect_until(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns);
+WEFT_API ssize_t weft_sendfile_until(int out, int in, off_t *off, size_t n, int64_t deadline_ns);
 /*
  * Runs fn(arg) -- foreign code that may block in the kernel -- on a pool of
  * platform threads while the calling vthread parks; *result gets its return

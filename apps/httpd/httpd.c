@@ -246,9 +246,7 @@ static void sleep_delay(void) {
  * is -ETIMEDOUT). */
 static int send_all(int fd, const char *buf, size_t n, int more) {
     while (n) {
-        weft_deadline_set(weft_now() + O.send_timeout);
-        ssize_t r = weft_send(fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        weft_deadline_set(0);
+        ssize_t r = weft_send_until(fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0), weft_now() + O.send_timeout);
         if (r < 0) return (int)r;
         buf += r;
         n -= (size_t)r;
@@ -671,9 +669,7 @@ static int send_response(conn *c, response *p) {
     int err = send_all(c->fd, p->head, p->head_len, more);
     if (!err && p->mem_len) err = send_all(c->fd, p->mem, p->mem_len, 0);
     while (!err && p->file_len > 0) {
-        weft_deadline_set(weft_now() + O.send_timeout);
-        ssize_t sn = weft_sendfile(c->fd, p->fd, &p->off, (size_t)p->file_len);
-        weft_deadline_set(0);
+        ssize_t sn = weft_sendfile_until(c->fd, p->fd, &p->off, (size_t)p->file_len, weft_now() + O.send_timeout);
         if (sn < 0) {
             err = (int)sn;
         } else if (sn == 0) { /* the file shrank: the response cannot be completed */
@@ -900,9 +896,7 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
             return r;
         }
     }
-    weft_deadline_set(d);
-    ssize_t r = weft_recv(c->fd, buf + len, cap - len, 0);
-    weft_deadline_set(0);
+    ssize_t r = weft_recv_until(c->fd, buf + len, cap - len, 0, d);
     atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
     return r;
 }
@@ -973,9 +967,7 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t acce
             }
             body -= (long long)inbuf;
             used = len = 0;
-            weft_deadline_set(body_deadline);
-            ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
-            weft_deadline_set(0);
+            ssize_t r = weft_recv_until(fd, buf, sizeof buf, 0, body_deadline);
             if (r <= 0) goto out;
             len = (size_t)r;
         }
@@ -993,13 +985,11 @@ linger:
     {
         int64_t until = weft_now() + NS;
         size_t dropped = 0;
-        weft_deadline_set(until);
         while (dropped < (1u << 20)) {
-            ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
+            ssize_t r = weft_recv_until(fd, buf, sizeof buf, 0, until);
             if (r <= 0) break;
             dropped += (size_t)r;
         }
-        weft_deadline_set(0);
     }
 out:
     conn_unregister(&c);

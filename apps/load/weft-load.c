@@ -331,13 +331,13 @@ static void *worker_main(void *arg) {
         int64_t t0 = weft_now();
         int64_t dl = t0 + C.timeout_ns;
         if (g_run_end && g_run_end < dl) dl = g_run_end;
-        weft_deadline_set(dl);
+        int64_t saved = weft_deadline_set(dl);
         int r = attempt(w, &p, 1);
         if (r == RETRY) {
             w->retries++;
             r = attempt(w, &p, 0);
         }
-        weft_deadline_set(0);
+        weft_deadline_set(saved);
         if (r != DONE_OK) continue;
         int64_t t1 = weft_now();
         hist_record(&w->h, t1 - t0);
