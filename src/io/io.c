@@ -628,20 +628,6 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen) {
     weft__ioreq rq = {.pc = CALLER, .op = IOR_CONNECT, .fd = fd, .addr = (struct sockaddr *)addr, .caddrlen = addrlen};
     return (int)exec(&rq);
 }
-int weft_poll(int fd, int events, int64_t deadline_ns) {
-    if (deadline_ns < 0) return -EINVAL;
-    weft__ioreq rq = {.pc = CALLER, .op = IOR_POLL, .fd = fd, .events = events, .n = (size_t)deadline_ns};
-    return (int)exec(&rq);
-}
-int weft_fsync(int fd) {
-    weft__ioreq rq = {.pc = CALLER, .op = IOR_FSYNC, .fd = fd};
-    return (int)exec(&rq);
-}
-
-int weft_fdatasync(int fd) {
-    weft__ioreq rq = {.pc = CALLER, .op = IOR_FDATASYNC, .fd = fd};
-    return (int)exec(&rq);
-}
 
 /* Per-call deadlines (weft_X_until): the call under the earlier of its
  * deadline and the thread's own, which is left as it was (the thread's
@@ -694,6 +680,20 @@ ssize_t weft_sendfile_until(int out, int in, off_t *off, size_t n, int64_t deadl
     ssize_t r = sendfile_at(out, in, off, n, CALLER);
     weft_deadline_set(saved);
     return r;
+}
+int weft_poll(int fd, int events, int64_t deadline_ns) {
+    if (deadline_ns < 0) return -EINVAL;
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_POLL, .fd = fd, .events = events, .n = (size_t)deadline_ns};
+    return (int)exec(&rq);
+}
+int weft_fsync(int fd) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_FSYNC, .fd = fd};
+    return (int)exec(&rq);
+}
+
+int weft_fdatasync(int fd) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_FDATASYNC, .fd = fd};
+    return (int)exec(&rq);
 }
 
 /* Ends the waits of the calls in flight on fd (see "Closing" above). */
