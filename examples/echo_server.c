@@ -71,7 +71,7 @@ static void *acceptor(void *arg) {
         char name[32], host[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
         snprintf(name, sizeof name, "conn %s:%u", host, (unsigned)ntohs(peer.sin_port));
-        weft_attr a = {.name = name};
+        weft_thread_opts a = {.name = name};
         if (weft_spawn(NULL, serve, c, &a) < 0) {
             free(c);
             weft_close(fd);
@@ -83,7 +83,7 @@ static int run(void *arg) {
     int lfd = (int)(intptr_t)arg;
     weft_set_name("main");
     weft_thread *acc;
-    weft_attr a = {.name = "acceptor"};
+    weft_thread_opts a = {.name = "acceptor"};
     if (weft_spawn(&acc, acceptor, (void *)(intptr_t)lfd, &a) < 0) return 1;
     /* until SIGTERM or SIGINT, read from a signalfd: the vthread parks,
      * its carrier goes on (they are blocked in every thread: main blocked

@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     setenv("WEFT_HOOK", O.hooks ? "1" : "0", 1); /* read by weft_init */
-    weft_config cfg = {.carriers = O.carriers};
+    weft_runtime_opts cfg = {.carriers = O.carriers};
     int e = weft_init(&cfg);
     if (e < 0) {
         fprintf(stderr, "http_db: weft_init: %s\n", strerror(-e));
@@ -330,7 +330,7 @@ int main(int argc, char **argv) {
         }
     } else {
         weft_thread *acc;
-        weft_attr attr = {.name = "acceptor", .daemon = 1};
+        weft_thread_opts attr = {.name = "acceptor", .daemon = 1};
         if (weft_spawn(&acc, acceptor, NULL, &attr) < 0) return 1;
         weft_detach(acc);
     }

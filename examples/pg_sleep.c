@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
 
     /* before weft_init, which reads it */
     setenv("WEFT_HOOK", hooks ? "1" : "0", 1);
-    weft_config cfg = {.carriers = carriers};
+    weft_runtime_opts cfg = {.carriers = carriers};
     int e = weft_init(&cfg);
     if (e < 0) {
         fprintf(stderr, "pg_sleep: weft_init: %s\n", strerror(-e));

@@ -7,8 +7,30 @@
  *  - Functions that can fail return >= 0 on success and a negative errno
  *    value on failure (-EINVAL, -ENOMEM, -ECANCELED, -ETIMEDOUT, ...), as
  *    liburing does.  errno is never the channel for weft results.
+ *  - Constructors store the new object through their first parameter and
+ *    return 0 or -errno (weft_spawn(&t, ...), weft_chan_create(&c, ...),
+ *    weft_group_create(&g, ...), weft_file_create(&f, ...)); on failure
+ *    the out-parameter is set to NULL where it can be.
+ *  - A call that never waits is named with try_ before its verb
+ *    (weft_mutex_try_lock, weft_sem_try_acquire, weft_chan_try_send,
+ *    weft_try_select); it returns -EAGAIN (or -EBUSY, as its comment says)
+ *    where its waiting twin would wait.
+ *  - Options are a struct named after what they configure, weft_<what>_opts
+ *    (weft_runtime_opts for weft_init, weft_thread_opts for weft_spawn,
+ *    weft_group_opts, weft_file_opts, weft_async_opts); NULL, or a zero
+ *    field, means the default.
  *  - Times are int64_t nanoseconds of CLOCK_MONOTONIC (weft_now()).  A
- *    deadline is an absolute time; 0 means "no deadline".
+ *    deadline is an absolute time of that clock; 0 means "no deadline".
+ *    One rule, everywhere: a parameter or field named deadline_ns (or
+ *    deadline) is such an absolute time; any other *_ns (weft_sleep's ns,
+ *    delay_ns, period_ns, keep_alive_ns, pin_threshold_ns) is a duration.
+ *    A blocking call takes its deadline in one of two ways: the calling
+ *    thread's deadline (weft_deadline_set), which every blocking call
+ *    honours, or a per-call one, given to the call's _until twin
+ *    (weft_mutex_lock_until, weft_chan_recv_until, weft_recv_until ...) or
+ *    as its last parameter where waiting is the call's purpose (weft_poll,
+ *    weft_select, weft_future_get).  A per-call deadline adds to the
+ *    thread's: the earlier of the two applies.
  *  - Every blocking call is a cancellation point: once the calling vthread
  *    has been cancelled (weft_cancel), the call returns -ECANCELED.
  *    Cancellation is sticky, like a cancelled Go context: a cancelled vthread
@@ -28,16 +50,31 @@
  *                            or vthread-locals (weft_local_get / _set: a
  *                            pthread_key_t that follows the vthread);
  *      code that needs C TLS itself (a library keeping __thread state across
- *                            blocking calls): spawn it with weft_attr.pinned.
+ *                            blocking calls): spawn it with weft_thread_opts.pinned.
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
  *    carrier by the runtime's monitor thread within about 20 ms (with one
  *    carrier, or all busy: to a spare carrier, within pin_threshold_ns); I/O
  *    completions on its ring, and vthreads pinned to it, wait for it.
+ *  - Call-site capture: the blocking calls record where they were called
+ *    from, for weft_dump.  Those that take no fd (weft_join, weft_sleep,
+ *    weft_park, the locks, channels, futures, scope joins) are macros that
+ *    pass __FILE__ and __LINE__ to a weft__*_at function, defined right
+ *    after the function they stand for; the real function stays callable
+ *    as (weft_sleep)(ns) or through a pointer.  The I/O calls (weft_read
+ *    ... weft_close) record their return address, fd and operation
+ *    instead; any other wait is placed by its stack's first frame outside
+ *    weft.
  *
- * Sections, in layer order: runtime, virtual threads, time and
- * cancellation, parking, observe.
+ * The header reads as an index: the types, then one section per concept
+ * in layer order -- runtime, virtual threads, carrier groups, time and
+ * cancellation, parking, blocking-style I/O, synchronisation, channels,
+ * futures, scopes, vthread-locals, executors, file channels, completion
+ * handlers, parallel work, observe -- each section either here or in the
+ * weft/CONCEPT.h it includes at its place.  Every such header also compiles
+ * on its own (it includes this header first).  Last comes the
+ * compatibility section: earlier names kept working, deprecated.
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -64,7 +101,25 @@ extern "C" {
 #define WEFT_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------------ */
-/* Runtime                                                                   */
+/* Types                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every object weft hands out is an opaque handle, declared here once; each
+ * section below (or the header it includes) says how one is made, used and
+ * ended.
+ */
+typedef struct weft_thread weft_thread;     /* a virtual thread ("Virtual threads") */
+typedef struct weft_group weft_group;       /* a carrier group ("Carrier groups") */
+typedef struct weft_chan weft_chan;         /* a channel (weft/chan.h) */
+typedef struct weft_future weft_future;     /* a future (weft/future.h) */
+typedef struct weft_scope weft_scope;       /* a structured scope (weft/scope.h) */
+typedef struct weft_task weft_task;         /* a scope's forked task (weft/scope.h) */
+typedef struct weft_executor weft_executor; /* an executor (weft/exec.h) */
+typedef struct weft_file weft_file;         /* a file channel (weft/file.h) */
+
+/* ------------------------------------------------------------------------ */
+/* Runtime                                                                  */
 /* ------------------------------------------------------------------------ */
 
 enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
@@ -143,7 +198,7 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  */
 enum { WEFT_DET_DEFAULT = 0, WEFT_DET_ON = 1, WEFT_DET_OFF = 2 };
 
-typedef struct weft_config {
+typedef struct weft_runtime_opts {
     int carriers;
     size_t stack_size;
     int io;
@@ -154,7 +209,7 @@ typedef struct weft_config {
     uint64_t deterministic_seed;
     const char *trace;
     const char *console;
-} weft_config;
+} weft_runtime_opts;
 
 /*
  * Blocking code weft did not write (libpq, libcurl, hiredis ...).  libweft
@@ -163,7 +218,7 @@ typedef struct weft_config {
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
  * sleep, fsync, fdatasync, close and getaddrinfo in front of the C
  * library's.  Off (the default), each is the C library's after one load and
- * a branch.  On -- WEFT_HOOK=1, weft_config.hook = WEFT_HOOK_ON, or the
+ * a branch.  On -- WEFT_HOOK=1, weft_runtime_opts.hook = WEFT_HOOK_ON, or the
  * same code preloaded as libweft-hook.so (LD_PRELOAD; `weft-run PROG`) --
  * such a call made on a vthread parks the vthread instead of blocking its
  * carrier, honouring the vthread's deadline and cancellation, and returns
@@ -227,7 +282,7 @@ enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
  * fails with the kernel's answer (-EPERM under seccomp or the sysctl,
  * -ENOSYS without io_uring), after one line on stderr that says so.
  */
-WEFT_API int weft_init(const weft_config *cfg);
+WEFT_API int weft_init(const weft_runtime_opts *cfg);
 
 /*
  * Waits until every non-daemon vthread has finished, then stops the carriers
@@ -244,7 +299,7 @@ WEFT_API void weft_shutdown(void);
  */
 WEFT_API int weft_main(int (*fn)(void *), void *arg);
 
-/* 1 while a runtime runs with libc interposition on (weft_config.hook). */
+/* 1 while a runtime runs with libc interposition on (weft_runtime_opts.hook). */
 WEFT_API int weft_hook_active(void);
 
 /*
@@ -281,11 +336,9 @@ WEFT_API int weft_hook_active(void);
  */
 
 /* ------------------------------------------------------------------------ */
-/* Virtual threads                                                           */
+/* Virtual threads                                                          */
 /* ------------------------------------------------------------------------ */
 
-typedef struct weft_thread weft_thread;
-typedef struct weft_group weft_group; /* a carrier group: "Carrier groups" below */
 
 /*
  * Spawn attributes; a NULL attr or zero fields mean the defaults.
@@ -302,13 +355,13 @@ typedef struct weft_group weft_group; /* a carrier group: "Carrier groups" below
  *               explicitly (a group's vthread handing work back to the
  *               shared pool).
  */
-typedef struct weft_attr {
+typedef struct weft_thread_opts {
     const char *name;
     size_t stack_size;
     int pinned;
     int daemon;
     weft_group *group;
-} weft_attr;
+} weft_thread_opts;
 
 /*
  * Starts fn(arg) in a new vthread.  *t receives its handle, which must be
@@ -331,7 +384,7 @@ typedef struct weft_attr {
  * Java's Thread.start does not carry ScopedValues.  Pass what it needs in
  * arg, or fork it in a scope (weft_fork), whose tasks see the bindings.
  */
-WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *attr);
+WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const weft_thread_opts *attr);
 
 /*
  * Waits for t to finish and stores fn's return value in *result (if not
@@ -343,6 +396,8 @@ WEFT_API int weft_spawn(weft_thread **t, void *(*fn)(void *), void *arg, const w
  * so an owner can always collect what it spawned.
  */
 WEFT_API int weft_join(weft_thread *t, void **result);
+WEFT_API int weft__join_at(weft_thread *t, void **result, const char *file, int line);
+#define weft_join(t, r) weft__join_at((t), (r), __FILE__, __LINE__) /* call-site capture */
 
 /* Lets t free itself when it finishes (frees it now if it has).  Returns 0,
  * -EINVAL when someone joins it or it is detached already, or -ESRCH when t
@@ -361,7 +416,7 @@ WEFT_API uint64_t weft_id(const weft_thread *t);
 WEFT_API const char *weft_name(const weft_thread *t);
 
 /* Renames the calling vthread (copied, up to 31 bytes; NULL or "": no
- * name), as weft_attr.name names it at spawn: what weft_dump shows.  A
+ * name), as weft_thread_opts.name names it at spawn: what weft_dump shows.  A
  * program that learns what a vthread is for only after it started (the
  * main vthread of weft_main, a worker taking a job) says so here.  Four
  * stores: cheap enough for a connection's path.  Returns 0, or -EPERM on
@@ -375,10 +430,94 @@ WEFT_API int weft_set_name(const char *name);
 WEFT_API int weft_yield(void);
 
 /* ------------------------------------------------------------------------ */
-/* Time, deadlines, cancellation                                             */
+/* Carrier groups                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_config) the
+/*
+ * A carrier group is a set of carriers of its own -- a scheduler of its
+ * own, as Loom's custom schedulers are -- so that CPU-bound work does not
+ * take the carriers that latency-sensitive vthreads need.  The default
+ * group is the runtime's pool (weft_runtime_opts.carriers, and the monitor's
+ * spares).  A vthread spawned into a group runs only on that group's
+ * carriers, all its life: its wake-ups, timers and I/O completions, from
+ * whatever thread, queue it to a carrier of its group (never run it on
+ * another group's carrier).  Blocking I/O goes through the carrier's own
+ * ring or epoll set, as in the default group.  Groups are fixed in size:
+ * the monitor moves work that a computing vthread strands on one carrier
+ * to the other carriers of the same group, but starts spare carriers for
+ * the default group only.  Carriers in all, default and groups together,
+ * are at most 1024 (less the spares' reserve: 2 x weft_runtime_opts.carriers by
+ * default).
+ */
+
+/* Options for weft_group_create; NULL or zero fields are the defaults. */
+typedef struct weft_group_opts {
+    /* The group's vthreads compute on purpose (batch work, weft_parallel_for
+     * jobs): the monitor logs no hog event for them and counts none in
+     * weft_stats.hogs.  Work they strand on their carrier is still moved
+     * to the group's other carriers, and a carrier blocked in a system
+     * call is still reported as pinned. */
+    int compute;
+} weft_group_opts;
+
+/*
+ * Starts a group of `carriers` carriers (threads named "weft-g<id>.<k>"),
+ * named `name` (copied, up to 31 bytes; NULL: "group-<id>") for weft_dump
+ * and weft_group_stats, and stores it in *g.  Returns 0, or (*g then
+ * NULL) -EINVAL (g NULL, carriers < 1), -EAGAIN (no carrier index left:
+ * the total above), -ENOMEM, -ESHUTDOWN (weft_shutdown has begun),
+ * -EOPNOTSUPP (deterministic mode: its one carrier runs everything), or a
+ * thread's or poller's start error.  Starts the runtime if it is not
+ * running.  Called from a vthread, it holds that vthread's carrier while
+ * the threads start (each makes its ring: well under a millisecond
+ * apiece); so does the last step of weft_group_close, which joins them.
+ */
+WEFT_API int weft_group_create(weft_group **g, const char *name, int carriers, const weft_group_opts *opts);
+
+/*
+ * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,
+ * weft_executor_group's futures fail so), waits until every vthread of g
+ * has finished (daemons too; one that has finished need not have been
+ * joined), then stops its carriers and frees g: the pointer is invalid
+ * afterwards, as after free().  Parks a vthread, blocks a platform thread;
+ * not interrupted by cancellation or deadlines (as weft_scope_close).
+ * Returns 0; -EINVAL for NULL or the default group; -EDEADLK when the
+ * caller is a vthread of g (it would wait for itself); -EBUSY when another
+ * weft_group_close of g is in progress (only the first closes it; close a
+ * group once).  weft_shutdown closes the groups still open, after their
+ * non-daemon vthreads ended.
+ */
+WEFT_API int weft_group_close(weft_group *g);
+
+/* The default group (the runtime's pool; starts the runtime if needed, NULL
+ * if it cannot start), and the calling vthread's group (NULL on a platform
+ * thread). */
+WEFT_API weft_group *weft_group_default(void);
+WEFT_API weft_group *weft_group_self(void);
+
+/* A group as weft_group_stats_get sees it: racy sums, each exact when read
+ * but not all at one instant. */
+typedef struct weft_group_stats {
+    unsigned id;          /* 0: the default group */
+    char name[32];
+    int carriers;         /* its carriers (the default group: configured, spares not counted) */
+    int compute;          /* made with weft_group_opts.compute */
+    uint64_t live;        /* its vthreads not finished (the default group: 0, not counted) */
+    uint64_t started;     /* vthreads ever spawned into it (the default group: 0, not counted) */
+    uint64_t runnable;    /* vthreads queued to run on its carriers */
+    uint64_t switches;    /* switches into a vthread on its carriers */
+    uint64_t steals;      /* vthreads its carriers took from one another */
+} weft_group_stats;
+
+/* Fills *s for g (NULL: the default group).  Returns 0, or -EINVAL for a
+ * NULL s.  weft_dump shows every group (text and JSON). */
+WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
+
+/* ------------------------------------------------------------------------ */
+/* Time, deadlines, cancellation                                            */
+/* ------------------------------------------------------------------------ */
+
+/* CLOCK_MONOTONIC in nanoseconds; in deterministic mode (weft_runtime_opts) the
  * virtual clock, which starts at 1000 s. */
 WEFT_API int64_t weft_now(void);
 
@@ -392,10 +531,17 @@ WEFT_API int64_t weft_now(void);
  */
 WEFT_API int weft_sleep(int64_t ns);
 WEFT_API int weft_sleep_until(int64_t deadline_ns);
+WEFT_API int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
+WEFT_API int64_t weft__sleep_deadline(int64_t ns);
+#define weft_sleep(ns) weft__sleep_until_at(weft__sleep_deadline(ns), __FILE__, __LINE__)
+#define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
 
 /*
- * Sets the calling thread's deadline for all its blocking calls and returns
- * the previous one, so that it can be restored.  0 removes it.
+ * Sets the calling thread's deadline (absolute, weft_now(); 0 = none) for
+ * all its blocking calls and returns the previous one: restore that, not 0,
+ * when done -- `int64_t saved = weft_deadline_set(d); ...;
+ * weft_deadline_set(saved);` -- so that a caller's deadline survives the
+ * callee.  For one I/O call, weft_X_until ("Blocking-style I/O") does this.
  */
 WEFT_API int64_t weft_deadline_set(int64_t deadline_ns);
 
@@ -411,7 +557,7 @@ WEFT_API int weft_cancel(weft_thread *t);
 WEFT_API int weft_cancelled(void);
 
 /* ------------------------------------------------------------------------ */
-/* Parking (java.util.concurrent.locks.LockSupport)                          */
+/* Parking (java.util.concurrent.locks.LockSupport)                         */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -426,10 +572,12 @@ WEFT_API int weft_cancelled(void);
  * any thread.
  */
 WEFT_API int weft_park(int64_t deadline_ns);
+WEFT_API int weft__park_at(int64_t deadline_ns, const char *file, int line);
+#define weft_park(d) weft__park_at((d), __FILE__, __LINE__)
 WEFT_API int weft_unpark(weft_thread *t);
 
 /* ------------------------------------------------------------------------ */
-/* Blocking-style I/O                                                        */
+/* Blocking-style I/O                                                       */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -506,6 +654,23 @@ WEFT_API int weft_poll(int fd, int events, int64_t deadline_ns);
 WEFT_API int weft_close(int fd);
 WEFT_API int weft_fsync(int fd);
 WEFT_API int weft_fdatasync(int fd);
+
+/*
+ * Per-call deadlines.  weft_X_until(..., deadline_ns) is weft_X under the
+ * earlier of deadline_ns (absolute, weft_now(); 0 = none) and the calling
+ * thread's own deadline, which it leaves as it found it: a server gives
+ * one send or one read its timeout without touching what the vthread's
+ * caller set.  Same results as weft_X, -ETIMEDOUT included; the dump names
+ * the caller's line, as for weft_X.
+ */
+WEFT_API ssize_t weft_read_until(int fd, void *buf, size_t n, int64_t deadline_ns);
+WEFT_API ssize_t weft_write_until(int fd, const void *buf, size_t n, int64_t deadline_ns);
+WEFT_API ssize_t weft_write_all_until(int fd, const void *buf, size_t n, int64_t deadline_ns);
+WEFT_API ssize_t weft_recv_until(int fd, void *buf, size_t n, int flags, int64_t deadline_ns);
+WEFT_API ssize_t weft_send_until(int fd, const void *buf, size_t n, int flags, int64_t deadline_ns);
+WEFT_API int weft_accept_until(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags, int64_t deadline_ns);
+WEFT_API int weft_connect_until(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns);
+WEFT_API ssize_t weft_sendfile_until(int out, int in, off_t *off, size_t n, int64_t deadline_ns);
 /*
  * Runs fn(arg) -- foreign code that may block in the kernel -- on a pool of
  * platform threads while the calling vthread parks; *result gets its return
@@ -518,107 +683,61 @@ WEFT_API int weft_blocking(void *(*fn)(void *), void *arg, void **result);
 WEFT_API int weft_io_backend(void);
 
 /* ------------------------------------------------------------------------ */
-/* Layers with their own headers                                             */
+/* Synchronisation: mutex, condition, semaphore, rwlock, latch, once        */
 /* ------------------------------------------------------------------------ */
 
-/* weft-layer-includes: one line per layer header (include/weft/...) */
 #include "weft/sync.h"
-#include "weft/scope.h"
-#include "weft/local.h"
-#include "weft/future.h"
+
+/* ------------------------------------------------------------------------ */
+/* Channels and select                                                      */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/chan.h"
+
+/* ------------------------------------------------------------------------ */
+/* Futures                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/future.h"
+
+/* ------------------------------------------------------------------------ */
+/* Structured concurrency: scopes and tasks                                 */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/scope.h"
+
+/* ------------------------------------------------------------------------ */
+/* Vthread-local storage and scoped values                                  */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/local.h"
+
+/* ------------------------------------------------------------------------ */
+/* Executors                                                                */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/exec.h"
+
+/* ------------------------------------------------------------------------ */
+/* File channels                                                            */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/file.h"
+
+/* ------------------------------------------------------------------------ */
+/* Completion handlers on sockets, and timers                               */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/async.h"
+
+/* ------------------------------------------------------------------------ */
+/* Parallel work on the carriers                                            */
+/* ------------------------------------------------------------------------ */
+
 #include "weft/parallel.h"
 
 /* ------------------------------------------------------------------------ */
-/* Carrier groups                                                            */
-/* ------------------------------------------------------------------------ */
-
-/*
- * A carrier group is a set of carriers of its own -- a scheduler of its
- * own, as Loom's custom schedulers are -- so that CPU-bound work does not
- * take the carriers that latency-sensitive vthreads need.  The default
- * group is the runtime's pool (weft_config.carriers, and the monitor's
- * spares).  A vthread spawned into a group runs only on that group's
- * carriers, all its life: its wake-ups, timers and I/O completions, from
- * whatever thread, queue it to a carrier of its group (never run it on
- * another group's carrier).  Blocking I/O goes through the carrier's own
- * ring or epoll set, as in the default group.  Groups are fixed in size:
- * the monitor moves work that a computing vthread strands on one carrier
- * to the other carriers of the same group, but starts spare carriers for
- * the default group only.  Carriers in all, default and groups together,
- * are at most 1024 (less the spares' reserve: 2 x weft_config.carriers by
- * default).
- */
-
-/* Options for weft_group_new_opts; zero fields are the defaults. */
-typedef struct weft_group_opts {
-    /* The group's vthreads compute on purpose (batch work, weft_parallel_for
-     * jobs): the monitor logs no hog event for them and counts none in
-     * weft_stats.hogs.  Work they strand on their carrier is still moved
-     * to the group's other carriers, and a carrier blocked in a system
-     * call is still reported as pinned. */
-    int compute;
-} weft_group_opts;
-
-/*
- * Starts a group of `carriers` carriers (threads named "weft-g<id>.<k>"),
- * named `name` (copied, up to 31 bytes; NULL: "group-<id>") for weft_dump
- * and weft_group_stats.  Returns the group, or NULL with errno set:
- * EINVAL (carriers < 1), EAGAIN (no carrier index left: the total above),
- * ENOMEM, ESHUTDOWN (weft_shutdown has begun), EOPNOTSUPP (deterministic
- * mode: its one carrier runs everything), or a thread's or poller's
- * start error.  Starts the runtime if it is not running.  Called from a
- * vthread, it holds that vthread's carrier while the threads start (each
- * makes its ring: well under a millisecond apiece); so does the last step
- * of weft_group_close, which joins them.
- */
-WEFT_API weft_group *weft_group_new(const char *name, int carriers);
-WEFT_API weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts);
-
-/*
- * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,
- * weft_executor_group's futures fail so), waits until every vthread of g
- * has finished (daemons too; one that has finished need not have been
- * joined), then stops its carriers and frees g: the pointer is invalid
- * afterwards, as after free().  Parks a vthread, blocks a platform thread;
- * not interrupted by cancellation or deadlines (as weft_scope_close).
- * Returns 0; -EINVAL for NULL or the default group; -EDEADLK when the
- * caller is a vthread of g (it would wait for itself); -EBUSY when another
- * weft_group_close of g is in progress (only the first closes it; close a
- * group once).  weft_shutdown closes the groups still open, after their
- * non-daemon vthreads ended.
- */
-WEFT_API int weft_group_close(weft_group *g);
-
-/* The default group (the runtime's pool; starts the runtime if needed, NULL
- * if it cannot start), and the calling vthread's group (NULL on a platform
- * thread). */
-WEFT_API weft_group *weft_group_default(void);
-WEFT_API weft_group *weft_group_self(void);
-
-/* A group as weft_group_stats_get sees it: racy sums, each exact when read
- * but not all at one instant. */
-typedef struct weft_group_stats {
-    unsigned id;          /* 0: the default group */
-    char name[32];
-    int carriers;         /* its carriers (the default group: configured, spares not counted) */
-    int compute;          /* made with weft_group_opts.compute */
-    uint64_t live;        /* its vthreads not finished (the default group: 0, not counted) */
-    uint64_t started;     /* vthreads ever spawned into it (the default group: 0, not counted) */
-    uint64_t runnable;    /* vthreads queued to run on its carriers */
-    uint64_t switches;    /* switches into a vthread on its carriers */
-    uint64_t steals;      /* vthreads its carriers took from one another */
-} weft_group_stats;
-
-/* Fills *s for g (NULL: the default group).  Returns 0, or -EINVAL for a
- * NULL s.  weft_dump shows every group (text and JSON). */
-WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
-
-/* ------------------------------------------------------------------------ */
-/* Observe                                                                   */
+/* Observe                                                                  */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -649,7 +768,7 @@ WEFT_API int weft_group_stats_get(weft_group *g, weft_group_stats *s);
  *     set: two descriptors), retired when the stall ends (they finish what
  *     is theirs, then sleep, costing nothing) and reused; they end at
  *     weft_shutdown.  A vthread pinned to
- *     a stalled carrier (weft_attr.pinned) waits for it all the same, as do
+ *     a stalled carrier (weft_thread_opts.pinned) waits for it all the same, as do
  *     the I/O completions of that carrier's ring.
  * A vthread that only calls weft_yield with nothing else to run does not
  * hold its carrier in this sense.
@@ -714,7 +833,7 @@ WEFT_API int weft_dump(int fd, int format);
 WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
 
 /*
- * The live console.  With weft_config.console or $WEFT_CONSOLE set,
+ * The live console.  With weft_runtime_opts.console or $WEFT_CONSOLE set,
  * weft_init serves a read-only snapshot of the runtime on a Unix socket,
  * for `weft-top PID|SOCKET` (and any program that speaks its framing: one
  * line "weft-console 1 <bytes>\n", then that many bytes of one JSON
@@ -755,25 +874,62 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  */
 
 /* ------------------------------------------------------------------------ */
-/* Call-site capture                                                         */
+/* Compatibility: names of the contract that 0.1 renamed (deprecated)       */
 /* ------------------------------------------------------------------------ */
 
-/*
- * The blocking calls record where they were called from, for weft_dump.  The
- * macros below pass __FILE__ and __LINE__; the real functions stay callable
- * as (weft_sleep)(ns) or through pointers.  The I/O calls (weft_read ...
- * weft_close) record their return address, fd and operation instead; any
- * other wait is placed by its stack's first frame outside weft.
+/* WEFT-COMPAT-BEGIN (scripts/api-rename.sh leaves this section alone)
+ *
+ * ../shared/DESIGN.md -- the API contract that tests are written against --
+ * names these; 0.1 renamed them to follow one rule each (see the
+ * conventions at the top).  They keep working, with their old shape and
+ * behaviour, as inline wrappers of the new calls, and are deprecated: a use
+ * warns (-Wdeprecated-declarations) and names the replacement.  Define
+ * WEFT_ALLOW_DEPRECATED to use them without the warning, or
+ * WEFT_NO_DEPRECATED to leave them out (what weft's own code builds with).
+ *
+ *   weft_config                 weft_runtime_opts (the same struct)
+ *   weft_attr                   weft_thread_opts (the same struct)
+ *   weft_mutex_trylock(m)       weft_mutex_try_lock(m)
+ *   weft_chan_new(es, cap)      weft_chan_create(&c, es, cap); NULL on failure
+ *   weft_group_new(name, n)     weft_group_create(&g, name, n, NULL); NULL with errno set
+ *   weft_file_open(p, fl, m, o) weft_file_create(&f, p, fl, m, o); NULL with errno set
  */
-WEFT_API int weft__sleep_until_at(int64_t deadline_ns, const char *file, int line);
-WEFT_API int weft__join_at(weft_thread *t, void **result, const char *file, int line);
-WEFT_API int weft__park_at(int64_t deadline_ns, const char *file, int line);
+#ifndef WEFT_NO_DEPRECATED
+#if defined(__GNUC__) && !defined(WEFT_ALLOW_DEPRECATED)
+#define WEFT__DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define WEFT__DEPRECATED(use)
+#endif
+#include <errno.h>
 
-#define weft_sleep(ns) weft__sleep_until_at(weft__sleep_deadline(ns), __FILE__, __LINE__)
-#define weft_sleep_until(d) weft__sleep_until_at((d), __FILE__, __LINE__)
-#define weft_join(t, r) weft__join_at((t), (r), __FILE__, __LINE__)
-#define weft_park(d) weft__park_at((d), __FILE__, __LINE__)
-WEFT_API int64_t weft__sleep_deadline(int64_t ns);
+typedef weft_runtime_opts weft_config WEFT__DEPRECATED("weft_runtime_opts");
+typedef weft_thread_opts weft_attr WEFT__DEPRECATED("weft_thread_opts");
+
+WEFT__DEPRECATED("weft_mutex_try_lock") static inline int weft_mutex_trylock(weft_mutex *m) {
+    return weft_mutex_try_lock(m);
+}
+
+WEFT__DEPRECATED("weft_chan_create") static inline weft_chan *weft_chan_new(size_t elem_size, size_t capacity) {
+    weft_chan *c;
+    return weft_chan_create(&c, elem_size, capacity) == 0 ? c : NULL;
+}
+
+WEFT__DEPRECATED("weft_group_create") static inline weft_group *weft_group_new(const char *name, int carriers) {
+    weft_group *g;
+    int r = weft_group_create(&g, name, carriers, NULL);
+    if (r < 0) errno = -r;
+    return g;
+}
+
+WEFT__DEPRECATED("weft_file_create")
+static inline weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_file_opts *o) {
+    weft_file *f;
+    int r = weft_file_create(&f, path, flags, mode, o);
+    if (r < 0) errno = -r;
+    return f;
+}
+#endif /* WEFT_NO_DEPRECATED */
+/* WEFT-COMPAT-END */
 
 #ifdef __cplusplus
 }

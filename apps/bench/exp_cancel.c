@@ -115,7 +115,7 @@ int exp_cancel_storm(const bench_opts *o, bench_report *rep) {
     if (S.sockets > S.n) S.sockets = S.n;
     S.per_scope = (S.n + S.scopes - 1) / S.scopes;
     S.stride = S.sockets ? S.n / S.sockets : 0; /* every stride-th task reads a socket */
-    weft_config cfg = {.carriers = o->carriers};
+    weft_runtime_opts cfg = {.carriers = o->carriers};
     if (o->carriers) weft_init(&cfg);
     weft_io_backend(); /* starts the runtime: its own fds are not the experiment's */
     int fds0 = count_fds();
@@ -126,7 +126,7 @@ int exp_cancel_storm(const bench_opts *o, bench_report *rep) {
     }
     int64_t live0 = live_now();
 
-    S.chan = weft_chan_new(1, 0);
+    (void)weft_chan_create(&S.chan, 1, 0); /* NULL when it fails: checked below */
     S.future = weft_future_new();
     weft_mutex_init(&S.mutex);
     S.pairs = calloc((size_t)(S.sockets ? S.sockets : 1), sizeof *S.pairs);

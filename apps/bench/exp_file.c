@@ -96,7 +96,7 @@ static void *futures_worker(void *arg) {
         weft_future **slot = &ring[i % WINDOW];
         if (*slot) { /* the write WINDOW back: count it when done */
             int r = weft_future_get(*slot, NULL, 0);
-            weft_future_free(*slot);
+            weft_future_unref(*slot);
             if (r < 0) {
                 fail(w, r);
                 break;
@@ -110,7 +110,7 @@ static void *futures_worker(void *arg) {
         }
         i++;
     }
-    for (int k = 0; k < WINDOW; k++) weft_future_free(ring[k]);
+    for (int k = 0; k < WINDOW; k++) weft_future_unref(ring[k]);
     free(ring);
     return NULL;
 }
@@ -130,7 +130,7 @@ static void *handlers_worker(void *arg) {
             fail(w, -ENOMEM);
             break;
         }
-        weft_future_free(u);
+        weft_future_unref(u);
         i++;
     }
     return NULL;
@@ -192,8 +192,8 @@ static int run_mode(int mode, size_t size, bench_report *rep) {
         if (w.fd < 0) return -errno;
         if (pthread_create(&pt, NULL, write_worker, &w)) return -EAGAIN;
     } else {
-        w.f = weft_file_open(path, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, NULL);
-        if (!w.f) return -errno;
+        int opened = weft_file_create(&w.f, path, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, NULL);
+        if (opened < 0) return opened;
         void *(*fn)(void *) = mode == M_ASYNC_FUTURES    ? futures_worker
                               : mode == M_ASYNC_HANDLERS ? handlers_worker
                                                          : blocking_worker;
@@ -262,7 +262,7 @@ static int run_mode(int mode, size_t size, bench_report *rep) {
 }
 
 int exp_file_write(const bench_opts *o, bench_report *rep) {
-    weft_config cfg = {.carriers = o->carriers};
+    weft_runtime_opts cfg = {.carriers = o->carriers};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));

@@ -57,7 +57,7 @@ static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 
 /* Starts the runtime for one benchmark. */
 static int micro_init(int carriers) {
-    weft_config cfg = {.carriers = carriers};
+    weft_runtime_opts cfg = {.carriers = carriers};
     int r = weft_init(&cfg);
     if (r < 0) fprintf(stderr, "weft-bench: weft_init(carriers=%d): %s\n", carriers, strerror(-r));
     return r;
@@ -93,7 +93,7 @@ static void put_stats_delta(bench_result *r, const weft_stats *a, const weft_sta
 }
 
 /* Spawns fn(arg) as a joinable vthread, printing the error. */
-static int spawn_or_say(weft_thread **t, void *(*fn)(void *), void *arg, const weft_attr *a) {
+static int spawn_or_say(weft_thread **t, void *(*fn)(void *), void *arg, const weft_thread_opts *a) {
     int r = weft_spawn(t, fn, arg, a);
     if (r < 0) fprintf(stderr, "weft-bench: weft_spawn (%s): %s\n", a && a->name ? a->name : "?", strerror(-r));
     return r;
@@ -131,7 +131,7 @@ static int micro_switch(const bench_opts *o, bench_report *rep) {
     weft_stats_get(&s0);
     cpu_usage_get(&u0);
     weft_thread *a, *b;
-    weft_attr aa = {.name = "yield-a"}, ab = {.name = "yield-b"};
+    weft_thread_opts aa = {.name = "yield-a"}, ab = {.name = "yield-b"};
     if ((r = spawn_or_say(&a, yielder, &y, &aa)) < 0) return r;
     if ((r = spawn_or_say(&b, yielder, &y, &ab)) < 0) return r;
     int64_t dl = cap_deadline(o);
@@ -212,7 +212,7 @@ static int micro_spawn_join(const bench_opts *o, bench_report *rep) {
     weft_stats_get(&s0);
     cpu_usage_get(&u0);
     weft_thread *d;
-    weft_attr ad = {.name = "spawn-join"};
+    weft_thread_opts ad = {.name = "spawn-join"};
     if ((r = spawn_or_say(&d, sj_driver, j, &ad)) < 0) {
         free(j);
         return r;
@@ -382,7 +382,7 @@ static int wait_nonzero(_Atomic uintptr_t *v, double secs) {
  * Returns the attempts used (>= 1), or a negative errno.
  */
 static int pp_start(pp_run *p) {
-    weft_attr attr[2] = {{.name = "ping", .pinned = p->pinned}, {.name = "pong", .pinned = p->pinned}};
+    weft_thread_opts attr[2] = {{.name = "ping", .pinned = p->pinned}, {.name = "pong", .pinned = p->pinned}};
     for (int attempt = 1; attempt <= PLACEMENT_TRIES; attempt++) {
         atomic_store(&p->go, GO_WAIT);
         atomic_store(&p->quiesced, 0);
@@ -534,7 +534,7 @@ static void *hook_body(void *arg) {
 static int micro_hook(const bench_opts *o, bench_report *rep) {
     long rounds = o->rounds ? o->rounds : 1000000;
     for (int mode = 0; mode < HOOK_MODES; mode++) {
-        weft_config cfg = {.carriers = 1, .hook = mode == HOOK_ON ? WEFT_HOOK_ON : WEFT_HOOK_OFF};
+        weft_runtime_opts cfg = {.carriers = 1, .hook = mode == HOOK_ON ? WEFT_HOOK_ON : WEFT_HOOK_OFF};
         int r = weft_init(&cfg);
         if (r < 0) {
             fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
@@ -547,7 +547,7 @@ static int micro_hook(const bench_opts *o, bench_report *rep) {
             return r;
         }
         weft_thread *t;
-        weft_attr a = {.name = "hook"};
+        weft_thread_opts a = {.name = "hook"};
         if ((r = spawn_or_say(&t, hook_body, &h, &a)) < 0) return r;
         if ((r = join_capped(t, cap_deadline(o), "hook")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
         int active = weft_hook_active();
@@ -688,7 +688,7 @@ static void *local_body(void *arg) {
 static int micro_local(const bench_opts *o, bench_report *rep) {
     /* the vthread computes on purpose, seconds without a switch: no
      * monitor reports (it would call it a hog) */
-    weft_config cfg = {.carriers = 1, .pin_threshold_ns = -1};
+    weft_runtime_opts cfg = {.carriers = 1, .pin_threshold_ns = -1};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
@@ -707,7 +707,7 @@ static int micro_local(const bench_opts *o, bench_report *rep) {
         return -r;
     }
     weft_thread *t;
-    weft_attr a = {.name = "local"};
+    weft_thread_opts a = {.name = "local"};
     if ((r = spawn_or_say(&t, local_body, &l, &a)) < 0) return r;
     if ((r = join_capped(t, cap_deadline(o), "local")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
     weft_shutdown();

@@ -145,7 +145,7 @@ static int weft_main_fn(void *arg) {
 
 static void run_weft(const par_setup *s, int carriers, par_run *r) {
     memset(r, 0, sizeof *r);
-    weft_config cfg = {.carriers = carriers};
+    weft_runtime_opts cfg = {.carriers = carriers};
     int e = weft_init(&cfg);
     if (e < 0) {
         r->err = e;

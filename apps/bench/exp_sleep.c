@@ -155,7 +155,7 @@ static void *vt_driver(void *arg) {
 
 /* weft_init with the run's carriers and stack size; says why on failure. */
 static int init_runtime(const bench_opts *o) {
-    weft_config cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
+    weft_runtime_opts cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
     int r = weft_init(&cfg);
     if (r < 0) fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
     return r;
@@ -172,7 +172,7 @@ static int sleep_virtual(const bench_opts *o, sleep_run *s, bench_result *res) {
     }
     if (o->spawner == SPAWN_FROM_VTHREAD) {
         weft_thread *d;
-        weft_attr a = {.name = "driver"};
+        weft_thread_opts a = {.name = "driver"};
         r = weft_spawn(&d, vt_driver, &j, &a);
         if (r < 0) {
             fprintf(stderr, "weft-bench: weft_spawn (driver): %s\n", strerror(-r));
@@ -425,11 +425,11 @@ static void *ex_submit_all(void *arg) {
             int fr = weft_future_get(f, NULL, 0);
             if (fr < 0) {
                 s->stop_err = fr;
-                weft_future_free(f);
+                weft_future_unref(f);
                 break;
             }
         }
-        weft_future_free(f); /* the task runs on without it */
+        weft_future_unref(f); /* the task runs on without it */
         s->spawned++;
         if ((s->spawned & 1023) == 0 && over_cap(s)) break;
     }
@@ -453,7 +453,7 @@ static int sleep_executor(const bench_opts *o, sleep_run *s, bench_result *res) 
     ex_job j = {.s = s, .e = e};
     if (o->spawner == SPAWN_FROM_VTHREAD) { /* as the virtual executor's peers: submit from a vthread */
         weft_thread *d;
-        weft_attr a = {.name = "driver"};
+        weft_thread_opts a = {.name = "driver"};
         r = weft_spawn(&d, ex_submit_all, &j, &a);
         if (r == 0) r = weft_join(d, NULL);
         if (r < 0) {

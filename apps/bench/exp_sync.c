@@ -28,7 +28,7 @@
 #include <string.h>
 
 static int init_carriers(int carriers) {
-    weft_config cfg = {.carriers = carriers};
+    weft_runtime_opts cfg = {.carriers = carriers};
     int r = weft_init(&cfg);
     if (r < 0) fprintf(stderr, "weft-bench: weft_init(carriers=%d): %s\n", carriers, strerror(-r));
     return r;
@@ -74,9 +74,8 @@ static void *cpp_drive(void *arg) {
 static int chan_pingpong(const bench_opts *o, bench_report *rep, size_t cap) {
     if (init_carriers(1) < 0) return -EINVAL;
     cpp p = {.rounds = o->rounds > 0 ? o->rounds : 2000000};
-    p.ping = weft_chan_new(sizeof(long), cap);
-    p.pong = weft_chan_new(sizeof(long), cap);
-    if (!p.ping || !p.pong) return -ENOMEM;
+    if (weft_chan_create(&p.ping, sizeof(long), cap) < 0 || weft_chan_create(&p.pong, sizeof(long), cap) < 0)
+        return -ENOMEM;
     weft_thread *a, *b;
     int64_t t0 = weft_now();
     if (weft_spawn(&b, cpp_echo, &p, NULL) < 0 || weft_spawn(&a, cpp_drive, &p, NULL) < 0) return -ENOMEM;
@@ -188,7 +187,7 @@ int micro_select(const bench_opts *o, bench_report *rep) {
     if (init_carriers(1) < 0) return -EINVAL;
     sel s = {.rounds = o->rounds > 0 ? o->rounds : 1000000};
     for (int k = 0; k < 4; k++)
-        if (!(s.c[k] = weft_chan_new(sizeof(long), 0))) return -ENOMEM;
+        if (weft_chan_create(&s.c[k], sizeof(long), 0) < 0) return -ENOMEM;
     weft_thread *a, *b;
     int64_t t0 = weft_now();
     if (weft_spawn(&b, sel_receiver, &s, NULL) < 0 || weft_spawn(&a, sel_sender, &s, NULL) < 0) return -ENOMEM;

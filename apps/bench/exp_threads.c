@@ -91,7 +91,7 @@ static void *vt_parker(void *arg) {
 
 /* The spawn loop; runs on a vthread or on the main thread (--spawner). */
 static void spawn_parkers(park_run *pr) {
-    weft_attr attr = {.daemon = 1};
+    weft_thread_opts attr = {.daemon = 1};
     pr->t0 = now_s();
     while (pr->created < pr->n) {
         int r = weft_spawn(NULL, vt_parker, pr, &attr);
@@ -113,7 +113,7 @@ static void *spawner_main(void *arg) {
 }
 
 static int threads_virtual(const bench_opts *o, bench_report *rep, park_run *pr) {
-    weft_config cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
+    weft_runtime_opts cfg = {.carriers = o->carriers, .stack_size = (size_t)o->stack_kib * 1024};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
@@ -124,7 +124,7 @@ static int threads_virtual(const bench_opts *o, bench_report *rep, park_run *pr)
     pr->rss0 = rss_bytes();
     if (o->spawner == SPAWN_FROM_VTHREAD) {
         weft_thread *sp;
-        weft_attr a = {.name = "spawner"};
+        weft_thread_opts a = {.name = "spawner"};
         r = weft_spawn(&sp, spawner_main, pr, &a);
         if (r < 0) {
             fprintf(stderr, "weft-bench: weft_spawn (spawner): %s\n", strerror(-r));

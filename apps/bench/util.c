@@ -127,7 +127,7 @@ const char *errno_name(int e, char *buf, size_t len) {
 }
 
 int weft_carriers_for(int cfg_carriers) {
-    weft_config cfg = {.carriers = cfg_carriers};
+    weft_runtime_opts cfg = {.carriers = cfg_carriers};
     int r = weft_init(&cfg);
     if (r < 0) return r;
     weft_stats s;

@@ -246,9 +246,7 @@ static void sleep_delay(void) {
  * is -ETIMEDOUT). */
 static int send_all(int fd, const char *buf, size_t n, int more) {
     while (n) {
-        weft_deadline_set(weft_now() + O.send_timeout);
-        ssize_t r = weft_send(fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        weft_deadline_set(0);
+        ssize_t r = weft_send_until(fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0), weft_now() + O.send_timeout);
         if (r < 0) return (int)r;
         buf += r;
         n -= (size_t)r;
@@ -671,9 +669,7 @@ static int send_response(conn *c, response *p) {
     int err = send_all(c->fd, p->head, p->head_len, more);
     if (!err && p->mem_len) err = send_all(c->fd, p->mem, p->mem_len, 0);
     while (!err && p->file_len > 0) {
-        weft_deadline_set(weft_now() + O.send_timeout);
-        ssize_t sn = weft_sendfile(c->fd, p->fd, &p->off, (size_t)p->file_len);
-        weft_deadline_set(0);
+        ssize_t sn = weft_sendfile_until(c->fd, p->fd, &p->off, (size_t)p->file_len, weft_now() + O.send_timeout);
         if (sn < 0) {
             err = (int)sn;
         } else if (sn == 0) { /* the file shrank: the response cannot be completed */
@@ -900,9 +896,7 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
             return r;
         }
     }
-    weft_deadline_set(d);
-    ssize_t r = weft_recv(c->fd, buf + len, cap - len, 0);
-    weft_deadline_set(0);
+    ssize_t r = weft_recv_until(c->fd, buf + len, cap - len, 0, d);
     atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
     return r;
 }
@@ -973,9 +967,7 @@ static void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t acce
             }
             body -= (long long)inbuf;
             used = len = 0;
-            weft_deadline_set(body_deadline);
-            ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
-            weft_deadline_set(0);
+            ssize_t r = weft_recv_until(fd, buf, sizeof buf, 0, body_deadline);
             if (r <= 0) goto out;
             len = (size_t)r;
         }
@@ -993,13 +985,11 @@ linger:
     {
         int64_t until = weft_now() + NS;
         size_t dropped = 0;
-        weft_deadline_set(until);
         while (dropped < (1u << 20)) {
-            ssize_t r = weft_recv(fd, buf, sizeof buf, 0);
+            ssize_t r = weft_recv_until(fd, buf, sizeof buf, 0, until);
             if (r <= 0) break;
             dropped += (size_t)r;
         }
-        weft_deadline_set(0);
     }
 out:
     conn_unregister(&c);
@@ -1570,7 +1560,7 @@ static int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
     if (O.model == MODEL_VIRTUAL) {
         char name[32];
         conn_name(name, peer);
-        weft_attr wa = {.name = name};
+        weft_thread_opts wa = {.name = name};
         int r = weft_spawn(NULL, conn_main, a, &wa);
         if (r < 0) free(a);
         return r;
@@ -1761,15 +1751,15 @@ static int cpu_job_start(void) {
     if (n > 256) n = 256;
     if (O.cpu_job == CPU_JOB_GROUP) {
         weft_group_opts go = {.compute = 1};
-        CJ.group = weft_group_new_opts("cpu-job", 1, &go);
-        if (!CJ.group) {
-            fprintf(stderr, "weft-httpd: --cpu-job group: cannot make its carrier group: %s\n", strerror(errno));
+        int r = weft_group_create(&CJ.group, "cpu-job", 1, &go);
+        if (r < 0) {
+            fprintf(stderr, "weft-httpd: --cpu-job group: cannot make its carrier group: %s\n", strerror(-r));
             return -1;
         }
     }
     for (int i = 0; i < n; i++) {
         /* group NULL (shared): the spawning vthread's group, the default one */
-        weft_attr a = {.name = "cpu-job", .group = CJ.group};
+        weft_thread_opts a = {.name = "cpu-job", .group = CJ.group};
         int r = weft_spawn(&CJ.t[i], cpu_job_main, (void *)(intptr_t)i, &a);
         if (r < 0) {
             fprintf(stderr, "weft-httpd: --cpu-job: cannot start its vthreads: %s\n", strerror(-r));
@@ -1847,7 +1837,7 @@ static int server(void *unused) {
     for (int i = 0; i < nacceptors; i++) {
         char an[32];
         snprintf(an, sizeof an, "acceptor %d", i);
-        weft_attr aa = {.name = an};
+        weft_thread_opts aa = {.name = an};
         if (weft_spawn(&acceptors[i], acceptor_main, (void *)(intptr_t)i, &aa) < 0) {
             fprintf(stderr, "weft-httpd: cannot start acceptors\n");
             return 1;
@@ -1856,9 +1846,9 @@ static int server(void *unused) {
     /* after the acceptors: it reads acceptors[] (a signal that came
      * meanwhile waits in the signalfd) */
     weft_thread *sw, *reaper = NULL;
-    weft_attr sa = {.name = "watcher", .daemon = 1}; /* of SIGTERM and SIGINT */
+    weft_thread_opts sa = {.name = "watcher", .daemon = 1}; /* of SIGTERM and SIGINT */
     if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;
-    weft_attr ra = {.name = "pool-reaper", .daemon = 1};
+    weft_thread_opts ra = {.name = "pool-reaper", .daemon = 1};
     if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
     if (O.model == MODEL_ASYNC && weft_timer_async(weft_now() + NS, bp_sweep, NULL, NULL) < 0) return 1;
     if (cpu_job_start() < 0) {
@@ -2087,7 +2077,7 @@ int main(int argc, char **argv) {
             }
         }
     }
-    weft_config cfg = {.carriers = O.carriers};
+    weft_runtime_opts cfg = {.carriers = O.carriers};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-httpd: cannot start the runtime: %s\n", strerror(-r));

@@ -331,13 +331,13 @@ static void *worker_main(void *arg) {
         int64_t t0 = weft_now();
         int64_t dl = t0 + C.timeout_ns;
         if (g_run_end && g_run_end < dl) dl = g_run_end;
-        weft_deadline_set(dl);
+        int64_t saved = weft_deadline_set(dl);
         int r = attempt(w, &p, 1);
         if (r == RETRY) {
             w->retries++;
             r = attempt(w, &p, 0);
         }
-        weft_deadline_set(0);
+        weft_deadline_set(saved);
         if (r != DONE_OK) continue;
         int64_t t1 = weft_now();
         hist_record(&w->h, t1 - t0);
@@ -385,7 +385,7 @@ static int run(void *arg) {
     res->backend = weft_io_backend();
     int64_t t0 = weft_now();
     if (C.duration_s > 0) g_run_end = t0 + (int64_t)(C.duration_s * 1e9);
-    weft_attr a = {.name = "load"};
+    weft_thread_opts a = {.name = "load"};
     for (int i = 0; i < C.workers; i++) {
         int r = weft_spawn(&res->w[i].t, worker_main, &res->w[i], &a);
         if (r < 0) {
@@ -853,7 +853,7 @@ int main(int argc, char **argv) {
             return 3;
         }
     }
-    weft_config cfg = {.carriers = C.carriers};
+    weft_runtime_opts cfg = {.carriers = C.carriers};
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-load: weft_init: %s\n", strerror(-r));

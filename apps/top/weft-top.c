@@ -6,7 +6,7 @@
  * WEFT_CONSOLE=1 for /tmp/weft-<uid>/<pid>.sock.  Given a PID, weft-top
  * reads WEFT_CONSOLE from /proc/PID/environ (a relative path is taken from
  * /proc/PID/cwd); when the environment says nothing (the program set
- * weft_config.console itself) it tries the default path of that pid and
+ * weft_runtime_opts.console itself) it tries the default path of that pid and
  * owner.  The environment first because it names any path the user chose;
  * the default path second because it needs nothing but the pid.  A PID
  * given is checked against the socket's peer (SO_PEERCRED): a socket

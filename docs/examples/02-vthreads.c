@@ -14,7 +14,7 @@ static void *square(void *arg) {
 
 int main(void) {
     static weft_thread *t[N];
-    weft_attr attr = {.name = "square"}; /* shown by weft_dump */
+    weft_thread_opts attr = {.name = "square"}; /* shown by weft_dump */
     int spawned = 0, r = 0;
     for (; spawned < N; spawned++) {
         r = weft_spawn(&t[spawned], square, (void *)(intptr_t)spawned, &attr);

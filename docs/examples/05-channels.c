@@ -32,11 +32,12 @@ static void *work(void *arg) {
 }
 
 static int run(void *arg) {
-    pipeline p = {weft_chan_new(sizeof(int), 8), weft_chan_new(sizeof(long), 0),
-                  weft_chan_new(sizeof(long), 0)};
+    pipeline p = {0};
     weft_thread *prod = NULL, *w[WORKERS];
-    int r = -ENOMEM, nw = 0;
-    if (!p.jobs || !p.even || !p.odd) goto out;
+    int r, nw = 0;
+    if ((r = weft_chan_create(&p.jobs, sizeof(int), 8)) < 0 || (r = weft_chan_create(&p.even, sizeof(long), 0)) < 0 ||
+        (r = weft_chan_create(&p.odd, sizeof(long), 0)) < 0)
+        goto out;
     if ((r = weft_spawn(&prod, produce, &p, NULL)) < 0) goto out;
     for (; nw < WORKERS; nw++)
         if ((r = weft_spawn(&w[nw], work, &p, NULL)) < 0) goto out;

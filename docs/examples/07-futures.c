@@ -29,29 +29,29 @@ static int run(void *arg) {
     weft_future *g = weft_future_then(f, twice, NULL);
     weft_thread *t;
     if (!g || (r = weft_spawn(&t, answer_later, f, NULL)) < 0) {
-        weft_future_free(g);
-        weft_future_free(f); /* a pending future freed: its dependents fail with ECANCELED */
+        weft_future_unref(g);
+        weft_future_unref(f); /* a pending future freed: its dependents fail with ECANCELED */
         return g ? r : -ENOMEM;
     }
     r = weft_future_get(g, &v, 0); /* parks until g is filled */
     weft_join(t, NULL);
     if (r < 0) return r;
     printf("then: %ld\n", (long)(intptr_t)v);
-    weft_future_free(g);
-    weft_future_free(f);
+    weft_future_unref(g);
+    weft_future_unref(f);
 
     /* all: completes when every input has, or fails with the first failure */
     weft_future *in[3];
     for (int i = 0; i < 3; i++) {
         in[i] = weft_future_new();
         if (!in[i]) {
-            while (i-- > 0) weft_future_free(in[i]);
+            while (i-- > 0) weft_future_unref(in[i]);
             return -ENOMEM;
         }
     }
     weft_future *all = weft_future_all(in, 3);
     if (!all) {
-        for (int i = 0; i < 3; i++) weft_future_free(in[i]);
+        for (int i = 0; i < 3; i++) weft_future_unref(in[i]);
         return -ENOMEM;
     }
     for (int i = 0; i < 3; i++) weft_future_complete(in[i], (void *)(intptr_t)(i + 1));
@@ -62,7 +62,7 @@ static int run(void *arg) {
         total += (intptr_t)v;
     }
     printf("all: %s, total %ld\n", r == 0 ? "completed" : strerror(-r), total);
-    weft_future_free(all);
+    weft_future_unref(all);
 
     /* a failure: the getter receives -err */
     weft_future *h = weft_future_new();
@@ -70,8 +70,8 @@ static int run(void *arg) {
     weft_future_fail(h, EIO);
     printf("failed future: %s\n", strerror(-weft_future_get(h, NULL, 0)));
     printf("second complete: %s\n", strerror(-weft_future_complete(h, NULL))); /* the first fill wins */
-    weft_future_free(h);
-    for (int i = 0; i < 3; i++) weft_future_free(in[i]);
+    weft_future_unref(h);
+    for (int i = 0; i < 3; i++) weft_future_unref(in[i]);
     return 0;
 }
 

@@ -26,7 +26,7 @@ static int sum_cubes(weft_executor *e, int n, long *sum) {
     for (int i = 0; i < n; i++) {
         f[i] = weft_submit(e, cube, (void *)(intptr_t)i);
         if (!f[i]) { /* NULL only for a bad argument or no memory */
-            while (i-- > 0) weft_future_free(f[i]);
+            while (i-- > 0) weft_future_unref(f[i]);
             return -ENOMEM;
         }
     }
@@ -35,7 +35,7 @@ static int sum_cubes(weft_executor *e, int n, long *sum) {
         int g = weft_future_get(f[i], &v, 0); /* a refused task's future has failed */
         if (g < 0 && r == 0) r = g;
         if (g == 0) *sum += (intptr_t)v;
-        weft_future_free(f[i]);
+        weft_future_unref(f[i]);
     }
     return r;
 }
@@ -69,8 +69,8 @@ static int run(void *arg) {
     void *a = NULL, *b = NULL;
     r = -ENOMEM;
     if (once && every && (r = weft_future_get(once, &a, 0)) == 0) r = weft_future_get(every, &b, 0);
-    weft_future_free(once);
-    weft_future_free(every);
+    weft_future_unref(once);
+    weft_future_unref(every);
     weft_executor_close(sched);
     if (r < 0) return r;
     printf("scheduled: %ld, then %d ticks and \"%s\"\n", (long)(intptr_t)a, ticks, (const char *)b);

@@ -24,14 +24,14 @@ static int run(void *arg) {
     char path[256];
     const char *dir = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/weft-guide-%d.txt", dir && *dir ? dir : "/tmp", (int)getpid());
-    weft_file *f = weft_file_open(path, WEFT_READ | WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE | WEFT_DELETE_ON_CLOSE,
-                                  0600, NULL);
-    if (!f) return -errno; /* the one weft call that reports through errno */
+    weft_file *f;
+    int r = weft_file_create(&f, path, WEFT_READ | WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE | WEFT_DELETE_ON_CLOSE,
+                             0600, NULL);
+    if (r < 0) return r;
 
     /* 1000 ten-byte writes: each short buffer is copied when accepted, so
      * `line` may be reused at once; adjacent ones go out as one pwritev */
     weft_future *last = NULL;
-    int r = 0;
     for (int i = 0; i < LINES; i++) {
         char line[LINE + 1];
         snprintf(line, sizeof line, "line %04d\n", i);
@@ -40,12 +40,12 @@ static int run(void *arg) {
             r = -ENOMEM;
             break;
         }
-        weft_future_free(last); /* dropping a reference does not cancel the write */
+        weft_future_unref(last); /* dropping a reference does not cancel the write */
         last = fu;
     }
     void *v;
     if (r == 0) r = weft_future_get(last, &v, 0); /* done in order: so are all before it */
-    weft_future_free(last);
+    weft_future_unref(last);
     if (r == 0) r = weft_latch_await(&handlers_left);
     if (r == 0) r = weft_file_force(f, 0); /* fdatasync */
     off_t size = weft_file_size(f);

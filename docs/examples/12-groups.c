@@ -27,12 +27,13 @@ static void *batch(void *arg) {
 static int run(void *arg) {
     /* compute: its vthreads compute on purpose; the monitor reports no hog */
     weft_group_opts o = {.compute = 1};
-    weft_group *g = weft_group_new_opts("batch", 1, &o);
-    if (!g) return -errno; /* EOPNOTSUPP in deterministic mode: one carrier runs all */
+    weft_group *g;
+    int r = weft_group_create(&g, "batch", 1, &o);
+    if (r < 0) return r; /* -EOPNOTSUPP in deterministic mode: one carrier runs all */
     uint64_t sum = 0;
     weft_thread *t;
-    weft_attr attr = {.name = "batch", .group = g};
-    int r = weft_spawn(&t, batch, &sum, &attr);
+    weft_thread_opts attr = {.name = "batch", .group = g};
+    r = weft_spawn(&t, batch, &sum, &attr);
     if (r == 0) {
         /* meanwhile the default carriers serve this vthread as usual */
         for (int i = 0; i < 5 && r == 0; i++) r = weft_sleep(1000000);

@@ -21,8 +21,9 @@ static void *sleeper(void *arg) {
 }
 
 static int run(void *arg) {
-    weft_chan *c = weft_chan_new(sizeof(int), 1);
-    if (!c) return -ENOMEM;
+    weft_chan *c;
+    int made = weft_chan_create(&c, sizeof(int), 1);
+    if (made < 0) return made;
 
     /* a deadline for every blocking call of this vthread, restored after */
     int64_t prev = weft_deadline_set(weft_now() + 20 * MS);

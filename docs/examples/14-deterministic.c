@@ -38,7 +38,7 @@ static int body(void *arg) {
 static int run_with_seed(uint64_t seed, char *out) {
     pos = 0;
     memset(order, 0, sizeof order);
-    weft_config cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed};
+    weft_runtime_opts cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed};
     int r = weft_init(&cfg);
     if (r < 0) return r;
     r = weft_main(body, NULL); /* shuts the runtime down: the next run starts afresh */

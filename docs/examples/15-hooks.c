@@ -42,7 +42,7 @@ static int run(void *arg) {
 }
 
 int main(void) {
-    weft_config cfg = {.carriers = 1, .hook = WEFT_HOOK_ON};
+    weft_runtime_opts cfg = {.carriers = 1, .hook = WEFT_HOOK_ON};
     int r = weft_init(&cfg);
     if (r == 0) r = weft_main(run, NULL);
     if (r < 0) fprintf(stderr, "hooks: %s\n", strerror(-r));

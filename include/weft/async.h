@@ -48,6 +48,10 @@
  * (the handler will run), or -EINVAL (bad argument) / -ENOMEM, and then the
  * handler never runs.  Both io_uring and epoll backends serve them.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_ASYNC_H
 #define WEFT_ASYNC_H
 
@@ -83,9 +87,9 @@ WEFT_API int weft_send_async(int fd, const void *buf, size_t n, int flags, weft_
  * connection, this is the wait that holds no buffer: read when it ends. */
 WEFT_API int weft_poll_async(int fd, int events, weft_handler h, void *ctx, const weft_async_opts *opts);
 
-/* Calls h(0, ctx) at deadline (absolute, weft_now()'s clock; a deadline
+/* Calls h(0, ctx) at deadline_ns (absolute, weft_now()'s clock; a deadline
  * already past: as soon as the dispatcher runs).  opts->deadline is not
  * used; opts->executor is. */
-WEFT_API int weft_timer_async(int64_t deadline, weft_handler h, void *ctx, const weft_async_opts *opts);
+WEFT_API int weft_timer_async(int64_t deadline_ns, weft_handler h, void *ctx, const weft_async_opts *opts);
 
 #endif /* WEFT_ASYNC_H */

@@ -24,10 +24,13 @@
  * nothing (the message stays for the next receiver).  The try_ forms never
  * wait and are not cancellation points.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_CHAN_H
 #define WEFT_CHAN_H
 
-#include "weft.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,18 +40,16 @@ extern "C" {
 /* Channels                                                                  */
 /* ------------------------------------------------------------------------ */
 
-typedef struct weft_chan weft_chan;
 
 /*
  * Makes a channel for messages of elem_size bytes (0 is allowed: messages
  * that carry no data, only the event) with room for `capacity` of them
  * (0 = rendezvous).  The buffer is allocated here, once: operations never
- * allocate.  weft_chan_make stores the channel in *c and returns 0, -EINVAL
- * (c NULL, or elem_size * capacity overflows) or -ENOMEM;
- * weft_chan_new returns the channel, or NULL for the same failures.
+ * allocate.  Stores the channel in *c and returns 0, or (*c then NULL
+ * where c is not) -EINVAL (c NULL, or elem_size * capacity overflows) or
+ * -ENOMEM.
  */
-WEFT_API int weft_chan_make(weft_chan **c, size_t elem_size, size_t capacity);
-WEFT_API weft_chan *weft_chan_new(size_t elem_size, size_t capacity);
+WEFT_API int weft_chan_create(weft_chan **c, size_t elem_size, size_t capacity);
 
 /*
  * Sends the elem_size bytes at msg (NULL only when elem_size is 0), waiting
@@ -135,11 +136,11 @@ typedef struct weft_case {
  * cancellation, as Go's empty select does.  Cases beyond 32 cost one
  * allocation per select (-ENOMEM when it fails); up to 32, none.
  *
- * weft_select_try does not wait: the index of a case that could proceed at
+ * weft_try_select does not wait: the index of a case that could proceed at
  * once, or -EAGAIN.
  */
 WEFT_API int weft_select(weft_case *cases, size_t n, int64_t deadline_ns);
-WEFT_API int weft_select_try(weft_case *cases, size_t n);
+WEFT_API int weft_try_select(weft_case *cases, size_t n);
 
 /* Call-site capture (see weft.h): the real functions stay callable as
  * (weft_chan_send)(c, m) or through pointers. */

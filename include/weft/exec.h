@@ -59,17 +59,19 @@
  * tasks included (a task may submit to its own executor; it must not close
  * it).
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_EXEC_H
 #define WEFT_EXEC_H
 
-#include "weft.h"
 #include "future.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct weft_executor weft_executor;
 
 /* What a full queue does with a new task (weft_executor_fixed). */
 typedef enum {

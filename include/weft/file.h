@@ -38,12 +38,14 @@
  * for itself: those calls return -EDEADLK on the flusher (the file stays
  * open) -- close it from another thread.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_FILE_H
 #define WEFT_FILE_H
 
-#include "weft.h"
 #include "exec.h"
-#include "future.h"
 
 #include <sys/types.h>
 
@@ -51,7 +53,7 @@
 extern "C" {
 #endif
 
-/* weft_file_open flags (StandardOpenOption) */
+/* weft_file_create flags (StandardOpenOption) */
 enum {
     WEFT_READ = 1 << 0,
     WEFT_WRITE = 1 << 1,
@@ -66,7 +68,6 @@ enum {
 
 #define WEFT_FILE_INLINE 64
 
-typedef struct weft_file weft_file;
 
 typedef struct weft_file_opts {
     /* where completion handlers run (it must outlive the file); NULL:
@@ -79,12 +80,12 @@ typedef struct weft_file_opts {
 } weft_file_opts;
 
 /*
- * Opens path (flags above; mode for a created file).  Returns the file, or
- * NULL with errno set (as fopen: -EINVAL for no READ/WRITE or a bad
- * combination, EEXIST for CREATE_NEW ...) -- the one weft call that reports
- * through errno, because its pointer result is the contract.
+ * Opens path (flags above; mode for a created file) as a file channel and
+ * stores it in *f.  Returns 0, or (*f then NULL) -EINVAL (f or path NULL,
+ * an unknown flag, no READ/WRITE, or a bad combination), -ENOMEM, -EISDIR,
+ * or open(2)'s -errno (-ENOENT, -EEXIST for CREATE_NEW ...).
  */
-WEFT_API weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_file_opts *o);
+WEFT_API int weft_file_create(weft_file **f, const char *path, int flags, mode_t mode, const weft_file_opts *o);
 
 /* Blocking-style positioned I/O.  write: all n bytes, or -errno. read: the
  * count (0 at end of file), or -errno.  Cancellation points. */

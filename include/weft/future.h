@@ -12,8 +12,7 @@
  * Ownership: futures are reference counted.
  *  - weft_future_new, _then, _all and _any return a future holding one
  *    reference, the caller's.  weft_future_ref adds one; weft_future_unref
- *    (or weft_future_free, the same call) drops one, and the last drop frees
- *    the future.
+ *    drops one, and the last drop frees the future.
  *  - Every call on a future needs it valid for the call's whole duration:
  *    hold a reference, or know that someone else does.  One exception makes
  *    the common hand-off easy: weft_future_complete / _fail touch the future
@@ -31,10 +30,13 @@
  *    getter waits on it is a bug (that getter holds no reference) and stops
  *    the program with a message.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_FUTURE_H
 #define WEFT_FUTURE_H
 
-#include "weft.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,7 +46,6 @@ extern "C" {
 /* Futures                                                                   */
 /* ------------------------------------------------------------------------ */
 
-typedef struct weft_future weft_future;
 
 /* A new pending future holding one reference (the caller's), or NULL when
  * out of memory.  Needs no running runtime. */
@@ -140,11 +141,8 @@ WEFT_API weft_future *weft_future_ref(weft_future *f);
  * then abort (docs/errors.md, "Misuse"). */
 WEFT_API void weft_future_unref(weft_future *f);
 
-/* The same as weft_future_unref, for code that never calls
- * weft_future_ref: then it simply frees f. */
-WEFT_API void weft_future_free(weft_future *f);
 
-/* call-site capture (see the end of weft.h) */
+/* call-site capture (weft.h, "Conventions") */
 WEFT_API int weft__future_get_at(weft_future *f, void **v, int64_t deadline_ns, const char *file, int line);
 #define weft_future_get(f, v, d) weft__future_get_at((f), (v), (d), __FILE__, __LINE__)
 

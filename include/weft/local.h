@@ -20,7 +20,7 @@
  *                        value, like a pthread key;
  *   code that needs      a library that keeps __thread state across a
  *   __thread itself      blocking call (or keeps errno's address): spawn
- *                        its vthread with weft_attr.pinned, which keeps it
+ *                        its vthread with weft_thread_opts.pinned, which keeps it
  *                        on one carrier (or run it on a platform thread).
  *
  * ---- Vthread-local storage (pthread_key_t, Java's ThreadLocal) ----------
@@ -53,6 +53,10 @@
  * completion handlers (weft/async.h) see their dispatcher's, which every
  * handler it runs shares: keep per-operation state in the handler's ctx.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_LOCAL_H
 #define WEFT_LOCAL_H
 

@@ -58,10 +58,13 @@
  * piece waits or is stolen).  Which worker runs which index, and the order
  * within a worker's piece apart from "increasing", are unspecified.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_PARALLEL_H
 #define WEFT_PARALLEL_H
 
-#include "weft.h"
 
 #ifdef __cplusplus
 extern "C" {

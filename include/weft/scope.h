@@ -58,14 +58,16 @@
  * for every task to finish (uninterruptibly: nothing may outlive it) and
  * frees the scope and its tasks.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_SCOPE_H
 #define WEFT_SCOPE_H
 
 typedef enum { WEFT_SCOPE_ALL = 0, WEFT_SCOPE_FAIL_FAST = 1, WEFT_SCOPE_FIRST_SUCCESS = 2 } weft_scope_policy;
 enum { WEFT_TASK_RUNNING = 0, WEFT_TASK_SUCCEEDED = 1, WEFT_TASK_FAILED = 2, WEFT_TASK_CANCELLED = 3 };
 
-typedef struct weft_scope weft_scope;
-typedef struct weft_task weft_task;
 
 /* Opens a scope owned by the calling thread; NULL (errno is not used) only
  * when out of memory or for a bad policy. */

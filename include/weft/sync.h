@@ -45,12 +45,12 @@
  * an object in use), -EAGAIN (try_acquire found no permit), -EPERM (unlock
  * of an unlocked mutex or rwlock), -EINVAL, -EOVERFLOW.
  */
+/* weft.h first: it includes this header where its concept stands, after
+ * the types and sections this one uses; so this header compiles alone. */
+#include "../weft.h"
+
 #ifndef WEFT_SYNC_H
 #define WEFT_SYNC_H
-
-#ifndef WEFT_H
-#error "include weft.h, not weft/sync.h"
-#endif
 
 /* Private: a wait queue (src/sync/waitq.h).  Zero is an empty queue. */
 struct weft__waiter;
@@ -83,7 +83,7 @@ WEFT_API int weft_mutex_init(weft_mutex *m);
 WEFT_API int weft_mutex_lock(weft_mutex *m);
 WEFT_API int weft_mutex_lock_until(weft_mutex *m, int64_t deadline_ns);
 /* Locks m if that needs no wait: 0, or -EBUSY.  Not a cancellation point. */
-WEFT_API int weft_mutex_trylock(weft_mutex *m);
+WEFT_API int weft_mutex_try_lock(weft_mutex *m);
 /* Unlocks m.  Returns 0, or -EPERM if m was not locked.  Never blocks. */
 WEFT_API int weft_mutex_unlock(weft_mutex *m);
 /* Returns 0, or -EBUSY (and does nothing) if m is locked or has waiters.
@@ -172,8 +172,8 @@ WEFT_API int weft_rwlock_wrlock(weft_rwlock *l);
 WEFT_API int weft_rwlock_rdlock_until(weft_rwlock *l, int64_t deadline_ns);
 WEFT_API int weft_rwlock_wrlock_until(weft_rwlock *l, int64_t deadline_ns);
 /* Without waiting: 0, or -EBUSY. */
-WEFT_API int weft_rwlock_tryrdlock(weft_rwlock *l);
-WEFT_API int weft_rwlock_trywrlock(weft_rwlock *l);
+WEFT_API int weft_rwlock_try_rdlock(weft_rwlock *l);
+WEFT_API int weft_rwlock_try_wrlock(weft_rwlock *l);
 /* Releases the caller's read or write hold (the lock knows which kind is
  * held).  0, or -EPERM if it is not locked. */
 WEFT_API int weft_rwlock_unlock(weft_rwlock *l);

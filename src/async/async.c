@@ -255,7 +255,7 @@ static void finish(disp *d, aop *a, ssize_t r) {
         weft__executor_unref(ex); /* the operation's (see new_aop) */
         if (g) {
             weft__future_watch(g, &c->watch); /* may run at once, and free c */
-            weft_future_free(g);
+            weft_future_unref(g);
             return;
         }
         free(c); /* no memory for the task: here rather than never */
@@ -471,7 +471,7 @@ static disp *disp_of(int k) {
         d->k = k;
         char name[16];
         snprintf(name, sizeof name, "async %d", k);
-        weft_attr at = {.name = name, .daemon = 1};
+        weft_thread_opts at = {.name = name, .daemon = 1};
         if (weft__spawn_on(k, &d->vt, disp_main, d, &at) == 0) {
             atomic_store_explicit(&A.d[k], d, memory_order_release);
         } else {

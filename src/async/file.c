@@ -4,7 +4,7 @@
  * coalesced.
  *
  * Objects and who owns them.
- *  - weft_file: made by weft_file_open, freed by close / close_now.  A
+ *  - weft_file: made by weft_file_create, freed by close / close_now.  A
  *    pthread mutex guards its queue and counters; it is never held across
  *    I/O, a park or a future's fill.
  *  - freq: one asynchronous operation, malloc'd by its submitter, owned by
@@ -120,13 +120,14 @@ weft_executor *weft_file_default_executor(void) {
 
 /* ---- open ---------------------------------------------------------------------- */
 
-weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_file_opts *o) {
+int weft_file_create(weft_file **out, const char *path, int flags, mode_t mode, const weft_file_opts *o) {
+    if (!out) return -EINVAL;
+    *out = NULL;
     int known = WEFT_READ | WEFT_WRITE | WEFT_CREATE | WEFT_CREATE_NEW | WEFT_TRUNCATE | WEFT_APPEND |
                 WEFT_DELETE_ON_CLOSE | WEFT_DSYNC | WEFT_SYNC;
     if (!path || (flags & ~known) || !(flags & (WEFT_READ | WEFT_WRITE)) ||
         ((flags & (WEFT_TRUNCATE | WEFT_APPEND | WEFT_CREATE | WEFT_CREATE_NEW)) && !(flags & WEFT_WRITE))) {
-        errno = EINVAL;
-        return NULL;
+        return -EINVAL;
     }
     int of = O_CLOEXEC | O_NOCTTY;
     of |= (flags & WEFT_READ) && (flags & WEFT_WRITE) ? O_RDWR : (flags & WEFT_WRITE) ? O_WRONLY : O_RDONLY;
@@ -137,37 +138,32 @@ weft_file *weft_file_open(const char *path, int flags, mode_t mode, const weft_f
     if (flags & WEFT_SYNC) of |= O_SYNC;
     else if (flags & WEFT_DSYNC) of |= O_DSYNC;
     weft_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (!f) return -ENOMEM;
     if ((flags & WEFT_DELETE_ON_CLOSE) && !(f->path = strdup(path))) {
         free(f);
-        errno = ENOMEM;
-        return NULL;
+        return -ENOMEM;
     }
     f->fd = open(path, of, mode);
     if (f->fd < 0) {
         int e = errno;
         free(f->path);
         free(f);
-        errno = e;
-        return NULL;
+        return -e;
     }
     struct stat st;
     if (fstat(f->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
         close(f->fd);
         free(f->path);
         free(f);
-        errno = EISDIR;
-        return NULL;
+        return -EISDIR;
     }
     f->flags = flags;
     f->ex = o && o->executor ? o->executor : NULL; /* NULL: the default, made when first needed */
     f->max_inflight = o && o->max_inflight ? o->max_inflight : DEFAULT_MAX_INFLIGHT;
     pthread_mutex_init(&f->lock, NULL);
     f->magic = WEFT__MAGIC_FILE;
-    return f;
+    *out = f;
+    return 0;
 }
 
 /* ---- blocking-style ------------------------------------------------------------------ *
@@ -309,7 +305,7 @@ static void complete(weft_file *f, freq *r) {
     weft_future *g = ex ? weft_submit(ex, call_done, r) : NULL;
     /* refused (or no executor, no memory): run it here rather than lose it */
     int ran_or_queued = g && (!weft_future_done(g) || weft_future_get(g, NULL, 0) == 0);
-    weft_future_free(g);
+    weft_future_unref(g);
     if (!ran_or_queued) call_done(r);
 }
 
@@ -451,7 +447,7 @@ static weft_future *submit(weft_file *f, freq *r) {
         return user;
     }
     if (spawn) {
-        weft_attr a = {.name = "file flusher", .group = weft_group_default()}; /* runtime work: not a group's */
+        weft_thread_opts a = {.name = "file flusher", .group = weft_group_default()}; /* runtime work: not a group's */
         if (weft_spawn(NULL, flusher_main, f, &a) < 0) flusher_main(f); /* no vthread: do it here */
     }
     return user;
@@ -513,7 +509,7 @@ int weft_file_force(weft_file *f, int metadata) {
     if (!r) return -ENOMEM;
     weft_future *u = submit(f, r); /* behind every operation accepted before */
     int res = weft_future_get(u, NULL, 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     return res;
 }
 

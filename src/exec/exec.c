@@ -631,7 +631,7 @@ static weft_future *submit_virtual(weft_executor *e, task *t) {
     t->state = T_QUEUED;
     list_link(&e->running, t); /* so that close_now finds it before it starts */
     unlock(e);
-    weft_attr a = {.name = "executor task", .group = e->group};
+    weft_thread_opts a = {.name = "executor task", .group = e->group};
     int r = weft_spawn(NULL, vtask_main, t, &a);
     if (r < 0) {
         lock(e);

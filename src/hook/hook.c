@@ -17,7 +17,7 @@
  * Two ways in, one implementation.  This file is compiled into libweft
  * (static and shared) and, with preload.c, into libweft-hook.so.  The
  * functions are always there; whether they act is one flag, `hook_on`,
- * set by weft_init from weft_config.hook, else $WEFT_HOOK, else "on" only
+ * set by weft_init from weft_runtime_opts.hook, else $WEFT_HOOK, else "on" only
  * in libweft-hook.so.  Off, each is a load, a branch and a call through a
  * pointer to the C library's.  Measured (weft-bench micro --only hook,
  * idle machine, 2026-12-02): a 1-byte pipe write+read costs 315 ns as
@@ -87,7 +87,7 @@
  * calls (not for the vthread's life) keeps work stealing for everything
  * else; what it does not cover is foreign code that keeps errno's address
  * across a call back into weft's own API that parks (a callback doing
- * weft_sleep): such code spawns with weft_attr.pinned.  The cost is one
+ * weft_sleep): such code spawns with weft_thread_opts.pinned.  The cost is one
  * hand-off through the mailbox per park instead of the waker's LIFO slot.
  *
  * Cancellation and deadlines fail the call with ECANCELED and ETIMEDOUT

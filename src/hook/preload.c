@@ -70,7 +70,7 @@ static int main_on_vthread(int argc, char **argv, char **envp) {
         fprintf(stderr, "weft-hook: the runtime cannot start (%s): main runs on its own thread\n", strerror(-r));
         return M.main(argc, argv, envp);
     }
-    weft_attr a = {.name = "main", .stack_size = main_stack_size()};
+    weft_thread_opts a = {.name = "main", .stack_size = main_stack_size()};
     weft_thread *t;
     r = weft_spawn(&t, main_vthread, NULL, &a);
     if (r < 0) {

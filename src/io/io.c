@@ -535,6 +535,8 @@ static ssize_t exec(weft__ioreq *rq) {
  * inlining nor a tail call inside weft moves it. */
 #define CALLER __builtin_return_address(0)
 
+static ssize_t sendfile_at(int out, int in, off_t *off, size_t n, const void *pc);
+
 ssize_t weft_read(int fd, void *buf, size_t n) {
     weft__ioreq rq = {.pc = CALLER, .op = IOR_READ, .fd = fd, .buf = buf, .n = n};
     return exec(&rq);
@@ -602,6 +604,59 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen) {
     weft__ioreq rq = {.pc = CALLER, .op = IOR_CONNECT, .fd = fd, .addr = (struct sockaddr *)addr, .caddrlen = addrlen};
     return (int)exec(&rq);
 }
+
+/* Per-call deadlines (weft_X_until): the call under the earlier of its
+ * deadline and the thread's own, which is left as it was (the thread's
+ * deadline is what exec's waits honour).  Each reads its own CALLER, so
+ * the dump names its caller's line. */
+static int64_t until_begin(int64_t d) {
+    int64_t saved = weft_deadline_set(d);
+    if (saved > 0 && (d <= 0 || saved < d)) weft_deadline_set(saved);
+    return saved;
+}
+static ssize_t exec_until(weft__ioreq *rq, int64_t d) {
+    int64_t saved = until_begin(d);
+    ssize_t r = exec(rq);
+    weft_deadline_set(saved);
+    return r;
+}
+ssize_t weft_read_until(int fd, void *buf, size_t n, int64_t deadline_ns) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_READ, .fd = fd, .buf = buf, .n = n};
+    return exec_until(&rq, deadline_ns);
+}
+ssize_t weft_write_until(int fd, const void *buf, size_t n, int64_t deadline_ns) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_WRITE, .fd = fd, .buf = (void *)buf, .n = n};
+    return exec_until(&rq, deadline_ns);
+}
+ssize_t weft_write_all_until(int fd, const void *buf, size_t n, int64_t deadline_ns) {
+    int64_t saved = until_begin(deadline_ns);
+    ssize_t r = write_all_at(fd, buf, n, CALLER);
+    weft_deadline_set(saved);
+    return r;
+}
+ssize_t weft_recv_until(int fd, void *buf, size_t n, int flags, int64_t deadline_ns) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_RECV, .fd = fd, .buf = buf, .n = n, .flags = flags};
+    return exec_until(&rq, deadline_ns);
+}
+ssize_t weft_send_until(int fd, const void *buf, size_t n, int flags, int64_t deadline_ns) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_SEND, .fd = fd, .buf = (void *)buf, .n = n, .flags = flags};
+    return exec_until(&rq, deadline_ns);
+}
+int weft_accept_until(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags, int64_t deadline_ns) {
+    if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) return -EINVAL;
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen, .flags = flags};
+    return (int)exec_until(&rq, deadline_ns);
+}
+int weft_connect_until(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns) {
+    weft__ioreq rq = {.pc = CALLER, .op = IOR_CONNECT, .fd = fd, .addr = (struct sockaddr *)addr, .caddrlen = addrlen};
+    return (int)exec_until(&rq, deadline_ns);
+}
+ssize_t weft_sendfile_until(int out, int in, off_t *off, size_t n, int64_t deadline_ns) {
+    int64_t saved = until_begin(deadline_ns);
+    ssize_t r = sendfile_at(out, in, off, n, CALLER);
+    weft_deadline_set(saved);
+    return r;
+}
 int weft_poll(int fd, int events, int64_t deadline_ns) {
     if (deadline_ns < 0) return -EINVAL;
     weft__ioreq rq = {.pc = CALLER, .op = IOR_POLL, .fd = fd, .events = events, .n = (size_t)deadline_ns};
@@ -667,10 +722,12 @@ int weft_close(int fd) {
     return r;
 }
 
-ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) {
+ssize_t weft_sendfile(int out, int in, off_t *off, size_t n) { return sendfile_at(out, in, off, n, CALLER); }
+
+/* pc: the dump's call site, for the waits below */
+static ssize_t sendfile_at(int out, int in, off_t *off, size_t n, const void *pc) {
     if (!off) return -EINVAL;
     if (n == 0) return 0;
-    const void *pc = CALLER; /* the dump's call site, for the waits below */
     int fl = fcntl(out, F_GETFL);
     if (fl < 0) return -errno;
     if (!(fl & O_NONBLOCK) && weft_self()) {
@@ -747,7 +804,7 @@ int weft__io_start(int mode) {
                 if (!atomic_exchange(&told, 1))
                     fprintf(stderr, "weft: %s asks for io_uring, which cannot be used here (%s); "
                                     "use WEFT_IO=epoll or auto\n",
-                            by_env ? "WEFT_IO=uring" : "weft_config.io = WEFT_IO_URING",
+                            by_env ? "WEFT_IO=uring" : "weft_runtime_opts.io = WEFT_IO_URING",
                             weft__io_uring.why_not(r, why, sizeof why));
                 return r;
             }

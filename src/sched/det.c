@@ -1,5 +1,5 @@
 /*
- * Deterministic mode: WEFT_DETERMINISTIC=SEED (or weft_config.deterministic).
+ * Deterministic mode: WEFT_DETERMINISTIC=SEED (or weft_runtime_opts.deterministic).
  *
  * What it is for.  A race between vthreads shows up once in a thousand runs
  * under the ordinary scheduler, and never under the debugger.  Here the
@@ -72,7 +72,7 @@
  * blocks of them in spawn order, and a platform thread's spawn takes the
  * next one.
  *
- * Trace (WEFT_TRACE=PATH, or weft_config.trace): one line per decision,
+ * Trace (WEFT_TRACE=PATH, or weft_runtime_opts.trace): one line per decision,
  *   step 17 vt=34000 pick t5 of 3 runnable (seed-choice 2)
  *   step 18 vt=35000 jump +9965000 ns to 10000000
  *   inject t12
@@ -231,7 +231,7 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
-int weft__det_resolve(const weft_config *cfg, uint64_t *seed, const char **tr) {
+int weft__det_resolve(const weft_runtime_opts *cfg, uint64_t *seed, const char **tr) {
     int flag = cfg ? cfg->deterministic : WEFT_DET_DEFAULT;
     *tr = cfg && cfg->trace ? cfg->trace : NULL;
     if (!*tr) {

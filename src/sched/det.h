@@ -21,7 +21,7 @@ extern _Atomic int weft__det_on;
 /* weft_init: is the mode asked for (cfg->deterministic, else
  * $WEFT_DETERMINISTIC)?  1 on (*seed, *trace set: trace NULL for none),
  * 0 off, -EINVAL for a bad seed or flag. */
-int weft__det_resolve(const weft_config *cfg, uint64_t *seed, const char **trace);
+int weft__det_resolve(const weft_runtime_opts *cfg, uint64_t *seed, const char **trace);
 /* weft_init, before any carrier starts: resets the clock, the generator
  * and the run set, opens the trace (-errno if it cannot). */
 int weft__det_start(uint64_t seed, const char *trace);

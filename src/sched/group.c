@@ -86,7 +86,7 @@
  * the counters, the non-daemon count of weft_shutdown, the dump -- walks
  * the group list as well (under one of its locks: see below).
  *
- * Life.  weft_group_new allocates the group, starts its carriers (each
+ * Life.  weft_group_create allocates the group, starts its carriers (each
  * makes its poller on its own thread, as at weft_init; a failure stops
  * and frees those started) and links it into the list.  Spawning into a
  * group counts it (nlive, seq_cst) and then checks `closing`;
@@ -124,29 +124,15 @@
 weft__group_list weft__groups = {.mon_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint32_t next_gid = 1;
 
-weft_group *weft_group_new(const char *name, int carriers) {
-    return weft_group_new_opts(name, carriers, NULL);
-}
-
-weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group_opts *opts) {
-    if (carriers < 1 || carriers > WEFT__MAX_CARRIERS) {
-        errno = carriers < 1 ? EINVAL : EAGAIN;
-        return NULL;
-    }
+int weft_group_create(weft_group **out, const char *name, int carriers, const weft_group_opts *opts) {
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (carriers < 1 || carriers > WEFT__MAX_CARRIERS) return carriers < 1 ? -EINVAL : -EAGAIN;
     int r = weft__ensure_init();
-    if (r < 0) {
-        errno = -r;
-        return NULL;
-    }
-    if (WEFT__DET_ON()) { /* one carrier, one seeded order (det.c): no group's carriers */
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
+    if (r < 0) return r;
+    if (WEFT__DET_ON()) return -EOPNOTSUPP; /* one carrier, one seeded order (det.c): no group's carriers */
     weft_group *g = calloc(1, sizeof *g);
-    if (!g) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (!g) return -ENOMEM;
     pthread_mutex_init(&g->inj_lock, NULL);
     pthread_mutex_init(&g->lock, NULL);
     g->n = carriers;
@@ -180,13 +166,13 @@ weft_group *weft_group_new_opts(const char *name, int carriers, const weft_group
     weft__groups.ngroups++;
     pthread_mutex_unlock(&weft__groups.lock);
     pthread_mutex_unlock(&weft__groups.mon_lock);
-    return g;
+    *out = g;
+    return 0;
 fail:
     pthread_mutex_destroy(&g->inj_lock);
     pthread_mutex_destroy(&g->lock);
     free(g);
-    errno = -r;
-    return NULL;
+    return r;
 }
 
 /* Called by the vthread (or failed spawn) that took nlive to 0 while g

@@ -51,7 +51,7 @@ typedef struct weft__group_list {
     pthread_mutex_t lock;
     weft_group *head;
     int ngroups;
-    int down;        /* weft_shutdown closed them all: weft_group_new refuses */
+    int down;        /* weft_shutdown closed them all: weft_group_create refuses */
 } weft__group_list;
 extern weft__group_list weft__groups;
 

@@ -193,7 +193,7 @@ struct par_job {
 /* How many workers a call gets: the carriers of the caller's carrier
  * group (a platform thread's: the default pool's configured carriers).
  * run_job's helpers are spawned with no group in their attr, so they
- * inherit the calling vthread's group (weft.h, weft_attr.group) and run
+ * inherit the calling vthread's group (weft.h, weft_thread_opts.group) and run
  * where the caller may. */
 static int par_workers(void) { return weft__carriers_here(); }
 
@@ -536,7 +536,7 @@ static int run_job(par_job *j, size_t begin, size_t end, void *acc,
         w->index = k;
         w->chunk = 1;
     }
-    weft_attr attr = {.name = "weft-parallel"};
+    weft_thread_opts attr = {.name = "weft-parallel"};
     int first = self ? 1 : 0, spawned = 0;
     for (int k = first; k < nw; k++) {
         r = weft_spawn(&h[k], helper_main, &j->w[k], &attr);

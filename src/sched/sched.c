@@ -426,7 +426,7 @@ static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_
     struct sigaction old_segv;
     int segv_installed;
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
-    weft_config started_with;  /* the running runtime's configuration (io: as asked) */
+    weft_runtime_opts started_with;  /* the running runtime's configuration (io: as asked) */
     int inherit_cfg;           /* a fork child: its lazy start uses started_with */
     int64_t started_at;        /* CLOCK_MONOTONIC ns at weft_init (the console's uptime) */
 #ifdef WEFT_TSAN
@@ -2445,13 +2445,13 @@ static void join_unlock(weft_thread *t) {
     atomic_fetch_and_explicit(&t->join_state, ~JOIN_LOCK, memory_order_release);
 }
 
-static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr, int on);
+static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr, int on);
 
-int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr) {
+int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr) {
     return spawn_impl(out, fn, arg, attr, -1);
 }
 
-int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr) {
+int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr) {
     if (k < 0) return -EINVAL;
     return spawn_impl(out, fn, arg, attr, k);
 }
@@ -2472,7 +2472,7 @@ __attribute__((noinline)) static uint64_t fresh_gen(weft_thread *t, uint64_t seq
 }
 
 /* on >= 0: pinned to carrier on (weft__spawn_on) */
-static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr, int on) {
+static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr, int on) {
     if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
@@ -3138,7 +3138,7 @@ static void register_atfork(void) {
 /* weft_init, or (lazy) the start a weft call makes when none runs: in a
  * fork child that one is configured as the parent's was ("Fork"), decided
  * under the lock (several threads may start it at once). */
-static int init_runtime(const weft_config *cfg, int lazy) {
+static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
     pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&R.init_lock);
@@ -3146,7 +3146,7 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         pthread_mutex_unlock(&R.init_lock);
         return -EALREADY;
     }
-    weft_config inherited;
+    weft_runtime_opts inherited;
     if (lazy && R.inherit_cfg) {
         inherited = R.started_with;
         cfg = &inherited;
@@ -3296,7 +3296,7 @@ static int init_runtime(const weft_config *cfg, int lazy) {
         for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
         goto fail2;
     }
-    R.started_with = (weft_config){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0,
+    R.started_with = (weft_runtime_opts){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0,
                                    .hook = cfg ? cfg->hook : 0,
                                    .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1,
                                    .deterministic = det ? WEFT_DET_ON : WEFT_DET_OFF,
@@ -3320,7 +3320,7 @@ fail0:
     return r;
 }
 
-int weft_init(const weft_config *cfg) { return init_runtime(cfg, 0); }
+int weft_init(const weft_runtime_opts *cfg) { return init_runtime(cfg, 0); }
 
 int weft__running(void) { return atomic_load_explicit(&R.up, memory_order_acquire); }
 
@@ -3434,7 +3434,7 @@ int weft_main(int (*fn)(void *), void *arg) {
     if (r < 0) return r;
     struct main_arg m = {fn, arg, 0};
     weft_thread *t;
-    weft_attr a = {.name = "main"};
+    weft_thread_opts a = {.name = "main"};
     r = weft_spawn(&t, main_tramp, &m, &a);
     if (r < 0) return r;
     r = (weft_join)(t, NULL);

@@ -301,7 +301,7 @@ extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
  * could be made). */
 typedef struct weft__pcancel weft__pcancel;
 /* weft_spawn pinned to carrier k (mod the carriers): it runs only there. */
-int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_attr *attr);
+int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr);
 /* The number of carriers the runtime was configured with: indices
  * 0 .. weft__carriers()-1.  Spare carriers that the monitor adds to
  * compensate for stalls have higher indices (weft__carriers_all); code that

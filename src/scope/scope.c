@@ -271,7 +271,7 @@ weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *a
     if (shut) t->error = -ECANCELED;
     pthread_mutex_unlock(&s->lock);
     if (!shut) {
-        weft_attr a = {.name = "task"};
+        weft_thread_opts a = {.name = "task"};
         weft_thread *th;
         int r = weft_spawn(&th, task_main, t, &a);
         if (r < 0) {

@@ -442,7 +442,7 @@ int weft_chan_try_recv(weft_chan *c, void *msg) {
 /* life                                                                      */
 /* ------------------------------------------------------------------------ */
 
-int weft_chan_make(weft_chan **out, size_t es, size_t cap) {
+int weft_chan_create(weft_chan **out, size_t es, size_t cap) {
     if (!out) return -EINVAL;
     *out = NULL;
     size_t bytes;
@@ -459,11 +459,6 @@ int weft_chan_make(weft_chan **out, size_t es, size_t cap) {
     c->ring = (unsigned char *)(c + 1);
     *out = c;
     return 0;
-}
-
-weft_chan *weft_chan_new(size_t es, size_t cap) {
-    weft_chan *c;
-    return weft_chan_make(&c, es, cap) == 0 ? c : NULL;
 }
 
 int weft_chan_close(weft_chan *c) {
@@ -647,4 +642,4 @@ int weft__select_at(weft_case *cases, size_t n, int64_t deadline, const char *fi
 
 int (weft_select)(weft_case *cases, size_t n, int64_t deadline) { return select_common(cases, n, deadline, 1, NULL, 0); }
 
-int weft_select_try(weft_case *cases, size_t n) { return select_common(cases, n, 0, 0, NULL, 0); }
+int weft_try_select(weft_case *cases, size_t n) { return select_common(cases, n, 0, 0, NULL, 0); }

@@ -309,11 +309,6 @@ void weft_future_unref(weft_future *f) {
     drive(wl);
 }
 
-void weft_future_free(weft_future *f) {
-    if (!f) return;
-    CHECK_REFERENCED(f, "weft_future_free");
-    weft_future_unref(f);
-}
 
 int weft_future_complete(weft_future *f, void *v) {
     if (!f) return -EINVAL;

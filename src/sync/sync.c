@@ -358,7 +358,7 @@ int weft__mutex_lock_at(weft_mutex *m, int64_t deadline, const char *file, int l
 int (weft_mutex_lock)(weft_mutex *m) { return weft__mutex_lock_at(m, 0, NULL, 0); }
 int (weft_mutex_lock_until)(weft_mutex *m, int64_t d) { return weft__mutex_lock_at(m, d, NULL, 0); }
 
-int weft_mutex_trylock(weft_mutex *m) {
+int weft_mutex_try_lock(weft_mutex *m) {
     unsigned s = ld(&m->state);
     while (!(s & (M_LOCKED | M_STARVING)))
         if (cas(&m->state, &s, s | M_LOCKED)) return 0;
@@ -655,12 +655,12 @@ int (weft_rwlock_wrlock)(weft_rwlock *l) { return weft__rwlock_wrlock_at(l, 0, N
 int (weft_rwlock_rdlock_until)(weft_rwlock *l, int64_t d) { return weft__rwlock_rdlock_at(l, d, NULL, 0); }
 int (weft_rwlock_wrlock_until)(weft_rwlock *l, int64_t d) { return weft__rwlock_wrlock_at(l, d, NULL, 0); }
 
-int weft_rwlock_tryrdlock(weft_rwlock *l) {
+int weft_rwlock_try_rdlock(weft_rwlock *l) {
     unsigned s = ld(&l->state);
     return rw_try(l, RW_KIND_READ, &s);
 }
 
-int weft_rwlock_trywrlock(weft_rwlock *l) {
+int weft_rwlock_try_wrlock(weft_rwlock *l) {
     unsigned s = ld(&l->state);
     return rw_try(l, RW_KIND_WRITE, &s);
 }

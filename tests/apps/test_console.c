@@ -411,7 +411,7 @@ TEST(refuses_another_uid) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "uid");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     CHECK_EQ(weft_init(&cfg), 0);
     for (int open_up = 0; open_up < 2; open_up++) {
         if (open_up) {
@@ -458,7 +458,7 @@ TEST(streams_and_ignores_input) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "stream");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock, .carriers = 2};
+    weft_runtime_opts cfg = {.console = sock, .carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     int fd = connect_path(sock);
     CHECK(fd >= 0);
@@ -502,7 +502,7 @@ TEST(fork_child_has_none) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "fork");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     CHECK_EQ(weft_init(&cfg), 0);
     fflush(NULL);
     pid_t pid = fork();
@@ -543,7 +543,7 @@ TEST(stale_replaced_live_refused) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "stale");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     /* stale: bound, never listened, closed */
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -705,7 +705,7 @@ static void *sleeper(void *a) {
 static void sleepers_start(int n) {
     weft_stats s0, s;
     weft_stats_get(&s0);
-    weft_attr at = {.name = "sleeper", .daemon = 1};
+    weft_thread_opts at = {.name = "sleeper", .daemon = 1};
     for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(NULL, sleeper, NULL, &at), 0);
     int64_t until = now_ms() + IO_TIMEOUT_MS;
     do {
@@ -758,7 +758,7 @@ TEST(slow_client_costs_others_nothing) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "slow");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock, .carriers = 2};
+    weft_runtime_opts cfg = {.console = sock, .carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     sleepers_start(400);
     int rd = connect_path(sock); /* (first: a place for it under any limit) */
@@ -862,7 +862,7 @@ TEST(idle_clients_do_not_lock_out) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "idle");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     CHECK_EQ(weft_init(&cfg), 0);
     int idle[CON_MAX];
     for (int i = 0; i < CON_MAX; i++) idle[i] = -1;
@@ -1006,7 +1006,7 @@ TEST(full_console_says_so) {
     make_dir(dir, sizeof dir, "full");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
     int errfd = capture_stderr();
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     CHECK_EQ(weft_init(&cfg), 0);
     drainer *d = calloc(1, sizeof *d);
     CHECK(d != NULL);
@@ -1083,7 +1083,7 @@ TEST(refusals_logged_once_a_second) {
     make_dir(dir, sizeof dir, "flood");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
     int errfd = capture_stderr();
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(chmod(dir, 0755), 0);
     CHECK_EQ(chmod(sock, 0666), 0);
@@ -1136,7 +1136,7 @@ TEST(top_says_why_refused) {
     char dir[128], sock[192];
     make_dir(dir, sizeof dir, "why");
     snprintf(sock, sizeof sock, "%s/c.sock", dir);
-    weft_config cfg = {.console = sock};
+    weft_runtime_opts cfg = {.console = sock};
     CHECK_EQ(weft_init(&cfg), 0);
     /* (is weft-top where nobody may run it?) */
     int st;

@@ -7,7 +7,7 @@
  *
  * None of these libraries knows weft: they call libc's connect, send, recv,
  * poll and close.  With libc interposition on (WEFT_HOOK=1, set here with
- * setenv before weft_init so that it needs no weft_config field) those
+ * setenv before weft_init so that it needs no weft_runtime_opts field) those
  * calls park the vthread and the carrier runs others; without it each call
  * holds its carrier while it blocks, and the pinning monitor counts that
  * (weft_stats.pinned) and adds compensating carriers.  The tests check
@@ -44,7 +44,7 @@
  * the runtime reads at weft_init. */
 static void runtime_start(int hooks) {
     CHECK_EQ(setenv("WEFT_HOOK", hooks ? "1" : "0", 1), 0);
-    weft_config c = {.carriers = 2};
+    weft_runtime_opts c = {.carriers = 2};
     CHECK_EQ(weft_init(&c), 0);
 }
 

@@ -500,7 +500,7 @@ TEST(handlers_on_an_executor_refused_ones_too) {
     while (atomic_load(&w.total) < N) usleep(1000);
     CHECK(atomic_load(&w.on_pool) <= 2);
     CHECK_EQ(weft_future_get(h, NULL, 0), 0);
-    weft_future_free(h);
+    weft_future_unref(h);
     CHECK_EQ(weft_executor_close(ex), 0);
     /* an executor with room: every handler on its threads */
     where w2 = {0};

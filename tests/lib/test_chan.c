@@ -22,14 +22,21 @@ static intptr_t join_val(weft_thread *t) {
 }
 
 static void use_carriers(int n) {
-    weft_config cfg = {.carriers = n};
+    weft_runtime_opts cfg = {.carriers = n};
     CHECK_EQ(weft_init(&cfg), 0);
 }
 
 /* ---- basics ------------------------------------------------------------- */
 
+/* A channel the test needs: made, or the test fails here. */
+static weft_chan *chan_new(size_t elem_size, size_t capacity) {
+    weft_chan *c = NULL;
+    CHECK_EQ(weft_chan_create(&c, elem_size, capacity), 0);
+    return c;
+}
+
 TEST(make_and_bad_args) {
-    weft_chan *c = weft_chan_new(8, 4);
+    weft_chan *c = chan_new(8, 4);
     CHECK(c != NULL);
     CHECK_EQ(weft_chan_cap(c), 4);
     CHECK_EQ(weft_chan_len(c), 0);
@@ -44,11 +51,12 @@ TEST(make_and_bad_args) {
     weft_chan_free(c);
     weft_chan_free(NULL);
     weft_chan *d;
-    CHECK_EQ(weft_chan_make(&d, SIZE_MAX / 2, 4), -EINVAL);
+    CHECK_EQ(weft_chan_create(&d, SIZE_MAX / 2, 4), -EINVAL);
     CHECK(d == NULL);
-    CHECK_EQ(weft_chan_make(NULL, 8, 0), -EINVAL);
-    CHECK(weft_chan_new(SIZE_MAX, 2) == NULL);
-    CHECK_EQ(weft_chan_make(&d, 0, 0), 0); /* messages with no data */
+    CHECK_EQ(weft_chan_create(NULL, 8, 0), -EINVAL);
+    CHECK_EQ(weft_chan_create(&d, SIZE_MAX, 2), -EINVAL);
+    CHECK(d == NULL);
+    CHECK_EQ(weft_chan_create(&d, 0, 0), 0); /* messages with no data */
     CHECK_EQ(weft_chan_cap(d), 0);
     weft_chan_free(d);
 }
@@ -86,7 +94,7 @@ static void *pinger(void *a) {
 /* Runs a ping-pong of `rounds` round trips over two channels of capacity
  * cap; every value arrives, in order. */
 static void chan_pingpong(size_t cap, long rounds) {
-    pp p = {weft_chan_new(8, cap), weft_chan_new(8, cap), rounds};
+    pp p = {chan_new(8, cap), chan_new(8, cap), rounds};
     CHECK(p.ping && p.pong);
     weft_thread *a, *b;
     spawn_ok(&b, ponger, &p);
@@ -115,7 +123,7 @@ TEST(pingpong_across_carriers) {
 /* ---- buffered order, try_ --------------------------------------------------- */
 
 TEST(buffered_fifo_and_try) {
-    weft_chan *c = weft_chan_new(sizeof(int), 5);
+    weft_chan *c = chan_new(sizeof(int), 5);
     for (int i = 0; i < 5; i++) CHECK_EQ(weft_chan_try_send(c, &i), 0);
     int x = 99;
     CHECK_EQ(weft_chan_try_send(c, &x), -EAGAIN);
@@ -149,7 +157,7 @@ static void *recv_one(void *a) {
 }
 
 TEST(rendezvous_try) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     int x = 5;
     CHECK_EQ(weft_chan_try_send(c, &x), -EAGAIN); /* nobody receives */
     CHECK_EQ(weft_chan_try_recv(c, &x), -EAGAIN);
@@ -168,7 +176,7 @@ static void *send_int(void *a) {
 }
 
 TEST(try_recv_takes_a_waiting_sender) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     weft_thread *t;
     spawn_ok(&t, send_int, c);
     int v = 0;
@@ -180,7 +188,7 @@ TEST(try_recv_takes_a_waiting_sender) {
 
 TEST(big_and_empty_messages) {
     enum { SZ = 4096 };
-    weft_chan *c = weft_chan_new(SZ, 2);
+    weft_chan *c = chan_new(SZ, 2);
     unsigned char *m = malloc(SZ), *g = malloc(SZ);
     for (int round = 0; round < 10; round++) {
         for (int i = 0; i < SZ; i++) m[i] = (unsigned char)(i * 7 + round);
@@ -192,7 +200,7 @@ TEST(big_and_empty_messages) {
     free(m);
     free(g);
     weft_chan_free(c);
-    weft_chan *e = weft_chan_new(0, 1);
+    weft_chan *e = chan_new(0, 1);
     CHECK_EQ(weft_chan_send(e, NULL), 0);
     CHECK_EQ(weft_chan_try_send(e, NULL), -EAGAIN);
     CHECK_EQ(weft_chan_recv(e, NULL), 0);
@@ -246,7 +254,7 @@ static void *mm_receiver(void *a) {
 
 /* `plat_s` of the senders and `plat_r` of the receivers run on pthreads. */
 static void many_to_many(size_t cap, int ns, int nr, int plat_s, int plat_r, long per) {
-    mm m = {.c = weft_chan_new(8, cap), .senders = ns, .receivers = nr, .per_sender = per};
+    mm m = {.c = chan_new(8, cap), .senders = ns, .receivers = nr, .per_sender = per};
     m.seen = calloc((size_t)ns * (size_t)per, 1);
     weft_thread *st[MAXS], *rt[MAXR];
     pthread_t sp[MAXS], rp[MAXR];
@@ -299,7 +307,7 @@ TEST(fifo_per_sender_single_receiver) {
 /* ---- close -------------------------------------------------------------- */
 
 TEST(close_drains_then_epipe) {
-    weft_chan *c = weft_chan_new(sizeof(int), 4);
+    weft_chan *c = chan_new(sizeof(int), 4);
     for (int i = 0; i < 3; i++) CHECK_EQ(weft_chan_send(c, &i), 0);
     CHECK_EQ(weft_chan_close(c), 0);
     CHECK_EQ(weft_chan_close(c), -EPIPE);
@@ -329,7 +337,7 @@ static void *recv_counting(void *a) {
 static void *plat_recv_counting(void *a) { return recv_counting(a); }
 
 TEST(close_wakes_waiting_receivers) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     weft_thread *t[8];
     pthread_t p[2];
     for (int i = 0; i < 8; i++) spawn_ok(&t[i], recv_counting, c);
@@ -353,7 +361,7 @@ static void *send_counting(void *a) {
 }
 
 TEST(close_fails_waiting_senders) {
-    weft_chan *c = weft_chan_new(sizeof(int), 2);
+    weft_chan *c = chan_new(sizeof(int), 2);
     int a = 1, b = 2;
     CHECK_EQ(weft_chan_send(c, &a), 0);
     CHECK_EQ(weft_chan_send(c, &b), 0);
@@ -396,7 +404,7 @@ static void *op_with_deadline(void *a) {
 }
 
 TEST(deadlines_on_send_and_recv) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     for (int k = 0; k < 4; k++) {
         dl_arg d = {c, weft_now() + 5 * MS, k & 1, k >> 1};
         weft_thread *t;
@@ -411,7 +419,7 @@ TEST(deadlines_on_send_and_recv) {
         CHECK(weft_now() >= d.deadline);
     }
     /* a deadline in the past does not stop an operation that can complete */
-    weft_chan *b = weft_chan_new(sizeof(int), 1);
+    weft_chan *b = chan_new(sizeof(int), 1);
     int v = 3;
     CHECK_EQ(weft_chan_send_until(b, &v, 1), 0);
     CHECK_EQ(weft_chan_recv_until(b, &v, 1), 0);
@@ -429,13 +437,13 @@ static void *cancelled_ops(void *a) {
     int r = weft_chan_recv(c, &v);
     CHECK_EQ(r, -ECANCELED);
     /* sticky: even an operation that could complete refuses */
-    weft_chan *b = weft_chan_new(sizeof(int), 1);
+    weft_chan *b = chan_new(sizeof(int), 1);
     CHECK_EQ(weft_chan_send(b, &v), -ECANCELED);
     CHECK_EQ(weft_chan_try_send(b, &v), 0); /* try_ is not a cancellation point */
     CHECK_EQ(weft_chan_recv(b, &v), -ECANCELED);
     weft_case cs[1] = {WEFT_RECV(b, &v)};
     CHECK_EQ(weft_select(cs, 1, 0), -ECANCELED);
-    CHECK_EQ(weft_select_try(cs, 1), 0);
+    CHECK_EQ(weft_try_select(cs, 1), 0);
     weft_chan_free(b);
     return NULL;
 }
@@ -447,7 +455,7 @@ static void *send_parked(void *a) {
 }
 
 TEST(cancel_send_and_recv) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     weft_thread *t;
     spawn_ok(&t, cancelled_ops, c);
     usleep(10000);
@@ -468,7 +476,7 @@ TEST(cancel_send_and_recv) {
 /* ---- select ------------------------------------------------------------ */
 
 TEST(select_ready_recv_and_send) {
-    weft_chan *a = weft_chan_new(sizeof(int), 1), *b = weft_chan_new(sizeof(int), 1);
+    weft_chan *a = chan_new(sizeof(int), 1), *b = chan_new(sizeof(int), 1);
     int x = 11, y = 0;
     CHECK_EQ(weft_chan_send(b, &x), 0);
     weft_case cs[2] = {WEFT_RECV(a, &y), WEFT_RECV(b, &y)};
@@ -481,7 +489,7 @@ TEST(select_ready_recv_and_send) {
     CHECK_EQ(weft_select(ss, 2, 0), 1);
     CHECK_EQ(weft_chan_recv(b, &y), 0);
     CHECK_EQ(y, 12);
-    CHECK_EQ(weft_select_try(cs, 2), -EAGAIN);
+    CHECK_EQ(weft_try_select(cs, 2), -EAGAIN);
     weft_chan_free(a);
     weft_chan_free(b);
 }
@@ -501,7 +509,7 @@ static void *select_waiter(void *a) {
 }
 
 TEST(select_waits_for_a_partner) {
-    weft_chan *a = weft_chan_new(sizeof(int), 0), *b = weft_chan_new(sizeof(int), 0);
+    weft_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 0);
     int got = 0, out = 31;
     /* receive side */
     selw s = {{WEFT_RECV(a, &got), WEFT_RECV(b, &got)}, 2, 0, -1};
@@ -529,7 +537,7 @@ TEST(select_waits_for_a_partner) {
 }
 
 TEST(select_deadline_and_nil_cases) {
-    weft_chan *a = weft_chan_new(sizeof(int), 0);
+    weft_chan *a = chan_new(sizeof(int), 0);
     int v;
     weft_case cs[3] = {WEFT_RECV(NULL, &v), WEFT_RECV(a, &v), WEFT_SEND(NULL, &v)};
     int64_t d = weft_now() + 5 * MS;
@@ -541,14 +549,14 @@ TEST(select_deadline_and_nil_cases) {
     CHECK_EQ(weft_select(nil, 2, d), -ETIMEDOUT);
     CHECK(weft_now() >= d);
     CHECK_EQ(weft_select(NULL, 0, weft_now() + MS), -ETIMEDOUT);
-    CHECK_EQ(weft_select_try(nil, 2), -EAGAIN);
-    CHECK_EQ(weft_select_try(NULL, 0), -EAGAIN);
+    CHECK_EQ(weft_try_select(nil, 2), -EAGAIN);
+    CHECK_EQ(weft_try_select(NULL, 0), -EAGAIN);
     /* the effective deadline applies */
     weft_deadline_set(weft_now() + 2 * MS);
     CHECK_EQ(weft_select(cs, 3, 0), -ETIMEDOUT);
     weft_deadline_set(0);
     /* a nil case never fires even with others ready */
-    weft_chan *b = weft_chan_new(sizeof(int), 1);
+    weft_chan *b = chan_new(sizeof(int), 1);
     int x = 4;
     CHECK_EQ(weft_chan_send(b, &x), 0);
     weft_case mix[2] = {WEFT_RECV(NULL, &v), WEFT_RECV(b, &v)};
@@ -567,11 +575,11 @@ TEST(select_fairness) {
     weft_case cs[N + 1];
     int v, one = 1;
     for (int i = 0; i < N; i++) {
-        c[i] = weft_chan_new(sizeof(int), 1);
+        c[i] = chan_new(sizeof(int), 1);
         CHECK_EQ(weft_chan_send(c[i], &one), 0);
         cs[i] = (weft_case)WEFT_RECV(c[i], &v);
     }
-    weft_chan *never = weft_chan_new(sizeof(int), 0);
+    weft_chan *never = chan_new(sizeof(int), 0);
     cs[N] = (weft_case)WEFT_RECV(never, &v);
     int hits[N] = {0};
     int rounds = SCALE(30000);
@@ -591,7 +599,7 @@ TEST(select_fairness) {
 
 /* send cases: two buffered channels with room, each case fires about half */
 TEST(select_fairness_send_cases) {
-    weft_chan *a = weft_chan_new(sizeof(int), 1), *b = weft_chan_new(sizeof(int), 1);
+    weft_chan *a = chan_new(sizeof(int), 1), *b = chan_new(sizeof(int), 1);
     int x = 1, v, hits[2] = {0, 0};
     int rounds = SCALE(20000);
     weft_case cs[2] = {WEFT_SEND(a, &x), WEFT_SEND(b, &x)};
@@ -608,7 +616,7 @@ TEST(select_fairness_send_cases) {
 }
 
 TEST(select_and_close) {
-    weft_chan *a = weft_chan_new(sizeof(int), 0), *b = weft_chan_new(sizeof(int), 0);
+    weft_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 0);
     int v = 0;
     selw s = {{WEFT_RECV(a, &v), WEFT_RECV(b, &v)}, 2, 0, -1};
     weft_thread *t;
@@ -623,14 +631,14 @@ TEST(select_and_close) {
     CHECK_EQ(weft_select(cs, 2, 0), 0);
     CHECK_EQ(cs[0].result, -EPIPE);
     weft_case rc[1] = {WEFT_RECV(b, &v)};
-    CHECK_EQ(weft_select_try(rc, 1), 0);
+    CHECK_EQ(weft_try_select(rc, 1), 0);
     CHECK_EQ(rc[0].result, -EPIPE);
     weft_chan_free(a);
     weft_chan_free(b);
 }
 
 TEST(select_cancelled) {
-    weft_chan *a = weft_chan_new(sizeof(int), 0), *b = weft_chan_new(sizeof(int), 2);
+    weft_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 2);
     int v = 0;
     int full = 1;
     CHECK_EQ(weft_chan_send(b, &full), 0);
@@ -651,7 +659,7 @@ TEST(select_cancelled) {
 
 /* a select's send and receive on one channel do not meet each other */
 TEST(select_same_channel_both_ways) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     int out = 8, in = 0;
     selw s = {{WEFT_SEND(c, &out), WEFT_RECV(c, &in)}, 2, weft_now() + 5 * MS, -1};
     weft_thread *t;
@@ -673,7 +681,7 @@ TEST(select_same_channel_both_ways) {
 static void *plat_select(void *a) { return select_waiter(a); }
 
 TEST(select_on_platform_thread) {
-    weft_chan *a = weft_chan_new(sizeof(int), 0), *b = weft_chan_new(sizeof(int), 0);
+    weft_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 0);
     int v = 0;
     selw s = {{WEFT_RECV(a, &v), WEFT_RECV(b, &v)}, 2, 0, -1};
     pthread_t p;
@@ -705,7 +713,7 @@ TEST(select_many_cases) {
     int v = 0;
     weft_case *cs = calloc(N, sizeof *cs);
     for (int i = 0; i < N; i++) {
-        c[i] = weft_chan_new(sizeof(int), 0);
+        c[i] = chan_new(sizeof(int), 0);
         cs[i] = (weft_case)WEFT_RECV(i % 3 == 0 ? NULL : c[i], &v);
     }
     CHECK_EQ(weft_select(cs, N, weft_now() + MS), -ETIMEDOUT);
@@ -764,7 +772,7 @@ static void *race_canceller(void *a) {
 
 static void send_vs_cancel(size_t cap) {
     use_carriers(3);
-    weft_chan *c = weft_chan_new(sizeof(int), cap);
+    weft_chan *c = chan_new(sizeof(int), cap);
     int rounds = SCALE(5000), delivered = 0, left = 0;
     for (int i = 0; i < rounds; i++) {
         race r = {.c = c, .round = i};
@@ -825,7 +833,7 @@ static void *plat_late_receiver(void *a) { return late_receiver(a); }
 
 TEST(race_recv_vs_sender_timeout) {
     use_carriers(3);
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     int rounds = SCALE(5000), ok = 0;
     for (int i = 0; i < rounds; i++) {
         race r = {.c = c, .round = i};
@@ -894,7 +902,7 @@ static void *plat_r2_sender_b(void *x) { return r2_sender_b(x); }
 
 TEST(race_select_claimed_by_two) {
     use_carriers(3);
-    weft_chan *a = weft_chan_new(sizeof(int), 0), *b = weft_chan_new(sizeof(int), 0);
+    weft_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 0);
     int rounds = SCALE(5000), which[3] = {0, 0, 0};
     for (int i = 0; i < rounds; i++) {
         race2 r = {.a = a, .b = b, .round = i};
@@ -978,7 +986,7 @@ TEST(race_select_send_recv_close) {
     use_carriers(3);
     int rounds = SCALE(3000);
     for (int i = 0; i < rounds; i++) {
-        race3 r = {.in = weft_chan_new(sizeof(int), 0), .out = weft_chan_new(sizeof(int), 0), .round = i};
+        race3 r = {.in = chan_new(sizeof(int), 0), .out = chan_new(sizeof(int), 0), .round = i};
         weft_thread *t[4];
         spawn_ok(&t[0], r3_selector, &r);
         spawn_ok(&t[1], r3_sender, &r);
@@ -1025,7 +1033,7 @@ static void *blocked_receiver(void *a) {
 
 TEST(recv_does_not_block_the_carrier) {
     use_carriers(1);
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
+    weft_chan *c = chan_new(sizeof(int), 0);
     weft_thread *r, *t;
     spawn_ok(&r, blocked_receiver, c);
     spawn_ok(&t, ticker, c);
@@ -1043,8 +1051,8 @@ static void *dump_receiver(void *a) {
 }
 
 TEST(dump_shows_channel_wait) {
-    weft_chan *c = weft_chan_new(sizeof(int), 0);
-    weft_attr at = {.name = "chanwait"};
+    weft_chan *c = chan_new(sizeof(int), 0);
+    weft_thread_opts at = {.name = "chanwait"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, dump_receiver, c, &at), 0);
     /* once the receiver is parked, whenever that is */

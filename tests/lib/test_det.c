@@ -109,7 +109,7 @@ static void *ca_consumer_fixed(void *arg) {
 }
 
 static int ca_run(void *(*fn)(void *)) {
-    CHECK_EQ(weft_chan_make(&ca_jobs, sizeof(int), 4), 0);
+    CHECK_EQ(weft_chan_create(&ca_jobs, sizeof(int), 4), 0);
     atomic_store(&ca_starved, 0);
     int job = 1;
     weft_thread *t[2];
@@ -216,7 +216,7 @@ static void *dc_worker_fixed(void *arg) {
 }
 
 static int dc_run(void *(*fn)(void *)) {
-    CHECK_EQ(weft_chan_make(&dc_results, sizeof(int), 4), 0);
+    CHECK_EQ(weft_chan_create(&dc_results, sizeof(int), 4), 0);
     dc_closed = 0;
     atomic_store(&dc_close_errors, 0);
     weft_thread *t[2];
@@ -311,8 +311,8 @@ static void *mix_worker(void *arg) {
 }
 static int mix_body(void *arg) {
     (void)arg;
-    CHECK_EQ(weft_chan_make(&mix_a, sizeof(int), 2), 0);
-    CHECK_EQ(weft_chan_make(&mix_b, sizeof(int), 2), 0);
+    CHECK_EQ(weft_chan_create(&mix_a, sizeof(int), 2), 0);
+    CHECK_EQ(weft_chan_create(&mix_b, sizeof(int), 2), 0);
     weft_thread *t[6];
     for (int i = 0; i < 6; i++) t[i] = go(mix_worker, (void *)(intptr_t)i);
     for (int got = 0; got < 30; got++) {
@@ -387,15 +387,15 @@ static int basics_body(void *arg) {
 TEST(mode_basics) { CHECK_EQ(det_run(basics_body, NULL, 1, NULL), DET_PASS); }
 
 TEST(config_errors) {
-    weft_config bad = {.deterministic = 7};
+    weft_runtime_opts bad = {.deterministic = 7};
     CHECK_EQ(weft_init(&bad), -EINVAL);
     setenv("WEFT_DETERMINISTIC", "12x", 1);
     CHECK_EQ(weft_init(NULL), -EINVAL);
     unsetenv("WEFT_DETERMINISTIC");
-    weft_config notrace = {.deterministic = WEFT_DET_ON, .trace = "/nonexistent-dir/trace"};
+    weft_runtime_opts notrace = {.deterministic = WEFT_DET_ON, .trace = "/nonexistent-dir/trace"};
     CHECK_EQ(weft_init(&notrace), -ENOENT);
     /* and after those, a good start */
-    weft_config ok = {.deterministic = WEFT_DET_ON, .deterministic_seed = 3};
+    weft_runtime_opts ok = {.deterministic = WEFT_DET_ON, .deterministic_seed = 3};
     CHECK_EQ(weft_init(&ok), 0);
     weft_shutdown();
 }
@@ -415,11 +415,11 @@ static int det_run_capture(det_body body, void *arg, uint64_t seed, char *err, s
         close(ep[0]);
         close(ep[1]);
         alarm(DET_TIMEOUT_S);
-        weft_config cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed};
+        weft_runtime_opts cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed};
         if (weft_init(&cfg) != 0) _exit(3);
         struct det_root_ r = {body, arg, 0};
         weft_thread *t;
-        weft_attr a = {.name = "det-root"};
+        weft_thread_opts a = {.name = "det-root"};
         if (weft_spawn(&t, det_root_, &r, &a) != 0 || weft_join(t, NULL) != 0) _exit(3);
         weft_shutdown();
         _exit(r.result ? DET_FAIL : DET_PASS);
@@ -455,7 +455,7 @@ static int lock_order_body(void *arg) {
     weft_mutex_init(&lo_m[0]);
     weft_mutex_init(&lo_m[1]);
     weft_thread *a, *b;
-    weft_attr na = {.name = "locks-0-1"}, nb = {.name = "locks-1-0"};
+    weft_thread_opts na = {.name = "locks-0-1"}, nb = {.name = "locks-1-0"};
     CHECK_EQ(weft_spawn(&a, lo_locker, (void *)0, &na), 0);
     CHECK_EQ(weft_spawn(&b, lo_locker, (void *)1, &nb), 0);
     CHECK_EQ(weft_join(a, NULL), 0);
@@ -544,7 +544,7 @@ static int parked_since_body(void *arg) {
     (void)arg;
     weft_sem_init(&ps_sem, 0);
     weft_thread *t;
-    weft_attr a = {.name = "ps-waiter"};
+    weft_thread_opts a = {.name = "ps-waiter"};
     CHECK_EQ(weft_spawn(&t, ps_waiter, NULL, &a), 0);
     CHECK_EQ(weft_sleep(5 * MS), 0); /* it parks; 5 ms pass on the virtual clock */
     int fd = memfd_create("dump", MFD_CLOEXEC);
@@ -586,7 +586,7 @@ static int pool_body(void *arg) {
     void *v = NULL;
     CHECK_EQ(weft_future_get(f, &v, 0), 0);
     CHECK(v == (void *)9);
-    weft_future_free(f);
+    weft_future_unref(f);
     CHECK_EQ(weft_executor_close(e), 0);
     return 0;
 }

@@ -52,7 +52,7 @@ static void run_n(weft_executor *e, int n) {
         void *v = NULL;
         CHECK_EQ(weft_future_get(fs[i], &v, 0), 0);
         CHECK_EQ(I(v), i + 1);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     for (int i = 0; i < n; i++) CHECK_EQ(atomic_load(&recs[i].runs), 1);
     free(recs);
@@ -119,7 +119,7 @@ TEST(virtual_runs_each_task_on_its_own_vthread) {
         CHECK_EQ(I(v), i + 1);
         CHECK_EQ(atomic_load(&recs[i].runs), 1);
         CHECK_EQ(atomic_load(&recs[i].on_vthread), 1);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     CHECK_EQ(weft_executor_close(e), 0); /* waits for the vthreads to end */
     free(recs);
@@ -160,7 +160,7 @@ TEST(cached_grows_reuses_and_retires) {
         void *v;
         CHECK_EQ(weft_future_get(f, &v, 0), 0);
         CHECK_EQ(I(v), i + 1);
-        weft_future_free(f);
+        weft_future_unref(f);
         /* the thread must be idle again before the next submission finds it */
         while (stats_of(e).queued || atomic_load(&r.runs) != 1) usleep(100);
     }
@@ -176,7 +176,7 @@ TEST(cached_grows_reuses_and_retires) {
     weft_latch_count_down(&gate);
     for (int i = 0; i < 20; i++) {
         CHECK_EQ(weft_future_get(fs[i], NULL, 0), 0);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     /* idle past the keep-alive: every thread ends by itself */
     while (stats_of(e).threads_live) usleep(1000);
@@ -194,7 +194,7 @@ TEST(cached_grows_reuses_and_retires) {
         void *v;
         CHECK_EQ(weft_future_get(fs[i], &v, 0), 0);
         CHECK_EQ(I(v), 7);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     s = stats_of(e);
     CHECK_EQ(s.threads_peak, 3);
@@ -219,7 +219,7 @@ TEST(cached_pool_grows_the_futex_hash) {
         printf("skipped: no private futex hash here (%s)\n", before < 0 ? strerror(errno) : "the global hash");
         weft_latch_count_down(&gate);
         CHECK_EQ(weft_future_get(fs[0], NULL, 0), 0);
-        weft_future_free(fs[0]);
+        weft_future_unref(fs[0]);
         CHECK_EQ(weft_executor_close(e), 0);
         return;
     }
@@ -230,7 +230,7 @@ TEST(cached_pool_grows_the_futex_hash) {
     weft_latch_count_down(&gate);
     for (int i = 0; i < N; i++) {
         CHECK_EQ(weft_future_get(fs[i], NULL, 0), 0);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     CHECK_EQ(weft_executor_close(e), 0);
     CHECK_EQ(prctl(78, 2, 0, 0, 0), slots); /* only grows */
@@ -324,7 +324,7 @@ static void overload_run(weft_reject_policy p, int gate_on, int *busy, int *canc
             else if (r == -ECANCELED) (*cancelled)++;
             else CHECK_EQ(r, 0);
         }
-        weft_future_free(o.fs[i]);
+        weft_future_unref(o.fs[i]);
     }
     weft_executor_stats s = stats_of(o.e);
     CHECK(s.queued_peak <= CAP);
@@ -388,13 +388,13 @@ TEST(reject_block_deadline_and_cancel) {
     blocker b = {e, &gate, weft_now() + 50 * MS, NULL};
     block_submit(&b); /* from this platform thread */
     CHECK_EQ(weft_future_get(b.f, NULL, 0), -ETIMEDOUT);
-    weft_future_free(b.f);
+    weft_future_unref(b.f);
     weft_thread *t;
     b.deadline = weft_now() + 50 * MS;
     CHECK_EQ(weft_spawn(&t, block_submit, &b, NULL), 0); /* and from a vthread */
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(weft_future_get(b.f, NULL, 0), -ETIMEDOUT);
-    weft_future_free(b.f);
+    weft_future_unref(b.f);
     /* cancellation ends it too */
     b.deadline = 0;
     b.f = NULL;
@@ -404,7 +404,7 @@ TEST(reject_block_deadline_and_cancel) {
     CHECK_EQ(weft_cancel(t), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(weft_future_get(b.f, NULL, 0), -ECANCELED);
-    weft_future_free(b.f);
+    weft_future_unref(b.f);
     weft_executor_stats s = stats_of(e);
     CHECK_EQ(s.rejected, 3);
     CHECK_EQ(s.submitted, POOL + CAP);
@@ -417,10 +417,10 @@ TEST(reject_block_deadline_and_cancel) {
     weft_latch_count_down(&gate);
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(weft_future_get(b.f, NULL, 0), 0);
-    weft_future_free(b.f);
+    weft_future_unref(b.f);
     for (int i = 0; i < POOL + CAP; i++) {
         CHECK_EQ(weft_future_get(fs[i], NULL, 0), 0);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     CHECK_EQ(weft_executor_close(e), 0);
 }
@@ -471,9 +471,9 @@ static void cancel_through_future(weft_executor *e) {
         void *v;
         CHECK_EQ(weft_future_get(fc, &v, 0), 0);
         CHECK_EQ(I(v), 1);
-        weft_future_free(fa);
-        weft_future_free(fb);
-        weft_future_free(fc);
+        weft_future_unref(fa);
+        weft_future_unref(fb);
+        weft_future_unref(fc);
         if (!virt) CHECK_EQ(atomic_load(&r.runs), 0);
     }
 }
@@ -515,14 +515,14 @@ TEST(cancel_pool_thread_in_read) {
         usleep(2000); /* (whether it is in the read yet or not, the cancel must end it) */
         CHECK_EQ(weft_future_cancel(f), 0);
         CHECK_EQ(weft_future_get(f, NULL, 0), -ECANCELED);
-        weft_future_free(f);
+        weft_future_unref(f);
         /* the thread is free again: a read with data returns it */
         CHECK_EQ(write(p[1], "x", 1), 1);
         f = weft_submit(e, read_task, &p[0]);
         void *v;
         CHECK_EQ(weft_future_get(f, &v, 0), 0);
         CHECK_EQ(I(v), 1);
-        weft_future_free(f);
+        weft_future_unref(f);
         close(p[0]);
         close(p[1]);
     }
@@ -546,7 +546,7 @@ static void cancel_race(weft_executor *e) {
         recs[i].id = i;
         fs[i] = weft_submit(e, quick_task, &recs[i]);
         if (i % 2) weft_future_cancel(fs[i]);
-        if (i % 5 == 0) weft_future_free(fs[i]), fs[i] = NULL; /* abandoned: still runs or is cancelled */
+        if (i % 5 == 0) weft_future_unref(fs[i]), fs[i] = NULL; /* abandoned: still runs or is cancelled */
     }
     CHECK_EQ(weft_executor_shutdown(e), 0);
     CHECK_EQ(weft_executor_await(e, 0), 0);
@@ -558,7 +558,7 @@ static void cancel_race(weft_executor *e) {
         if (r == 0) CHECK_EQ(I(v), i + 1);
         else CHECK_EQ(r, -ECANCELED);
         if (i % 2 == 0) CHECK_EQ(r, 0);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     weft_executor_stats s = stats_of(e);
     CHECK_EQ(s.completed + s.cancelled, n);
@@ -589,7 +589,7 @@ TEST(close_waits_for_every_task) {
                             weft_executor_cached(0, 0)};
     for (int k = 0; k < 3; k++) {
         atomic_int n = 0;
-        for (int i = 0; i < 100; i++) weft_future_free(weft_submit(es[k], slow_count, &n)); /* fire and forget */
+        for (int i = 0; i < 100; i++) weft_future_unref(weft_submit(es[k], slow_count, &n)); /* fire and forget */
         CHECK_EQ(weft_executor_close(es[k]), 0);
         CHECK_EQ(atomic_load(&n), 100);
     }
@@ -600,7 +600,7 @@ TEST(shutdown_refuses_new_tasks) {
     CHECK_EQ(weft_executor_shutdown(e), 0);
     weft_future *f = weft_submit(e, count_task, &(rec){0});
     CHECK_EQ(weft_future_get(f, NULL, 0), -ESHUTDOWN);
-    weft_future_free(f);
+    weft_future_unref(f);
     CHECK_EQ(weft_executor_await(e, 0), 0);
     CHECK_EQ(stats_of(e).rejected, 1);
     CHECK_EQ(weft_executor_close(e), 0);
@@ -619,7 +619,7 @@ static void close_now_cancels(weft_executor *e, int running, int queued) {
         CHECK_EQ(weft_future_get(fs[i], NULL, 0), i < running ? 0 : -ECANCELED);
         if (i < running) CHECK_EQ(sl[i].result, -ECANCELED);
         else CHECK_EQ(atomic_load(&sl[i].started), 0);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     free(sl);
     free(fs);
@@ -652,7 +652,7 @@ TEST(close_cancelled_cancels_the_rest) {
     CHECK_EQ(I(r), -ECANCELED);
     CHECK_EQ(a.result, -ECANCELED);
     CHECK_EQ(weft_future_get(f, NULL, 0), 0); /* it returned (after its sleep was cancelled) */
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 /* A task submits to its own executor and waits for the result. */
@@ -662,7 +662,7 @@ static void *parent_task(void *arg) {
     weft_future *f = weft_submit(nest_e, leaf, arg);
     void *v;
     CHECK_EQ(weft_future_get(f, &v, 0), 0);
-    weft_future_free(f);
+    weft_future_unref(f);
     return v;
 }
 
@@ -676,7 +676,7 @@ TEST(tasks_submit_to_their_executor) {
             void *v;
             CHECK_EQ(weft_future_get(fs[i], &v, 0), 0);
             CHECK_EQ(I(v), 2 * (i + 10));
-            weft_future_free(fs[i]);
+            weft_future_unref(fs[i]);
         }
         CHECK_EQ(weft_executor_close(nest_e), 0);
     }
@@ -709,7 +709,7 @@ TEST(scheduled_runs_after_delay_in_due_order) {
         CHECK_EQ(weft_future_get(fs[i], &v, 0), 0);
         CHECK_EQ(I(v), i);
         CHECK(weft_now() >= lo[i]); /* not before its time (a lower bound) */
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     /* one thread: a task surely due before another ran before it (on a
      * quiet machine: 10, 20, 30; a stalled submitter only loosens this) */
@@ -724,7 +724,7 @@ TEST(scheduled_runs_after_delay_in_due_order) {
     void *v;
     CHECK_EQ(weft_future_get(f, &v, 0), 0);
     CHECK_EQ(I(v), 2);
-    weft_future_free(f);
+    weft_future_unref(f);
     CHECK_EQ(weft_executor_close(e), 0);
 }
 
@@ -752,14 +752,14 @@ TEST(scheduled_periodic_fixed_rate_and_delay) {
         CHECK_EQ(I(v), 5);
         CHECK_EQ(atomic_load(&t.runs), 5);
         CHECK(t.last - t0 >= 2 * MS + 4 * 3 * MS); /* 4 periods after the first run at least */
-        weft_future_free(f);
+        weft_future_unref(f);
     }
     /* cancelling the future stops it */
     ticker t = {.stop_at = -1};
     weft_future *f = weft_schedule_every(e, tick, &t, 0, MS, 1);
     while (atomic_load(&t.runs) < 3) usleep(500);
     CHECK_EQ(weft_future_cancel(f), 0);
-    weft_future_free(f);
+    weft_future_unref(f);
     /* shutdown stops periodic tasks but runs delayed one-shots */
     ticker t2 = {.stop_at = -1};
     weft_future *p = weft_schedule_every(e, tick, &t2, 0, MS, 0);
@@ -774,8 +774,8 @@ TEST(scheduled_periodic_fixed_rate_and_delay) {
     int after = atomic_load(&t.runs);
     CHECK_EQ(weft_executor_close(e), 0);
     CHECK_EQ(atomic_load(&t.runs), after); /* the cancelled one did not run again */
-    weft_future_free(p);
-    weft_future_free(once);
+    weft_future_unref(p);
+    weft_future_unref(once);
 }
 
 TEST(scheduled_close_now_cancels_delayed) {
@@ -787,8 +787,8 @@ TEST(scheduled_close_now_cancels_delayed) {
     CHECK_EQ(weft_future_get(f, NULL, 0), -ECANCELED);
     CHECK_EQ(weft_future_get(g, NULL, 0), -ECANCELED);
     CHECK_EQ(atomic_load(&r.runs), 0);
-    weft_future_free(f);
-    weft_future_free(g);
+    weft_future_unref(f);
+    weft_future_unref(g);
 }
 
 /* Times past the clock's range saturate (never) instead of wrapping into
@@ -832,7 +832,7 @@ TEST(scheduled_huge_times_saturate) {
     CHECK_EQ(weft_future_get(f_late, NULL, 0), -ECANCELED);
     CHECK_EQ(atomic_load(&rate.runs), 1);
     weft_future *all[] = {f_never, f_rate, f_delay, f_late, f_neg, f_most_neg, f_w};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) weft_future_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) weft_future_unref(all[i]);
 }
 
 /* A keep-alive past the clock's range is forever, not a deadline in the
@@ -842,7 +842,7 @@ TEST(cached_huge_keep_alive_keeps_threads) {
     rec r = {.id = 1};
     weft_future *f = weft_submit(e, count_task, &r);
     CHECK_EQ(weft_future_get(f, NULL, 0), 0);
-    weft_future_free(f);
+    weft_future_unref(f);
     usleep(20 * 1000); /* an idle thread that timed out at once has left by now */
     weft_executor_stats s = stats_of(e);
     CHECK_EQ(s.threads_started, 1);
@@ -861,7 +861,7 @@ TEST(dump_shows_executors) {
     weft_latch_count_down(&gate);
     for (int i = 0; i < 3; i++) {
         CHECK_EQ(weft_future_get(fs[i], NULL, 0), 0);
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     run_n(e, 17);
     char *d = dump_showing(WEFT_DUMP_TEXT, "executors:", "fixed:3: threads started 3, live 3, peak 3",

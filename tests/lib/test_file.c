@@ -72,26 +72,35 @@ static void check_records(const char *p, int n) {
 
 /* ---- open ---------------------------------------------------------------------- */
 
+/* A file channel the test needs: opened, or the test fails here. */
+static weft_file *file_new(const char *path, int flags, mode_t mode, const weft_file_opts *o) {
+    weft_file *f = NULL;
+    CHECK_EQ(weft_file_create(&f, path, flags, mode, o), 0);
+    return f;
+}
+
 TEST(open_flags) {
     tmpdir();
     char p[128];
     path_of(p, sizeof p, "a");
-    errno = 0;
-    CHECK(weft_file_open(p, WEFT_READ, 0, NULL) == NULL && errno == ENOENT);
-    CHECK(weft_file_open(p, 0, 0, NULL) == NULL && errno == EINVAL);
-    CHECK(weft_file_open(p, WEFT_READ | WEFT_CREATE, 0644, NULL) == NULL && errno == EINVAL); /* CREATE needs WRITE */
-    weft_file *f = weft_file_open(p, WEFT_WRITE | WEFT_CREATE_NEW, 0644, NULL);
+    weft_file *f = (weft_file *)&f;
+    CHECK(weft_file_create(&f, p, WEFT_READ, 0, NULL) == -ENOENT && f == NULL);
+    CHECK_EQ(weft_file_create(&f, p, 0, 0, NULL), -EINVAL);
+    CHECK_EQ(weft_file_create(&f, p, WEFT_READ | WEFT_CREATE, 0644, NULL), -EINVAL); /* CREATE needs WRITE */
+    CHECK_EQ(weft_file_create(NULL, p, WEFT_READ, 0, NULL), -EINVAL);
+    f = file_new(p, WEFT_WRITE | WEFT_CREATE_NEW, 0644, NULL);
     CHECK(f != NULL);
     CHECK_EQ(weft_file_write(f, "hello", 5, 0), 5);
     CHECK_EQ(weft_file_close(f), 0);
-    CHECK(weft_file_open(p, WEFT_WRITE | WEFT_CREATE_NEW, 0644, NULL) == NULL && errno == EEXIST);
-    CHECK(weft_file_open(dir, WEFT_READ, 0, NULL) == NULL && errno == EISDIR);
+    CHECK_EQ(weft_file_create(&f, p, WEFT_WRITE | WEFT_CREATE_NEW, 0644, NULL), -EEXIST);
+    CHECK_EQ(weft_file_create(&f, dir, WEFT_READ, 0, NULL), -EISDIR);
+    CHECK(f == NULL);
     /* APPEND: every write at the end, whatever pos says */
-    f = weft_file_open(p, WEFT_WRITE | WEFT_APPEND, 0, NULL);
+    f = file_new(p, WEFT_WRITE | WEFT_APPEND, 0, NULL);
     CHECK_EQ(weft_file_write(f, " world", 6, 0), 6);
     weft_future *u = weft_file_write_async(f, "!", 1, 0, NULL, NULL);
     CHECK_EQ(weft_future_get(u, NULL, 0), 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     CHECK_EQ(weft_file_size(f), 12);
     CHECK_EQ(weft_file_close(f), 0);
     size_t n;
@@ -99,7 +108,7 @@ TEST(open_flags) {
     CHECK(n == 12 && memcmp(b, "hello world!", 12) == 0);
     free(b);
     /* TRUNCATE; READ|WRITE */
-    f = weft_file_open(p, WEFT_READ | WEFT_WRITE | WEFT_TRUNCATE, 0, NULL);
+    f = file_new(p, WEFT_READ | WEFT_WRITE | WEFT_TRUNCATE, 0, NULL);
     CHECK_EQ(weft_file_size(f), 0);
     CHECK_EQ(weft_file_write(f, "abcdef", 6, 10), 6); /* a hole before it */
     char r[32];
@@ -111,10 +120,10 @@ TEST(open_flags) {
     CHECK_EQ(weft_file_write(f, "x", 1, -1), -EINVAL);
     CHECK_EQ(weft_file_close(f), 0);
     /* DSYNC and SYNC open and write */
-    f = weft_file_open(p, WEFT_WRITE | WEFT_DSYNC, 0, NULL);
+    f = file_new(p, WEFT_WRITE | WEFT_DSYNC, 0, NULL);
     CHECK_EQ(weft_file_write(f, "d", 1, 0), 1);
     CHECK_EQ(weft_file_close(f), 0);
-    f = weft_file_open(p, WEFT_WRITE | WEFT_SYNC, 0, NULL);
+    f = file_new(p, WEFT_WRITE | WEFT_SYNC, 0, NULL);
     CHECK_EQ(weft_file_write(f, "s", 1, 0), 1);
     CHECK_EQ(weft_file_close(f), 0);
     rm_all();
@@ -125,7 +134,7 @@ TEST(open_flags) {
 /* n async writes of distinct records at distinct positions, submitted in
  * an order that defeats coalescing when shuffled, then an immediate close. */
 static void async_records(const char *p, int n, int shuffled, int flags) {
-    weft_file *f = weft_file_open(p, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE | flags, 0644, NULL);
+    weft_file *f = file_new(p, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE | flags, 0644, NULL);
     CHECK(f != NULL);
     int *order = malloc((size_t)n * sizeof *order);
     for (int i = 0; i < n; i++) order[i] = i;
@@ -144,7 +153,7 @@ static void async_records(const char *p, int n, int shuffled, int flags) {
         rec_of(order[k], rec);
         weft_future *u = weft_file_write_async(f, rec, REC, (off_t)order[k] * REC, NULL, NULL); /* copied */
         CHECK(u != NULL);
-        weft_future_free(u); /* not awaited: close must still carry it out */
+        weft_future_unref(u); /* not awaited: close must still carry it out */
     }
     CHECK_EQ(weft_file_close(f), 0);
     free(order);
@@ -193,12 +202,12 @@ TEST(force_then_sigkill_keeps_every_byte) {
     CHECK(pid >= 0);
     if (pid == 0) {
         close(pp[0]);
-        weft_file *f = weft_file_open(p, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, NULL);
+        weft_file *f = file_new(p, WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, NULL);
         if (!f) _exit(2);
         for (int i = 0; i < n; i++) {
             char rec[REC];
             rec_of(i, rec);
-            weft_future_free(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
+            weft_future_unref(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
         }
         if (weft_file_force(f, 1) != 0) _exit(3);
         if (write(pp[1], "F", 1) != 1) _exit(4);
@@ -206,7 +215,7 @@ TEST(force_then_sigkill_keeps_every_byte) {
         for (int i = n;; i++) {
             char rec[REC];
             rec_of(i, rec);
-            weft_future_free(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
+            weft_future_unref(weft_file_write_async(f, rec, REC, (off_t)i * REC, NULL, NULL));
         }
     }
     close(pp[1]);
@@ -240,7 +249,7 @@ TEST(full_disk_fails_only_what_did_not_fit) {
     }
     char p[128];
     path_of(p, sizeof p, "full");
-    weft_file *f = weft_file_open(p, WEFT_WRITE | WEFT_CREATE, 0644, NULL);
+    weft_file *f = file_new(p, WEFT_WRITE | WEFT_CREATE, 0644, NULL);
     CHECK(f != NULL);
     enum { N = 2000, SZ = 100 }; /* 200,000 bytes into 64 KiB */
     static char data[N][SZ];
@@ -261,7 +270,7 @@ TEST(full_disk_fails_only_what_did_not_fit) {
             CHECK_EQ(r, -ENOSPC);
             nospc++;
         }
-        weft_future_free(fs[i]);
+        weft_future_unref(fs[i]);
     }
     CHECK(ok > 0 && nospc > 0);
     CHECK_EQ(weft_file_close(f), 0);
@@ -294,12 +303,12 @@ TEST(handlers_run_on_the_executor) {
         atomic_store(&handled_bytes, 0);
         atomic_store(&handled_on_vthread, 0);
         weft_file_opts o = {.executor = execs[k]};
-        weft_file *f = weft_file_open(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, &o);
+        weft_file *f = file_new(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE | WEFT_TRUNCATE, 0644, &o);
         int n = SCALE(10000);
         for (int i = 0; i < n; i++) {
             char rec[REC];
             rec_of(i, rec);
-            weft_future_free(weft_file_write_async(f, rec, REC, (off_t)i * REC, on_done, NULL));
+            weft_future_unref(weft_file_write_async(f, rec, REC, (off_t)i * REC, on_done, NULL));
         }
         CHECK_EQ(weft_file_force(f, 0), 0);
         char buf[REC];
@@ -307,7 +316,7 @@ TEST(handlers_run_on_the_executor) {
         void *v;
         CHECK_EQ(weft_future_get(u, &v, 0), 0);
         CHECK_EQ(I(v), REC);
-        weft_future_free(u);
+        weft_future_unref(u);
         char want[REC];
         rec_of(5, want);
         CHECK(memcmp(buf, want, REC) == 0);
@@ -353,7 +362,7 @@ static void *submit_one(void *arg) {
     weft_file *f = arg;
     weft_future *u = weft_file_write_async(f, "z", 1, 0, NULL, NULL);
     int r = weft_future_get(u, NULL, 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     return (void *)(intptr_t)r;
 }
 
@@ -366,7 +375,7 @@ TEST(close_now_cancels_what_has_not_started) {
     weft_future *busy[2];
     weft_executor *ex = held_executor(busy);
     weft_file_opts o = {.executor = ex, .max_inflight = 64};
-    weft_file *f = weft_file_open(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
+    weft_file *f = file_new(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
     atomic_int first = 0;
     weft_future *u0 = weft_file_write_async(f, "a", 1, 0, hold_handler, &first);
     while (!atomic_load(&first)) usleep(500); /* the flusher is in the handler */
@@ -374,7 +383,7 @@ TEST(close_now_cancels_what_has_not_started) {
     for (int i = 0; i < 10; i++) us[i] = weft_file_write_async(f, "b", 1, 1 + i, NULL, NULL);
     /* past max_inflight, a submitter waits */
     int more = 64 - 11;
-    for (int i = 0; i < more; i++) weft_future_free(weft_file_write_async(f, "c", 1, 100 + i, NULL, NULL));
+    for (int i = 0; i < more; i++) weft_future_unref(weft_file_write_async(f, "c", 1, 100 + i, NULL, NULL));
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, submit_one, f, NULL), 0);
     char *d = dump_showing(WEFT_DUMP_TEXT, "parked on executor", NULL);
@@ -392,10 +401,10 @@ TEST(close_now_cancels_what_has_not_started) {
     CHECK_EQ(weft_future_get(u0, NULL, 0), 0);
     for (int i = 0; i < 10; i++) {
         CHECK_EQ(weft_future_get(us[i], NULL, 0), -ECANCELED);
-        weft_future_free(us[i]);
+        weft_future_unref(us[i]);
     }
-    weft_future_free(u0);
-    for (int i = 0; i < 2; i++) weft_future_free(busy[i]);
+    weft_future_unref(u0);
+    for (int i = 0; i < 2; i++) weft_future_unref(busy[i]);
     CHECK_EQ(weft_executor_close(ex), 0);
     rm_all();
 }
@@ -411,8 +420,8 @@ TEST(byte_range_locks) {
     tmpdir();
     char p[128];
     path_of(p, sizeof p, "locks");
-    weft_file *a = weft_file_open(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE, 0644, NULL);
-    weft_file *b = weft_file_open(p, WEFT_READ | WEFT_WRITE, 0, NULL);
+    weft_file *a = file_new(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE, 0644, NULL);
+    weft_file *b = file_new(p, WEFT_READ | WEFT_WRITE, 0, NULL);
     CHECK_EQ(weft_file_lock(a, 0, 10, 0, 0), 0);
     CHECK_EQ(weft_file_try_lock(b, 5, 10, 0), -EAGAIN);
     CHECK_EQ(weft_file_try_lock(b, 5, 10, 1), -EAGAIN);
@@ -477,7 +486,7 @@ TEST(blocking_style_small_and_large) {
     tmpdir();
     char p[128];
     path_of(p, sizeof p, "rw");
-    weft_file *f = weft_file_open(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE, 0644, NULL);
+    weft_file *f = file_new(p, WEFT_READ | WEFT_WRITE | WEFT_CREATE, 0644, NULL);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, big_rw, f, NULL), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
@@ -509,16 +518,16 @@ TEST(handler_on_flusher_cannot_close_its_file) {
     weft_future *busy[2];
     weft_executor *ex = held_executor(busy);
     weft_file_opts o = {.executor = ex};
-    self_file = weft_file_open(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
+    self_file = file_new(p, WEFT_WRITE | WEFT_CREATE, 0644, &o);
     weft_future *u = weft_file_write_async(self_file, "a", 1, 0, self_closing_handler, NULL);
     while (!atomic_load(&self_calls)) usleep(500);
     CHECK_EQ(atomic_load(&self_force), -EDEADLK);
     CHECK_EQ(atomic_load(&self_close), -EDEADLK);
     CHECK_EQ(weft_future_get(u, NULL, 0), 0);
-    weft_future_free(u);
+    weft_future_unref(u);
     CHECK_EQ(weft_file_close(self_file), 0); /* from here it works */
     weft_latch_count_down(&hold);
-    for (int i = 0; i < 2; i++) weft_future_free(busy[i]);
+    for (int i = 0; i < 2; i++) weft_future_unref(busy[i]);
     CHECK_EQ(weft_executor_close(ex), 0);
     rm_all();
 }

@@ -372,7 +372,7 @@ TEST(system_with_running_runtime) {
  * defaults; or as the child itself asks. */
 TEST(child_runtime_configured_as_parents) {
     DET_SKIP("configures 3 carriers and checks them");
-    weft_config cfg = {.carriers = 3, .io = WEFT_IO_EPOLL};
+    weft_runtime_opts cfg = {.carriers = 3, .io = WEFT_IO_EPOLL};
     CHECK_EQ(weft_init(&cfg), 0);
     exercise_runtime();
     fflush(NULL);
@@ -387,7 +387,7 @@ TEST(child_runtime_configured_as_parents) {
         CHECK_EQ(s.carriers, 3);
         CHECK_EQ(weft_io_backend(), WEFT_IO_EPOLL);
         weft_shutdown();
-        weft_config mine = {.carriers = 1}; /* after a shutdown: as asked */
+        weft_runtime_opts mine = {.carriers = 1}; /* after a shutdown: as asked */
         CHECK_EQ(weft_init(&mine), 0);
         weft_stats_get(&s);
         CHECK_EQ(s.carriers, 1);

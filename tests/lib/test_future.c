@@ -75,7 +75,7 @@ TEST(complete_once) {
     CHECK_EQ(weft_future_get(f, &v, 0), 0);
     CHECK_EQ(I(v), 42); /* the first fill wins */
     CHECK_EQ(weft_future_get(f, NULL, 0), 0);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(fail_once) {
@@ -144,7 +144,7 @@ TEST(get_filled_is_immediate) {
     CHECK_EQ(I(g.value), 5);
     CHECK_EQ(weft_spawn(&t, cancelled_get, f, NULL), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(vthread_getter_vthread_filler) {
@@ -159,7 +159,7 @@ TEST(vthread_getter_vthread_filler) {
     CHECK_EQ(c.result, 0);
     CHECK_EQ(g.result, 0);
     CHECK_EQ(I(g.value), 11);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(vthread_getters_platform_filler) {
@@ -180,7 +180,7 @@ TEST(vthread_getters_platform_filler) {
         CHECK_EQ(g[i].result, 0);
         CHECK_EQ(I(g[i].value), 3);
     }
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(platform_getters_vthread_filler) {
@@ -203,7 +203,7 @@ TEST(platform_getters_vthread_filler) {
         CHECK_EQ(g[i].result, 0);
         CHECK_EQ(I(g[i].value), 8);
     }
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(platform_getter_platform_filler) {
@@ -215,7 +215,7 @@ TEST(platform_getter_platform_filler) {
     CHECK_EQ(weft_future_get(f, NULL, 0), -EPIPE);
     pthread_join(pt, NULL);
     CHECK_EQ(c.result, 0);
-    weft_future_free(f);
+    weft_future_unref(f);
     weft_stats s;
     weft_stats_get(&s);
     CHECK_EQ(s.started, 0);
@@ -255,7 +255,7 @@ TEST(many_getters_all_woken) {
     }
     free(g);
     free(t);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 /* ---- deadlines and cancellation ------------------------------------------ */
@@ -287,7 +287,7 @@ TEST(get_deadline_vthread) {
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(g.result, 0);
     CHECK_EQ(I(g.value), 9);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(get_deadline_platform) {
@@ -297,7 +297,7 @@ TEST(get_deadline_platform) {
     void *v;
     CHECK_EQ(weft_future_get(f, &v, weft_now() + 1000 * MS), 0);
     CHECK_EQ(I(v), 4);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(get_cancel) {
@@ -319,7 +319,7 @@ TEST(get_cancel) {
     CHECK_EQ(weft_join(tb, NULL), 0);
     CHECK_EQ(b.result, 0);
     CHECK_EQ(I(b.value), 77);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 TEST(future_cancel_wakes_getters) {
@@ -339,7 +339,7 @@ TEST(future_cancel_wakes_getters) {
     CHECK_EQ(a.result, -ECANCELED);
     CHECK_EQ(p.result, -ECANCELED);
     CHECK_EQ(weft_future_complete(f, V(1)), -EALREADY);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 /* ---- the races ------------------------------------------------------------ */
@@ -409,7 +409,7 @@ TEST(race_complete_vs_timeout) {
             if (r.result[k] == 0) won++;
             else lost++;
         }
-        weft_future_free(r.f);
+        weft_future_unref(r.f);
     }
     printf("value %d, timed out %d\n", won, lost);
 }
@@ -442,7 +442,7 @@ TEST(race_complete_vs_cancel) {
             if (r.result[k] == 0) won++;
             else lost++;
         }
-        weft_future_free(r.f);
+        weft_future_unref(r.f);
     }
     printf("value %d, cancelled %d\n", won, lost);
 }
@@ -476,7 +476,7 @@ TEST(race_platform_getter_vs_vthread_filler) {
         void *v;
         CHECK_EQ(weft_future_get(r.f, &v, 0), 0);
         CHECK_EQ(I(v), i + 1);
-        weft_future_free(r.f);
+        weft_future_unref(r.f);
     }
     printf("value %d of %d\n", won, rounds);
 }
@@ -505,10 +505,10 @@ TEST(then_chain) {
     weft_future *d = weft_future_then(c, NULL, NULL);
     CHECK_EQ(weft_future_get(d, &v, 0), 0);
     CHECK_EQ(I(v), 12);
-    weft_future_free(a);
-    weft_future_free(b);
-    weft_future_free(c);
-    weft_future_free(d);
+    weft_future_unref(a);
+    weft_future_unref(b);
+    weft_future_unref(c);
+    weft_future_unref(d);
 }
 
 TEST(then_failure_propagates) {
@@ -524,10 +524,10 @@ TEST(then_failure_propagates) {
     weft_future *d = weft_future_then(a, add_one, &calls);
     CHECK_EQ(weft_future_get(d, NULL, 0), -EIO);
     CHECK_EQ(atomic_load(&calls), 0);
-    weft_future_free(d);
-    weft_future_free(c);
-    weft_future_free(b);
-    weft_future_free(a);
+    weft_future_unref(d);
+    weft_future_unref(c);
+    weft_future_unref(b);
+    weft_future_unref(a);
 }
 
 typedef struct where { weft_thread *vt; pthread_t pt; atomic_int calls; } where;
@@ -547,7 +547,7 @@ static void *then_on_filled_vt(void *arg) {
     CHECK_EQ(atomic_load(&w.calls), 1); /* ran before then returned */
     CHECK(w.vt == weft_self());
     CHECK(weft_future_done(g));
-    weft_future_free(g);
+    weft_future_unref(g);
     return NULL;
 }
 
@@ -563,11 +563,11 @@ TEST(then_where_fn_runs) {
     void *v;
     CHECK_EQ(weft_future_get(g, &v, 0), 0);
     CHECK_EQ(I(v), 1);
-    weft_future_free(g);
+    weft_future_unref(g);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, then_on_filled_vt, f, NULL), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
-    weft_future_free(f);
+    weft_future_unref(f);
 
     /* pending: on the thread that fills it (here a platform thread) */
     f = weft_future_new();
@@ -581,8 +581,8 @@ TEST(then_where_fn_runs) {
     pthread_join(pt, NULL);
     CHECK_EQ(atomic_load(&w2.calls), 1);
     CHECK(pthread_equal(w2.pt, pt));
-    weft_future_free(g);
-    weft_future_free(f);
+    weft_future_unref(g);
+    weft_future_unref(f);
 
     /* and by a vthread filler: on that vthread */
     f = weft_future_new();
@@ -593,8 +593,8 @@ TEST(then_where_fn_runs) {
     CHECK_EQ(weft_future_get(g, &v, 0), 0);
     CHECK(w3.vt == t);
     CHECK_EQ(weft_join(t, NULL), 0);
-    weft_future_free(g);
-    weft_future_free(f);
+    weft_future_unref(g);
+    weft_future_unref(f);
 }
 
 typedef struct reg { weft_future *f; atomic_int *calls; int n; } reg;
@@ -630,7 +630,7 @@ TEST(then_exactly_once_under_races) {
         }
         for (int k = 0; k < 3; k++) CHECK_EQ(weft_join(t[k], NULL), 0);
         CHECK_EQ(atomic_load(&calls), 3 * 8);
-        weft_future_free(f);
+        weft_future_unref(f);
     }
 }
 
@@ -642,8 +642,8 @@ TEST(then_cancelled_dependent_skips_fn) {
     CHECK_EQ(weft_future_complete(f, V(1)), 0);
     CHECK_EQ(atomic_load(&calls), 0);
     CHECK_EQ(weft_future_get(g, NULL, 0), -ECANCELED);
-    weft_future_free(g);
-    weft_future_free(f);
+    weft_future_unref(g);
+    weft_future_unref(f);
 }
 
 /* A long chain built on a pending root, filled from a vthread (256 KiB
@@ -709,8 +709,8 @@ TEST(all_success) {
     }
     pthread_join(pt, NULL);
     for (int i = 1; i < N; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
-    weft_future_free(all);
-    for (int i = 0; i < N; i++) weft_future_free(fs[i]);
+    weft_future_unref(all);
+    for (int i = 0; i < N; i++) weft_future_unref(fs[i]);
 }
 
 TEST(all_fails_with_first_failure) {
@@ -725,8 +725,8 @@ TEST(all_fails_with_first_failure) {
     CHECK_EQ(weft_future_fail(fs[1], EPIPE), 0);
     CHECK_EQ(weft_future_complete(fs[3], V(3)), 0);
     CHECK_EQ(weft_future_get(all, NULL, 0), -EIO);
-    weft_future_free(all);
-    for (int i = 0; i < 4; i++) weft_future_free(fs[i]);
+    weft_future_unref(all);
+    for (int i = 0; i < 4; i++) weft_future_unref(fs[i]);
 }
 
 TEST(all_empty_and_filled_inputs) {
@@ -736,7 +736,7 @@ TEST(all_empty_and_filled_inputs) {
     void *v = V(1);
     CHECK_EQ(weft_future_get(all, &v, 0), 0);
     CHECK(v == NULL);
-    weft_future_free(all);
+    weft_future_unref(all);
 
     weft_future *fs[3];
     for (int i = 0; i < 3; i++) {
@@ -746,14 +746,14 @@ TEST(all_empty_and_filled_inputs) {
     all = weft_future_all(fs, 3);
     CHECK_EQ(weft_future_done(all), 1);
     CHECK_EQ(weft_future_get(all, NULL, 0), 0);
-    weft_future_free(all);
+    weft_future_unref(all);
     /* the same input twice, one already-failed input among filled ones */
     weft_future *bad = weft_future_new();
     CHECK_EQ(weft_future_fail(bad, ENOSPC), 0);
     weft_future *mix[4] = {fs[0], fs[0], bad, fs[2]};
     all = weft_future_all(mix, 4);
     CHECK_EQ(weft_future_get(all, NULL, 0), -ENOSPC);
-    weft_future_free(all);
+    weft_future_unref(all);
     /* mixed: filled and pending */
     weft_future *p = weft_future_new();
     weft_future *mix2[3] = {fs[1], p, fs[1]};
@@ -762,10 +762,10 @@ TEST(all_empty_and_filled_inputs) {
     CHECK_EQ(weft_future_get(all, NULL, weft_now() + 2 * MS), -ETIMEDOUT);
     CHECK_EQ(weft_future_complete(p, NULL), 0);
     CHECK_EQ(weft_future_get(all, NULL, 0), 0);
-    weft_future_free(all);
-    weft_future_free(p);
-    weft_future_free(bad);
-    for (int i = 0; i < 3; i++) weft_future_free(fs[i]);
+    weft_future_unref(all);
+    weft_future_unref(p);
+    weft_future_unref(bad);
+    for (int i = 0; i < 3; i++) weft_future_unref(fs[i]);
 }
 
 TEST(any_first_fill_wins) {
@@ -784,8 +784,8 @@ TEST(any_first_fill_wins) {
     CHECK_EQ(weft_future_complete(fs[2], V(22)), 0);
     CHECK_EQ(weft_future_get(any, &v, 0), 0);
     CHECK_EQ(I(v), 11);
-    weft_future_free(any);
-    for (int i = 0; i < 3; i++) weft_future_free(fs[i]);
+    weft_future_unref(any);
+    for (int i = 0; i < 3; i++) weft_future_unref(fs[i]);
 
     /* a failure that comes first wins too (Java's anyOf) */
     for (int i = 0; i < 3; i++) fs[i] = weft_future_new();
@@ -793,15 +793,15 @@ TEST(any_first_fill_wins) {
     CHECK_EQ(weft_future_fail(fs[2], ETIMEDOUT), 0);
     CHECK_EQ(weft_future_complete(fs[0], V(1)), 0);
     CHECK_EQ(weft_future_get(any, NULL, 0), -ETIMEDOUT);
-    weft_future_free(any);
-    for (int i = 0; i < 3; i++) weft_future_free(fs[i]);
+    weft_future_unref(any);
+    for (int i = 0; i < 3; i++) weft_future_unref(fs[i]);
 }
 
 TEST(any_empty_and_filled_inputs) {
     weft_future *any = weft_future_any(NULL, 0);
     CHECK(any != NULL);
     CHECK_EQ(weft_future_get(any, NULL, 0), -EINVAL); /* nothing could ever fill it */
-    weft_future_free(any);
+    weft_future_unref(any);
 
     weft_future *p = weft_future_new(), *a = weft_future_new(), *b = weft_future_new();
     CHECK_EQ(weft_future_complete(a, V(1)), 0);
@@ -811,14 +811,14 @@ TEST(any_empty_and_filled_inputs) {
     void *v;
     CHECK_EQ(weft_future_get(any, &v, 0), 0); /* the first filled in array order */
     CHECK_EQ(I(v), 1);
-    weft_future_free(any);
+    weft_future_unref(any);
     weft_future *fs2[3] = {p, b, a};
     any = weft_future_any(fs2, 3);
     CHECK_EQ(weft_future_get(any, &v, 0), -EIO);
-    weft_future_free(any);
-    weft_future_free(p); /* pending, its nodes feed freed futures: cancelled harmlessly */
-    weft_future_free(a);
-    weft_future_free(b);
+    weft_future_unref(any);
+    weft_future_unref(p); /* pending, its nodes feed freed futures: cancelled harmlessly */
+    weft_future_unref(a);
+    weft_future_unref(b);
 }
 
 /* Many inputs filled concurrently by many vthreads and a platform thread. */
@@ -855,10 +855,10 @@ TEST(all_any_many_concurrent) {
         for (int k = 0; k < 3; k++) CHECK_EQ(weft_join(t[k], NULL), 0);
         pthread_join(pt, NULL);
         CHECK_EQ(weft_future_done(all), 1);
-        weft_future_free(then);
-        weft_future_free(any);
-        weft_future_free(all);
-        for (int i = 0; i < n; i++) weft_future_free(fs[i]);
+        weft_future_unref(then);
+        weft_future_unref(any);
+        weft_future_unref(all);
+        for (int i = 0; i < n; i++) weft_future_unref(fs[i]);
         free(fs);
     }
 }
@@ -950,11 +950,11 @@ TEST(free_right_after_get) {
         void *v;
         CHECK_EQ(weft_future_get(f, &v, 0), 0);
         CHECK_EQ(I(v), i);
-        weft_future_free(f); /* the filler may still be in complete */
+        weft_future_unref(f); /* the filler may still be in complete */
         if (g) {
             CHECK_EQ(weft_future_get(g, &v, 0), 0);
             CHECK_EQ(I(v), i + 1);
-            weft_future_free(g);
+            weft_future_unref(g);
         }
         if (plat) pthread_join(pt, NULL);
         else CHECK_EQ(weft_join(t, NULL), 0);
@@ -1001,10 +1001,10 @@ TEST(pending_at_shutdown_freed_by_owner) {
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(gt.result, -ETIMEDOUT);
     weft_shutdown();
-    weft_future_free(all);
-    weft_future_free(any);
-    weft_future_free(g);
-    weft_future_free(f);
+    weft_future_unref(all);
+    weft_future_unref(any);
+    weft_future_unref(g);
+    weft_future_unref(f);
 }
 
 /* ---- observe ------------------------------------------------------------------- */
@@ -1014,7 +1014,7 @@ TEST(dump_shows_future_wait) {
     getter g = {.f = f};
     atomic_int started = 0;
     g.started = &started;
-    weft_attr a = {.name = "awaiting"};
+    weft_thread_opts a = {.name = "awaiting"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, get_fn, &g, &a), 0);
     while (atomic_load(&weft__thread_of(t)->rstate) != WEFT__RS_PARKED) usleep(100);
@@ -1030,5 +1030,5 @@ TEST(dump_shows_future_wait) {
     CHECK_EQ(weft_future_complete(f, V(1)), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(g.result, 0);
-    weft_future_free(f);
+    weft_future_unref(f);
 }

@@ -22,6 +22,19 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+/* A group (below: a channel) the test needs: made, or the test fails here. */
+static weft_group *group_new(const char *name, int carriers, const weft_group_opts *o) {
+    weft_group *g = NULL;
+    CHECK_EQ(weft_group_create(&g, name, carriers, o), 0);
+    return g;
+}
+
+static weft_chan *chan_new(size_t elem_size, size_t capacity) {
+    weft_chan *c = NULL;
+    CHECK_EQ(weft_chan_create(&c, elem_size, capacity), 0);
+    return c;
+}
+
 /* 1 if the calling thread is a carrier of g (NULL: the default group). */
 static int on_group(weft_group *g) {
     char name[16] = "";
@@ -94,21 +107,21 @@ static void *b_main(void *arg) {
 }
 
 TEST(vthreads_run_only_on_their_groups_carriers) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
-    GA = weft_group_new("alpha", 2);
-    GB = weft_group_new("beta", 1);
+    GA = group_new("alpha", 2, NULL);
+    GB = group_new("beta", 1, NULL);
     CHECK(GA && GB);
     enum { K = 4 };
     weft_thread *bt[K];
     for (int k = 0; k < K; k++) {
         CHECK_EQ(pipe2(pipes[k], O_CLOEXEC), 0);
-        weft_attr a = {.name = "a", .group = GA};
+        weft_thread_opts a = {.name = "a", .group = GA};
         CHECK_EQ(weft_spawn(&a_threads[k], a_main, (void *)(intptr_t)k, &a), 0);
     }
     for (int k = 0; k < K; k++) {
-        weft_attr b = {.name = "b", .group = GB};
+        weft_thread_opts b = {.name = "b", .group = GB};
         CHECK_EQ(weft_spawn(&bt[k], b_main, (void *)(intptr_t)k, &b), 0);
     }
     for (int k = 0; k < K; k++) CHECK_EQ(weft_join(bt[k], NULL), 0);
@@ -172,18 +185,18 @@ static void *pp_default(void *arg) {
 }
 
 TEST(cross_group_handoffs_stay_in_group) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     for (int rep = 0; rep < 3; rep++) {
-        GA = weft_group_new("ping", 1 + rep % 2);
-        GB = weft_group_new("pong", 2);
+        GA = group_new("ping", 1 + rep % 2, NULL);
+        GB = group_new("pong", 2, NULL);
         CHECK(GA && GB);
-        to_a = weft_chan_new(sizeof(int), rep); /* rendezvous, then buffered */
-        to_b = weft_chan_new(sizeof(int), rep);
+        to_a = chan_new(sizeof(int), rep); /* rendezvous, then buffered */
+        to_b = chan_new(sizeof(int), rep);
         shared_count = 0;
         weft_thread *a, *b, *d[2];
-        weft_attr aa = {.name = "ping", .group = GA}, ba = {.name = "pong", .group = GB};
+        weft_thread_opts aa = {.name = "ping", .group = GA}, ba = {.name = "pong", .group = GB};
         CHECK_EQ(weft_spawn(&a, pp_a, NULL, &aa), 0);
         CHECK_EQ(weft_spawn(&b, pp_b, NULL, &ba), 0);
         for (int i = 0; i < 2; i++) CHECK_EQ(weft_spawn(&d[i], pp_default, NULL, NULL), 0);
@@ -210,14 +223,14 @@ static void *sleeper_in_group(void *arg) {
 }
 
 TEST(platform_wakes_and_timers_fire_into_the_group) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
-    GA = weft_group_new("sleepers", 2);
+    GA = group_new("sleepers", 2, NULL);
     CHECK(GA);
     weft_thread *t[4];
     for (int i = 0; i < 4; i++) {
-        weft_attr a = {.group = GA};
+        weft_thread_opts a = {.group = GA};
         CHECK_EQ(weft_spawn(&t[i], sleeper_in_group, NULL, &a), 0);
     }
     for (int i = 0; i < SCALE(300) * 2; i++) {
@@ -251,9 +264,9 @@ static void *parent_in_group(void *arg) {
     weft_group *g = arg;
     CHECK(weft_group_self() == g);
     weft_thread *c1, *c2;
-    weft_attr named = {.name = "child"}; /* no group: the parent's */
+    weft_thread_opts named = {.name = "child"}; /* no group: the parent's */
     CHECK_EQ(weft_spawn(&c1, child_check, g, &named), 0);
-    weft_attr back = {.name = "back", .group = weft_group_default()};
+    weft_thread_opts back = {.name = "back", .group = weft_group_default()};
     CHECK_EQ(weft_spawn(&c2, child_check, NULL, &back), 0);
     CHECK_EQ(weft_join(c1, NULL), 0);
     CHECK_EQ(weft_join(c2, NULL), 0);
@@ -266,13 +279,13 @@ static void *parent_in_group(void *arg) {
 }
 
 TEST(children_inherit_the_group_default_is_explicit) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
     CHECK(weft_group_self() == NULL); /* a platform thread */
-    weft_group *g = weft_group_new("parents", 1);
+    weft_group *g = group_new("parents", 1, NULL);
     CHECK(g);
     CHECK(weft_group_default() != NULL && weft_group_default() != g);
     weft_thread *p;
-    weft_attr a = {.group = g};
+    weft_thread_opts a = {.group = g};
     CHECK_EQ(weft_spawn(&p, parent_in_group, g, &a), 0);
     CHECK_EQ(weft_join(p, NULL), 0);
     CHECK_EQ(atomic_load(&child_in_group), 101);
@@ -319,15 +332,15 @@ static int cmp64(const void *a, const void *b) {
 }
 
 TEST(cpu_group_does_not_delay_latency_sleeper) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_group_opts o = {.compute = 1};
-    weft_group *cpu = weft_group_new_opts("cpu", 1, &o);
+    weft_group *cpu = group_new("cpu", 1, &o);
     CHECK(cpu);
     weft_thread *h[3], *s;
     for (int i = 0; i < 3; i++) {
-        weft_attr a = {.name = "hog", .group = cpu};
+        weft_thread_opts a = {.name = "hog", .group = cpu};
         CHECK_EQ(weft_spawn(&h[i], hog, NULL, &a), 0);
     }
     while (atomic_load(&hog_work) < 1) nap_ms(1);
@@ -376,16 +389,16 @@ static void *close_self(void *arg) {
 }
 
 TEST(close_waits_for_vthreads_and_refuses_spawns) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_group *g = weft_group_new("closing", 2);
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_group *g = group_new("closing", 2, NULL);
     CHECK(g);
     weft_thread *t[6];
     for (int i = 0; i < 6; i++) {
-        weft_attr a = {.group = g, .daemon = i == 5};
+        weft_thread_opts a = {.group = g, .daemon = i == 5};
         CHECK_EQ(weft_spawn(i < 3 ? &t[i] : NULL, slow, (void *)(intptr_t)(100 + 20 * i), &a), 0);
     }
     weft_thread *self_closer;
-    weft_attr ga = {.group = g};
+    weft_thread_opts ga = {.group = g};
     CHECK_EQ(weft_spawn(&self_closer, close_self, g, &ga), 0);
     CHECK_EQ(weft_join(self_closer, NULL), 0);
     pthread_t pt;
@@ -393,7 +406,7 @@ TEST(close_waits_for_vthreads_and_refuses_spawns) {
     /* spawns are refused once the close began, while it waits */
     int r;
     for (;;) {
-        weft_attr a = {.group = g};
+        weft_thread_opts a = {.group = g};
         r = weft_spawn(NULL, slow, (void *)(intptr_t)1, &a);
         if (r == -ESHUTDOWN) break;
         CHECK_EQ(r, 0);
@@ -416,17 +429,17 @@ TEST(close_waits_for_vthreads_and_refuses_spawns) {
 
 static void *close_from_vthread(void *arg) {
     (void)arg;
-    weft_group *g = weft_group_new("vt-closed", 1);
+    weft_group *g = group_new("vt-closed", 1, NULL);
     CHECK(g);
-    weft_attr a = {.group = g};
+    weft_thread_opts a = {.group = g};
     for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(NULL, slow, (void *)(intptr_t)20, &a), 0);
     CHECK_EQ(weft_group_close(g), 0); /* parks this vthread */
     return NULL;
 }
 
 TEST(close_from_a_vthread_parks) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, close_from_vthread, NULL, NULL), 0);
@@ -447,18 +460,18 @@ static void *brief(void *arg) {
 }
 
 TEST(many_groups_created_and_closed) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_stats before;
     weft_stats_get(&before);
     int n = SCALE(200);
     for (int i = 0; i < n; i++) {
-        weft_group *g = weft_group_new(NULL, 1 + i % 3);
+        weft_group *g = group_new(NULL, 1 + i % 3, NULL);
         CHECK(g);
         weft_thread *t[4];
         for (int k = 0; k < 4; k++) {
-            weft_attr a = {.group = g};
+            weft_thread_opts a = {.group = g};
             CHECK_EQ(weft_spawn(&t[k], brief, g, &a), 0);
         }
         if (i % 2) /* joined before the close, or after it */
@@ -486,15 +499,15 @@ static void *stats_worker(void *arg) {
 }
 
 TEST(stats_and_dump_show_groups) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_group_opts o = {.compute = 1};
-    weft_group *g = weft_group_new_opts("batchgrp", 2, &o);
+    weft_group *g = group_new("batchgrp", 2, &o);
     CHECK(g);
     weft_thread *t[3];
     for (int i = 0; i < 3; i++) {
-        weft_attr a = {.group = g, .name = "statsw"};
+        weft_thread_opts a = {.group = g, .name = "statsw"};
         CHECK_EQ(weft_spawn(&t[i], stats_worker, NULL, &a), 0);
     }
     weft_group_stats s;
@@ -548,8 +561,8 @@ static void *exec_task(void *arg) {
 }
 
 TEST(executor_group_runs_tasks_in_the_group) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_group *g = weft_group_new("execgrp", 2);
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_group *g = group_new("execgrp", 2, NULL);
     CHECK(g);
     weft_executor *e = weft_executor_group(g);
     CHECK(e != NULL);
@@ -561,7 +574,7 @@ TEST(executor_group_runs_tasks_in_the_group) {
         void *v = NULL;
         CHECK_EQ(weft_future_get(f[i], &v, 0), 0);
         CHECK(v == g);
-        weft_future_free(f[i]);
+        weft_future_unref(f[i]);
     }
     CHECK_EQ(atomic_load(&exec_in_group), 2 * N);
     CHECK_EQ(weft_executor_close(e), 0);
@@ -572,31 +585,27 @@ TEST(executor_group_runs_tasks_in_the_group) {
 /* ---- bad arguments and limits ------------------------------------------------------- */
 
 TEST(bad_arguments_and_limits) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    errno = 0;
-    CHECK(weft_group_new("x", 0) == NULL);
-    CHECK_EQ(errno, EINVAL);
-    errno = 0;
-    CHECK(weft_group_new("x", -3) == NULL);
-    CHECK_EQ(errno, EINVAL);
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_group *bad = (weft_group *)&bad;
+    CHECK_EQ(weft_group_create(&bad, "x", 0, NULL), -EINVAL);
+    CHECK(bad == NULL);
+    CHECK_EQ(weft_group_create(&bad, "x", -3, NULL), -EINVAL);
+    CHECK_EQ(weft_group_create(NULL, "x", 1, NULL), -EINVAL);
     /* more carriers than there are indices left: refused, nothing kept */
-    errno = 0;
-    CHECK(weft_group_new("huge", 1024) == NULL);
-    CHECK_EQ(errno, EAGAIN);
-    errno = 0;
-    CHECK(weft_group_new("huger", 1 << 20) == NULL);
-    CHECK_EQ(errno, EAGAIN);
+    CHECK_EQ(weft_group_create(&bad, "huge", 1024, NULL), -EAGAIN);
+    CHECK_EQ(weft_group_create(&bad, "huger", 1 << 20, NULL), -EAGAIN);
+    CHECK(bad == NULL);
     weft_group_stats s;
     CHECK_EQ(weft_group_stats_get(NULL, NULL), -EINVAL);
     CHECK_EQ(weft_group_stats_get(NULL, &s), 0);
     /* a long name is cut to 31 bytes */
-    weft_group *g = weft_group_new("a-name-that-is-longer-than-thirty-one-bytes", 1);
+    weft_group *g = group_new("a-name-that-is-longer-than-thirty-one-bytes", 1, NULL);
     CHECK(g);
     CHECK_EQ(weft_group_stats_get(g, &s), 0);
     CHECK_EQ(strlen(s.name), 31);
     CHECK_EQ(weft_group_close(g), 0);
     /* still works after the failures */
-    g = weft_group_new(NULL, 1);
+    g = group_new(NULL, 1, NULL);
     CHECK(g);
     CHECK_EQ(weft_group_stats_get(g, &s), 0);
     CHECK(strncmp(s.name, "group-", 6) == 0);
@@ -607,12 +616,12 @@ TEST(bad_arguments_and_limits) {
  * closes them (the harness's shutdown after the body; LSan checks it freed
  * everything). */
 TEST(shutdown_closes_open_groups) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_group *g = weft_group_new("left-open", 2);
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_group *g = group_new("left-open", 2, NULL);
     CHECK(g);
-    weft_attr a = {.group = g};
+    weft_thread_opts a = {.group = g};
     for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(NULL, slow, (void *)(intptr_t)30, &a), 0);
-    weft_attr d = {.group = g, .daemon = 1};
+    weft_thread_opts d = {.group = g, .daemon = 1};
     CHECK_EQ(weft_spawn(NULL, slow, (void *)(intptr_t)100000, &d), 0); /* a daemon: abandoned */
     weft_shutdown();
     CHECK_EQ(atomic_load(&slow_done), 4);
@@ -634,13 +643,13 @@ static void *hog_once(void *arg) {
 }
 
 TEST(plain_group_hog_is_reported) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 1};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
-    weft_group *g = weft_group_new("plain", 1);
+    weft_group *g = group_new("plain", 1, NULL);
     CHECK(g);
     weft_thread *t;
-    weft_attr a = {.name = "grouphog", .group = g};
+    weft_thread_opts a = {.name = "grouphog", .group = g};
     CHECK_EQ(weft_spawn(&t, hog_once, NULL, &a), 0);
     weft_stats st;
     int64_t until = weft_now() + 20000 * 1000000LL;
@@ -657,8 +666,8 @@ TEST(plain_group_hog_is_reported) {
 /* A fork child does not have the parent's groups (nor their carriers): it
  * starts a fresh runtime and may make its own. */
 TEST(fork_child_starts_without_groups) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_group *g = weft_group_new("parent-only", 1);
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_group *g = group_new("parent-only", 1, NULL);
     CHECK(g);
     fflush(NULL);
     pid_t pid = fork();
@@ -667,9 +676,9 @@ TEST(fork_child_starts_without_groups) {
         /* (TSan cannot start threads in a multi-threaded fork's child:
          * test_fork.c, CHILD_THREADS) */
         if (TEST_TSAN) _exit(0);
-        weft_group *cg = weft_group_new("child", 1);
-        if (!cg) _exit(10);
-        weft_attr a = {.group = cg};
+        weft_group *cg;
+        if (weft_group_create(&cg, "child", 1, NULL) != 0) _exit(10);
+        weft_thread_opts a = {.group = cg};
         weft_thread *t;
         if (weft_spawn(&t, brief, cg, &a) != 0) _exit(11);
         if (weft_join(t, NULL) != 0) _exit(12);
@@ -702,13 +711,13 @@ static void *par_caller(void *arg) {
 }
 
 TEST(parallel_for_stays_in_the_callers_group) {
-    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_new: EOPNOTSUPP)");
-    weft_config cfg = {.carriers = 2};
+    DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
-    PG = weft_group_new("par", 2);
+    PG = group_new("par", 2, NULL);
     CHECK(PG);
     weft_thread *t;
-    weft_attr a = {.group = PG};
+    weft_thread_opts a = {.group = PG};
     CHECK_EQ(weft_spawn(&t, par_caller, NULL, &a), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
     CHECK_EQ(atomic_load(&par_done), 100000);

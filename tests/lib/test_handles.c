@@ -222,7 +222,7 @@ static void *self_fn(void *arg) {
 
 TEST(self_is_the_spawned_handle) {
     weft_thread *seen = NULL, *t;
-    weft_attr a = {.name = "selfie"};
+    weft_thread_opts a = {.name = "selfie"};
     CHECK_EQ(weft_spawn(&t, self_fn, &seen, &a), 0);
     wait_done(t);
     CHECK(seen == t);
@@ -294,8 +294,8 @@ __attribute__((noinline)) static void file_twice(void *unused) {
     int fd = mkstemp(path);
     if (fd < 0) _exit(3);
     close(fd);
-    weft_file *f = weft_file_open(path, WEFT_WRITE | WEFT_DELETE_ON_CLOSE, 0600, NULL);
-    if (!f || weft_file_write(f, "x", 1, 0) != 1 || weft_file_close(f) != 0) _exit(3);
+    weft_file *f;
+    if (weft_file_create(&f, path, WEFT_WRITE | WEFT_DELETE_ON_CLOSE, 0600, NULL) != 0 || weft_file_write(f, "x", 1, 0) != 1 || weft_file_close(f) != 0) _exit(3);
     weft_file_close(f);
     _exit(4);
 }
@@ -356,8 +356,7 @@ TEST(file_close_during_a_close_is_ebadf) {
     weft_future *b1 = weft_submit(e, cc_block, NULL), *b2 = weft_submit(e, cc_block, NULL);
     CHECK(b1 && b2); /* one runs, one waits: the next is refused, and runs on its submitter */
     weft_file_opts o = {.executor = e};
-    cc_file = weft_file_open(path, WEFT_WRITE | WEFT_DELETE_ON_CLOSE, 0600, &o);
-    CHECK(cc_file != NULL);
+    CHECK_EQ(weft_file_create(&cc_file, path, WEFT_WRITE | WEFT_DELETE_ON_CLOSE, 0600, &o), 0);
     weft_future *w = weft_file_write_async(cc_file, "abc", 3, 0, cc_done, NULL);
     CHECK(w != NULL);
     while (!atomic_load(&cc_held)) usleep(100); /* the flusher is in the handler */

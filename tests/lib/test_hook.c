@@ -29,7 +29,7 @@
 #include <time.h>
 
 static void start(int carriers, int hook) {
-    weft_config c = {.carriers = carriers, .hook = hook};
+    weft_runtime_opts c = {.carriers = carriers, .hook = hook};
     CHECK_EQ(weft_init(&c), 0);
 }
 
@@ -1323,7 +1323,7 @@ TEST(signal_storm_while_parking) {
     CHECK(signal(SIGUSR1, on_plain) != SIG_ERR);
     start(0, WEFT_HOOK_ON);
     weft_thread *t[STORM_WORKERS];
-    for (int i = 0; i < STORM_WORKERS / 2; i++) CHECK((storm_ch[i] = weft_chan_new(sizeof(int), 0)) != NULL);
+    for (int i = 0; i < STORM_WORKERS / 2; i++) CHECK_EQ(weft_chan_create(&storm_ch[i], sizeof(int), 0), 0);
     for (int i = 0; i < STORM_WORKERS; i++) t[i] = go(storm_worker, (void *)(intptr_t)i);
     while (atomic_load(&storm_ntids) == 0) {
         struct timespec ts = {0, 100 * 1000};

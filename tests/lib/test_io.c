@@ -54,7 +54,7 @@ static void *pipe_writer(void *arg) {
 
 TEST(pipe_read_parks_until_written) {
     CHECK_EQ(pipe(pfd), 0);
-    weft_config cfg = {.carriers = 1}; /* one carrier: the reader must not hold it */
+    weft_runtime_opts cfg = {.carriers = 1}; /* one carrier: the reader must not hold it */
     CHECK_EQ(weft_init(&cfg), 0);
     weft_thread *r, *w;
     CHECK_EQ(weft_spawn(&r, pipe_reader, NULL, NULL), 0);
@@ -503,7 +503,7 @@ static void *use_blocking(void *arg) {
 }
 
 TEST(blocking_runs_off_carrier) {
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     atomic_store(&ticks, 0);
     weft_thread *b, *t;
@@ -599,7 +599,7 @@ TEST(init_without_descriptors_fails_cleanly) {
     for (int fd = 0; fd < 1024; fd++) open_now += fcntl(fd, F_GETFD) >= 0;
     struct rlimit tiny = {(rlim_t)open_now + 1, old.rlim_max};
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &tiny), 0);
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     int r = weft_init(&cfg);
     CHECK(r == -EMFILE || r == -ENFILE);
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
@@ -775,7 +775,7 @@ TEST(close_on_reused_numbers_always_closes) {
     /* the loops below hold their carriers (no call parks): the monitor
      * would start spare carriers, whose rings and eventfds are the
      * runtime's own but opened mid-test */
-    weft_config cfg = {.max_compensate = -1};
+    weft_runtime_opts cfg = {.max_compensate = -1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_thread *t; /* the runtime is up: its own descriptors are counted below */
     CHECK_EQ(weft_spawn(&t, noop, NULL, NULL), 0);
@@ -890,9 +890,9 @@ TEST(weft_io_uring_fails_clearly_where_io_uring_is_forbidden) {
 }
 
 static int use_io_uring_by_config(void) {
-    weft_config cfg = {.io = WEFT_IO_URING};
+    weft_runtime_opts cfg = {.io = WEFT_IO_URING};
     CHECK_EQ(weft_init(&cfg), -EPERM);
-    weft_config cfg2 = {.io = WEFT_IO_EPOLL}; /* the caller can fall back itself */
+    weft_runtime_opts cfg2 = {.io = WEFT_IO_EPOLL}; /* the caller can fall back itself */
     CHECK_EQ(weft_init(&cfg2), 0);
     CHECK_EQ(weft_io_backend(), WEFT_IO_EPOLL);
     weft_shutdown();
@@ -905,7 +905,7 @@ TEST(config_io_uring_fails_clearly_where_io_uring_is_forbidden) {
     if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || count_lines(err) != 1) fprintf(stderr, "child stderr:\n%s", err);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     CHECK_EQ(count_lines(err), 1);
-    CHECK(strstr(err, "weft: weft_config.io = WEFT_IO_URING asks for io_uring, which cannot be used here (") == err);
+    CHECK(strstr(err, "weft: weft_runtime_opts.io = WEFT_IO_URING asks for io_uring, which cannot be used here (") == err);
 }
 
 /* The helpers scripts/test.sh relies on: io_probe says no under no_uring,

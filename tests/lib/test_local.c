@@ -343,7 +343,7 @@ TEST(locals_and_scoped_values_survive_migrations) {
      * tests: more than the harness's default 90 s allows a release test
      * (CTest's 300 s stays the backstop) */
     if (!getenv("WEFT_TEST_TIMEOUT")) alarm(240);
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(weft_local_key_create(&mk_a, m_dtor_fn), 0);
     CHECK_EQ(weft_local_key_create(&mk_b, NULL), 0);
@@ -750,7 +750,7 @@ static int i_in_binding(void *arg) {
     void *v = NULL;
     CHECK_EQ(weft_future_get(f, &v, 0), 0);
     CHECK(v == (void *)-1);
-    weft_future_free(f);
+    weft_future_unref(f);
     CHECK_EQ(weft_executor_close(e), 0);
     return 0;
 }
@@ -893,7 +893,7 @@ static void *dd_body(void *arg) {
 }
 
 TEST(dump_counts_bindings_and_never_shows_values) {
-    weft_attr a = {.name = "binder"};
+    weft_thread_opts a = {.name = "binder"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, dd_body, NULL, &a), 0);
     /* (the dump reads a scope's counts racily: not while the fork is
@@ -938,7 +938,7 @@ static void *a_daemon(void *arg) {
 
 TEST(abandoned_daemons_storage_freed_without_destructors) {
     CHECK_EQ(weft_local_key_create(&ak, a_dtor_fn), 0);
-    weft_attr d = {.daemon = 1};
+    weft_thread_opts d = {.daemon = 1};
     for (int i = 0; i < 100; i++) CHECK_EQ(weft_spawn(NULL, a_daemon, NULL, &d), 0);
     while (atomic_load(&a_up) < 100) usleep(100);
     weft_shutdown(); /* LeakSanitizer (ASan builds) checks the storage went */

@@ -138,12 +138,12 @@ static void reset_flags(void) {
 
 TEST(pinned_one_carrier_compensates_and_reports) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
     cap_begin();
     weft_thread *s, *r;
-    weft_attr sa = {.name = "sleeper"};
+    weft_thread_opts sa = {.name = "sleeper"};
     CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
     int started = await_flag(&sl_started);
     CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
@@ -231,14 +231,14 @@ static void *note_order(void *a) {
 
 TEST(pinned_200ms_others_run_meanwhile) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
     atomic_store(&big_done, 0);
     atomic_store(&big_release, 0);
     cap_begin();
     weft_thread *s, *o[8];
-    weft_attr sa = {.name = "sleep200"};
+    weft_thread_opts sa = {.name = "sleep200"};
     CHECK_EQ(weft_spawn(&s, monitor_test_sleep200, NULL, &sa), 0);
     int started = await_flag(&sl_started);
     for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(&o[i], note_order, NULL, NULL), 0);
@@ -283,12 +283,12 @@ void *monitor_test_outer(void *a) {
 
 TEST(pinned_site_names_the_callers) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     atomic_store(&deep_release, 0);
     cap_begin();
     weft_thread *t;
-    weft_attr a = {.name = "deep"};
+    weft_thread_opts a = {.name = "deep"};
     CHECK_EQ(weft_spawn(&t, monitor_test_outer, NULL, &a), 0);
     await_pinned();
     atomic_store(&deep_release, 1);
@@ -332,11 +332,11 @@ static void *set_hog_flag(void *a) {
 
 TEST(hog_one_carrier_compensates_and_reports) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
     weft_thread *h, *f;
-    weft_attr ha = {.name = "hogger"};
+    weft_thread_opts ha = {.name = "hogger"};
     CHECK_EQ(weft_spawn(&h, hog, NULL, &ha), 0);
     int started = await_flag(&hog_started);
     CHECK_EQ(weft_spawn(&f, set_hog_flag, NULL, NULL), 0);
@@ -384,7 +384,7 @@ static void *sampler(void *a) {
 
 TEST(bound_respected) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 1, .max_compensate = 1};
+    weft_runtime_opts cfg = {.carriers = 1, .max_compensate = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
     atomic_store(&sampling, 1);
@@ -434,7 +434,7 @@ TEST(bound_respected) {
 static void run_fixed_stall(void) {
     reset_flags();
     weft_thread *s, *r;
-    weft_attr sa = {.name = "fixed"};
+    weft_thread_opts sa = {.name = "fixed"};
     atomic_store(&sl_flag, 0);
     CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
     CHECK(await_flag(&sl_started));
@@ -452,7 +452,7 @@ static void run_fixed_stall(void) {
 static void run_seen_stall(int runs_meanwhile) {
     reset_flags();
     weft_thread *s, *r;
-    weft_attr sa = {.name = "fixed"};
+    weft_thread_opts sa = {.name = "fixed"};
     CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
     CHECK(await_flag(&sl_started));
     CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
@@ -465,7 +465,7 @@ static void run_seen_stall(int runs_meanwhile) {
 
 TEST(no_compensation_when_max_negative) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 1, .max_compensate = -1};
+    weft_runtime_opts cfg = {.carriers = 1, .max_compensate = -1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
     run_seen_stall(0);
@@ -481,7 +481,7 @@ TEST(no_compensation_when_max_negative) {
 }
 
 TEST(monitor_off_when_threshold_negative) {
-    weft_config cfg = {.carriers = 1, .pin_threshold_ns = -1};
+    weft_runtime_opts cfg = {.carriers = 1, .pin_threshold_ns = -1};
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
     run_fixed_stall();
@@ -502,7 +502,7 @@ TEST(env_threshold_off_and_log_off) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     /* $WEFT_PIN_THRESHOLD_MS=-1: off, as a negative field */
     setenv("WEFT_PIN_THRESHOLD_MS", "-1", 1);
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     run_fixed_stall();
     weft_stats st;
@@ -530,13 +530,13 @@ TEST(env_threshold_off_and_log_off) {
 
 TEST(every_carrier_pinned_still_runs_others) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     atomic_store(&stuck_release, 0);
     atomic_store(&stuck_started, 0);
     cap_begin();
     weft_thread *t[2], *r;
-    weft_attr a0 = {.pinned = 1};
+    weft_thread_opts a0 = {.pinned = 1};
     /* one on each carrier: pinned there, so each holds its own */
     CHECK_EQ(weft__spawn_on(0, &t[0], stuck, NULL, &a0), 0);
     CHECK_EQ(weft__spawn_on(1, &t[1], stuck, NULL, &a0), 0);
@@ -576,7 +576,7 @@ static void *lone_yielder(void *a) {
 }
 
 TEST(lone_yielder_is_no_hog) {
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, lone_yielder, NULL, NULL), 0);
@@ -631,7 +631,7 @@ static void *st_staller(void *a) {
 }
 
 static void stress_round(int carriers, int rounds) {
-    weft_config cfg = {.carriers = carriers, .pin_threshold_ns = 1000000};
+    weft_runtime_opts cfg = {.carriers = carriers, .pin_threshold_ns = 1000000};
     CHECK_EQ(weft_init(&cfg), 0);
     atomic_store(&st_children, 0);
     long per = SCALE(2000);
@@ -680,7 +680,7 @@ TEST(shutdown_while_compensating) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     setenv("WEFT_PIN_LOG", "0", 1);
     for (int round = 0; round < 3; round++) {
-        weft_config cfg = {.carriers = 1};
+        weft_runtime_opts cfg = {.carriers = 1};
         CHECK_EQ(weft_init(&cfg), 0);
         reset_flags();
         weft_thread *s, *r;
@@ -689,7 +689,7 @@ TEST(shutdown_while_compensating) {
         CHECK_EQ(weft_spawn(&r, runner, NULL, NULL), 0);
         CHECK(await_flag(&ran));
         /* daemons parked for good, some on the spare: abandoned at shutdown */
-        weft_attr da = {.daemon = 1};
+        weft_thread_opts da = {.daemon = 1};
         for (int i = 0; i < 8; i++) CHECK_EQ(weft_spawn(NULL, daemon_forever, NULL, &da), 0);
         weft_stats st;
         stats(&st);
@@ -709,7 +709,7 @@ TEST(shutdown_while_compensating) {
 TEST(fork_after_compensation) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     setenv("WEFT_PIN_LOG", "0", 1);
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
     weft_thread *s, *r;

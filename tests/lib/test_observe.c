@@ -80,9 +80,9 @@ static void *spinner(void *a) {
 
 TEST(dump_text_lists_states_and_sites) {
     DET_SKIP("waits in real time to see sleepers that virtual time has ended");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
-    weft_attr sa = {.name = "sleepy"}, ja = {.name = "waiter"}, ra = {.name = "busy"};
+    weft_thread_opts sa = {.name = "sleepy"}, ja = {.name = "waiter"}, ra = {.name = "busy"};
     weft_thread *s, *j, *r;
     CHECK_EQ(weft_spawn(&s, park_sleep, NULL, &sa), 0);
     CHECK_EQ(weft_spawn(&j, joins_other, s, &ja), 0);
@@ -125,7 +125,7 @@ static void *sleepy(void *arg) {
 
 TEST(dump_on_sigquit) {
     weft_thread *t;
-    weft_attr a = {.name = "sleepy-one"};
+    weft_thread_opts a = {.name = "sleepy-one"};
     CHECK_EQ(weft_spawn(&t, sleepy, NULL, &a), 0);
     char path[] = "/tmp/weft-sigquit-XXXXXX";
     int fd = mkstemp(path);
@@ -165,7 +165,7 @@ TEST(dump_from_a_vthread_names_frames) {
     DET_SKIP("waits in real time for the sleepers to park");
     enum { N = 5 };
     weft_thread *t[N], *d;
-    weft_attr sa = {.name = "sleeper"};
+    weft_thread_opts sa = {.name = "sleeper"};
     atomic_store(&up, 0);
     for (int i = 0; i < N; i++) CHECK_EQ(weft_spawn(&t[i], park_sleep, NULL, &sa), 0);
     while (atomic_load(&up) < N) usleep(1000);
@@ -204,7 +204,7 @@ TEST(dump_in_fork_child_names_frames) {
     CHECK(pid >= 0);
     if (pid == 0) {
         weft_thread *t;
-        weft_attr a = {.name = "child-sleeper"};
+        weft_thread_opts a = {.name = "child-sleeper"};
         atomic_store(&up, 0);
         if (weft_spawn(&t, park_sleep, NULL, &a) != 0) _exit(2);
         while (atomic_load(&up) < 1) usleep(1000);
@@ -250,7 +250,7 @@ TEST(json_checker_and_the_dump) {
     json_free(doc);
     /* a dump with vthreads in it */
     weft_thread *t;
-    weft_attr sa = {.name = "quote\"and\\slash"};
+    weft_thread_opts sa = {.name = "quote\"and\\slash"};
     atomic_store(&up, 0);
     CHECK_EQ(weft_spawn(&t, park_sleep, NULL, &sa), 0);
     while (atomic_load(&up) < 1) usleep(1000);
@@ -290,7 +290,7 @@ TEST(dump_ages_never_negative) {
     DET_SKIP("vthreads churn in real time while platform-thread dumps read them");
     if (TEST_TSAN && !getenv("WEFT_TEST_DUMP_UNDER_TSAN"))
         SKIP("the dump's reads of vthreads parking as it walks are racy by design (see test_future)");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     enum { N = 400, DUMPS = 40 };
     weft_thread *t[N];

@@ -14,7 +14,7 @@
 #define FOREVER_MS (3600 * 1000LL)
 
 static void init_carriers(int n) {
-    weft_config cfg = {.carriers = n};
+    weft_runtime_opts cfg = {.carriers = n};
     CHECK_EQ(weft_init(&cfg), 0);
 }
 
@@ -516,7 +516,7 @@ TEST(cancel_a_platform_caller) {
     CHECK_EQ(weft_executor_close_now(e), 0);
     CHECK(s.done);
     CHECK_EQ(s.result, -ECANCELED);
-    weft_future_free(f);
+    weft_future_unref(f);
 }
 
 /* ---- bad arguments ------------------------------------------------------------- */
@@ -608,7 +608,7 @@ static int no_hog_main(void *arg) {
 
 TEST(monitor_sees_no_hog) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 2, .pin_threshold_ns = 5 * MS};
+    weft_runtime_opts cfg = {.carriers = 2, .pin_threshold_ns = 5 * MS};
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(weft_main(no_hog_main, NULL), 0);
 }
@@ -634,7 +634,7 @@ static int pinned_main(void *arg) {
 
 TEST(monitor_still_sees_a_pinned_body) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    weft_config cfg = {.carriers = 2, .pin_threshold_ns = 5 * MS};
+    weft_runtime_opts cfg = {.carriers = 2, .pin_threshold_ns = 5 * MS};
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(weft_main(pinned_main, NULL), 0);
 }

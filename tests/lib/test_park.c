@@ -151,7 +151,7 @@ static void *burst_task(void *arg) {
 }
 
 TEST(idle_carriers_wake_for_bursts) {
-    weft_config cfg = {.carriers = 4};
+    weft_runtime_opts cfg = {.carriers = 4};
     CHECK_EQ(weft_init(&cfg), 0);
     for (int r = 0; r < SCALE(300); r++) {
         atomic_store(&burst_done, 0);

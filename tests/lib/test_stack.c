@@ -38,7 +38,7 @@ __attribute__((noinline)) static int recurse(int n) {
 static void *overflow_fn(void *arg) { return (void *)(intptr_t)recurse(0); }
 
 static void overflow_child(void) {
-    weft_attr a = {.name = "deep-recursion", .stack_size = 64 * 1024};
+    weft_thread_opts a = {.name = "deep-recursion", .stack_size = 64 * 1024};
     weft_thread *t;
     if (weft_spawn(&t, overflow_fn, NULL, &a) != 0) _exit(3);
     weft_join(t, NULL);
@@ -83,7 +83,7 @@ static void *canary_fn(void *arg) {
 }
 
 static void canary_child(void) {
-    weft_attr a = {.name = "canary-smasher", .stack_size = 64 * 1024};
+    weft_thread_opts a = {.name = "canary-smasher", .stack_size = 64 * 1024};
     weft_thread *t;
     if (weft_spawn(&t, canary_fn, NULL, &a) != 0) _exit(3);
     weft_join(t, NULL);
@@ -198,7 +198,7 @@ static void *wait_cancel(void *a) {
 static void enomem_child(void) {
     enum { MAX = 20000 };
     static weft_thread *t[MAX];
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     if (weft_init(&cfg) != 0) _exit(3);
     weft_thread *w;
     if (weft_spawn(&w, noop, NULL, NULL) != 0 || weft_join(w, NULL) != 0) _exit(4);
@@ -346,7 +346,7 @@ static void *deep_user(void *arg) {
 
 TEST(asan_reused_stacks_have_no_stale_poison) {
     enum { N = 64, DEPTH = 100 }; /* ~100 KiB of frames (more with redzones) */
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_thread *t[N];
     /* ended after deep frames that returned, or that were left by longjmp:
@@ -358,7 +358,7 @@ TEST(asan_reused_stacks_have_no_stale_poison) {
     }
     /* daemons abandoned deep in their stacks at shutdown: clean once the
      * runtime is gone (the next mapping there would inherit the shadow) */
-    weft_attr daemon = {.daemon = 1};
+    weft_thread_opts daemon = {.daemon = 1};
     for (int i = 0; i < N; i++)
         CHECK_EQ(weft_spawn(NULL, deep_then_park, (void *)(intptr_t)(DEPTH * 1000 + i), &daemon), 0);
     while (atomic_load(&deep_parked) < N) usleep(1000);

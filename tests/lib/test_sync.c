@@ -11,7 +11,7 @@
 /* ---- helpers ------------------------------------------------------------ */
 
 static void start(int carriers) {
-    weft_config cfg = {.carriers = carriers};
+    weft_runtime_opts cfg = {.carriers = carriers};
     CHECK_EQ(weft_init(&cfg), 0);
 }
 
@@ -58,11 +58,11 @@ static int64_t ms(int n) { return (int64_t)n * 1000000; }
 TEST(mutex_basic) {
     weft_mutex m = WEFT_MUTEX_INIT;
     CHECK_EQ(weft_mutex_lock(&m), 0);
-    CHECK_EQ(weft_mutex_trylock(&m), -EBUSY);
+    CHECK_EQ(weft_mutex_try_lock(&m), -EBUSY);
     CHECK_EQ(weft_mutex_destroy(&m), -EBUSY);
     CHECK_EQ(weft_mutex_unlock(&m), 0);
     CHECK_EQ(weft_mutex_unlock(&m), -EPERM);
-    CHECK_EQ(weft_mutex_trylock(&m), 0);
+    CHECK_EQ(weft_mutex_try_lock(&m), 0);
     CHECK_EQ(weft_mutex_unlock(&m), 0);
     CHECK_EQ(weft_mutex_destroy(&m), 0);
     weft_mutex m2;
@@ -264,7 +264,7 @@ TEST(mutex_deadlines) {
     CHECK_EQ(qlen(&m.q), 0);
     CHECK_EQ(m.state, T_M_LOCKED); /* no waiter bits left behind */
     CHECK_EQ(weft_mutex_unlock(&m), 0);
-    CHECK_EQ(weft_mutex_trylock(&m), 0);
+    CHECK_EQ(weft_mutex_try_lock(&m), 0);
     CHECK_EQ(weft_mutex_unlock(&m), 0);
 }
 
@@ -367,8 +367,8 @@ static int uc_round(int i) {
     CHECK(r == 0 || r == -ECANCELED);
     CHECK_EQ(join_val(w2), 0);
     CHECK_EQ(u.m.state, 0);
-    CHECK_EQ(weft_mutex_trylock(&u.m), 0);
-    CHECK_EQ(weft_mutex_trylock(&u.m), -EBUSY);
+    CHECK_EQ(weft_mutex_try_lock(&u.m), 0);
+    CHECK_EQ(weft_mutex_try_lock(&u.m), -EBUSY);
     CHECK_EQ(weft_mutex_unlock(&u.m), 0);
     CHECK_EQ(weft_mutex_destroy(&u.m), 0);
     return r == 0;
@@ -607,7 +607,7 @@ static void *cond_timeout_fn(void *arg) {
     int64_t t0 = weft_now();
     CHECK_EQ(weft_cond_wait_until(&g->c, &g->m, t0 + ms(3)), -ETIMEDOUT);
     CHECK(weft_now() - t0 >= ms(3));
-    CHECK_EQ(weft_mutex_trylock(&g->m), -EBUSY); /* held again */
+    CHECK_EQ(weft_mutex_try_lock(&g->m), -EBUSY); /* held again */
     int64_t old = weft_deadline_set(weft_now() + ms(2));
     CHECK_EQ(weft_cond_wait(&g->c, &g->m), -ETIMEDOUT);
     weft_deadline_set(old);
@@ -637,7 +637,7 @@ static void *cond_cancel_fn(void *arg) {
     int r = weft_cond_wait(&g->c, &g->m);
     /* whatever happened, we hold the mutex: nobody else is inside */
     CHECK_EQ(atomic_fetch_add(&cc_inside, 1), 0);
-    CHECK_EQ(weft_mutex_trylock(&g->m), -EBUSY);
+    CHECK_EQ(weft_mutex_try_lock(&g->m), -EBUSY);
     /* cancellation is sticky: the next wait fails at once, m still held */
     if (r == -ECANCELED) CHECK_EQ(weft_cond_wait(&g->c, &g->m), -ECANCELED);
     atomic_fetch_sub(&cc_inside, 1);
@@ -957,16 +957,16 @@ TEST(rwlock_readers_share) {
     for (int i = 0; i < NP; i++) pthread_join(p[i], NULL);
     CHECK_EQ(x.l.state, 0);
     /* try forms */
-    CHECK_EQ(weft_rwlock_tryrdlock(&x.l), 0);
-    CHECK_EQ(weft_rwlock_tryrdlock(&x.l), 0);
-    CHECK_EQ(weft_rwlock_trywrlock(&x.l), -EBUSY);
+    CHECK_EQ(weft_rwlock_try_rdlock(&x.l), 0);
+    CHECK_EQ(weft_rwlock_try_rdlock(&x.l), 0);
+    CHECK_EQ(weft_rwlock_try_wrlock(&x.l), -EBUSY);
     CHECK_EQ(weft_rwlock_destroy(&x.l), -EBUSY);
     CHECK_EQ(weft_rwlock_unlock(&x.l), 0);
     CHECK_EQ(weft_rwlock_unlock(&x.l), 0);
     CHECK_EQ(weft_rwlock_unlock(&x.l), -EPERM);
-    CHECK_EQ(weft_rwlock_trywrlock(&x.l), 0);
-    CHECK_EQ(weft_rwlock_tryrdlock(&x.l), -EBUSY);
-    CHECK_EQ(weft_rwlock_trywrlock(&x.l), -EBUSY);
+    CHECK_EQ(weft_rwlock_try_wrlock(&x.l), 0);
+    CHECK_EQ(weft_rwlock_try_rdlock(&x.l), -EBUSY);
+    CHECK_EQ(weft_rwlock_try_wrlock(&x.l), -EBUSY);
     CHECK_EQ(weft_rwlock_unlock(&x.l), 0);
     CHECK_EQ(weft_rwlock_destroy(&x.l), 0);
 }
@@ -1066,10 +1066,10 @@ TEST(rwlock_writer_not_starved) {
     weft_thread *w;
     CHECK_EQ(weft_spawn(&w, wr_hold, &l, NULL), 0);
     wait_qlen(&l.q, 1);
-    CHECK_EQ(weft_rwlock_tryrdlock(&l), -EBUSY);
+    CHECK_EQ(weft_rwlock_try_rdlock(&l), -EBUSY);
     CHECK_EQ(weft_rwlock_unlock(&l), 0);
     CHECK_EQ(join_val(w), 0); /* it holds l for writing now */
-    CHECK_EQ(weft_rwlock_tryrdlock(&l), -EBUSY);
+    CHECK_EQ(weft_rwlock_try_rdlock(&l), -EBUSY);
     CHECK_EQ(weft_rwlock_unlock(&l), 0);
     atomic_store(&s.stop, 1);
     for (int i = 0; i < NR; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
@@ -1197,7 +1197,7 @@ static void *rwr_driver(void *arg) {
         CHECK_EQ(join_val(rd), 0);
         CHECK_EQ(join_val(w2), 0);
         CHECK_EQ(x.l.state, 0);
-        CHECK_EQ(weft_rwlock_trywrlock(&x.l), 0);
+        CHECK_EQ(weft_rwlock_try_wrlock(&x.l), 0);
         CHECK_EQ(weft_rwlock_unlock(&x.l), 0);
     }
     return NULL;
@@ -1425,7 +1425,7 @@ TEST(dump_shows_mutex_wait) {
     start(2);
     weft_mutex m = WEFT_MUTEX_INIT;
     CHECK_EQ(weft_mutex_lock(&m), 0);
-    weft_attr at = {.name = "mutexwait"};
+    weft_thread_opts at = {.name = "mutexwait"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, dump_locker, &m, &at), 0);
     wait_qlen(&m.q, 1); /* queued; parked a moment later */

@@ -90,7 +90,7 @@ static void *self_fn(void *a) {
 
 TEST(self_id_name) {
     CHECK(weft_self() == NULL);
-    weft_attr a = {.name = "worker-7"};
+    weft_thread_opts a = {.name = "worker-7"};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, self_fn, NULL, &a), 0);
     void *r;
@@ -215,9 +215,9 @@ static void *target_fn(void *arg) {
 
 TEST(migration_sees_current_carrier) {
     DET_SKIP("needs 2 carriers");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
-    weft_attr pin = {.pinned = 1};
+    weft_thread_opts pin = {.pinned = 1};
     atomic_store(&hold_first, 1);
     CHECK_EQ(weft_spawn(&helper[0], helper_fn, (void *)0, &pin), 0);
     while (!atomic_load(&helper_up[0])) usleep(100);
@@ -238,7 +238,7 @@ TEST(migration_sees_current_carrier) {
 
 TEST(init_twice_and_restart) {
     DET_SKIP("configures 3 carriers and checks them");
-    weft_config cfg = {.carriers = 3};
+    weft_runtime_opts cfg = {.carriers = 3};
     CHECK_EQ(weft_init(&cfg), 0);
     CHECK_EQ(weft_init(&cfg), -EALREADY);
     weft_stats s;
@@ -253,7 +253,7 @@ TEST(init_twice_and_restart) {
     CHECK_EQ(weft_join(t, &r), 0);
     CHECK(r == (void *)5);
     weft_shutdown();
-    weft_config bad = {.carriers = -1};
+    weft_runtime_opts bad = {.carriers = -1};
     CHECK_EQ(weft_init(&bad), -EINVAL);
 }
 
@@ -303,7 +303,7 @@ TEST(bad_environment_fails_init) {
     /* good values still work, and a config field wins over the variable */
     CHECK_EQ(init_with_env("WEFT_CARRIERS", "2", said, sizeof said), 0);
     setenv("WEFT_CARRIERS", "abc", 1);
-    weft_config cfg = {.carriers = 1};
+    weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     weft_stats st;
     weft_stats_get(&st);
@@ -315,12 +315,12 @@ TEST(bad_environment_fails_init) {
 /* A stack size that round_page would wrap to a small one is refused,
  * not served with a 64 KiB stack. */
 TEST(huge_stack_size_is_refused) {
-    weft_config cfg = {.stack_size = SIZE_MAX - 100};
+    weft_runtime_opts cfg = {.stack_size = SIZE_MAX - 100};
     CHECK_EQ(weft_init(&cfg), -ENOMEM);
     cfg.stack_size = SIZE_MAX / 2;
     CHECK_EQ(weft_init(&cfg), -ENOMEM);
     CHECK_EQ(weft_init(NULL), 0);
-    weft_attr a = {.stack_size = SIZE_MAX - 100};
+    weft_thread_opts a = {.stack_size = SIZE_MAX - 100};
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, ret_arg, NULL, &a), -ENOMEM);
     a.stack_size = SIZE_MAX - 4096 * 4;
@@ -348,7 +348,7 @@ static void *daemon_fn(void *a) {
 }
 
 TEST(shutdown_abandons_daemons_waits_for_others) {
-    weft_attr d = {.daemon = 1, .name = "daemon"};
+    weft_thread_opts d = {.daemon = 1, .name = "daemon"};
     CHECK_EQ(weft_spawn(NULL, daemon_fn, NULL, &d), 0);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, ret_arg, NULL, NULL), 0);
@@ -402,9 +402,9 @@ static void *pinned_fn(void *a) {
 }
 
 TEST(pinned_stays_on_its_carrier) {
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
-    weft_attr a = {.pinned = 1};
+    weft_thread_opts a = {.pinned = 1};
     weft_thread *t[6];
     for (int i = 0; i < 6; i++) CHECK_EQ(weft_spawn(&t[i], pinned_fn, NULL, &a), 0);
     for (int i = 0; i < 6; i++) CHECK_EQ(weft_join(t[i], NULL), 0);

@@ -87,7 +87,7 @@ TEST(timer_order_one_carrier) {
     /* one carrier and no spare: a loaded machine can make the monitor
      * call one (a vthread held 20 ms), which takes due timers from the
      * carrier and runs them beside it (TSan, once) */
-    weft_config cfg = {.carriers = 1, .max_compensate = -1};
+    weft_runtime_opts cfg = {.carriers = 1, .max_compensate = -1};
     CHECK_EQ(weft_init(&cfg), 0);
     int64_t lead = TEST_SANITIZED ? 400000000 : 50000000;
     int valid = 0, round = 0;
@@ -239,7 +239,7 @@ static double carrier_cpu_s(void) {
  * enough; carriers that spin or poll are busy in every one. */
 TEST(sleeping_vthreads_cost_no_cpu) {
     DET_SKIP("needs 2 carriers and an hour of real sleep");
-    weft_config cfg = {.carriers = 2};
+    weft_runtime_opts cfg = {.carriers = 2};
     CHECK_EQ(weft_init(&cfg), 0);
     enum { N = 1000 };
     weft_thread *t[N];

@@ -56,11 +56,11 @@ __attribute__((unused)) static int det_run(det_body body, void *arg, uint64_t se
     if (pid < 0) return DET_CRASH;
     if (pid == 0) {
         alarm(DET_TIMEOUT_S);
-        weft_config cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed, .trace = trace};
+        weft_runtime_opts cfg = {.deterministic = WEFT_DET_ON, .deterministic_seed = seed, .trace = trace};
         if (weft_init(&cfg) != 0) _exit(3);
         struct det_root_ r = {body, arg, 0};
         weft_thread *t;
-        weft_attr a = {.name = "det-root"};
+        weft_thread_opts a = {.name = "det-root"};
         if (weft_spawn(&t, det_root_, &r, &a) != 0 || weft_join(t, NULL) != 0) _exit(3);
         weft_shutdown();
         fflush(NULL);

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 int main(void) {
-    weft_config cfg = {.carriers = 1, .io = WEFT_IO_URING};
+    weft_runtime_opts cfg = {.carriers = 1, .io = WEFT_IO_URING};
     if (weft_init(&cfg) < 0) return 1;
     int ok = weft_io_backend() == WEFT_IO_URING;
     weft_shutdown();
