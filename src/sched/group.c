@@ -11,7 +11,7 @@
  * idle carriers' counts and mask, and the carriers.  Every carrier points
  * to its group (c->grp) and has an index in it (c->gidx, its idle bit);
  * every vthread points to its group (t->grp), set at spawn, never changed.
- * The default group is R.g0 in sched.c: the configured carriers and the
+ * The default group is R.g0 (internal.h): the configured carriers and the
  * monitor's spares (its c is R.c, gidx the carrier index), so the default
  * pool runs exactly as before, with one pointer load more on the paths
  * that read the idle counts.
@@ -101,6 +101,11 @@
  * their cached stacks to the shared depot, frees their pollers and
  * releases their indices.  A vthread that has finished but was not joined
  * holds nothing of its group (its descriptor stays until weft_join).
+ *
+ * Its carriers are made and ended at the end of this file
+ * (weft__group_carriers_start and _stop): full carriers of sched.c's making
+ * (weft__carrier_alloc, weft__carrier_main; internal.h has the struct),
+ * each in R.c at its index as above.
  *
  * Threads touching what: the group's queue and idle fields as sched.c's
  * top comment says of the default ones; nlive by spawners and exiting
