@@ -192,7 +192,7 @@ int weft_file_create(weft_file **out, const char *path, int flags, mode_t mode, 
  * (dirty-page throttling acts on every write past the limit, a cold file
  * is read piece by piece), so a sample finds it within a few stalls, and
  * a stall missed meanwhile is what the monitor already covers: it moves a
- * stuck carrier's queue to the others (sched.c, "The monitor"). */
+ * stuck carrier's queue to the others (sched/spares.c, "The monitor"). */
 #define DIRECT_SAMPLE 4
 static __thread unsigned direct_tick;
 

@@ -11,7 +11,7 @@
  * idle carriers' counts and mask, and the carriers.  Every carrier points
  * to its group (c->grp) and has an index in it (c->gidx, its idle bit);
  * every vthread points to its group (t->grp), set at spawn, never changed.
- * The default group is R.g0 in sched.c: the configured carriers and the
+ * The default group is R.g0 (internal.h): the configured carriers and the
  * monitor's spares (its c is R.c, gidx the carrier index), so the default
  * pool runs exactly as before, with one pointer load more on the paths
  * that read the idle counts.
@@ -102,6 +102,11 @@
  * releases their indices.  A vthread that has finished but was not joined
  * holds nothing of its group (its descriptor stays until weft_join).
  *
+ * Its carriers are made and ended at the end of this file
+ * (weft__group_carriers_start and _stop): full carriers of sched.c's making
+ * (weft__carrier_alloc, weft__carrier_main; internal.h has the struct),
+ * each in R.c at its index as above.
+ *
  * Threads touching what: the group's queue and idle fields as sched.c's
  * top comment says of the default ones; nlive by spawners and exiting
  * vthreads; closer under g->lock; the list changes under
@@ -112,8 +117,7 @@
  * scheduler lock but a group's injection queue, a mailbox or a timer
  * heap's.
  */
-#include "group.h"
-#include "det.h"
+#include "internal.h"
 #include "weft/exec.h"
 
 #include <errno.h>
@@ -333,3 +337,124 @@ int weft__groups_each(void (*fn)(const weft_group_stats *s, const int *idx, int 
 }
 
 /* ---- weft_executor_group: see src/exec/exec.c ---- */
+
+/* ------------------------------------------------------------------------ */
+/* a group's carriers (made and ended with the group)                       */
+/* ------------------------------------------------------------------------ */
+
+static void group_carriers_free(weft_group *g, int made) {
+    pthread_mutex_lock(&weft__groups.lock);
+    for (int i = 0; i < made; i++) {
+        R.c[g->c[i]->index] = NULL;
+        R.gidx_used[g->c[i]->index] = 0;
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    for (int i = 0; i < made; i++) weft__carrier_free(g->c[i]);
+    free(g->c);
+    free((void *)g->idle_mask);
+    g->c = NULL;
+    g->idle_mask = NULL;
+}
+
+int weft__group_carriers_start(weft_group *g) {
+    int n = g->n, made = 0, started = 0, r = 0;
+    g->c = calloc((size_t)n, sizeof *g->c);
+    g->idle_mask = calloc((size_t)(n + 63) / 64, sizeof *g->idle_mask);
+    if (!g->c || !g->idle_mask) {
+        group_carriers_free(g, 0);
+        return -ENOMEM;
+    }
+    /* Indices: past every slot the monitor's spares may take (R.n +
+     * max_comp), so that both can grow independently; the io layer's
+     * tables and the dump know a carrier by its index.  Taken under the
+     * groups' lock (two groups made at once). */
+    pthread_mutex_lock(&weft__groups.lock);
+    int k = R.n + R.max_comp;
+    for (; made < n; made++) {
+        while (k < WEFT__MAX_CARRIERS && R.gidx_used[k]) k++;
+        if (k >= WEFT__MAX_CARRIERS) { r = -EAGAIN; break; }
+        weft__carrier *c = weft__carrier_alloc(k);
+        if (!c) { r = -ENOMEM; break; }
+        c->grp = g;
+        c->gidx = made;
+        /* one carrier alone: nobody else could run what its FIFO holds */
+        c->yq_private = n == 1 || R.yq_stealable;
+        atomic_store(&c->go, 1);
+        g->c[made] = c;
+        R.gidx_used[k] = 1;
+        R.c[k] = c; /* (vthreads look up their timer heap's carrier by index) */
+    }
+    pthread_mutex_unlock(&weft__groups.lock);
+    for (int i = 0; i < made && !r; i++) {
+        weft__carrier *c = g->c[i];
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, 256 * 1024);
+        int e = pthread_create(&c->thread, &a, weft__carrier_main, c);
+        pthread_attr_destroy(&a);
+        if (e) { r = -e; break; }
+        started++;
+        char tn[16];
+        snprintf(tn, sizeof tn, "weft-g%u.%d", g->id % 1000, i % 100);
+        pthread_setname_np(c->thread, tn);
+        while (!atomic_load(&c->ready)) futex(&c->ready, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
+        if (c->start_err) r = c->start_err;
+    }
+    /* a carrier starts busy, outside the idle set: if the monitor had
+     * disarmed (every carrier idle), nothing would arm it before this one
+     * first went idle -- and one that runs a vthread at once (spawned into
+     * the group as it started) and computes never does.  Arm it, as
+     * mon_prepare does for the first carriers. */
+    if (!r) weft__mon_need();
+    if (r) {
+        atomic_store(&g->stop, 1);
+        for (int i = 0; i < started; i++) weft__kick(g->c[i]);
+        for (int i = 0; i < started; i++) pthread_join(g->c[i]->thread, NULL);
+        group_carriers_free(g, made);
+    }
+    return r;
+}
+
+void weft__group_carriers_stop(weft_group *g) {
+    atomic_store(&g->stop, 1);
+    for (int i = 0; i < g->n; i++) weft__kick(g->c[i]);
+    for (int i = 0; i < g->n; i++) pthread_join(g->c[i]->thread, NULL);
+    for (int i = 0; i < g->n; i++) {
+        weft__carrier *c = g->c[i];
+        /* its counts stay in the totals (weft_stats_get, weft_shutdown's
+         * count of non-daemon vthreads) */
+        atomic_fetch_add(&R.gone_started, atomic_load(&c->n_started));
+        atomic_fetch_add(&R.gone_finished, atomic_load(&c->n_finished));
+        atomic_fetch_add(&R.gone_switches, atomic_load(&c->n_switches));
+        atomic_fetch_add(&R.gone_steals, atomic_load(&c->n_steals));
+        atomic_fetch_add(&R.gone_parks, atomic_load(&c->n_parks));
+        atomic_fetch_add(&R.gone_nd_started, atomic_load(&c->nd_started));
+        atomic_fetch_add(&R.gone_nd_finished, atomic_load(&c->nd_finished));
+        /* its cached stacks go back to the shared depot */
+        for (uint32_t j = 0; j < c->stacks.n; j++) weft__stack_put(NULL, c->stacks.s[j]);
+        c->stacks.n = 0;
+    }
+    group_carriers_free(g, g->n);
+}
+
+void weft__group_sum(weft_group *g, uint64_t *switches, uint64_t *steals, uint64_t *runnable) {
+    uint64_t sw = 0, st = 0;
+    int64_t rn = atomic_load_explicit(&g->inj_n, memory_order_relaxed);
+    for (int i = 0, n = gall(g); i < n; i++) {
+        weft__carrier *c = g->c[i];
+        sw += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
+        st += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
+        int64_t q = weft__dq_size(&c->dq);
+        rn += (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
+              (atomic_load_explicit(&c->lifo, memory_order_relaxed) ? 1 : 0);
+    }
+    *switches = sw;
+    *steals = st;
+    *runnable = rn > 0 ? (uint64_t)rn : 0;
+}
+
+int weft__group_carrier_indices(weft_group *g, int *idx, int cap) {
+    int n = gall(g), k = 0;
+    for (int i = 0; i < n && k < cap; i++) idx[k++] = g->c[i]->index;
+    return k;
+}

@@ -57,18 +57,18 @@ extern weft__group_list weft__groups;
 
 /* sched.c: the default group (the runtime's carriers). */
 weft_group *weft__group_default(void);
-/* sched.c: starts g->n carriers for g (indices from the group range);
+/* group.c: starts g->n carriers for g (indices from the group range);
  * 0 or -EAGAIN (no carrier index left: WEFT__MAX_CARRIERS in all) or
  * -ENOMEM / -errno (a thread or poller could not be made).  On failure
  * nothing is left running. */
 int weft__group_carriers_start(weft_group *g);
-/* sched.c: stops and frees g's carriers (none of its vthreads is left):
+/* group.c: stops and frees g's carriers (none of its vthreads is left):
  * their counters are kept in the runtime's totals.  Caller holds
  * weft__groups.lock and has unlinked g. */
 void weft__group_carriers_stop(weft_group *g);
-/* sched.c: per-group counters (racy sums over its carriers). */
+/* group.c: per-group counters (racy sums over its carriers). */
 void weft__group_sum(weft_group *g, uint64_t *switches, uint64_t *steals, uint64_t *runnable);
-/* sched.c: the carrier indices of g into idx (at most cap); returns the count. */
+/* group.c: the carrier indices of g into idx (at most cap); returns the count. */
 int weft__group_carrier_indices(weft_group *g, int *idx, int cap);
 /* sched.c: the calling vthread's group (NULL on a platform thread). */
 weft_group *weft__group_self(void);

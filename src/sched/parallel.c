@@ -73,7 +73,7 @@
  * for CPU-bound work), but still moves what the worker's carrier leaves
  * stranded (its slot, FIFO, due timers); a body blocked in a system call
  * weft does not own is still reported pinned and compensated, as any
- * vthread (the monitor tells the two by the carrier's CPU clock: sched.c,
+ * vthread (the monitor tells the two by the carrier's CPU clock: spares.c,
  * monitor_main).  The worker calls weft_yield at a
  * chunk boundary after every YIELD_NS of work, so vthreads queued on its
  * carrier run within about a millisecond; with nothing else to run a yield

@@ -72,139 +72,9 @@
  * instead: there is no hand-off to keep warm, and a parent joining a batch
  * then finds the rest done.
  *
- * The monitor (as Go's sysmon, for what a carrier leaves behind).  There is
- * no preemption: a vthread that computes holds its carrier.  What only that
- * carrier would run -- the vthread in its LIFO slot, its yield FIFO, the due
- * timers in its heap -- would wait for the whole computation while other
- * carriers sleep (nothing woke them: those are the cheap paths).  So the
- * runtime has a monitor thread (with one carrier too, unless stall
- * detection is off: pin_threshold_ns < 0), armed while any carrier is busy:
- * a carrier that leaves idle arms it if it is not armed (one load; a futex
- * wake only when the monitor had disarmed), and nothing on the switch, wake
- * or timer paths pays for it.  Armed, the monitor looks at every carrier
- * every `grace` (1 ms after it found something, doubling up to 10 ms --
- * or half the stall threshold, if that is less -- while it finds nothing).
- * A carrier that is not idle and has made no progress since the last look
- * -- no switch, and no slow turn of pick_local, which a vthread that yields
- * with nothing else to run still makes every SLOW_EVERY yields -- is
- * running one vthread's own code all along, and the monitor moves its
- * slot, its FIFO and its due timers' vthreads to the injection queue and
- * wakes an idle carrier (when some other carrier of its group takes shared
- * work: a configured one, or an active spare; for a retired spare, any).
- * With one carrier -- the default on a one-CPU machine -- or every carrier
- * busy, nobody takes it until a spare does ("Spares"): then it waits the
- * stall threshold, not the computation.  It
- * disarms and sleeps without a deadline once every carrier is idle (the
- * idle bits, a retired spare's dormant flag and mon_armed are a Dekker
- * pair: see monitor_main).  Cost: at most ~100 wake-ups a second of one
- * thread while any carrier is busy (at the default threshold), none while
- * all sleep; a stranded vthread waits one or two graces (about 20 ms at
- * most, measured up to 23 ms) instead of the whole computation.  A
- * sleeping carrier's deadline is its own heap's next timer only: a spinning
- * carrier fires other heaps' due timers, and the monitor those of a
- * carrier that computes.  A computing carrier's I/O completions stay
- * behind (a ring is reaped by its own carrier: io/uring.c), and vthreads
- * pinned to it can only wait for it.
- *
- * Stalls (weft.h, "The monitor").  A carrier that has made no progress for
- * pin_threshold_ns (default 20 ms) while running a vthread is a stall: the
- * observe layer (observe/monitor.c) tells pinned (blocked in the kernel)
- * from hog (computing) and finds the call site; here it is counted, kept on
- * the carrier for the dump (stall_*) and logged, once when it begins and
- * once when the carrier next makes progress.  Looking costs the monitor two
- * relaxed loads per carrier; a carrier seen without progress also costs
- * one read of its thread's CPU clock (a hog must have computed: a carrier
- * the kernel has not run for a while, on a loaded machine, is not one), and
- * the classification -- a /proc read, a stack walk -- is paid once per
- * stall.
- *
- * Spares (compensation, as Loom's ForkJoinPool compensates for a blocked
- * carrier and Go's sysmon hands a P off from a thread in a system call).
- * While carriers are stalled and runnable work waits behind them (in the
- * injection queue, or in a stalled carrier's deque, slot, FIFO or due
- * timers) with no carrier idle to take it, the monitor activates a spare
- * carrier, up to max_compensate at once (default: 2 x the carriers), one
- * more per look while each stall has none, and moves that work to it in
- * the same look; as stalls end it retires as many at once (compensate).
- * "Stalled" here is measured from before the carrier's last progress (the
- * look before the one that saw it, mon_from), and the monitor looks again
- * exactly when that reaches the threshold: so work stranded behind the
- * only carrier runs within the threshold (plus the spare's wake-up), where
- * the stall event -- measured strictly, from the look that saw the
- * progress -- can come up to two looks later.  A spare may so be called
- * for by a computation of half the threshold; one is not called for by a
- * vthread that computes on purpose (WEFT__F_COMPUTE) until it is found
- * blocked.  At most max_compensate spares are ever made;
- * a retired one is reused first, unless it is stalled itself.  A spare is a full
- * carrier -- deque, mailbox, timer heap, poller (its own ring), stack
- * cache -- at an index past the configured ones in R.c, made on first need
- * by the monitor and kept until weft_shutdown.  Alternatives: a dedicated
- * "helper" thread that only drains the injection queue could not run what
- * it takes to completion (a vthread that parks needs a carrier's ring and
- * heap), and making and destroying carriers per stall would pay a thread
- * and a ring per stall and free a ring that a vthread's operation may
- * still be in flight on.  Active, a spare is any carrier: it steals, takes
- * the injection queue, sleeps in the idle set.  Retired (c->shared 0), it
- * takes nobody else's work -- no steals, no injection queue, no spinning
- * -- but runs what is its own: its deque (which others may still steal),
- * slot, FIFO, mailbox (a vthread pinned to a spare stays there), timers
- * and ring completions; then it sleeps in its poller outside the idle set
- * (dormant), where only wake_carrier (work pinned to it), its ring, its
- * next timer and the monitor's activation wake it: a retired spare costs
- * nothing.  A spare that was idle when retired is kicked, so that it
- * leaves the idle set where wakers count on it; one woken as a spinner
- * while retired passes the wake on (stop_spinning).  Growing: R.c has
- * WEFT__MAX_CARRIERS slots from the start, so it never moves under a
- * reader; a spare's slot is filled before its thread starts (its idle bit
- * leads others there), R.nall is published (release) once its thread has
- * its poller, and the thread runs only after that (c->go): everything that
- * iterates carriers -- stealing, idle masks, work_visible, counters, the
- * dump, shutdown -- reads R.nall (acquire) and sees every carrier a
- * vthread may have run on.  R.n stays the configured count: weft__spawn_on
- * and the io layer's per-carrier async dispatchers spread over those (a
- * vthread on a spare hands its async operations to carrier k mod R.n's
- * dispatcher); the io layer's poller tables are indexed by carrier up to
- * WEFT__MAX_CARRIERS and registered as each poller is made.
- *
  * Idle carriers also do the stack allocator's background work
  * (weft__stacks_refill / _trim): carving stacks ahead during a spawn burst,
  * returning memory above the high-water mark afterwards.
- *
- * Fork.  A child process has one thread -- the one that called fork() --
- * and none of the carriers (spares included), the monitor or the blocking pool; whatever
- * those held (locks, half-updated queues) stays as the fork caught it.  So
- * the runtime is not carried into the child but abandoned there, and a
- * fresh one starts on the child's next weft call.  pthread_atfork
- * handlers, registered by the first weft_init: prepare keeps the io
- * layer's pollers from being freed mid-fork, idle carriers from carving
- * stacks and the monitor from looking (R.mon_fork: a look may probe a
- * stall, make a spare -- malloc; ASan's allocator, unlike glibc's, is not
- * locked across fork by libasan 12, and a child forked amid a malloc on
- * another thread can hang in its own); the child handler closes the
- * child's copies of the parent's rings, eventfds and epoll sets (the same
- * kernel objects as the parent's: the child must never submit to them),
- * reinitialises the locks, and forgets carriers, queues, timers and stacks
- * without freeing or unmapping them (a thread that is not there may have
- * been mid-update; weft__fork_keep keeps them reachable for LeakSanitizer,
- * and copy-on-write makes them cost nothing untouched).  Then R.up is 0 and
- * weft__ensure_init starts a new runtime when the child next needs one,
- * configured as the parent's was (its carriers and stack size as resolved,
- * its backend as asked for), unless the child calls weft_init itself.
- * The parent's vthreads do not exist in the child: every descriptor
- * carries the fork generation it was spawned in (R.fork_gen, bumped in the
- * child), and weft_join, _detach, _cancel and _unpark refuse a stale one
- * with -ECHILD, while weft__ready drops one (a sync object shared with the
- * parent may name a parent's vthread as its waiter: it must never run in
- * the child).  fork() from a vthread: the child's thread is the carrier's,
- * running on the vthread's stack; tls_carrier is cleared, so that thread
- * goes on as the child's platform thread (its weft calls block it, and
- * start the fresh runtime as any platform thread's would), on that stack,
- * which stays mapped.  It must end with exit/_exit/exec: returning from the
- * vthread's function has no carrier to return to, and stops with a message
- * (vthread_start).  A fork while another thread is in weft_init or
- * weft_shutdown is not supported (the child would see the runtime half
- * built or half freed); the prepare handler cannot wait for them, since
- * shutdown may be waiting for the very vthread that forks.
  *
  * Handles (sched.h, "handles").  A vthread's descriptor lives in its stack
  * slot, and a slot is reused at once (the carrier's cache is LIFO: the next
@@ -263,22 +133,24 @@
  * carrier.  What iterates every carrier (the monitor, counters, the dump,
  * shutdown) walks the open groups too (group.h: which lock).
  *
- * Threads touching what: c->cur, pending_*, stacks and live_delta are owned
- * by c's OS thread; the yield FIFO too, but for the monitor, through its
- * gate (gate_in); the deque's bottom by c, its top by anyone; lifo,
- * mailbox, timers and wake_seq by anyone (atomics / locks).  Counters are
- * written by their carrier and read racily by weft_stats_get and the
- * monitor; mon_* are the monitor's; stall_* are written by the monitor and
- * read by the dump; shared by the monitor (and read by c); dormant by c
- * and by wake_carrier.  R.c[k] and R.nall are written by the monitor (a
- * spare) or weft_init, before anything reads them.
+ * Rooms.  This file is the scheduler's core and its hot paths: queues,
+ * picking, switching, parking, spawning and joining, the carrier threads'
+ * loop, and the thin wrappers the other rooms call (at the end).  The
+ * carrier and the runtime (R) are defined in internal.h, which says who
+ * touches what from which thread.  The monitor -- rescues, stalls and
+ * spare carriers ("The monitor", "Stalls", "Spares" there) -- is
+ * spares.c; the carriers of groups are group.c's; the counters and
+ * carrier views the observe layer reads are counters.c's; the runtime's
+ * life -- weft_init, weft_shutdown, fork handling ("Fork" there), the
+ * environment, starting io, the console and the hooks, the stack overflow
+ * handler -- is runtime/runtime.c, a layer above every other, so that
+ * nothing here calls up into io, observe or hook to start or stop them.
+ * One call goes up on purpose: weft__ensure_init, the lazy start every
+ * layer makes, finds the runtime down and calls weft__runtime_start_lazy
+ * (runtime.c; a declared exception in docs/design.md -- why a call and not
+ * a registered pointer: see there).
  */
-#include "sched.h"
-#include "group.h"
-#include "deque.h"
-#include "det.h"
-#include "timer.h"
-#include "../async/async_int.h" /* the runtime's life: the async layer stops first */
+#include "internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -297,7 +169,6 @@
 #include <sys/prctl.h>
 
 #define LIFO_CAP 3
-#define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping ($WEFT_SPIN_US) */
 static int64_t spin_ns = SPIN_NS;
 #define SPIN_PAYS_NS 3000 /* a spin that finds work this soon was worth it (the CPU a sleep and a
                            * wake-up cost); also the shortest spin */
@@ -309,138 +180,16 @@ static int64_t spin_ns = SPIN_NS;
 
 enum { OP_NONE = 0, OP_YIELD, OP_PARK, OP_EXIT };
 
-struct weft__carrier {
-    /* owned by the carrier's OS thread; the first cache line is all the
-     * yield/switch path touches here */
-    weft_thread *cur;
-    weft_thread *pending;
-    weft_thread *yq_head, *yq_tail; /* yielded vthreads: the owner's FIFO (see "The monitor") */
-    _Atomic uint64_t n_switches;    /* (counter: read racily by stats and the monitor) */
-    int pending_op;
-    uint32_t slow_countdown;
-    uint32_t lifo_streak;
-    _Atomic uint32_t slow_turn;     /* (also the monitor's sign of life from a lone yielder) */
-    _Atomic int yq_thief;           /* the monitor is taking the yield FIFO */
-    uint8_t yq_private;             /* the FIFO may hold vthreads others could run (set at init) */
-    uint8_t det;                    /* weft__det_on when the carrier was made: it cannot change
-                                     * while carriers exist; the switch path tests it here, in the
-                                     * line it reads anyway, not in a global */
-    weft__window *win;              /* local.c: the window of the vthread it runs (its thread's) */
-#ifdef WEFT_TSAN
-    _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
-#endif
-    void *sched_sp;
-    uint64_t rng;
-    int index;
-    weft_group *grp;     /* its group (group.c); it runs that group's vthreads only */
-    int gidx;            /* its index in grp->c and grp's idle mask (the default group: index) */
-    int spinning;
-    _Atomic int shared;  /* takes others' work: steals, the injection queue (a retired spare: 0) */
-    int64_t spin_budget; /* this carrier's next spin, ns (see the top comment) */
-    uint64_t id_next, id_end;
-    void *tsan_fiber;
-    void *asan_fake;
-    const void *asan_bottom;
-    size_t asan_size;
-    void *altstack;
-    pthread_t thread;
-    /* counters: written by the owner (relaxed), read by anyone */
-    _Atomic uint64_t n_started, n_finished, n_steals, n_parks;
-    _Atomic uint64_t nd_started, nd_finished; /* non-daemon */
-    _Atomic int64_t live_delta;
-    /* shared */
-    _Alignas(WEFT__CACHELINE) _Atomic(weft_thread *) lifo;
-    _Alignas(WEFT__CACHELINE) weft__deque dq;
-    _Alignas(WEFT__CACHELINE) pthread_mutex_t mbox_lock;
-    weft_thread *mbox_head, *mbox_tail;
-    _Atomic int mbox_n;
-    _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
-    weft__poller *_Atomic poller;  /* set by the carrier at start; read by kickers */
-    int start_err;                  /* the poller's creation failed: -errno */
-    _Atomic int dormant;            /* a retired spare asleep: wake_carrier kicks it */
-    _Alignas(WEFT__CACHELINE) weft__theap timers;
-    /* the monitor's (see "The monitor"); stall_* also read by the dump */
-    uint64_t mon_seen;              /* progress (switches + slow turns) at its last look */
-    int64_t mon_since;              /* when it first saw mon_seen */
-    int64_t mon_last;               /* its last look */
-    int64_t mon_from;               /* the look before mon_since's: mon_seen was reached after it */
-    int mon_stuck;                  /* its last look found no progress */
-    int64_t mon_cpu0;               /* the thread's CPU time at the first look that saw no progress; -1 */
-    clockid_t cpuclk;               /* the carrier thread's CPU clock */
-    int cpuclk_ok;
-    _Atomic int stall;              /* WEFT__STALL_*: an event is open */
-    _Atomic long stall_sysno;
-    _Atomic int64_t stall_since;
-    _Atomic uint64_t stall_vid;
-    _Atomic uint64_t stall_name[4];
-    /* a pinned stall: its blocking call's site, as the monitor found and
-     * named it ("fn+0x4f (file.c:12, module+0x1234) <- ..."), 511 bytes + NUL */
-    _Atomic uint64_t stall_site[WEFT__SITE_WORDS];
-    int spare;                      /* made by the monitor (index >= R.n) */
-    int tid;                        /* the carrier's kernel thread id */
-    _Atomic uint32_t ready;         /* a spare: its thread made its poller (start_err says how) */
-    _Atomic uint32_t go;            /* a spare: published, may run */
-    /* owner-only, large, cold: last */
-    weft__stack_cache stacks;
-};
-
-static _Alignas(4096) struct {  /* page-aligned for the reason given at aligned_alloc below */
-    pthread_mutex_t init_lock;
-    _Atomic int up;            /* 1 while running */
-    _Atomic uint32_t carriers_ready; /* carriers past their start (weft_init waits) */
-    int n;                     /* carriers configured: R.c[0 .. n-1] */
-    _Atomic int nall;          /* and the monitor's spares after them (grows; "Spares") */
-    weft__carrier **c;         /* WEFT__MAX_CARRIERS slots, filled up to nall */
-    /* the default group: the injection queue and the idle carriers of the
-     * configured carriers and spares (group.h) */
-    struct weft_group g0;
-    _Atomic uint64_t idle_mask[WEFT__MAX_CARRIERS / 64]; /* g0's */
-    /* what closed groups' carriers counted (weft__group_carriers_stop) */
-    _Atomic uint64_t gone_started, gone_finished, gone_switches, gone_steals, gone_parks;
-    _Atomic uint64_t gone_nd_started, gone_nd_finished;
-    uint8_t gidx_used[WEFT__MAX_CARRIERS]; /* carrier indices taken by groups (weft__groups.lock) */
-    _Atomic int stop;
-    _Atomic uint64_t next_id;
-    _Atomic int64_t live;
-    _Atomic uint64_t peak;
-    _Atomic uint64_t plat_started, plat_nd_started; /* spawned on platform threads */
-    /* platform threads inside weft__ready now: the vthread they made
-     * runnable may run, end and let weft_shutdown begin before they have
-     * kicked a carrier; shutdown waits for this to be 0 before it frees
-     * the carriers (a file channel's handler counting a latch down,
-     * TSan: eventfd_write against the poller's close) */
-    _Atomic int plat_waking;
-    /* the monitor (see "The monitor" above) */
-    _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
-    _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
-    _Atomic uint32_t mon_up;                          /* it runs (weft_init waits for it) */
-    pthread_mutex_t mon_fork;                         /* held through each look; and by fork (see "Fork") */
-    pthread_t mon_thread;
-    int mon_started;
-    int64_t pin_threshold;     /* ns; < 0: no stall detection */
-    int max_comp;              /* spares active at once, at most; 0: none */
-    int pin_log;               /* log lines on stderr */
-    int yq_stealable;          /* the monitor may take a yield FIFO (membarrier, or TSan's lock) */
-    _Atomic int nactive;       /* spares active now */
-    _Atomic uint64_t n_pinned, n_hogs;
-    struct sigaction old_segv;
-    int segv_installed;
-    uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */
-    weft_runtime_opts started_with;  /* the running runtime's configuration (io: as asked) */
-    int inherit_cfg;           /* a fork child: its lazy start uses started_with */
-    int64_t started_at;        /* CLOCK_MONOTONIC ns at weft_init (the console's uptime) */
-#ifdef WEFT_TSAN
-    _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
-#endif
-} R = {.init_lock = PTHREAD_MUTEX_INITIALIZER,
-       .mon_fork = PTHREAD_MUTEX_INITIALIZER,
-       .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
-       .next_id = 1};
+/* The runtime (internal.h has its fields; page-aligned: see carrier_alloc). */
+_Alignas(4096) struct weft__rt weft__rt = {
+    .init_lock = PTHREAD_MUTEX_INITIALIZER,
+    .mon_fork = PTHREAD_MUTEX_INITIALIZER,
+    .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
+    .next_id = 1};
 
 /* (sched.h: who may read it directly; exported for weft/local.h's inline
  * gets, which read it from an asm statement) */
 WEFT_API WEFT_TLS weft__carrier *weft__tls_carrier;
-#define tls_carrier weft__tls_carrier
 _Static_assert(offsetof(struct weft__carrier, cur) == 0, "weft__carrier_cur and weft/local.h read the first field");
 _Static_assert(offsetof(struct weft_thread, scoped) == WEFT__THREAD_SCOPED_OFF, "weft/local.h: fix the offset");
 static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
@@ -501,25 +250,6 @@ static inline int64_t coarse_now(void) {
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
-
-static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts,
-                  uint32_t val3) {
-    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, val3);
-}
-
-/* Waits while *addr == val, until deadline (absolute CLOCK_MONOTONIC ns;
- * 0 = none). */
-static void futex_wait_until(_Atomic uint32_t *addr, uint32_t val, int64_t deadline) {
-    if (deadline) {
-        struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
-        futex(addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, val, &ts, FUTEX_BITSET_MATCH_ANY);
-    } else {
-        futex(addr, FUTEX_WAIT_PRIVATE, val, NULL, 0);
-    }
-}
-
-static void futex_wake(_Atomic uint32_t *addr, int n) { futex(addr, FUTEX_WAKE_PRIVATE, (uint32_t)n, NULL, 0); }
-
 /* The futex hash.  Since Linux 6.16 a process gets a private futex hash
  * sized for its CPUs, not its threads: 16 buckets on a 2-CPU machine.
  * Every FUTEX_WAKE walks its bucket under the bucket's lock, so with 15,000
@@ -555,14 +285,6 @@ void weft__futex_hash_fit(long threads) {
 /* The low 32 bits of a park word, for futex (little-endian). */
 static inline _Atomic uint32_t *word_lo(_Atomic uint64_t *w) { return (_Atomic uint32_t *)(void *)w; }
 
-static void fmt_name(const weft_thread *t, char out[32]) {
-    uint64_t w[4];
-    for (int i = 0; i < 4; i++)
-        w[i] = atomic_load_explicit(&((weft_thread *)t)->name_words[i], memory_order_relaxed);
-    memcpy(out, w, 32);
-    out[31] = 0;
-}
-
 void weft__fatal(const char *fmt, ...) {
     char buf[512];
     va_list ap;
@@ -588,20 +310,7 @@ void weft__misuse(const char *call, const void *obj, const char *what, const voi
 
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
 int weft__carriers(void) { return R.n; }
-
-/* Every carrier, spares included: R.c[0 .. all-1] are set (acquire: pairs
- * with the release that publishes a spare). */
-static inline int nall(void) { return atomic_load_explicit(&R.nall, memory_order_acquire); }
 int weft__carriers_all(void) { return nall(); }
-
-/* Carriers of g that take shared work: the configured ones and the active
- * spares (the default group), or all of a group's. */
-static inline int nshared(weft_group *g) {
-    return g->dflt ? R.n + atomic_load_explicit(&R.nactive, memory_order_relaxed) : g->n;
-}
-
-/* g's carriers g->c[0 .. gall(g)-1]: spares included for the default group. */
-static inline int gall(weft_group *g) { return g->dflt ? nall() : g->n; }
 
 weft_group *weft__group_default(void) { return &R.g0; }
 
@@ -1082,7 +791,6 @@ static void stop_spinning(weft__carrier *c) {
 
 static void flush_live(weft__carrier *c);
 static void retired_sleep(weft__carrier *c, weft__poller *pl);
-static int64_t nondaemon_live(void);
 
 /* ---- deterministic mode (det.c has the design) ----------------------------
  * The one carrier's decision: what arrived from outside (the injection
@@ -1127,7 +835,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (stuck == 0) {
             /* only if some vthread waits: a runtime with none (a program
              * between two of its own) or only daemons idles as ever */
-            if (!work_visible(c) && nondaemon_live() > 0) weft__det_deadlock();
+            if (!work_visible(c) && weft__nondaemon_live() > 0) weft__det_deadlock();
             stuck = INT64_MAX;
         }
         if (min != INT64_MAX && !hold) {
@@ -1307,123 +1015,8 @@ static weft_thread *find_work(weft__carrier *c) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* the monitor                                                               */
+/* a retired spare's sleep (spares.c, "Spares")                            */
 /* ------------------------------------------------------------------------ */
-
-#define MON_GRACE_MIN_NS 1000000  /* after a rescue: look again this soon */
-#define MON_GRACE_MAX_NS 10000000 /* the longest a carrier holds what others could run, once armed */
-#define MON_COMPUTE_NS 1000000   /* a WEFT__F_COMPUTE vthread that used this much CPU since the first look computes */
-#define PIN_THRESHOLD_NS 20000000 /* a vthread holding its carrier this long is a stall (default) */
-
-static weft_thread *yq_take(weft__carrier *v);
-static int yq_lock_thief(weft__carrier *v);
-static void yq_unlock_thief(weft__carrier *v);
-
-static int carrier_idle(weft__carrier *v) {
-    weft_group *g = v->grp;
-    return (atomic_load(&g->idle_mask[v->gidx / 64]) >> (v->gidx % 64)) & 1; /* seq_cst: see monitor_main */
-}
-
-/* Asleep, owing the monitor nothing: idle, or a retired spare asleep. */
-static int carrier_resting(weft__carrier *v) {
-    return carrier_idle(v) || atomic_load(&v->dormant); /* seq_cst: see monitor_main */
-}
-
-/* Every carrier of every group (the groups' under weft__groups.mon_lock). */
-static int any_busy(void) {
-    for (int i = 0, n = nall(); i < n; i++)
-        if (!carrier_resting(R.c[i])) return 1;
-    int busy = 0;
-    pthread_mutex_lock(&weft__groups.mon_lock); /* (the monitor's lock: see group.h) */
-    for (weft_group *g = weft__groups.head; g && !busy; g = g->next)
-        for (int i = 0; i < g->n && !busy; i++) busy = !carrier_resting(g->c[i]);
-    pthread_mutex_unlock(&weft__groups.mon_lock);
-    return busy;
-}
-
-/* Takes from carrier v, which has run one vthread since the last look,
- * what only v would run: its LIFO slot, its due timers, its yield FIFO.
- * They go to the injection queue (pinned ones to v's mailbox). */
-static int rescue(weft__carrier *v, int64_t now) {
-    int n = 0;
-    if (atomic_load_explicit(&v->lifo, memory_order_relaxed)) {
-        weft_thread *t = atomic_exchange_explicit(&v->lifo, NULL, memory_order_acq_rel);
-        if (t) {
-            enqueue_elsewhere(t);
-            n++;
-        }
-    }
-    n += fire_timers(NULL, &v->timers, now, 0);
-    if (R.yq_stealable) {
-        for (weft_thread *t = yq_take(v), *nx; t; t = nx) {
-            nx = t->next;
-            enqueue_elsewhere(t);
-            n++;
-        }
-    }
-    return n;
-}
-
-/* ---- spares ---- */
-
-static weft__carrier *carrier_alloc(int i);
-static void carrier_free(weft__carrier *c);
-static void *carrier_main(void *arg);
-
-/* Makes spare carrier R.c[nall], active (the monitor thread only): 0 or
- * -errno.  Published once its thread has its poller, before it runs. */
-static int spare_make(void) {
-    int k = nall();
-    if (k >= WEFT__MAX_CARRIERS) return -EAGAIN;
-    weft__carrier *c = carrier_alloc(k);
-    if (!c) return -ENOMEM;
-    c->spare = 1;
-    c->yq_private = R.yq_stealable;
-    R.c[k] = c; /* before its thread: its idle bit leads others here */
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setstacksize(&a, 256 * 1024);
-    int e = pthread_create(&c->thread, &a, carrier_main, c);
-    pthread_attr_destroy(&a);
-    if (e) {
-        R.c[k] = NULL;
-        carrier_free(c);
-        return -e;
-    }
-    char tn[16];
-    snprintf(tn, sizeof tn, "weft-s%d", k % 10000);
-    pthread_setname_np(c->thread, tn);
-    while (!atomic_load(&c->ready)) futex(&c->ready, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
-    if (c->start_err) {
-        int r = c->start_err;
-        pthread_join(c->thread, NULL);
-        R.c[k] = NULL;
-        carrier_free(c);
-        return r;
-    }
-    atomic_fetch_add(&R.nactive, 1);
-    atomic_store_explicit(&R.nall, k + 1, memory_order_release);
-    atomic_store(&c->go, 1);
-    futex_wake(&c->go, 1);
-    return 0;
-}
-
-/* A retired spare takes others' work again: it is woken to look. */
-static void spare_activate(weft__carrier *c) {
-    atomic_fetch_add(&R.nactive, 1);
-    atomic_store(&c->shared, 1);
-    atomic_store(&c->dormant, 0);
-    kick(c);
-}
-
-/* An active spare stops taking others' work; it finishes its own, then
- * sleeps outside the idle set (retired_sleep).  Woken, in case it sleeps
- * idle: it must leave the idle set, where a waker would count on it. */
-static void spare_retire(weft__carrier *c) {
-    atomic_store(&c->shared, 0);
-    atomic_fetch_sub(&R.nactive, 1);
-    kick(c);
-}
 
 /* What a retired spare still owes: its own queues, its due timers. */
 static int own_work(weft__carrier *c) {
@@ -1462,378 +1055,6 @@ static void retired_sleep(weft__carrier *c, weft__poller *pl) {
     futex_wait_until(&c->wake_seq, seq, min == INT64_MAX ? 0 : min);
     atomic_store(&c->dormant, 0);
     mon_need();
-}
-
-/* An idle carrier of the default group that takes shared work: a retired
- * spare may sit in the idle set for a moment (find_work), and counting it
- * (g0.nidle) kept a spare from being activated while nobody took the
- * stranded work. */
-static int idle_taker(void) {
-    for (int i = 0, n = nall(); i < n; i++)
-        if (carrier_idle(R.c[i]) && atomic_load(&R.c[i]->shared)) return 1;
-    return 0;
-}
-
-/* One spare more (activated, or made) or fewer, to match the carriers
- * that call for one (`need`: in a stall, or held for the threshold, see
- * mon_look): more only while they leave runnable work behind and no
- * carrier that could take it is idle, one a look; fewer as soon as they
- * move on, all at once (an active spare that is held itself counts, and
- * retires last).  So no spare is active once no stall is open, and the
- * monitor may disarm.  1 if a spare was activated or made. */
-static int compensate(int need, int waiting) {
-    int active = atomic_load(&R.nactive), n = nall();
-    if (need > active && active < R.max_comp && waiting && !idle_taker()) {
-        /* a retired spare, unless it is stalled itself (a vthread pinned
-         * to it blocks it): then a new one, while there are fewer than
-         * max_comp, else that one anyway (it helps once its stall ends) */
-        weft__carrier *stalled_spare = NULL;
-        for (int i = R.n; i < n; i++) {
-            weft__carrier *c = R.c[i];
-            if (atomic_load(&c->shared)) continue;
-            if (!atomic_load(&c->stall) && !(c->mon_stuck && __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE))) {
-                spare_activate(c);
-                return 1;
-            }
-            stalled_spare = c;
-        }
-        if (stalled_spare && n - R.n >= R.max_comp) {
-            spare_activate(stalled_spare);
-            return 1;
-        }
-        int r = spare_make();
-        if (r < 0) {
-            static _Atomic int told;
-            if (!atomic_exchange(&told, 1))
-                fprintf(stderr, "weft: cannot start a spare carrier to compensate for a stalled one: %s\n",
-                        strerror(-r));
-            return 0;
-        }
-        return 1;
-    }
-    for (; active > need; active--) {
-        weft__carrier *pick = NULL;
-        for (int i = n - 1; i >= R.n; i--) {
-            weft__carrier *c = R.c[i];
-            if (!atomic_load(&c->shared)) continue;
-            if (!pick || (atomic_load(&pick->stall) && !atomic_load(&c->stall))) pick = c;
-        }
-        if (!pick) break;
-        spare_retire(pick);
-    }
-    return 0;
-}
-
-/* ---- stalls ---- */
-
-void weft__compute_end(weft_thread *self, uint32_t prev) {
-    weft__carrier *c = weft__carrier_self();
-    /* progress first, then the flag (x86's store order; a release store
-     * elsewhere): a monitor that sees the flag gone then sees the progress,
-     * and stall_begin drops what it probed (see progress's second read) */
-    if (c) atomic_store_explicit(&c->slow_turn, atomic_load_explicit(&c->slow_turn, memory_order_relaxed) + 1,
-                                 memory_order_release);
-    __atomic_store_n(&self->flags, (self->flags & ~(uint32_t)WEFT__F_COMPUTE) | prev, __ATOMIC_RELEASE);
-}
-
-static uint64_t progress(weft__carrier *v) {
-    /* switches, and the slow turns a lone yielder's picks make: a carrier
-     * that does neither is running one vthread's own code all along */
-    return atomic_load_explicit(&v->n_switches, memory_order_relaxed) +
-           atomic_load_explicit(&v->slow_turn, memory_order_relaxed);
-}
-
-/* A word of a vthread's descriptor that another carrier runs: it may end
- * and its slot be reused by a spawn while we read (the caller checks it
- * still runs after reading, and drops what it read otherwise), so
- * ThreadSanitizer is told to forget these reads, as the dump's are. */
-#ifdef WEFT_TSAN
-void AnnotateIgnoreReadsBegin(const char *file, int line);
-void AnnotateIgnoreReadsEnd(const char *file, int line);
-static uint64_t ld64(const void *p) {
-    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
-    uint64_t v = __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
-    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-    return v;
-}
-static uint32_t ld32(const void *p) {
-    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
-    uint32_t v = __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);
-    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-    return v;
-}
-#else
-static uint64_t ld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
-static uint32_t ld32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED); }
-#endif
-
-/* Carrier v's thread's CPU time, ns; -1 if unknown. */
-static int64_t carrier_cpu(weft__carrier *v) {
-    struct timespec ts;
-    if (!v->cpuclk_ok || clock_gettime(v->cpuclk, &ts) != 0) return -1;
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* v has run t without a switch since the look at v->mon_since, which is
- * threshold ago: classify, count, tell. */
-static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, int64_t now, int compute) {
-    weft__stall_info info;
-    int64_t cpu = v->mon_cpu0 >= 0 ? carrier_cpu(v) : -1;
-    if (weft__stall_probe(v->tid, cpu >= 0 ? cpu - v->mon_cpu0 : -1, t, &info) < 0) return;
-    if (compute && info.kind == WEFT__STALL_HOG) return; /* computing on purpose (mon_look) */
-    uint64_t vid = ld64(&t->id);
-    uint64_t nw[4];
-    for (int i = 0; i < 4; i++) nw[i] = ld64(&t->name_words[i]);
-    /* it may have moved on while we looked: then that was no stall (and
-     * what we read may be another's) */
-    if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
-    for (int i = 0; i < 4; i++) atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
-    uint64_t sw[WEFT__SITE_WORDS];
-    info.site[sizeof info.site - 1] = 0;
-    memcpy(sw, info.site, sizeof sw);
-    for (int i = 0; i < WEFT__SITE_WORDS; i++) atomic_store_explicit(&v->stall_site[i], sw[i], memory_order_relaxed);
-    char name[32];
-    memcpy(name, nw, 32);
-    name[31] = 0;
-    atomic_store_explicit(&v->stall_sysno, info.sysno, memory_order_relaxed);
-    atomic_store_explicit(&v->stall_since, v->mon_since, memory_order_relaxed);
-    atomic_store_explicit(&v->stall_vid, vid, memory_order_relaxed);
-    atomic_store_explicit(&v->stall, info.kind, memory_order_release);
-    atomic_fetch_add(info.kind == WEFT__STALL_PINNED ? &R.n_pinned : &R.n_hogs, 1);
-    if (R.pin_log)
-        weft__stall_log(1, info.kind, vid, name, v->index, info.sysno, now - v->mon_since, info.site);
-}
-
-static void stall_end(weft__carrier *v, int64_t now) {
-    int kind = atomic_exchange(&v->stall, WEFT__STALL_NONE);
-    if (!kind || !R.pin_log) return;
-    uint64_t nw[4];
-    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
-    char name[32];
-    memcpy(name, nw, 32);
-    name[31] = 0;
-    weft__stall_log(0, kind, atomic_load(&v->stall_vid), name, v->index, atomic_load(&v->stall_sysno),
-                    now - atomic_load(&v->stall_since), NULL);
-}
-
-/* Runnable work that stalled carrier v holds back or that waits for any
- * carrier (a racy look: the next look corrects it). */
-static int work_behind(weft__carrier *v, int64_t now) {
-#ifdef WEFT_TSAN
-    /* the FIFO is read under its gate's lock only there (yq_take): a
-     * yielder behind the only carrier must call for a spare here too */
-    int fifo = 0;
-    if (R.yq_stealable && yq_lock_thief(v)) {
-        fifo = v->yq_head != NULL;
-        yq_unlock_thief(v);
-    }
-#else
-    int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
-#endif
-    return atomic_load_explicit(&v->grp->inj_n, memory_order_relaxed) > 0 || weft__dq_size(&v->dq) > 0 ||
-           atomic_load_explicit(&v->lifo, memory_order_relaxed) || fifo ||
-           atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
-}
-
-/* What one look at the carriers found (mon_look adds to it). */
-typedef struct mon_tally {
-    int moved;    /* vthreads rescued */
-    int stalled;  /* carriers in an open stall event */
-    int need;     /* carriers that call for a spare: stalled, or held long enough to be (compensate) */
-    int waiting;  /* runnable work waits behind one of those */
-    int64_t next; /* look again by then (a carrier's threshold falls due) */
-} mon_tally;
-
-/* Another carrier of v's group takes shared work (v's rescued work is
- * for it): the group's shared carriers less v if v is one.  With one
- * carrier and no spare active there is nobody, and moving it would only
- * reorder it; a retired spare's is for the configured carriers. */
-static int others_take(weft__carrier *v) {
-    int k = nshared(v->grp);
-    return (v->grp->dflt && !atomic_load_explicit(&v->shared, memory_order_relaxed)) ? k > 0 : k > 1;
-}
-
-/* The monitor's look at carrier v (see "The monitor" and "Stalls"). */
-static void mon_look(weft__carrier *v, int64_t now, int fresh, mon_tally *m) {
-    uint64_t prog = progress(v);
-    int stuck = !fresh && prog == v->mon_seen && !carrier_resting(v);
-    int64_t last = v->mon_last;
-    v->mon_last = now;
-    v->mon_stuck = stuck;
-    if (!stuck) {
-        if (atomic_load_explicit(&v->stall, memory_order_relaxed)) stall_end(v, now);
-        /* progress since the look before: it was made after that one (a
-         * fresh look's predecessor is long past: the carrier left idle
-         * about when it woke us) */
-        v->mon_from = fresh || prog == v->mon_seen || last == INT64_MIN ? now : last;
-        v->mon_seen = prog;
-        v->mon_since = now;
-        v->mon_cpu0 = -1;
-        return;
-    }
-    /* no switch since the last look: one vthread all along (or
-     * the scheduler, between two) */
-    if (R.pin_threshold >= 0) {
-        const weft_thread *t = __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE);
-        int compute = 0;
-        if (!atomic_load_explicit(&v->stall, memory_order_relaxed) && t) {
-            /* the CPU it uses from here tells a hog from a thread
-             * the kernel has not run (weft__stall_probe) */
-            if (v->mon_cpu0 < 0) v->mon_cpu0 = carrier_cpu(v);
-            /* a parallel worker (WEFT__F_COMPUTE, parallel.c) or a
-             * vthread of a compute group (group.c) computes on purpose:
-             * no hog event and no spare for it -- a spare would
-             * oversubscribe the CPUs it uses -- and no probe while its
-             * CPU clock runs; blocked in a system call it is pinned as
-             * any vthread.  (A stale read of a reused slot costs at most
-             * one look.) */
-            compute = (ld32(&t->flags) & WEFT__F_COMPUTE) != 0 || v->grp->compute;
-            if (now - v->mon_since >= R.pin_threshold) {
-                int64_t cpu = compute ? carrier_cpu(v) : -1;
-                if (!compute || cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < MON_COMPUTE_NS)
-                    stall_begin(v, t, prog, now, compute);
-            } else if (v->mon_since + R.pin_threshold < m->next) {
-                m->next = v->mon_since + R.pin_threshold;
-            }
-        }
-        int stall = atomic_load_explicit(&v->stall, memory_order_relaxed) != 0;
-        if (stall) m->stalled++;
-        /* A spare is called for once v may have held its vthread for the
-         * threshold -- since mon_from, which is before its last progress
-         * -- not only once the stall is proven (since mon_since, up to a
-         * look later): so work behind the only carrier, or behind every
-         * busy one, waits the threshold at most, not the threshold and
-         * two looks.  The stall event itself keeps the strict measure. */
-        int held = t && !compute && now - v->mon_from >= R.pin_threshold;
-        if (!stall && t && !compute && !held && v->mon_from + R.pin_threshold < m->next)
-            m->next = v->mon_from + R.pin_threshold;
-        if (stall || held) {
-            m->need++;
-            if (work_behind(v, now)) m->waiting = 1;
-        }
-    }
-    if (others_take(v)) m->moved += rescue(v, now);
-}
-
-static void *monitor_main(void *unused) {
-    (void)unused;
-    atomic_store(&R.mon_up, 1);
-    futex_wake(&R.mon_up, 1);
-    int64_t grace = MON_GRACE_MIN_NS;
-    /* look often enough that a vthread holding its carrier past the
-     * threshold is seen (two looks, half of it apart), and a stall's end
-     * within about half of it: at the default threshold, the old bound */
-    int64_t gmax = MON_GRACE_MAX_NS;
-    if (R.pin_threshold >= 0 && R.pin_threshold / 2 < gmax)
-        gmax = R.pin_threshold / 2 > MON_GRACE_MIN_NS ? R.pin_threshold / 2 : MON_GRACE_MIN_NS;
-    int fresh = 1; /* mon_seen is stale (we slept without a deadline): record only */
-    int last_stalled = 0;
-    for (;;) {
-        uint32_t seq = atomic_load(&R.mon_word);
-        if (atomic_load(&R.stop)) break;
-        pthread_mutex_lock(&R.mon_fork);
-        int64_t now = weft_now();
-        mon_tally m = {.next = INT64_MAX}, gm = {.next = INT64_MAX};
-        int any_group_stall = 0;
-        int n = nall();
-        for (int i = 0; i < n; i++) mon_look(R.c[i], now, fresh, &m);
-        /* the groups' carriers: their stalls are logged, their stranded
-         * work moved within the group; spares are the default group's
-         * only, so their stalls do not count for compensate */
-        pthread_mutex_lock(&weft__groups.mon_lock);
-        for (weft_group *g = weft__groups.head; g; g = g->next) {
-            gm.stalled = 0;
-            for (int i = 0; i < g->n; i++) mon_look(g->c[i], now, fresh, &gm);
-            if (gm.stalled) any_group_stall = 1;
-        }
-        pthread_mutex_unlock(&weft__groups.mon_lock);
-        fresh = 0;
-        if (R.max_comp > 0 && compensate(m.need, m.waiting)) {
-            /* a spare takes shared work now: what the held carriers
-             * strand goes to it at once, not a look later (with one
-             * carrier, mon_look moved nothing: nobody else took it) */
-            n = nall();
-            for (int i = 0; i < n; i++)
-                if (R.c[i]->mon_stuck && others_take(R.c[i])) m.moved += rescue(R.c[i], now);
-        }
-        /* (rescue woke the groups it moved work to) */
-        m.moved += gm.moved;
-        if (m.moved || m.stalled + any_group_stall != last_stalled) grace = MON_GRACE_MIN_NS;
-        else grace = grace * 2 < gmax ? grace * 2 : gmax;
-        last_stalled = m.stalled + any_group_stall;
-        int64_t until = now + grace;
-        if (gm.next < m.next) m.next = gm.next;
-        if (m.next > now && m.next < until) until = m.next;
-        /* All resting -- but this look's tally may predate that: a stall
-         * it counted (and the spare kept for it) can have ended since,
-         * and a carrier that goes idle wakes nobody.  So not while a
-         * spare is active or a stall open: the next look ends those,
-         * then disarms. */
-        if (!any_busy() && atomic_load(&R.nactive) == 0 && last_stalled == 0) {
-            /* disarm, then look again: a carrier that leaves idle (seq_cst
-             * RMW on its bit, or its dormant flag) and then reads
-             * mon_armed (seq_cst, mon_need) either is seen busy here or
-             * sees 0 there and wakes us */
-            atomic_store(&R.mon_armed, 0);
-            if (any_busy()) atomic_store(&R.mon_armed, 1);
-            else until = 0, fresh = 1;
-        }
-        pthread_mutex_unlock(&R.mon_fork);
-        futex_wait_until(&R.mon_word, seq, until);
-    }
-    return NULL;
-}
-
-/* Before the carriers start: may yields stay in a carrier's FIFO? */
-static void mon_prepare(void) {
-    atomic_store(&R.mon_word, 0);
-    atomic_store(&R.mon_up, 0);
-    R.mon_started = 0;
-#ifdef WEFT_TSAN
-    int stealable = 1; /* the gate is a real lock there */
-#else
-    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    int stealable = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-#endif
-    R.yq_stealable = stealable;
-    /* one carrier that no spare can ever join: nobody else could run what
-     * it leaves behind; without membarrier the monitor cannot take a
-     * FIFO, so yields go where any carrier can take them */
-    int alone = R.n == 1 && R.max_comp == 0;
-    for (int i = 0; i < R.n; i++) R.c[i]->yq_private = alone || stealable;
-    atomic_store(&R.mon_armed, 1); /* carriers start busy: it looks first */
-}
-
-/* The monitor runs with several carriers (rescues), or to watch for
- * stalls; one carrier without stall detection has no use for it. */
-static int mon_start(void) {
-    if (R.n == 1 && R.pin_threshold < 0) return 0;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    /* the probe's buffers, dladdr, a spare's start; libdw naming a pinned
-     * call's site (observe/symbolize.c: 150 KiB and more).  Only touched
-     * pages cost memory. */
-    pthread_attr_setstacksize(&a, 2 * 1024 * 1024);
-    int e = pthread_create(&R.mon_thread, &a, monitor_main, NULL);
-    pthread_attr_destroy(&a);
-    if (e) return -e;
-    pthread_setname_np(R.mon_thread, "weft-monitor");
-    R.mon_started = 1;
-    /* weft_init returns once every thread of the runtime runs: whatever a
-     * thread's start does in the C library (and a sanitizer's allocator)
-     * is over by then -- a fork() right after weft_init catches none of
-     * them mid-way (see "Fork") */
-    while (!atomic_load(&R.mon_up)) futex(&R.mon_up, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
-    return 0;
-}
-
-static void mon_stop(void) {
-    if (!R.mon_started) return;
-    atomic_fetch_add(&R.mon_word, 1);
-    futex_wake(&R.mon_word, 1);
-    pthread_join(R.mon_thread, NULL);
-    R.mon_started = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1924,35 +1145,6 @@ static inline __attribute__((always_inline)) void gate_out(weft__carrier *c, wef
     /* its vthread-locals into the carrier's window (local.c) */
     if (__builtin_expect(t->locals != NULL, 0)) weft__locals_enter(c->win, t);
 }
-#ifdef WEFT_TSAN
-static int yq_lock_thief(weft__carrier *v) {
-    int z = 0;
-    return atomic_compare_exchange_strong_explicit(&v->yq_lock, &z, 2, memory_order_acquire, memory_order_relaxed);
-}
-static void yq_unlock_thief(weft__carrier *v) { atomic_store_explicit(&v->yq_lock, 0, memory_order_release); }
-#else
-static int yq_lock_thief(weft__carrier *v) {
-    atomic_store_explicit(&v->yq_thief, 1, memory_order_relaxed);
-    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-    if (__atomic_load_n(&v->cur, __ATOMIC_ACQUIRE)) return 1;
-    atomic_store_explicit(&v->yq_thief, 0, memory_order_release);
-    return 0;
-}
-static void yq_unlock_thief(weft__carrier *v) { atomic_store_explicit(&v->yq_thief, 0, memory_order_release); }
-#endif
-
-/* The monitor: v's whole yield FIFO, if v is out of its scheduler. */
-static weft_thread *yq_take(weft__carrier *v) {
-#ifndef WEFT_TSAN
-    if (!__atomic_load_n(&v->yq_head, __ATOMIC_RELAXED)) return NULL; /* a hint: nothing to take */
-#endif
-    if (!yq_lock_thief(v)) return NULL;
-    weft_thread *h = v->yq_head;
-    v->yq_head = v->yq_tail = NULL;
-    yq_unlock_thief(v);
-    return h;
-}
-
 static inline weft_thread *yield_pop(weft__carrier *c) {
     weft_thread *t = c->yq_head;
     if (t) {
@@ -2941,12 +2133,13 @@ int weft_unpark(weft_thread *h) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* carriers and the runtime's life                                          */
+/* carriers                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static void segv_handler(int sig, siginfo_t *si, void *uctx);
-
-static void *carrier_main(void *arg) {
+/* A carrier's thread: makes its poller, then runs its scheduler loop until
+ * the runtime (or its group) stops.  Started by weft_init (runtime.c), the
+ * monitor (a spare, spares.c) or a group (group.c). */
+void *weft__carrier_main(void *arg) {
     weft__carrier *c = arg;
     tls_carrier = c;
     stack_t ss = {.ss_sp = c->altstack, .ss_size = ALTSTACK_SIZE, .ss_flags = 0};
@@ -3007,26 +2200,8 @@ static void *carrier_main(void *arg) {
 
 weft__window *weft__carrier_window(const weft__carrier *c) { return c ? c->win : NULL; }
 
-/* $WEFT_STACK_SIZE: bytes, or with a k or m suffix; 1 with *out set, 0
- * when unset, -EINVAL (one line on stderr, as weft__env_long) otherwise. */
-static int env_size(const char *name, size_t *out) {
-    const char *v = getenv(name);
-    if (!v || !*v) return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'm' || *end == 'M' ? 20 : 0;
-    if (shift) end++;
-    if (errno || *end || end == v || v[0] == '-' || x == 0 || x > (SIZE_MAX >> shift)) {
-        fprintf(stderr, "weft: %s=%s is not a size (bytes, or with k or m)\n", name, v);
-        return -EINVAL;
-    }
-    *out = (size_t)x << shift;
-    return 1;
-}
-
 /* A carrier's memory, for index i (its thread is started apart). */
-static weft__carrier *carrier_alloc(int i) {
+weft__carrier *weft__carrier_alloc(int i) {
     /* Page-aligned: the hot fields at the start of a page can never sit
      * at the page offsets where vthreads' top frames and descriptors
      * live (the upper part of a page), so the switch path's loads from
@@ -3060,7 +2235,7 @@ static weft__carrier *carrier_alloc(int i) {
 
 /* Freed after the carrier's thread ended (or never started): nobody can
  * kick it. */
-static void carrier_free(weft__carrier *c) {
+void weft__carrier_free(weft__carrier *c) {
     weft__poller *pl = atomic_load(&c->poller);
     if (pl) weft__poller_free(pl);
     weft__dq_fini(&c->dq);
@@ -3070,270 +2245,20 @@ static void carrier_free(weft__carrier *c) {
     free(c);
 }
 
-static void free_carriers(int n) {
-    for (int i = 0; i < n; i++)
-        if (R.c[i]) carrier_free(R.c[i]);
-    free(R.c);
-    R.c = NULL;
-    R.n = 0;
-    atomic_store(&R.nall, 0);
-    atomic_store(&R.nactive, 0);
-}
-
-/* ---- fork (see "Fork" at the top) ---- */
-
-static void fork_prepare(void) {
-    /* first: a look may make a spare, whose poller the io layer's lock
-     * (taken next) would hold up */
-    pthread_mutex_lock(&R.mon_fork);
-    weft__io_fork_prepare();
-    weft__stacks_fork_prepare();
-}
-static void fork_parent(void) {
-    weft__stacks_fork_parent();
-    weft__io_fork_parent();
-    pthread_mutex_unlock(&R.mon_fork);
-}
-
-static void fork_child(void) {
-    R.fork_gen++;
-    atomic_store(&fh_slots, 0); /* the child's futex hash is a new, default one */
-    /* the parent's platform threads mid-wake-up (a spawn whose vthread
-     * forked before its spawner had returned) are not in the child */
-    atomic_store(&R.plat_waking, 0);
-    /* a vthread that forked goes on as the child's platform thread */
-    tls_carrier = NULL;
-    R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    R.mon_fork = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    R.g0.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    weft__groups.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    weft__groups.mon_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    weft__fork_keep(weft__groups.head); /* the groups, their carriers (in R.c) */
-    weft__groups.head = NULL;
-    weft__groups.ngroups = 0;
-    memset(R.gidx_used, 0, sizeof R.gidx_used);
-    weft__io_fork_child();
-    weft__async_fork_child();
-    weft__stacks_fork_child();
-    weft__det_fork_child();
-    weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
-    R.c = NULL;
-    R.n = 0;
-    atomic_store(&R.nall, 0);
-    atomic_store(&R.nactive, 0);
-    R.g0.inj_head = R.g0.inj_tail = NULL;
-    atomic_store(&R.g0.inj_n, 0);
-    R.g0.c = NULL;
-    R.mon_started = 0;
-    atomic_store(&R.stop, 0);
-    if (atomic_load(&R.up)) R.inherit_cfg = 1;
-    atomic_store(&R.up, 0);
-}
-
-static void register_atfork(void) {
-    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
-        fprintf(stderr, "weft: pthread_atfork failed: a child process forked while weft runs cannot use it\n");
-}
-
-/* weft_init, or (lazy) the start a weft call makes when none runs: in a
- * fork child that one is configured as the parent's was ("Fork"), decided
- * under the lock (several threads may start it at once). */
-static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
-    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-    pthread_once(&atfork_once, register_atfork);
-    pthread_mutex_lock(&R.init_lock);
-    if (atomic_load(&R.up)) {
-        pthread_mutex_unlock(&R.init_lock);
-        return -EALREADY;
-    }
-    weft_runtime_opts inherited;
-    if (lazy && R.inherit_cfg) {
-        inherited = R.started_with;
-        cfg = &inherited;
-    }
-    /* deterministic mode (det.c): one carrier, no monitor, no spares */
-    uint64_t det_seed = 0;
-    const char *det_trace = NULL;
-    int det = weft__det_resolve(cfg, &det_seed, &det_trace);
-    if (det < 0) {
-        pthread_mutex_unlock(&R.init_lock);
-        return det;
-    }
-    if (lazy && R.inherit_cfg) det_trace = NULL; /* a fork child: the trace is the parent's */
-    /* The environment, where cfg leaves a field 0: a value that is not a
-     * number, or out of its range, fails weft_init with -EINVAL and a line
-     * naming it (weft__env_long), as $WEFT_DETERMINISTIC's does -- a
-     * typo must not quietly run the default. */
-    long nl = sysconf(_SC_NPROCESSORS_ONLN), ms = 0, maxc = 0, spin_us = SPIN_NS / 1000, pin_log = 1;
-    if (nl < 1) nl = 1;
-    if (nl > WEFT__MAX_CARRIERS) nl = WEFT__MAX_CARRIERS;
-    size_t stack = 256 * 1024;
-    int bad = 0, maxc_env = 0;
-    if (det) nl = 1;
-    else if (cfg && cfg->carriers) nl = cfg->carriers;
-    else bad |= weft__env_long("WEFT_CARRIERS", 1, WEFT__MAX_CARRIERS, "a carrier count (1 to 1024)", &nl) < 0;
-    if (cfg && cfg->stack_size) stack = cfg->stack_size;
-    else bad |= env_size("WEFT_STACK_SIZE", &stack) < 0;
-    if (!(cfg && cfg->pin_threshold_ns))
-        bad |= weft__env_long("WEFT_PIN_THRESHOLD_MS", LONG_MIN, INT64_MAX / 1000000,
-                              "a threshold in ms (negative: off)", &ms) < 0;
-    if (cfg && cfg->max_compensate) maxc = cfg->max_compensate, maxc_env = 1;
-    else if ((maxc_env = weft__env_long("WEFT_MAX_COMPENSATE", LONG_MIN, LONG_MAX,
-                                        "a number of spare carriers (0 or less: none)", &maxc)) < 0)
-        bad = 1;
-    bad |= weft__env_long("WEFT_SPIN_US", 0, INT64_MAX / 1000, "a spin in us (0 or more)", &spin_us) < 0;
-    bad |= weft__env_long("WEFT_PIN_LOG", LONG_MIN, LONG_MAX, "an integer (0: off)", &pin_log) < 0;
-#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
-    if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
-#endif
-    if (bad || nl < 1 || nl > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
-        pthread_mutex_unlock(&R.init_lock);
-        return -EINVAL;
-    }
-    int n = (int)nl;
-    /* the monitor's stall threshold and bound (weft.h, "The monitor") */
-    int64_t thr = cfg && cfg->pin_threshold_ns ? cfg->pin_threshold_ns : 0;
-    if (!thr) thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
-    if (thr < 0 || det) thr = -1;
-    if (!maxc_env) maxc = 2L * n;
-    if (maxc < 0 || det) maxc = 0;
-    if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
-    spin_ns = (int64_t)spin_us * 1000;
-    if (!det) atomic_store_explicit(&weft__det_on, 0, memory_order_relaxed); /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
-    int r = det ? weft__det_start(det_seed, det_trace) : 0;
-    if (r < 0) goto fail0;
-    if (det) atomic_store(&R.next_id, 1); /* ids are part of the replay */
-    r = weft__io_start(cfg ? cfg->io : 0);
-    if (r < 0) goto faildet;
-    r = weft__stacks_init(stack);
-    if (r < 0) goto failio;
-    /* every slot a spare may take: R.c never moves while carriers read it */
-    R.c = calloc(WEFT__MAX_CARRIERS, sizeof *R.c);
-    if (!R.c) { r = -ENOMEM; goto fail1; }
-    R.n = n;
-    for (int i = 0; i < n; i++) {
-        weft__carrier *c = carrier_alloc(i);
-        if (!c) { r = -ENOMEM; goto fail2; }
-        c->go = 1;
-        R.c[i] = c;
-    }
-    atomic_store(&R.nall, n);
-    atomic_store(&R.nactive, 0);
-    atomic_store(&R.n_pinned, 0);
-    atomic_store(&R.n_hogs, 0);
-    R.pin_threshold = thr;
-    R.max_comp = thr < 0 ? 0 : maxc;
-    R.pin_log = pin_log != 0;
-    atomic_store(&R.stop, 0);
-    atomic_store(&R.g0.nidle, 0);
-    atomic_store(&R.g0.nspinning, 0);
-    R.g0.c = R.c;
-    R.g0.n = n;
-    atomic_store(&R.gone_started, 0);
-    atomic_store(&R.gone_finished, 0);
-    atomic_store(&R.gone_switches, 0);
-    atomic_store(&R.gone_steals, 0);
-    atomic_store(&R.gone_parks, 0);
-    atomic_store(&R.gone_nd_started, 0);
-    atomic_store(&R.gone_nd_finished, 0);
-    pthread_mutex_lock(&weft__groups.lock);
-    weft__groups.down = 0;
-    pthread_mutex_unlock(&weft__groups.lock);
-    for (size_t i = 0; i < WEFT__MAX_CARRIERS / 64; i++) atomic_store(&R.idle_mask[i], 0);
-    atomic_store(&R.live, 0);
-    atomic_store(&R.peak, 0);
-    atomic_store(&R.plat_started, 0);
-    atomic_store(&R.plat_nd_started, 0);
-    if (!R.segv_installed) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = segv_handler;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGSEGV, &sa, &R.old_segv) == 0) R.segv_installed = 1;
-    }
-    mon_prepare();
-    int started = 0;
-    atomic_store(&R.carriers_ready, 0);
-    for (int i = 0; i < n; i++) {
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setstacksize(&a, 256 * 1024);
-        int e = pthread_create(&R.c[i]->thread, &a, carrier_main, R.c[i]);
-        pthread_attr_destroy(&a);
-        if (e) { r = -e; break; }
-        char tn[16];
-        snprintf(tn, sizeof tn, "weft-c%d", i);
-        pthread_setname_np(R.c[i]->thread, tn); /* visible in top, perf, gdb */
-        started++;
-    }
-    /* every carrier has its poller before weft_init returns: an fd table
-     * filled by the program later cannot take a carrier's rings away */
-    for (;;) {
-        uint32_t k = atomic_load(&R.carriers_ready);
-        if ((int)k >= started) break;
-        struct timespec ts = {0, 5 * 1000000};
-        futex(&R.carriers_ready, FUTEX_WAIT_PRIVATE, k, &ts, 0);
-    }
-    for (int i = 0; i < started && r == 0; i++) {
-        if (R.c[i]->start_err) {
-            r = R.c[i]->start_err;
-            fprintf(stderr, "weft: carrier %d cannot start its I/O poller: %s\n", i, strerror(-r));
-        }
-    }
-    /* the live console (observe/console.c): a fork child has none -- the
-     * socket is its parent's ("Fork") */
-    R.started_at = weft_now();
-    if (started == n && r == 0 && !(lazy && R.inherit_cfg)) r = weft__console_start(cfg ? cfg->console : NULL);
-    if (started == n && r == 0) {
-        r = mon_start();
-        if (r < 0) fprintf(stderr, "weft: cannot start the monitor thread: %s\n", strerror(-r));
-    }
-    if (started < n || r < 0) {
-        weft__console_stop();
-        atomic_store(&R.stop, 1);
-        for (int i = 0; i < started; i++) kick(R.c[i]);
-        for (int i = 0; i < started; i++) pthread_join(R.c[i]->thread, NULL);
-        goto fail2;
-    }
-    R.started_with = (weft_runtime_opts){.carriers = n, .stack_size = stack, .io = cfg ? cfg->io : 0,
-                                   .hook = cfg ? cfg->hook : 0,
-                                   .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1,
-                                   .deterministic = det ? WEFT_DET_ON : WEFT_DET_OFF,
-                                   .deterministic_seed = det_seed};
-    weft__hook_start(cfg ? cfg->hook : 0);
-    R.inherit_cfg = 0;
-    atomic_store(&R.up, 1);
-    pthread_mutex_unlock(&R.init_lock);
-    weft__dump_env();
-    return 0;
-fail2:
-    free_carriers(n);
-fail1:
-    weft__stacks_fini();
-failio:
-    weft__io_stop();
-faildet:
-    weft__det_stop();
-fail0:
-    pthread_mutex_unlock(&R.init_lock);
-    return r;
-}
-
-int weft_init(const weft_runtime_opts *cfg) { return init_runtime(cfg, 0); }
-
 int weft__running(void) { return atomic_load_explicit(&R.up, memory_order_acquire); }
 
+/* The lazy start every layer's first call makes.  The start itself is the
+ * runtime layer's (runtime.c): the one call up from here, declared. */
 int weft__ensure_init(void) {
     if (__builtin_expect(atomic_load_explicit(&R.up, memory_order_acquire), 1)) return 0;
-    /* a fork child starts what its parent ran, backend included ("Fork") */
-    int r = init_runtime(NULL, 1);
+    /* a fork child starts what its parent ran, backend included (runtime.c, "Fork") */
+    int r = weft__runtime_start_lazy();
     return r == -EALREADY ? 0 : r;
 }
 
 /* Non-daemon vthreads not yet finished.  Finished counts are read before
  * started ones: a finish implies its start, so this never undercounts. */
-static int64_t nondaemon_live(void) {
+int64_t weft__nondaemon_live(void) {
     uint64_t fin = 0, st = 0;
     /* (a spare published between the two loops: its starts count, and no
      * finish without its start) */
@@ -3353,398 +2278,20 @@ static int64_t nondaemon_live(void) {
     return (int64_t)(st - fin);
 }
 
-#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
-/* A daemon abandoned at shutdown leaves its frames' poison on its stack,
- * and ASan keeps a shadow across munmap: clean it (arch/stack.c, "ASan");
- * under TSan it holds a fiber, one of the ~8k threads TSan allows. */
-static void clean_abandoned(weft__stack *s, void *unused) {
-    weft_thread *t = (weft_thread *)s;
-    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) == WEFT__RS_FREE) return;
-    weft__stack_done(s, t->sp);
+/* ------------------------------------------------------------------------ */
+/* for the other rooms (internal.h)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Thin wrappers: the functions stay static, and the hot paths that use
+ * them are compiled as if the other rooms did not exist. */
+void weft__kick(weft__carrier *c) { kick(c); }
+void weft__mon_need(void) { mon_need(); }
+void weft__ready_elsewhere(weft_thread *t) { enqueue_elsewhere(t); }
+int weft__fire_timers(weft__carrier *c, weft__theap *h, int64_t now, int block) {
+    return fire_timers(c, h, now, block);
+}
+void weft__spin_set(int64_t ns) { spin_ns = ns; }
+void weft__futex_hash_fork_child(void) { atomic_store(&fh_slots, 0); }
 #ifdef WEFT_TSAN
-    tsan_fiber_drop(t);
+void weft__tsan_fiber_drop(weft_thread *t) { tsan_fiber_drop(t); }
 #endif
-}
-#endif
-
-static void abandon_locals(weft__stack *s, void *unused) {
-    (void)unused;
-    weft_thread *t = (weft_thread *)s;
-    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) != WEFT__RS_FREE && t->locals)
-        weft__locals_abandon(t);
-}
-
-void weft_shutdown(void) {
-    if (weft__carrier_self()) { /* it would wait for itself: refuse, loudly */
-        fprintf(stderr, "weft: weft_shutdown called from a vthread: ignored (call it from a platform thread)\n");
-        return;
-    }
-    pthread_mutex_lock(&R.init_lock);
-    if (!atomic_load(&R.up)) {
-        pthread_mutex_unlock(&R.init_lock);
-        return;
-    }
-    while (nondaemon_live() > 0) {
-        struct timespec ts = {0, 200 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    /* a platform thread that woke the last of them may still be kicking a
-     * carrier (plat_waking); a few microseconds at most */
-    while (atomic_load(&R.plat_waking) > 0) sched_yield();
-    weft__hook_stop(); /* the vthreads left are daemons: abandoned */
-    weft__console_stop(); /* its snapshots read the carriers: it ends first */
-    /* the blocking pool's threads wake vthreads: they end before carriers do */
-    weft__io_drain();
-    atomic_store(&R.stop, 1);
-    mon_stop(); /* no spare is made after this: nall is final */
-    weft__groups_shutdown(); /* (their carriers see R.stop too) */
-    int n = nall();
-    for (int i = 0; i < n; i++) kick(R.c[i]);
-    for (int i = 0; i < n; i++) pthread_join(R.c[i]->thread, NULL);
-    atomic_store(&R.up, 0);
-    R.g0.inj_head = R.g0.inj_tail = NULL;
-    atomic_store(&R.g0.inj_n, 0);
-    free_carriers(n);
-#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
-    weft__stacks_walk(clean_abandoned, NULL);
-#endif
-    /* daemons abandoned with local storage: freed, destructors not run */
-    if (atomic_load(&weft__locals_live) > 0) weft__stacks_walk(abandon_locals, NULL);
-    weft__stacks_fini();
-    weft__async_stop(); /* what is left of the asynchronous operations, before io's state goes */
-    weft__io_stop();
-    weft__det_stop();
-    pthread_mutex_unlock(&R.init_lock);
-}
-
-struct main_arg {
-    int (*fn)(void *);
-    void *arg;
-    int result;
-};
-
-static void *main_tramp(void *p) {
-    struct main_arg *m = p;
-    m->result = m->fn(m->arg);
-    return NULL;
-}
-
-int weft_main(int (*fn)(void *), void *arg) {
-    int r = weft__ensure_init();
-    if (r < 0) return r;
-    struct main_arg m = {fn, arg, 0};
-    weft_thread *t;
-    weft_thread_opts a = {.name = "main"};
-    r = weft_spawn(&t, main_tramp, &m, &a);
-    if (r < 0) return r;
-    r = (weft_join)(t, NULL);
-    weft_shutdown();
-    return r < 0 ? r : m.result;
-}
-
-/* ------------------------------------------------------------------------ */
-/* stack overflow                                                            */
-/* ------------------------------------------------------------------------ */
-
-static size_t put_str(char *b, size_t at, size_t cap, const char *s) {
-    while (*s && at + 1 < cap) b[at++] = *s++;
-    return at;
-}
-
-static size_t put_u(char *b, size_t at, size_t cap, unsigned long long v, int base) {
-    char tmp[24];
-    int n = 0;
-    do { tmp[n++] = "0123456789abcdef"[v % (unsigned)base]; v /= (unsigned)base; } while (v);
-    while (n && at + 1 < cap) b[at++] = tmp[--n];
-    return at;
-}
-
-static void segv_handler(int sig, siginfo_t *si, void *uctx) {
-    weft__carrier *c = tls_carrier;
-    /* c->cur is NULL while the scheduler runs on a vthread's stack: the
-     * vthread is c->pending then */
-    weft_thread *t = c ? (c->cur ? c->cur : c->pending) : NULL;
-    if (t && weft__stack_guard_hit(&t->stk, si->si_addr)) {
-        char b[256], name[32];
-        fmt_name(t, name);
-        size_t n = 0;
-        n = put_str(b, n, sizeof b, "weft: stack overflow in vthread ");
-        n = put_u(b, n, sizeof b, t->id, 10);
-        n = put_str(b, n, sizeof b, " \"");
-        n = put_str(b, n, sizeof b, name);
-        n = put_str(b, n, sizeof b, "\" (stack ");
-        n = put_u(b, n, sizeof b, t->stk.size / 1024, 10);
-        n = put_str(b, n, sizeof b, " KiB, fault at 0x");
-        n = put_u(b, n, sizeof b, (uintptr_t)si->si_addr, 16);
-        n = put_str(b, n, sizeof b, ")\n");
-        ssize_t w = write(2, b, n);
-        (void)w;
-        signal(SIGABRT, SIG_DFL);
-        abort();
-    }
-    /* not ours: hand it on */
-    if ((R.old_segv.sa_flags & SA_SIGINFO) && R.old_segv.sa_sigaction) {
-        R.old_segv.sa_sigaction(sig, si, uctx);
-        return;
-    }
-    if (R.old_segv.sa_handler != SIG_DFL && R.old_segv.sa_handler != SIG_IGN && R.old_segv.sa_handler) {
-        R.old_segv.sa_handler(sig);
-        return;
-    }
-    signal(SIGSEGV, SIG_DFL); /* the fault repeats and kills us as usual */
-}
-
-/* carrier groups (the life of a group: group.c)                            */
-/* ------------------------------------------------------------------------ */
-
-static void group_carriers_free(weft_group *g, int made) {
-    pthread_mutex_lock(&weft__groups.lock);
-    for (int i = 0; i < made; i++) {
-        R.c[g->c[i]->index] = NULL;
-        R.gidx_used[g->c[i]->index] = 0;
-    }
-    pthread_mutex_unlock(&weft__groups.lock);
-    for (int i = 0; i < made; i++) carrier_free(g->c[i]);
-    free(g->c);
-    free((void *)g->idle_mask);
-    g->c = NULL;
-    g->idle_mask = NULL;
-}
-
-int weft__group_carriers_start(weft_group *g) {
-    int n = g->n, made = 0, started = 0, r = 0;
-    g->c = calloc((size_t)n, sizeof *g->c);
-    g->idle_mask = calloc((size_t)(n + 63) / 64, sizeof *g->idle_mask);
-    if (!g->c || !g->idle_mask) {
-        group_carriers_free(g, 0);
-        return -ENOMEM;
-    }
-    /* Indices: past every slot the monitor's spares may take (R.n +
-     * max_comp), so that both can grow independently; the io layer's
-     * tables and the dump know a carrier by its index.  Taken under the
-     * groups' lock (two groups made at once). */
-    pthread_mutex_lock(&weft__groups.lock);
-    int k = R.n + R.max_comp;
-    for (; made < n; made++) {
-        while (k < WEFT__MAX_CARRIERS && R.gidx_used[k]) k++;
-        if (k >= WEFT__MAX_CARRIERS) { r = -EAGAIN; break; }
-        weft__carrier *c = carrier_alloc(k);
-        if (!c) { r = -ENOMEM; break; }
-        c->grp = g;
-        c->gidx = made;
-        /* one carrier alone: nobody else could run what its FIFO holds */
-        c->yq_private = n == 1 || R.yq_stealable;
-        atomic_store(&c->go, 1);
-        g->c[made] = c;
-        R.gidx_used[k] = 1;
-        R.c[k] = c; /* (vthreads look up their timer heap's carrier by index) */
-    }
-    pthread_mutex_unlock(&weft__groups.lock);
-    for (int i = 0; i < made && !r; i++) {
-        weft__carrier *c = g->c[i];
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setstacksize(&a, 256 * 1024);
-        int e = pthread_create(&c->thread, &a, carrier_main, c);
-        pthread_attr_destroy(&a);
-        if (e) { r = -e; break; }
-        started++;
-        char tn[16];
-        snprintf(tn, sizeof tn, "weft-g%u.%d", g->id % 1000, i % 100);
-        pthread_setname_np(c->thread, tn);
-        while (!atomic_load(&c->ready)) futex(&c->ready, FUTEX_WAIT_PRIVATE, 0, NULL, 0);
-        if (c->start_err) r = c->start_err;
-    }
-    /* a carrier starts busy, outside the idle set: if the monitor had
-     * disarmed (every carrier idle), nothing would arm it before this one
-     * first went idle -- and one that runs a vthread at once (spawned into
-     * the group as it started) and computes never does.  Arm it, as
-     * mon_prepare does for the first carriers. */
-    if (!r) mon_need();
-    if (r) {
-        atomic_store(&g->stop, 1);
-        for (int i = 0; i < started; i++) kick(g->c[i]);
-        for (int i = 0; i < started; i++) pthread_join(g->c[i]->thread, NULL);
-        group_carriers_free(g, made);
-    }
-    return r;
-}
-
-void weft__group_carriers_stop(weft_group *g) {
-    atomic_store(&g->stop, 1);
-    for (int i = 0; i < g->n; i++) kick(g->c[i]);
-    for (int i = 0; i < g->n; i++) pthread_join(g->c[i]->thread, NULL);
-    for (int i = 0; i < g->n; i++) {
-        weft__carrier *c = g->c[i];
-        /* its counts stay in the totals (weft_stats_get, weft_shutdown's
-         * count of non-daemon vthreads) */
-        atomic_fetch_add(&R.gone_started, atomic_load(&c->n_started));
-        atomic_fetch_add(&R.gone_finished, atomic_load(&c->n_finished));
-        atomic_fetch_add(&R.gone_switches, atomic_load(&c->n_switches));
-        atomic_fetch_add(&R.gone_steals, atomic_load(&c->n_steals));
-        atomic_fetch_add(&R.gone_parks, atomic_load(&c->n_parks));
-        atomic_fetch_add(&R.gone_nd_started, atomic_load(&c->nd_started));
-        atomic_fetch_add(&R.gone_nd_finished, atomic_load(&c->nd_finished));
-        /* its cached stacks go back to the shared depot */
-        for (uint32_t j = 0; j < c->stacks.n; j++) weft__stack_put(NULL, c->stacks.s[j]);
-        c->stacks.n = 0;
-    }
-    group_carriers_free(g, g->n);
-}
-
-void weft__group_sum(weft_group *g, uint64_t *switches, uint64_t *steals, uint64_t *runnable) {
-    uint64_t sw = 0, st = 0;
-    int64_t rn = atomic_load_explicit(&g->inj_n, memory_order_relaxed);
-    for (int i = 0, n = gall(g); i < n; i++) {
-        weft__carrier *c = g->c[i];
-        sw += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
-        st += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
-        int64_t q = weft__dq_size(&c->dq);
-        rn += (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
-              (atomic_load_explicit(&c->lifo, memory_order_relaxed) ? 1 : 0);
-    }
-    *switches = sw;
-    *steals = st;
-    *runnable = rn > 0 ? (uint64_t)rn : 0;
-}
-
-int weft__group_carrier_indices(weft_group *g, int *idx, int cap) {
-    int n = gall(g), k = 0;
-    for (int i = 0; i < n && k < cap; i++) idx[k++] = g->c[i]->index;
-    return k;
-}
-
-/* ------------------------------------------------------------------------ */
-/* ------------------------------------------------------------------------ */
-/* counters                                                                  */
-/* ------------------------------------------------------------------------ */
-
-/* Adds carrier c's counters to s (started: its starts only); returns its live delta. */
-static int64_t sum_carrier(weft__counters *s, weft__carrier *c, int started) {
-    if (started) {
-        s->started += atomic_load_explicit(&c->n_started, memory_order_relaxed);
-        return 0;
-    }
-    s->finished += atomic_load_explicit(&c->n_finished, memory_order_relaxed);
-    s->switches += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
-    s->steals += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
-    s->parks += atomic_load_explicit(&c->n_parks, memory_order_relaxed);
-    return atomic_load_explicit(&c->live_delta, memory_order_relaxed);
-}
-
-void weft__counters_sum(weft__counters *s, uint64_t *peak, uint64_t *ncarriers) {
-    memset(s, 0, sizeof *s);
-    int64_t live = atomic_load(&R.live);
-    int n = nall();
-    pthread_mutex_lock(&weft__groups.lock); /* the groups' carriers, and what closed ones counted */
-    s->finished += atomic_load(&R.gone_finished);
-    s->switches += atomic_load(&R.gone_switches);
-    s->steals += atomic_load(&R.gone_steals);
-    s->parks += atomic_load(&R.gone_parks);
-    for (int i = 0; i < n; i++) live += sum_carrier(s, R.c[i], 0);
-    for (weft_group *g = weft__groups.head; g; g = g->next)
-        for (int i = 0; i < g->n; i++) live += sum_carrier(s, g->c[i], 0);
-    /* started after finished: a finish implies its start */
-    for (int i = 0; i < n; i++) sum_carrier(s, R.c[i], 1);
-    for (weft_group *g = weft__groups.head; g; g = g->next)
-        for (int i = 0; i < g->n; i++) sum_carrier(s, g->c[i], 1);
-    s->started += atomic_load(&R.gone_started);
-    pthread_mutex_unlock(&weft__groups.lock);
-    s->started += atomic_load(&R.plat_started);
-    s->pinned = atomic_load(&R.n_pinned);
-    s->hogs = atomic_load(&R.n_hogs);
-    s->spares = (uint64_t)(n - R.n);
-    s->compensating = (uint64_t)atomic_load(&R.nactive);
-    uint64_t pk = atomic_load(&R.peak);
-    if (live > 0 && (uint64_t)live > pk) pk = (uint64_t)live;
-    *peak = pk;
-    *ncarriers = (uint64_t)R.n;
-}
-
-static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
-    v->index = c->index;
-    v->spare = c->spare;
-    v->group = c->grp->id;
-    v->active = atomic_load(&c->shared);
-    v->idle = carrier_idle(c) || atomic_load(&c->dormant);
-    const weft_thread *t = __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE);
-    v->running = t ? ld64(&t->id) : 0;
-    v->stall = atomic_load_explicit(&c->stall, memory_order_acquire);
-    if (v->stall) {
-        v->sysno = atomic_load(&c->stall_sysno);
-        v->since = atomic_load(&c->stall_since);
-        v->vid = atomic_load(&c->stall_vid);
-        uint64_t nw[4];
-        for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&c->stall_name[i], memory_order_relaxed);
-        memcpy(v->vname, nw, 32);
-        v->vname[31] = 0;
-        uint64_t sw[WEFT__SITE_WORDS];
-        for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&c->stall_site[i], memory_order_relaxed);
-        memcpy(v->site, sw, sizeof v->site);
-        v->site[sizeof v->site - 1] = 0;
-    }
-}
-
-static void carrier_counters_fill(weft__carrier *c, weft__carrier_counters *o) {
-    o->index = c->index;
-    o->group = c->grp->id;
-    o->spare = c->spare;
-    o->active = atomic_load_explicit(&c->shared, memory_order_relaxed);
-    o->switches = atomic_load_explicit(&c->n_switches, memory_order_relaxed);
-    o->steals = atomic_load_explicit(&c->n_steals, memory_order_relaxed);
-    o->parks = atomic_load_explicit(&c->n_parks, memory_order_relaxed);
-    o->started = atomic_load_explicit(&c->n_started, memory_order_relaxed);
-    o->finished = atomic_load_explicit(&c->n_finished, memory_order_relaxed);
-    int64_t q = weft__dq_size(&c->dq);
-    o->runnable = (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
-                  (atomic_load_explicit(&c->lifo, memory_order_relaxed) != NULL);
-    o->cpu_ns = -1;
-    o->tid = 0;
-    /* tid and the CPU clock are the carrier thread's first writes, before
-     * it publishes ready (release) */
-    if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
-        o->tid = c->tid;
-        struct timespec ts;
-        if (c->cpuclk_ok && clock_gettime(c->cpuclk, &ts) == 0)
-            o->cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    }
-}
-
-int weft__carrier_counters_get(int k, weft__carrier_counters *o) {
-    memset(o, 0, sizeof *o);
-    if (k < 0 || k >= WEFT__MAX_CARRIERS) return -ENOENT;
-    if (k < nall()) {
-        carrier_counters_fill(R.c[k], o);
-        return 0;
-    }
-    int r = -ENOENT;
-    pthread_mutex_lock(&weft__groups.lock); /* (as weft__carrier_view_get) */
-    if (R.gidx_used[k] && R.c[k]) {
-        carrier_counters_fill(R.c[k], o);
-        r = 0;
-    }
-    pthread_mutex_unlock(&weft__groups.lock);
-    return r;
-}
-
-int64_t weft__injected(void) { return atomic_load_explicit(&R.g0.inj_n, memory_order_relaxed); }
-
-int64_t weft__started_at(void) { return R.started_at; }
-
-int weft__carrier_view_get(int k, weft__carrier_view *v) {
-    memset(v, 0, sizeof *v);
-    if (k < 0 || k >= WEFT__MAX_CARRIERS) return -ENOENT;
-    if (k < nall()) {
-        carrier_view_fill(R.c[k], v);
-        return 0;
-    }
-    /* a group's carrier (its group may close meanwhile: under the lock) */
-    int r = -ENOENT;
-    pthread_mutex_lock(&weft__groups.lock);
-    if (R.gidx_used[k] && R.c[k]) {
-        carrier_view_fill(R.c[k], v);
-        r = 0;
-    }
-    pthread_mutex_unlock(&weft__groups.lock);
-    return r;
-}

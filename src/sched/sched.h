@@ -131,7 +131,7 @@ struct weft_thread {
     uint32_t flags;
     _Atomic uint8_t rstate;          /* WEFT__RS_*, for the dump */
     uint8_t why;                     /* WEFT__WHY_* of the current block */
-    uint16_t fork_gen;               /* the process's fork generation at spawn (sched.c, "Fork") */
+    uint16_t fork_gen;               /* the process's fork generation at spawn (runtime/runtime.c, "Fork") */
     /* park */
     weft__parker parker;
     uint64_t park_token;             /* the current park's token */
@@ -436,7 +436,7 @@ weft__poller *weft__poller_self(void);
 
 int weft__ensure_init(void);
 /* How many forks separate this process from the one the runtime was first
- * started in, modulo 2^16 (sched.c, "Fork"): an object stamped with another
+ * started in, modulo 2^16 (runtime/runtime.c, "Fork"): an object stamped with another
  * value belongs to an ancestor's runtime, which does not exist here. */
 unsigned weft__fork_gen(void);
 void weft__dump_env(void); /* observe: WEFT_DUMP_ON_SIGQUIT */
@@ -501,7 +501,7 @@ typedef struct weft__counters {
 } weft__counters;
 void weft__counters_sum(weft__counters *c, uint64_t *peak, uint64_t *ncarriers);
 
-/* ---- the monitor's stalls (sched.c: "The monitor"; observe/monitor.c) ----
+/* ---- the monitor's stalls (spares.c: "The monitor"; observe/monitor.c) ----
  *
  * A stall: a carrier whose vthread has held it past the threshold.  PINNED:
  * its OS thread is blocked in the kernel (a system call weft does not own);

@@ -16,7 +16,7 @@
  *
  * A heap is locked by its mutex: the owner carrier inserts and fires; a
  * carrier looking for work (spinning, not asleep) and the monitor (for a
- * carrier that runs one vthread all along: sched.c) may fire a busy
+ * carrier that runs one vthread all along: spares.c) may fire a busy
  * carrier's expired timers.  `min` mirrors the
  * earliest deadline so that the scheduler can peek without the lock, and
  * `dead` is updated without it.
