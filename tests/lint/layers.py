@@ -150,6 +150,8 @@ def check_symbols(root, objdir, nm, lay, out, listing):
             if n.endswith(".o"):
                 full = os.path.join(dirpath, n)
                 rel = os.path.relpath(full, objdir)[: -len(".o")]  # src/sched/sched.c
+                if not os.path.exists(os.path.join(root, rel)):
+                    continue  # a stale object: its source moved or went (an old build tree)
                 objs.append((rel, full))
     if not objs:
         print("layers.py: no object files under %s (build weft_obj first)" % objdir, file=sys.stderr)
