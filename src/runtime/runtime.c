@@ -467,6 +467,17 @@ static size_t put_u(char *b, size_t at, size_t cap, unsigned long long v, int ba
     return at;
 }
 
+/* SIG_DFL for sig, from inside a handler: through the C library's
+ * sigaction (the prelude's rewrite), not signal(), which is hook.c's
+ * wrapper and takes its table's lock. */
+static void sig_default(int sig) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+}
+
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     weft__carrier *c = tls_carrier;
     /* c->cur is NULL while the scheduler runs on a vthread's stack: the
@@ -487,7 +498,7 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
         n = put_str(b, n, sizeof b, ")\n");
         ssize_t w = write(2, b, n);
         (void)w;
-        signal(SIGABRT, SIG_DFL);
+        sig_default(SIGABRT);
         abort();
     }
     /* not ours: hand it on */
@@ -499,5 +510,5 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
         R.old_segv.sa_handler(sig);
         return;
     }
-    signal(SIGSEGV, SIG_DFL); /* the fault repeats and kills us as usual */
+    sig_default(SIGSEGV); /* the fault repeats and kills us as usual */
 }
