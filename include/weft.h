@@ -913,7 +913,8 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  *   weft_executor_cached(n, ka) weft_executor_create_cached(&e, n, ka); NULL on failure
  *   weft_executor_scheduled(n)  weft_executor_create_scheduled(&e, n); NULL on failure
  *   weft_executor_group(g)      weft_executor_create_group(&e, g); NULL on failure
- * (the last seven, as before, leave errno alone).
+ * (the last seven, as before, leave errno alone; weft_executor_group is
+ * not one of DESIGN.md's names, but goes with its siblings).
  */
 #ifndef WEFT_NO_DEPRECATED
 #if defined(__GNUC__) && !defined(WEFT_ALLOW_DEPRECATED)
