@@ -58,11 +58,12 @@ static int update_order(void *arg, void **result) {
 
 /* Returns 0 and prints the composed result, or the first failure. */
 static int handle_order(order *o) {
-    weft_scope *scope = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
-    if (!scope) return -ENOMEM;
+    weft_scope *scope;
+    int r = weft_scope_create(&scope, WEFT_SCOPE_FAIL_FAST, 0);
+    if (r < 0) return r;
     weft_task *inventory = weft_fork(scope, update_inventory, o);
     weft_task *ord = weft_fork(scope, update_order, o);
-    int r = weft_scope_join(scope); /* join both forks; the first failure, if any */
+    r = weft_scope_join(scope); /* join both forks; the first failure, if any */
     if (r == 0 && inventory && ord)
         printf("Inventory %ld updated for order %ld\n", (long)(intptr_t)weft_task_result(inventory),
                (long)(intptr_t)weft_task_result(ord));

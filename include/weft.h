@@ -7,10 +7,23 @@
  *  - Functions that can fail return >= 0 on success and a negative errno
  *    value on failure (-EINVAL, -ENOMEM, -ECANCELED, -ETIMEDOUT, ...), as
  *    liburing does.  errno is never the channel for weft results.
- *  - Constructors store the new object through their first parameter and
- *    return 0 or -errno (weft_spawn(&t, ...), weft_chan_create(&c, ...),
+ *  - Constructors -- weft_<type>_create, and weft_spawn for a vthread --
+ *    store the new object through their first parameter and return 0 or
+ *    -errno (weft_spawn(&t, ...), weft_chan_create(&c, ...),
+ *    weft_future_create(&f), weft_scope_create(&s, ...),
  *    weft_group_create(&g, ...), weft_file_create(&f, ...)); on failure
- *    the out-parameter is set to NULL where it can be.
+ *    the out-parameter is set to NULL where it can be.  A type that comes
+ *    in kinds with different parameters has one constructor per kind,
+ *    weft_<type>_create_<kind> (weft_executor_create_virtual(&e),
+ *    _fixed(&e, threads, queue, policy), _cached, _scheduled, _group):
+ *    each kind's parameters are required and checked by the compiler, as
+ *    Java's Executors.newFixedThreadPool(n) & co. and libuv's uv_tcp_init /
+ *    uv_timer_init are one call per kind -- not one call with a kind field
+ *    in an options struct, most of whose fields would not apply to a given
+ *    kind.  What an operation returns is not a constructor: a future from
+ *    weft_submit, _then, _all, _any or an _async call, a task from
+ *    weft_fork, is returned as a pointer (NULL on failure, errno not set;
+ *    docs/errors.md says when).
  *  - A call that never waits is named with try_ before its verb
  *    (weft_mutex_try_lock, weft_sem_try_acquire, weft_chan_try_send,
  *    weft_try_select); it returns -EAGAIN (or -EBUSY, as its comment says)
@@ -476,10 +489,10 @@ WEFT_API int weft_group_create(weft_group **g, const char *name, int carriers, c
 
 /*
  * Closes g: refuses new spawns into it (weft_spawn returns -ESHUTDOWN,
- * weft_executor_group's futures fail so), waits until every vthread of g
- * has finished (daemons too; one that has finished need not have been
- * joined), then stops its carriers and frees g: the pointer is invalid
- * afterwards, as after free().  Parks a vthread, blocks a platform thread;
+ * the futures of its executors (weft_executor_create_group) fail so),
+ * waits until every vthread of g has finished (daemons too; one that has
+ * finished need not have been joined), then stops its carriers and frees
+ * g: the pointer is invalid afterwards, as after free().  Parks a vthread, blocks a platform thread;
  * not interrupted by cancellation or deadlines (as weft_scope_close).
  * Returns 0; -EINVAL for NULL or the default group; -EDEADLK when the
  * caller is a vthread of g (it would wait for itself); -EBUSY when another
@@ -893,6 +906,15 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  *   weft_chan_new(es, cap)      weft_chan_create(&c, es, cap); NULL on failure
  *   weft_group_new(name, n)     weft_group_create(&g, name, n, NULL); NULL with errno set
  *   weft_file_open(p, fl, m, o) weft_file_create(&f, p, fl, m, o); NULL with errno set
+ *   weft_future_new()           weft_future_create(&f); NULL on failure
+ *   weft_scope_open(p, d)       weft_scope_create(&s, p, d); NULL on failure
+ *   weft_executor_virtual()     weft_executor_create_virtual(&e); NULL on failure
+ *   weft_executor_fixed(n, q, p) weft_executor_create_fixed(&e, n, q, p); NULL on failure
+ *   weft_executor_cached(n, ka) weft_executor_create_cached(&e, n, ka); NULL on failure
+ *   weft_executor_scheduled(n)  weft_executor_create_scheduled(&e, n); NULL on failure
+ *   weft_executor_group(g)      weft_executor_create_group(&e, g); NULL on failure
+ * (the last seven, as before, leave errno alone; weft_executor_group is
+ * not one of DESIGN.md's names, but goes with its siblings).
  */
 #ifndef WEFT_NO_DEPRECATED
 #if defined(__GNUC__) && !defined(WEFT_ALLOW_DEPRECATED)
@@ -927,6 +949,44 @@ static inline weft_file *weft_file_open(const char *path, int flags, mode_t mode
     int r = weft_file_create(&f, path, flags, mode, o);
     if (r < 0) errno = -r;
     return f;
+}
+
+WEFT__DEPRECATED("weft_future_create") static inline weft_future *weft_future_new(void) {
+    weft_future *f;
+    return weft_future_create(&f) == 0 ? f : NULL;
+}
+
+WEFT__DEPRECATED("weft_scope_create")
+static inline weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
+    weft_scope *s;
+    return weft_scope_create(&s, policy, deadline_ns) == 0 ? s : NULL;
+}
+
+WEFT__DEPRECATED("weft_executor_create_virtual") static inline weft_executor *weft_executor_virtual(void) {
+    weft_executor *e;
+    return weft_executor_create_virtual(&e) == 0 ? e : NULL;
+}
+
+WEFT__DEPRECATED("weft_executor_create_fixed")
+static inline weft_executor *weft_executor_fixed(int threads, size_t queue_capacity, weft_reject_policy policy) {
+    weft_executor *e;
+    return weft_executor_create_fixed(&e, threads, queue_capacity, policy) == 0 ? e : NULL;
+}
+
+WEFT__DEPRECATED("weft_executor_create_cached")
+static inline weft_executor *weft_executor_cached(int max_threads, int64_t keep_alive_ns) {
+    weft_executor *e;
+    return weft_executor_create_cached(&e, max_threads, keep_alive_ns) == 0 ? e : NULL;
+}
+
+WEFT__DEPRECATED("weft_executor_create_scheduled") static inline weft_executor *weft_executor_scheduled(int threads) {
+    weft_executor *e;
+    return weft_executor_create_scheduled(&e, threads) == 0 ? e : NULL;
+}
+
+WEFT__DEPRECATED("weft_executor_create_group") static inline weft_executor *weft_executor_group(weft_group *g) {
+    weft_executor *e;
+    return weft_executor_create_group(&e, g) == 0 ? e : NULL;
 }
 #endif /* WEFT_NO_DEPRECATED */
 /* WEFT-COMPAT-END */

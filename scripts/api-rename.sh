@@ -23,9 +23,14 @@
 # WEFT-COMPAT-BEGIN and WEFT-COMPAT-END lines) is left alone: it keeps the
 # names ../shared/DESIGN.md uses working.  Conversions that change a call's
 # shape (weft_group_new -> weft_group_create(&g, ...), weft_file_open ->
-# weft_file_create(&f, ...), weft_chan_new -> weft_chan_create(&c, ...))
-# are not mechanical; they were made by hand (git log -- scripts/api-rename.sh
-# says which commits).
+# weft_file_create(&f, ...), weft_chan_new -> weft_chan_create(&c, ...),
+# weft_future_new -> weft_future_create(&f), weft_scope_open ->
+# weft_scope_create(&s, ...), weft_executor_virtual/_fixed/_cached/
+# _scheduled/_group -> weft_executor_create_KIND(&e, ...)) are not
+# mechanical; they were made by hand (git log -- scripts/api-rename.sh
+# says which commits).  Code that still uses one of those old names fails
+# to build in the library and the apps (WEFT_NO_DEPRECATED) and warns
+# (deprecated, naming the replacement) anywhere else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

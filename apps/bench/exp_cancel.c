@@ -92,8 +92,9 @@ static int blocked_task(void *arg, void **result) {
 
 static void *owner_main(void *arg) {
     long o = (long)(intptr_t)arg;
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
-    if (!s) return (void *)(intptr_t)-ENOMEM;
+    weft_scope *s;
+    int r = weft_scope_create(&s, WEFT_SCOPE_ALL, 0);
+    if (r < 0) return (void *)(intptr_t)r;
     long first = o * S.per_scope;
     for (long j = 0; j < S.per_scope && first + j < S.n; j++) {
         long idx = first + j;
@@ -101,7 +102,7 @@ static void *owner_main(void *arg) {
         long kind = S.stride && idx % S.stride == 0 && idx / S.stride < S.sockets ? WAIT_READ : idx % WAIT_KINDS;
         if (!weft_fork(s, blocked_task, (void *)(intptr_t)kind)) break;
     }
-    int r = weft_scope_join(s); /* -ECANCELED when the storm comes */
+    r = weft_scope_join(s); /* -ECANCELED when the storm comes */
     weft_scope_close(s);
     return (void *)(intptr_t)r;
 }
@@ -127,7 +128,7 @@ int exp_cancel_storm(const bench_opts *o, bench_report *rep) {
     int64_t live0 = live_now();
 
     (void)weft_chan_create(&S.chan, 1, 0); /* NULL when it fails: checked below */
-    S.future = weft_future_new();
+    (void)weft_future_create(&S.future); /* NULL when it fails: checked below */
     weft_mutex_init(&S.mutex);
     S.pairs = calloc((size_t)(S.sockets ? S.sockets : 1), sizeof *S.pairs);
     if (!S.chan || !S.future || !S.pairs) {

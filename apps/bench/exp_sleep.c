@@ -17,12 +17,12 @@
  * has them -- every task submitted from the main thread, then shutdown and
  * await (Java's close):
  *
- *   fixed:K           weft_executor_fixed(K, unbounded queue)
+ *   fixed:K           weft_executor_create_fixed(K, unbounded queue)
  *                     (newFixedThreadPool: 100,000 one-second tasks on K=200
  *                     take 500 s; give -n smaller);
- *   cached            weft_executor_cached(no limit, 60 s)
+ *   cached            weft_executor_create_cached(no limit, 60 s)
  *                     (newCachedThreadPool: a thread per waiting task);
- *   virtual-executor  weft_executor_virtual()
+ *   virtual-executor  weft_executor_create_virtual()
  *                     (newVirtualThreadPerTaskExecutor).
  *
  * wall_s runs from the first spawn (for a pool: from starting its threads)
@@ -443,12 +443,13 @@ static void *ex_submit_all(void *arg) {
 static int sleep_executor(const bench_opts *o, sleep_run *s, bench_result *res) {
     int r = init_runtime(o);
     if (r < 0) return r;
-    weft_executor *e = o->executor == EXEC_W_FIXED    ? weft_executor_fixed((int)o->pool_threads, 0, WEFT_REJECT_ABORT)
-                       : o->executor == EXEC_W_CACHED ? weft_executor_cached(0, 0)
-                                                      : weft_executor_virtual();
-    if (!e) {
-        fprintf(stderr, "weft-bench: cannot make the executor\n");
-        return -ENOMEM;
+    weft_executor *e;
+    r = o->executor == EXEC_W_FIXED    ? weft_executor_create_fixed(&e, (int)o->pool_threads, 0, WEFT_REJECT_ABORT)
+        : o->executor == EXEC_W_CACHED ? weft_executor_create_cached(&e, 0, 0)
+                                       : weft_executor_create_virtual(&e);
+    if (r < 0) {
+        fprintf(stderr, "weft-bench: cannot make the executor: %s\n", strerror(-r));
+        return r;
     }
     ex_job j = {.s = s, .e = e};
     if (o->spawner == SPAWN_FROM_VTHREAD) { /* as the virtual executor's peers: submit from a vthread */

@@ -23,9 +23,9 @@
  *                waited for, on --executor virtual (one vthread per task),
  *                thread-per-task (one pthread each) or pool:K (K pthreads
  *                and a queue), or on weft's executors as the article has
- *                them: fixed:K (weft_executor_fixed), cached
- *                (weft_executor_cached), virtual-executor
- *                (weft_executor_virtual).  wall_s, user_s, sys_s,
+ *                them: fixed:K (weft_executor_create_fixed), cached
+ *                (weft_executor_create_cached), virtual-executor
+ *                (weft_executor_create_virtual).  wall_s, user_s, sys_s,
  *                peak_rss_mib; for weft's executors also threads_started,
  *                threads_peak and queued_peak.
  *                Article: thread-per-task 18.77 s, cached pool 11.52 s,

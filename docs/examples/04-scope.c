@@ -38,15 +38,16 @@ static int fetch_slow(void *arg, void **result) {
 
 static int run(void *arg) {
     /* ALL: wait for every task; join returns the first failure or 0 */
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
-    if (!s) return -ENOMEM;
+    weft_scope *s;
+    int r = weft_scope_create(&s, WEFT_SCOPE_ALL, 0);
+    if (r < 0) return r;
     weft_task *user = weft_fork(s, fetch_user, NULL);
     weft_task *bal = weft_fork(s, fetch_balance, NULL);
     if (!user || !bal) {
         weft_scope_close(s); /* cancels and waits for what was forked */
         return -ENOMEM;
     }
-    int r = weft_scope_join(s);
+    r = weft_scope_join(s);
     if (r == 0)
         printf("ALL: %s has %ld coins\n", (const char *)weft_task_result(user),
                (long)(intptr_t)weft_task_result(bal));
@@ -55,8 +56,7 @@ static int run(void *arg) {
     weft_scope_close(s); /* frees the scope and its tasks */
 
     /* FAIL_FAST: the first failure cancels the other tasks */
-    s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
-    if (!s) return -ENOMEM;
+    if ((r = weft_scope_create(&s, WEFT_SCOPE_FAIL_FAST, 0)) < 0) return r;
     if (!weft_fork(s, fetch_broken, NULL) || !weft_fork(s, fetch_slow, NULL)) {
         weft_scope_close(s);
         return -ENOMEM;

@@ -24,8 +24,8 @@ static int run(void *arg) {
     void *v;
 
     /* a future filled by another vthread; a dependent made with then */
-    weft_future *f = weft_future_new();
-    if (!f) return -ENOMEM;
+    weft_future *f;
+    if ((r = weft_future_create(&f)) < 0) return r;
     weft_future *g = weft_future_then(f, twice, NULL);
     weft_thread *t;
     if (!g || (r = weft_spawn(&t, answer_later, f, NULL)) < 0) {
@@ -43,10 +43,9 @@ static int run(void *arg) {
     /* all: completes when every input has, or fails with the first failure */
     weft_future *in[3];
     for (int i = 0; i < 3; i++) {
-        in[i] = weft_future_new();
-        if (!in[i]) {
+        if ((r = weft_future_create(&in[i])) < 0) {
             while (i-- > 0) weft_future_unref(in[i]);
-            return -ENOMEM;
+            return r;
         }
     }
     weft_future *all = weft_future_all(in, 3);
@@ -65,8 +64,8 @@ static int run(void *arg) {
     weft_future_unref(all);
 
     /* a failure: the getter receives -err */
-    weft_future *h = weft_future_new();
-    if (!h) return -ENOMEM;
+    weft_future *h;
+    if ((r = weft_future_create(&h)) < 0) return r;
     weft_future_fail(h, EIO);
     printf("failed future: %s\n", strerror(-weft_future_get(h, NULL, 0)));
     printf("second complete: %s\n", strerror(-weft_future_complete(h, NULL))); /* the first fill wins */

@@ -45,8 +45,8 @@ static int run(void *arg) {
     int r;
 
     /* a new vthread per task */
-    weft_executor *virt = weft_executor_virtual();
-    if (!virt) return -ENOMEM;
+    weft_executor *virt;
+    if ((r = weft_executor_create_virtual(&virt)) < 0) return r;
     r = sum_cubes(virt, 64, &sum);
     weft_executor_close(virt); /* waits for every task, frees the executor */
     if (r < 0) return r;
@@ -54,16 +54,16 @@ static int run(void *arg) {
 
     /* 2 platform threads, a queue of 4; a full queue makes the submitter
      * run the task itself (CALLER_RUNS), so nothing is refused */
-    weft_executor *pool = weft_executor_fixed(2, 4, WEFT_REJECT_CALLER_RUNS);
-    if (!pool) return -ENOMEM;
+    weft_executor *pool;
+    if ((r = weft_executor_create_fixed(&pool, 2, 4, WEFT_REJECT_CALLER_RUNS)) < 0) return r;
     r = sum_cubes(pool, 64, &sum);
     if (r == 0) printf("%s: sum of cubes %ld\n", weft_executor_kind(pool), sum); /* "fixed:2" */
     weft_executor_close(pool);
     if (r < 0) return r;
 
     /* a scheduled executor: once after 10 ms, and every 5 ms until done */
-    weft_executor *sched = weft_executor_scheduled(1);
-    if (!sched) return -ENOMEM;
+    weft_executor *sched;
+    if ((r = weft_executor_create_scheduled(&sched, 1)) < 0) return r;
     weft_future *once = weft_schedule(sched, cube, (void *)(intptr_t)3, 10 * 1000000);
     weft_future *every = weft_schedule_every(sched, tick, NULL, 0, 5 * 1000000, 1);
     void *a = NULL, *b = NULL;

@@ -26,9 +26,9 @@ static int echo(void *arg, void **result) {
 /* accepts CLIENTS connections, a task per connection in one scope */
 static void *serve(void *arg) {
     int lfd = (int)(intptr_t)arg;
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
-    if (!s) return (void *)(intptr_t)-ENOMEM;
-    int r = 0;
+    weft_scope *s;
+    int r = weft_scope_create(&s, WEFT_SCOPE_ALL, 0);
+    if (r < 0) return (void *)(intptr_t)r;
     for (int i = 0; i < CLIENTS; i++) {
         int fd = weft_accept(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {

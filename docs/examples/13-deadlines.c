@@ -33,8 +33,8 @@ static int run(void *arg) {
     weft_chan_free(c);
 
     /* a scope's deadline applies to its tasks; join then says -ETIMEDOUT */
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, weft_now() + 20 * MS);
-    if (!s) return -ENOMEM;
+    weft_scope *s;
+    if ((r = weft_scope_create(&s, WEFT_SCOPE_ALL, weft_now() + 20 * MS)) < 0) return r;
     weft_task *t = weft_fork(s, wait_forever, NULL);
     r = weft_scope_join(s);
     printf("scope with a deadline: %s\n", strerror(-r));

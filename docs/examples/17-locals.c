@@ -65,14 +65,15 @@ static void *spawned(void *arg) {
 static int handle(void *arg) {
     (void)arg;
     part parts[2] = {{.name = "profile"}, {.name = "orders"}};
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0); /* its forks inherit the binding */
-    if (!s) return -ENOMEM;
+    weft_scope *s;
+    int r = weft_scope_create(&s, WEFT_SCOPE_ALL, 0); /* its forks inherit the binding */
+    if (r < 0) return r;
     for (int i = 0; i < 2; i++)
         if (!weft_fork(s, fetch, &parts[i])) {
             weft_scope_close(s);
             return -ENOMEM;
         }
-    int r = weft_scope_join(s);
+    r = weft_scope_join(s);
     weft_scope_close(s); /* the forks have ended: their counters are freed */
     if (r < 0) return r;
     for (int i = 0; i < 2; i++) printf("  %s\n", parts[i].out);

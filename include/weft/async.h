@@ -21,11 +21,11 @@
  * platform thread goes to the carriers in turn.  A handler may call any weft
  * function; one that blocks (weft_sleep, weft_recv, a mutex) parks the
  * dispatcher, which delays the other handlers of that carrier (never its
- * vthreads): give such handlers an executor (opts.executor, e.g.
- * weft_executor_virtual()) and they run there instead.  A handler that the
- * executor refuses or discards is run by the dispatcher, or by the thread
- * that made the executor discard it, never lost.  The executor may be
- * closed while operations that name it are pending: the close does not
+ * vthreads): give such handlers an executor (opts.executor, e.g. one made
+ * by weft_executor_create_virtual) and they run there instead.  A handler
+ * that the executor refuses or discards is run by the dispatcher, or by the
+ * thread that made the executor discard it, never lost.  The executor may
+ * be closed while operations that name it are pending: the close does not
  * wait for them, and their handlers then run on the dispatcher (the
  * operations keep what they need of it).
  *

@@ -4,20 +4,21 @@
  *
  * An executor runs tasks `void *fn(void *arg)` submitted to it and hands back
  * a weft_future (weft/future.h) for each, completed with fn's return value.
- * One interface, four kinds:
+ * One interface, four kinds, one constructor each (weft_executor_create_KIND
+ * (&e, ...): e is stored in its first parameter, 0 or -errno returned):
  *
- *   weft_executor_virtual()        a new vthread per task (Java's
+ *   _create_virtual(&e)            a new vthread per task (Java's
  *                                  newVirtualThreadPerTaskExecutor);
- *                                  weft_executor_group(g) the same, its
+ *                                  _create_group(&e, g) the same, its
  *                                  vthreads in carrier group g;
- *   weft_executor_fixed(n, cap, p) n platform threads and a FIFO queue of
+ *   _create_fixed(&e, n, cap, p)   n platform threads and a FIFO queue of
  *                                  cap tasks (0 = unbounded), policy p when
  *                                  it is full (newFixedThreadPool, or
  *                                  ThreadPoolExecutor with a bounded queue);
- *   weft_executor_cached(max, ka)  platform threads made on demand, at most
+ *   _create_cached(&e, max, ka)    platform threads made on demand, at most
  *                                  max (0 = no limit), each ending after ka
  *                                  ns idle (newCachedThreadPool);
- *   weft_executor_scheduled(n)     n platform threads running tasks after a
+ *   _create_scheduled(&e, n)       n platform threads running tasks after a
  *                                  delay or periodically
  *                                  (ScheduledThreadPoolExecutor).
  *
@@ -73,7 +74,7 @@ extern "C" {
 #endif
 
 
-/* What a full queue does with a new task (weft_executor_fixed). */
+/* What a full queue does with a new task (weft_executor_create_fixed). */
 typedef enum {
     WEFT_REJECT_ABORT,          /* refuse it: its future fails with -EBUSY */
     WEFT_REJECT_CALLER_RUNS,    /* run it on the submitter, before weft_submit returns */
@@ -82,22 +83,25 @@ typedef enum {
     WEFT_REJECT_BLOCK,          /* the submitter waits for room (deadline and cancellation apply) */
 } weft_reject_policy;
 
-/* Constructors: NULL and errno unchanged on a bad argument (threads < 1,
- * an unknown policy) or when out of memory.  None starts a thread. */
-WEFT_API weft_executor *weft_executor_virtual(void);
-WEFT_API weft_executor *weft_executor_fixed(int threads, size_t queue_capacity, weft_reject_policy policy);
+/* Constructors: each stores the new executor in *e and returns 0, or (*e
+ * then NULL where e is not) -EINVAL for a bad argument (e NULL, threads <
+ * 1, max_threads < 0, an unknown policy, a NULL group) or -ENOMEM.  None
+ * starts a thread. */
+WEFT_API int weft_executor_create_virtual(weft_executor **e);
+WEFT_API int weft_executor_create_fixed(weft_executor **e, int threads, size_t queue_capacity,
+                                        weft_reject_policy policy);
 /* max_threads 0: no limit.  When max_threads run, further tasks wait in a
  * FIFO queue (no rejection).  keep_alive_ns <= 0: 60 s, as Java's. */
-WEFT_API weft_executor *weft_executor_cached(int max_threads, int64_t keep_alive_ns);
-WEFT_API weft_executor *weft_executor_scheduled(int threads);
+WEFT_API int weft_executor_create_cached(weft_executor **e, int max_threads, int64_t keep_alive_ns);
+WEFT_API int weft_executor_create_scheduled(weft_executor **e, int threads);
 /* A virtual executor (a new vthread per task) whose vthreads run in carrier
- * group g (weft.h, "Carrier groups"); NULL for a NULL g.  Its kind is
+ * group g (weft.h, "Carrier groups"); -EINVAL for a NULL g.  Its kind is
  * "group:<name>".  Close the executor before g: a task submitted while g
  * closes is refused (its future fails with -ESHUTDOWN), and g must not be
- * used at all once weft_group_close returned.  (weft_executor_virtual's
+ * used at all once weft_group_close returned.  (A virtual executor's
  * vthreads go where weft_spawn with a NULL group puts them: the
  * submitting vthread's own group, or the default one.) */
-WEFT_API weft_executor *weft_executor_group(weft_group *g);
+WEFT_API int weft_executor_create_group(weft_executor **e, weft_group *g);
 
 /*
  * Submits fn(arg).  Returns its future (see "Results and errors" above), or

@@ -10,8 +10,8 @@
  * are filled by callbacks that run when their inputs are.
  *
  * Ownership: futures are reference counted.
- *  - weft_future_new, _then, _all and _any return a future holding one
- *    reference, the caller's.  weft_future_ref adds one; weft_future_unref
+ *  - weft_future_create stores, and _then, _all and _any return, a future
+ *    holding one reference, the caller's.  weft_future_ref adds one; weft_future_unref
  *    drops one, and the last drop frees the future.
  *  - Every call on a future needs it valid for the call's whole duration:
  *    hold a reference, or know that someone else does.  One exception makes
@@ -47,9 +47,10 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 
-/* A new pending future holding one reference (the caller's), or NULL when
- * out of memory.  Needs no running runtime. */
-WEFT_API weft_future *weft_future_new(void);
+/* Makes a pending future holding one reference (the caller's) and stores
+ * it in *f.  Returns 0, or (*f then NULL where f is not) -EINVAL (f NULL)
+ * or -ENOMEM.  Needs no running runtime. */
+WEFT_API int weft_future_create(weft_future **f);
 
 /*
  * Fills f with the value v (which weft does not interpret or own) and wakes

@@ -4,7 +4,8 @@
  * A scope owns the vthreads forked in it: nothing forked in a scope
  * outlives weft_scope_close.  As Java's StructuredTaskScope:
  *
- *   weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+ *   weft_scope *s;
+ *   if (weft_scope_create(&s, WEFT_SCOPE_FAIL_FAST, 0) < 0) ...
  *   weft_task *inv = weft_fork(s, update_inventory, order);
  *   weft_task *ord = weft_fork(s, update_order, order);
  *   int r = weft_scope_join(s);        // 0, or the first failure
@@ -69,9 +70,11 @@ typedef enum { WEFT_SCOPE_ALL = 0, WEFT_SCOPE_FAIL_FAST = 1, WEFT_SCOPE_FIRST_SU
 enum { WEFT_TASK_RUNNING = 0, WEFT_TASK_SUCCEEDED = 1, WEFT_TASK_FAILED = 2, WEFT_TASK_CANCELLED = 3 };
 
 
-/* Opens a scope owned by the calling thread; NULL (errno is not used) only
- * when out of memory or for a bad policy. */
-WEFT_API weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns);
+/* Opens a scope owned by the calling thread and stores it in *s.  Returns
+ * 0, or (*s then NULL where s is not) -EINVAL (s NULL, an unknown policy,
+ * deadline_ns < 0), -ENOMEM, or the error of starting the runtime (as
+ * weft_init's). */
+WEFT_API int weft_scope_create(weft_scope **s, weft_scope_policy policy, int64_t deadline_ns);
 
 /*
  * Starts fn(arg, &result) in a new vthread of scope s.  Returns the task, or

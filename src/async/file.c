@@ -111,7 +111,9 @@ _Static_assert(offsetof(struct weft_file, magic) >= 32 &&
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 static weft_executor *default_ex;
 
-static void default_make(void) { default_ex = weft_executor_fixed(5, 2500, WEFT_REJECT_CALLER_RUNS); }
+/* NULL when it could not be made (no memory): handlers then run on the
+ * caller, as with no executor */
+static void default_make(void) { weft_executor_create_fixed(&default_ex, 5, 2500, WEFT_REJECT_CALLER_RUNS); }
 
 weft_executor *weft_file_default_executor(void) {
     pthread_once(&default_once, default_make);
@@ -456,8 +458,7 @@ static weft_future *submit(weft_file *f, freq *r) {
 static freq *freq_new(int kind, void (*done)(ssize_t, void *), void *ctx) {
     freq *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->fut = weft_future_new();
-    if (!r->fut) {
+    if (weft_future_create(&r->fut) < 0) {
         free(r);
         return NULL;
     }

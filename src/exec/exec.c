@@ -316,8 +316,7 @@ static void on_filled(weft__fnode *n) {
 static task *task_new(weft_executor *e, void *(*fn)(void *), void *arg) {
     task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    t->fut = weft_future_new();
-    if (!t->fut) {
+    if (weft_future_create(&t->fut) < 0) {
         free(t);
         return NULL;
     }
@@ -564,52 +563,69 @@ static weft_executor *ex_new(int kind, const char *label) {
     return e;
 }
 
-weft_executor *weft_executor_virtual(void) { return ex_new(EX_VIRTUAL, "virtual"); }
+int weft_executor_create_virtual(weft_executor **out) {
+    if (!out) return -EINVAL;
+    *out = ex_new(EX_VIRTUAL, "virtual");
+    return *out ? 0 : -ENOMEM;
+}
 
 /* The virtual executor with its vthreads spawned into g (weft.h, "Carrier
  * groups"): everything else is the virtual executor's. */
-weft_executor *weft_executor_group(weft_group *g) {
-    if (!g) return NULL;
+int weft_executor_create_group(weft_executor **out, weft_group *g) {
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (!g) return -EINVAL;
     weft_group_stats gs;
     weft_group_stats_get(g, &gs);
     char label[32];
     snprintf(label, sizeof label, "group:%.25s", gs.name);
     weft_executor *e = ex_new(EX_VIRTUAL, label);
-    if (e) e->group = g;
-    return e;
+    if (!e) return -ENOMEM;
+    e->group = g;
+    *out = e;
+    return 0;
 }
 
-weft_executor *weft_executor_fixed(int threads, size_t queue_capacity, weft_reject_policy policy) {
-    if (threads < 1 || (unsigned)policy > WEFT_REJECT_BLOCK) return NULL;
+int weft_executor_create_fixed(weft_executor **out, int threads, size_t queue_capacity, weft_reject_policy policy) {
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (threads < 1 || (unsigned)policy > WEFT_REJECT_BLOCK) return -EINVAL;
     char label[32];
     snprintf(label, sizeof label, "fixed:%d", threads);
     weft_executor *e = ex_new(EX_POOL, label);
-    if (!e) return NULL;
+    if (!e) return -ENOMEM;
     e->core = e->max = threads;
     e->cap = queue_capacity;
     e->policy = policy;
-    return e;
+    *out = e;
+    return 0;
 }
 
-weft_executor *weft_executor_cached(int max_threads, int64_t keep_alive_ns) {
-    if (max_threads < 0) return NULL;
+int weft_executor_create_cached(weft_executor **out, int max_threads, int64_t keep_alive_ns) {
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (max_threads < 0) return -EINVAL;
     weft_executor *e = ex_new(EX_POOL, "cached");
-    if (!e) return NULL;
+    if (!e) return -ENOMEM;
     e->core = 0;
     e->max = max_threads ? max_threads : INT_MAX;
     e->grow_first = 1;
     e->keep_alive = keep_alive_ns > 0 ? keep_alive_ns : 60 * (int64_t)1000000000;
-    return e;
+    *out = e;
+    return 0;
 }
 
-weft_executor *weft_executor_scheduled(int threads) {
-    if (threads < 1) return NULL;
+int weft_executor_create_scheduled(weft_executor **out, int threads) {
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (threads < 1) return -EINVAL;
     char label[32];
     snprintf(label, sizeof label, "scheduled:%d", threads);
     weft_executor *e = ex_new(EX_SCHED, label);
-    if (!e) return NULL;
+    if (!e) return -ENOMEM;
     e->core = e->max = threads;
-    return e;
+    *out = e;
+    return 0;
 }
 
 const char *weft_executor_kind(const weft_executor *e) { return e ? e->label : NULL; }

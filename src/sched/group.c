@@ -69,7 +69,7 @@
  * vthread's own group; from a platform thread, the default group.
  * Inheritance is what keeps a group's work in the group: a job spawned
  * into a CPU group that forks helpers (weft_fork in a scope, a
- * weft_executor_virtual, a plain weft_spawn with a name only) keeps them
+ * virtual executor's task, a plain weft_spawn with a name only) keeps them
  * there, as a vthread created by a thread of a custom Loom scheduler
  * inherits that scheduler.  weft_group_default() is there to hand work
  * back to the default pool explicitly.  The runtime's own helpers
@@ -336,7 +336,7 @@ int weft__groups_each(void (*fn)(const weft_group_stats *s, const int *idx, int 
     return count;
 }
 
-/* ---- weft_executor_group: see src/exec/exec.c ---- */
+/* ---- weft_executor_create_group: see src/exec/exec.c ---- */
 
 /* ------------------------------------------------------------------------ */
 /* a group's carriers (made and ended with the group)                       */

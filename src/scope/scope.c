@@ -165,13 +165,16 @@ void weft_scope_shutdown(weft_scope *s) {
     pthread_mutex_unlock(&R);
 }
 
-weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
-    if ((unsigned)policy > WEFT_SCOPE_FIRST_SUCCESS || deadline_ns < 0) return NULL;
-    if (weft__ensure_init() < 0) return NULL;
+int weft_scope_create(weft_scope **out, weft_scope_policy policy, int64_t deadline_ns) {
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if ((unsigned)policy > WEFT_SCOPE_FIRST_SUCCESS || deadline_ns < 0) return -EINVAL;
+    int r = weft__ensure_init();
+    if (r < 0) return r;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_atfork);
     weft_scope *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s) return -ENOMEM;
     pthread_mutex_init(&s->lock, NULL);
     s->magic = WEFT__MAGIC_SCOPE;
     s->id = atomic_fetch_add(&next_id, 1);
@@ -201,7 +204,8 @@ weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
     pthread_mutex_unlock(&R);
     /* opened by a thread already cancelled: born shut down */
     if (weft_cancelled()) weft_scope_shutdown(s);
-    return s;
+    *out = s;
+    return 0;
 }
 
 /* The task's vthread. */

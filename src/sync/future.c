@@ -292,7 +292,11 @@ static weft_future *fut_alloc(int kind, size_t n) {
 
 /* ---- the API ------------------------------------------------------------ */
 
-weft_future *weft_future_new(void) { return fut_alloc(K_PLAIN, 0); }
+int weft_future_create(weft_future **f) {
+    if (!f) return -EINVAL;
+    *f = fut_alloc(K_PLAIN, 0);
+    return *f ? 0 : -ENOMEM;
+}
 
 weft_future *weft_future_ref(weft_future *f) {
     if (!f) return NULL;

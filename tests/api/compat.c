@@ -4,7 +4,8 @@
  * with their old shape: weft.h's compatibility section.  Built with
  * WEFT_ALLOW_DEPRECATED (no deprecation warnings) and -Werror; registered
  * by cmake/lint-api.cmake as api.compat_design_names.  Runs on the main
- * platform thread (every call works there) plus one vthread.
+ * platform thread (every call works there) plus the vthreads its calls
+ * start.
  * WEFT-COMPAT-FILE: scripts/api-rename.sh leaves this file alone.
  */
 #include "weft.h"
@@ -25,6 +26,12 @@
 
 static void *echo(void *arg) {
     return arg;
+}
+
+static int task_seven(void *arg, void **result) {
+    (void)arg;
+    *result = (void *)(intptr_t)7;
+    return 0;
 }
 
 int main(void) {
@@ -70,11 +77,57 @@ int main(void) {
     EXPECT(weft_group_new("bad", 0) == NULL && errno == EINVAL);
     errno = 0;
     weft_group *g = weft_group_new("compat", 1);
+    int groups = g != NULL;
     if (g) {
         EXPECT(weft_group_close(g) == 0);
     } else {
         EXPECT(errno == EOPNOTSUPP && getenv("WEFT_DETERMINISTIC")); /* one carrier runs all */
     }
+    /* weft_future_new: the future, or NULL (errno not used) */
+    weft_future *fu = weft_future_new();
+    EXPECT(fu != NULL);
+    EXPECT(weft_future_complete(fu, (void *)(intptr_t)9) == 0);
+    EXPECT(weft_future_get(fu, &res, 0) == 0 && res == (void *)(intptr_t)9);
+    weft_future_unref(fu);
+
+    /* weft_scope_open: the scope, or NULL for a bad policy or deadline (errno unchanged) */
+    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    EXPECT(s != NULL);
+    weft_task *tk = weft_fork(s, task_seven, NULL);
+    EXPECT(tk != NULL);
+    EXPECT(weft_scope_join(s) == 0 && weft_task_result(tk) == (void *)(intptr_t)7);
+    weft_scope_close(s);
+    errno = 0;
+    EXPECT(weft_scope_open((weft_scope_policy)7, 0) == NULL && errno == 0);
+    EXPECT(weft_scope_open(WEFT_SCOPE_ALL, -1) == NULL && errno == 0);
+
+    /* the executors: each kind runs a task; NULL for a bad argument (errno unchanged) */
+    weft_executor *ex[4] = {weft_executor_virtual(), weft_executor_fixed(1, 0, WEFT_REJECT_ABORT),
+                            weft_executor_cached(0, 0), weft_executor_scheduled(1)};
+    for (int i = 0; i < 4; i++) {
+        EXPECT(ex[i] != NULL);
+        weft_future *r = weft_submit(ex[i], echo, (void *)(intptr_t)i);
+        EXPECT(r != NULL && weft_future_get(r, &res, 0) == 0 && res == (void *)(intptr_t)i);
+        weft_future_unref(r);
+        EXPECT(weft_executor_close(ex[i]) == 0);
+    }
+    errno = 0;
+    EXPECT(weft_executor_fixed(0, 0, WEFT_REJECT_ABORT) == NULL && errno == 0);
+    EXPECT(weft_executor_cached(-1, 0) == NULL && errno == 0);
+    EXPECT(weft_executor_scheduled(0) == NULL && errno == 0);
+    EXPECT(weft_executor_group(NULL) == NULL && errno == 0);
+    if (groups) {
+        /* weft_executor_group: a virtual executor in group g */
+        EXPECT(weft_group_create(&g, "compat-ex", 1, NULL) == 0);
+        weft_executor *ge = weft_executor_group(g);
+        EXPECT(ge != NULL);
+        weft_future *r = weft_submit(ge, echo, (void *)(intptr_t)3);
+        EXPECT(r != NULL && weft_future_get(r, &res, 0) == 0 && res == (void *)(intptr_t)3);
+        weft_future_unref(r);
+        EXPECT(weft_executor_close(ge) == 0);
+        EXPECT(weft_group_close(g) == 0);
+    }
+
     weft_shutdown();
     printf("ok: DESIGN.md's renamed names work\n");
     return 0;

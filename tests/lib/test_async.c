@@ -488,7 +488,8 @@ TEST(handlers_on_an_executor_refused_ones_too) {
     where w = {0};
     /* one thread, a queue of 2, ABORT: with the thread held, most handlers
      * are refused -- and still run, on the dispatcher */
-    weft_executor *ex = weft_executor_fixed(1, 2, WEFT_REJECT_ABORT);
+    weft_executor *ex;
+    CHECK_EQ(weft_executor_create_fixed(&ex, 1, 2, WEFT_REJECT_ABORT), 0);
     weft_latch_init(&w.gate, 1);
     weft_future *h = weft_submit(ex, hold, &w.gate);
     weft_async_opts o = {.executor = ex};
@@ -504,7 +505,7 @@ TEST(handlers_on_an_executor_refused_ones_too) {
     CHECK_EQ(weft_executor_close(ex), 0);
     /* an executor with room: every handler on its threads */
     where w2 = {0};
-    ex = weft_executor_fixed(2, 0, WEFT_REJECT_ABORT);
+    CHECK_EQ(weft_executor_create_fixed(&ex, 2, 0, WEFT_REJECT_ABORT), 0);
     o.executor = ex;
     for (int i = 0; i < N; i++) CHECK_EQ(weft_timer_async(weft_now(), where_ran, &w2, &o), 0);
     while (atomic_load(&w2.total) < N) usleep(1000);
@@ -736,10 +737,11 @@ static void note_where(ssize_t r, void *ctx) {
 TEST(executor_closed_before_its_pending_operations_end) {
     for (int rep = 0; rep < 60; rep++) {
         int kind = rep % 3;
-        weft_executor *ex = kind == 0 ? weft_executor_fixed(1, 0, WEFT_REJECT_ABORT)
-                          : kind == 1 ? weft_executor_virtual()
-                                      : weft_executor_cached(2, 0);
-        CHECK(ex != NULL);
+        weft_executor *ex;
+        CHECK_EQ(kind == 0   ? weft_executor_create_fixed(&ex, 1, 0, WEFT_REJECT_ABORT)
+                 : kind == 1 ? weft_executor_create_virtual(&ex)
+                             : weft_executor_create_cached(&ex, 2, 0),
+                 0);
         weft_async_opts o = {.executor = ex};
         int sv[2];
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -751,8 +753,8 @@ TEST(executor_closed_before_its_pending_operations_end) {
         CHECK_EQ(weft_timer_async(weft_now() + (rep % 4) * MS, note_where, &t, &o), 0);
         if (rep % 2) CHECK_EQ(weft_executor_close(ex), 0); /* does not wait for the operations */
         else CHECK(weft_executor_close_now(ex) >= 0);
-        weft_executor *decoy = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
-        CHECK(decoy != NULL);
+        weft_executor *decoy;
+        CHECK_EQ(weft_executor_create_fixed(&decoy, 1, 0, WEFT_REJECT_ABORT), 0);
         CHECK_EQ(write(sv[1], "x", 1), 1);
         CHECK_EQ(await(&r.w), 1);
         CHECK_EQ(buf[0], 'x');

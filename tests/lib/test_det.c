@@ -580,8 +580,8 @@ static void *slow_task(void *arg) {
 
 static int pool_body(void *arg) {
     (void)arg;
-    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
-    CHECK(e != NULL);
+    weft_executor *e;
+    CHECK_EQ(weft_executor_create_fixed(&e, 1, 0, WEFT_REJECT_ABORT), 0);
     weft_future *f = weft_submit(e, slow_task, (void *)9);
     void *v = NULL;
     CHECK_EQ(weft_future_get(f, &v, 0), 0);

@@ -31,6 +31,31 @@ static void *count_task(void *arg) {
     return V(r->id + 1);
 }
 
+/* Executors the test needs: made, or the test fails here. */
+static weft_executor *ex_virtual(void) {
+    weft_executor *e = NULL;
+    CHECK_EQ(weft_executor_create_virtual(&e), 0);
+    return e;
+}
+
+static weft_executor *ex_fixed(int threads, size_t queue_capacity, weft_reject_policy policy) {
+    weft_executor *e = NULL;
+    CHECK_EQ(weft_executor_create_fixed(&e, threads, queue_capacity, policy), 0);
+    return e;
+}
+
+static weft_executor *ex_cached(int max_threads, int64_t keep_alive_ns) {
+    weft_executor *e = NULL;
+    CHECK_EQ(weft_executor_create_cached(&e, max_threads, keep_alive_ns), 0);
+    return e;
+}
+
+static weft_executor *ex_scheduled(int threads) {
+    weft_executor *e = NULL;
+    CHECK_EQ(weft_executor_create_scheduled(&e, threads), 0);
+    return e;
+}
+
 static weft_executor_stats stats_of(weft_executor *e) {
     weft_executor_stats s;
     CHECK_EQ(weft_executor_stats_get(e, &s), 0);
@@ -85,7 +110,7 @@ static void run_from_both_worlds(weft_executor *e, int vthreads, int plats, int 
 
 TEST(fixed_runs_every_task_once) {
     for (int round = 0; round < 3; round++) {
-        weft_executor *e = weft_executor_fixed(4, 0, WEFT_REJECT_ABORT);
+        weft_executor *e = ex_fixed(4, 0, WEFT_REJECT_ABORT);
         CHECK(e != NULL);
         CHECK(strcmp(weft_executor_kind(e), "fixed:4") == 0);
         int n = SCALE(4000);
@@ -103,7 +128,7 @@ TEST(fixed_runs_every_task_once) {
 }
 
 TEST(virtual_runs_each_task_on_its_own_vthread) {
-    weft_executor *e = weft_executor_virtual();
+    weft_executor *e = ex_virtual();
     CHECK(e != NULL);
     int n = SCALE(3000);
     rec *recs = calloc((size_t)n, sizeof *recs);
@@ -127,7 +152,7 @@ TEST(virtual_runs_each_task_on_its_own_vthread) {
 }
 
 TEST(virtual_from_both_worlds_and_counters) {
-    weft_executor *e = weft_executor_virtual();
+    weft_executor *e = ex_virtual();
     int n = SCALE(2000);
     run_from_both_worlds(e, 3, 2, n);
     weft_executor_stats s = stats_of(e);
@@ -152,7 +177,7 @@ static void *gate_task(void *arg) {
 
 TEST(cached_grows_reuses_and_retires) {
     /* one at a time: one thread, reused */
-    weft_executor *e = weft_executor_cached(0, 30 * MS);
+    weft_executor *e = ex_cached(0, 30 * MS);
     CHECK(strcmp(weft_executor_kind(e), "cached") == 0);
     for (int i = 0; i < 50; i++) {
         rec r = {.id = i};
@@ -183,7 +208,7 @@ TEST(cached_grows_reuses_and_retires) {
     CHECK_EQ(weft_executor_close(e), 0);
 
     /* at most max threads; the rest wait in the queue, none is rejected */
-    e = weft_executor_cached(3, 0);
+    e = ex_cached(3, 0);
     weft_latch_init(&gate, 1);
     for (int i = 0; i < 20; i++) fs[i] = weft_submit(e, gate_task, &gate);
     s = stats_of(e);
@@ -207,7 +232,7 @@ TEST(cached_grows_reuses_and_retires) {
  * 2 CPUs, and every wake walked a bucket of hundreds of sleepers). */
 TEST(cached_pool_grows_the_futex_hash) {
     enum { N = 300 };
-    weft_executor *e = weft_executor_cached(0, 0);
+    weft_executor *e = ex_cached(0, 0);
     weft_latch gate;
     weft_latch_init(&gate, 1);
     weft_future *fs[N];
@@ -237,12 +262,24 @@ TEST(cached_pool_grows_the_futex_hash) {
 }
 
 TEST(bad_arguments) {
-    CHECK(weft_executor_fixed(0, 0, WEFT_REJECT_ABORT) == NULL);
-    CHECK(weft_executor_fixed(1, 0, (weft_reject_policy)99) == NULL);
-    CHECK(weft_executor_cached(-1, 0) == NULL);
-    CHECK(weft_executor_scheduled(0) == NULL);
+    weft_executor *bad = (weft_executor *)1;
+    CHECK_EQ(weft_executor_create_fixed(&bad, 0, 0, WEFT_REJECT_ABORT), -EINVAL);
+    CHECK(bad == NULL);
+    bad = (weft_executor *)1;
+    CHECK_EQ(weft_executor_create_fixed(&bad, 1, 0, (weft_reject_policy)99), -EINVAL);
+    CHECK(bad == NULL);
+    bad = (weft_executor *)1;
+    CHECK_EQ(weft_executor_create_cached(&bad, -1, 0), -EINVAL);
+    CHECK(bad == NULL);
+    bad = (weft_executor *)1;
+    CHECK_EQ(weft_executor_create_scheduled(&bad, 0), -EINVAL);
+    CHECK(bad == NULL);
+    CHECK_EQ(weft_executor_create_virtual(NULL), -EINVAL);
+    CHECK_EQ(weft_executor_create_fixed(NULL, 1, 0, WEFT_REJECT_ABORT), -EINVAL);
+    CHECK_EQ(weft_executor_create_cached(NULL, 0, 0), -EINVAL);
+    CHECK_EQ(weft_executor_create_scheduled(NULL, 1), -EINVAL);
     CHECK(weft_submit(NULL, count_task, NULL) == NULL);
-    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+    weft_executor *e = ex_fixed(1, 0, WEFT_REJECT_ABORT);
     CHECK(weft_submit(e, NULL, NULL) == NULL);
     CHECK(weft_schedule(e, count_task, NULL, 0) == NULL); /* not a scheduled executor */
     CHECK_EQ(weft_executor_await(e, 0), -EINVAL);          /* not shut down */
@@ -295,7 +332,7 @@ static void overload_run(weft_reject_policy p, int gate_on, int *busy, int *canc
     OV = &o;
     o.n = LIVE_CAP(10000);
     o.gate_on = gate_on;
-    o.e = weft_executor_fixed(POOL, CAP, p);
+    o.e = ex_fixed(POOL, CAP, p);
     CHECK(o.e != NULL);
     o.recs = calloc((size_t)o.n, sizeof *o.recs);
     o.fs = calloc((size_t)o.n, sizeof *o.fs);
@@ -381,7 +418,7 @@ static void *block_submit(void *arg) {
 TEST(reject_block_deadline_and_cancel) {
     weft_latch gate;
     weft_latch_init(&gate, 1);
-    weft_executor *e = weft_executor_fixed(POOL, CAP, WEFT_REJECT_BLOCK);
+    weft_executor *e = ex_fixed(POOL, CAP, WEFT_REJECT_BLOCK);
     weft_future *fs[POOL + CAP];
     for (int i = 0; i < POOL + CAP; i++) CHECK((fs[i] = weft_submit(e, gate_task, &gate)) != NULL);
     /* full: a deadline ends the wait, the task is not queued */
@@ -479,7 +516,7 @@ static void cancel_through_future(weft_executor *e) {
 }
 
 TEST(cancel_queued_and_running_fixed) {
-    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+    weft_executor *e = ex_fixed(1, 0, WEFT_REJECT_ABORT);
     cancel_through_future(e);
     weft_executor_stats s = stats_of(e);
     CHECK_EQ(s.cancelled, 20);
@@ -488,13 +525,13 @@ TEST(cancel_queued_and_running_fixed) {
 
 TEST(cancel_queued_and_running_virtual) {
     DET_SKIP("cancels a vthread task while it sleeps, after real time");
-    weft_executor *e = weft_executor_virtual();
+    weft_executor *e = ex_virtual();
     cancel_through_future(e);
     CHECK_EQ(weft_executor_close(e), 0);
 }
 
 TEST(cancel_running_cached) {
-    weft_executor *e = weft_executor_cached(1, 0);
+    weft_executor *e = ex_cached(1, 0);
     cancel_through_future(e);
     CHECK_EQ(weft_executor_close(e), 0);
 }
@@ -507,7 +544,7 @@ static void *read_task(void *arg) {
 }
 
 TEST(cancel_pool_thread_in_read) {
-    weft_executor *e = weft_executor_fixed(2, 0, WEFT_REJECT_ABORT);
+    weft_executor *e = ex_fixed(2, 0, WEFT_REJECT_ABORT);
     for (int round = 0; round < 10; round++) {
         int p[2];
         CHECK_EQ(pipe(p), 0);
@@ -569,9 +606,9 @@ static void cancel_race(weft_executor *e) {
 
 TEST(cancel_races_completion) {
     for (int round = 0; round < 5; round++) {
-        cancel_race(weft_executor_fixed(3, 0, WEFT_REJECT_ABORT));
-        cancel_race(weft_executor_virtual());
-        cancel_race(weft_executor_cached(4, 0));
+        cancel_race(ex_fixed(3, 0, WEFT_REJECT_ABORT));
+        cancel_race(ex_virtual());
+        cancel_race(ex_cached(4, 0));
     }
 }
 
@@ -585,8 +622,8 @@ static void *slow_count(void *arg) {
 }
 
 TEST(close_waits_for_every_task) {
-    weft_executor *es[3] = {weft_executor_fixed(2, 0, WEFT_REJECT_ABORT), weft_executor_virtual(),
-                            weft_executor_cached(0, 0)};
+    weft_executor *es[3] = {ex_fixed(2, 0, WEFT_REJECT_ABORT), ex_virtual(),
+                            ex_cached(0, 0)};
     for (int k = 0; k < 3; k++) {
         atomic_int n = 0;
         for (int i = 0; i < 100; i++) weft_future_unref(weft_submit(es[k], slow_count, &n)); /* fire and forget */
@@ -596,7 +633,7 @@ TEST(close_waits_for_every_task) {
 }
 
 TEST(shutdown_refuses_new_tasks) {
-    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+    weft_executor *e = ex_fixed(1, 0, WEFT_REJECT_ABORT);
     CHECK_EQ(weft_executor_shutdown(e), 0);
     weft_future *f = weft_submit(e, count_task, &(rec){0});
     CHECK_EQ(weft_future_get(f, NULL, 0), -ESHUTDOWN);
@@ -628,9 +665,9 @@ static void close_now_cancels(weft_executor *e, int running, int queued) {
 TEST(close_now_cancels_queued_and_running) {
     DET_SKIP("cancels vthread tasks while they sleep, after real time");
     for (int round = 0; round < 5; round++) {
-        close_now_cancels(weft_executor_fixed(2, 0, WEFT_REJECT_ABORT), 2, 5);
-        close_now_cancels(weft_executor_cached(3, 0), 3, 4);
-        close_now_cancels(weft_executor_virtual(), 50, 0);
+        close_now_cancels(ex_fixed(2, 0, WEFT_REJECT_ABORT), 2, 5);
+        close_now_cancels(ex_cached(3, 0), 3, 4);
+        close_now_cancels(ex_virtual(), 50, 0);
     }
 }
 
@@ -638,7 +675,7 @@ TEST(close_now_cancels_queued_and_running) {
 static void *closer(void *arg) { return V(weft_executor_close(arg)); }
 
 TEST(close_cancelled_cancels_the_rest) {
-    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
+    weft_executor *e = ex_fixed(1, 0, WEFT_REJECT_ABORT);
     sleeper a = {0};
     weft_future *f = weft_submit(e, sleep_task, &a);
     while (!atomic_load(&a.started)) usleep(100);
@@ -667,7 +704,7 @@ static void *parent_task(void *arg) {
 }
 
 TEST(tasks_submit_to_their_executor) {
-    weft_executor *es[2] = {weft_executor_virtual(), weft_executor_fixed(4, 0, WEFT_REJECT_ABORT)};
+    weft_executor *es[2] = {ex_virtual(), ex_fixed(4, 0, WEFT_REJECT_ABORT)};
     for (int k = 0; k < 2; k++) {
         nest_e = es[k];
         weft_future *fs[2]; /* two parents on a four-thread pool: room for the leaves */
@@ -692,7 +729,7 @@ static void *ordered(void *arg) {
 }
 
 TEST(scheduled_runs_after_delay_in_due_order) {
-    weft_executor *e = weft_executor_scheduled(1);
+    weft_executor *e = ex_scheduled(1);
     CHECK(strcmp(weft_executor_kind(e), "scheduled:1") == 0);
     /* scheduled out of order; each one's due time lies in [lo, hi] */
     static const int delay_ms[3] = {30, 10, 20};
@@ -742,7 +779,7 @@ static void *tick(void *arg) {
 }
 
 TEST(scheduled_periodic_fixed_rate_and_delay) {
-    weft_executor *e = weft_executor_scheduled(2);
+    weft_executor *e = ex_scheduled(2);
     for (int rate = 0; rate < 2; rate++) {
         ticker t = {.stop_at = 5};
         int64_t t0 = weft_now();
@@ -779,7 +816,7 @@ TEST(scheduled_periodic_fixed_rate_and_delay) {
 }
 
 TEST(scheduled_close_now_cancels_delayed) {
-    weft_executor *e = weft_executor_scheduled(1);
+    weft_executor *e = ex_scheduled(1);
     rec r = {0};
     weft_future *f = weft_schedule(e, count_task, &r, 3600 * 1000 * MS);
     weft_future *g = weft_schedule_every(e, count_task, &r, 3600 * 1000 * MS, MS, 0);
@@ -795,7 +832,7 @@ TEST(scheduled_close_now_cancels_delayed) {
  * the past (at once, and a periodic task again and again, starving the
  * pool); a delay <= 0 is now. */
 TEST(scheduled_huge_times_saturate) {
-    weft_executor *e = weft_executor_scheduled(2);
+    weft_executor *e = ex_scheduled(2);
     rec never = {.id = 1}, neg = {.id = 2}, most_neg = {.id = 3};
     ticker rate = {.stop_at = -1}, delay = {.stop_at = -1}, late = {.stop_at = -1}, witness = {.stop_at = 5};
     weft_future *f_never = weft_schedule(e, count_task, &never, INT64_MAX);
@@ -838,7 +875,7 @@ TEST(scheduled_huge_times_saturate) {
 /* A keep-alive past the clock's range is forever, not a deadline in the
  * past that ends an idle thread at once. */
 TEST(cached_huge_keep_alive_keeps_threads) {
-    weft_executor *e = weft_executor_cached(0, INT64_MAX);
+    weft_executor *e = ex_cached(0, INT64_MAX);
     rec r = {.id = 1};
     weft_future *f = weft_submit(e, count_task, &r);
     CHECK_EQ(weft_future_get(f, NULL, 0), 0);
@@ -853,7 +890,7 @@ TEST(cached_huge_keep_alive_keeps_threads) {
 /* ---- observe ------------------------------------------------------------------------- */
 
 TEST(dump_shows_executors) {
-    weft_executor *e = weft_executor_fixed(3, 0, WEFT_REJECT_ABORT);
+    weft_executor *e = ex_fixed(3, 0, WEFT_REJECT_ABORT);
     weft_latch gate; /* three at once: three threads */
     weft_latch_init(&gate, 1);
     weft_future *fs[3];

@@ -297,7 +297,8 @@ TEST(handlers_run_on_the_executor) {
     tmpdir();
     char p[128];
     path_of(p, sizeof p, "h");
-    weft_executor *execs[2] = {NULL, weft_executor_virtual()}; /* the default pool, then vthreads */
+    weft_executor *execs[2] = {NULL, NULL}; /* the default pool, then vthreads */
+    CHECK_EQ(weft_executor_create_virtual(&execs[1]), 0);
     for (int k = 0; k < 2; k++) {
         atomic_store(&handled, 0);
         atomic_store(&handled_bytes, 0);
@@ -352,7 +353,8 @@ static void *hold_task(void *arg) {
  * on the submitter -- the file's flusher. */
 static weft_executor *held_executor(weft_future *busy[2]) {
     weft_latch_init(&hold, 1);
-    weft_executor *ex = weft_executor_fixed(1, 1, WEFT_REJECT_CALLER_RUNS);
+    weft_executor *ex;
+    CHECK_EQ(weft_executor_create_fixed(&ex, 1, 1, WEFT_REJECT_CALLER_RUNS), 0);
     busy[0] = weft_submit(ex, hold_task, NULL);
     busy[1] = weft_submit(ex, hold_task, NULL);
     return ex;

@@ -242,8 +242,8 @@ TEST(parent_handles_refused_in_child) {
     CHECK_EQ(weft_spawn(&done, ret_arg, (void *)1, NULL), 0);
     CHECK_EQ(weft_spawn(&parked, park_forever, NULL, NULL), 0);
     CHECK_EQ(weft_spawn(&parked2, park_forever, NULL, NULL), 0);
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
-    CHECK(s != NULL);
+    weft_scope *s;
+    CHECK_EQ(weft_scope_create(&s, WEFT_SCOPE_ALL, 0), 0);
     weft_task *task = weft_fork(s, scope_task, NULL);
     CHECK(task != NULL);
     wait_parked(parked);
@@ -265,8 +265,8 @@ TEST(parent_handles_refused_in_child) {
         if (!CHILD_THREADS) exit(0);
         /* and the child's own runtime works, scopes included */
         exercise_runtime();
-        weft_scope *s2 = weft_scope_open(WEFT_SCOPE_ALL, 0);
-        CHECK(s2 != NULL);
+        weft_scope *s2;
+        CHECK_EQ(weft_scope_create(&s2, WEFT_SCOPE_ALL, 0), 0);
         CHECK(weft_fork(s2, scope_task, NULL) != NULL);
         weft_scope_shutdown(s2);
         CHECK_EQ(weft_scope_join(s2), -ECANCELED);

@@ -15,6 +15,13 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
+/* A future the test needs: made, or the test fails here. */
+static weft_future *future_new(void) {
+    weft_future *f = NULL;
+    CHECK_EQ(weft_future_create(&f), 0);
+    return f;
+}
+
 typedef struct getter {
     weft_future *f;
     int64_t deadline;
@@ -63,7 +70,7 @@ static void *times_two(void *v, void *ctx) {
 /* ---- filling once -------------------------------------------------------- */
 
 TEST(complete_once) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     CHECK(f != NULL);
     CHECK_EQ(weft_future_done(f), 0);
     CHECK_EQ(weft_future_complete(f, V(42)), 0);
@@ -79,7 +86,7 @@ TEST(complete_once) {
 }
 
 TEST(fail_once) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     CHECK_EQ(weft_future_fail(f, 0), -EINVAL); /* not an error */
     CHECK_EQ(weft_future_done(f), 0);
     CHECK_EQ(weft_future_fail(f, EIO), 0);
@@ -91,25 +98,26 @@ TEST(fail_once) {
     weft_future_unref(f);
 
     /* a weft-style negative result is taken as its errno */
-    f = weft_future_new();
+    f = future_new();
     CHECK_EQ(weft_future_fail(f, -ENOENT), 0);
     CHECK_EQ(weft_future_get(f, NULL, 0), -ENOENT);
     weft_future_unref(f);
 
-    f = weft_future_new();
+    f = future_new();
     CHECK_EQ(weft_future_cancel(f), 0);
     CHECK_EQ(weft_future_get(f, NULL, 0), -ECANCELED);
     weft_future_unref(f);
 }
 
 TEST(null_arguments) {
+    CHECK_EQ(weft_future_create(NULL), -EINVAL);
     CHECK_EQ(weft_future_complete(NULL, NULL), -EINVAL);
     CHECK_EQ(weft_future_fail(NULL, EIO), -EINVAL);
     CHECK_EQ(weft_future_get(NULL, NULL, 0), -EINVAL);
     CHECK_EQ(weft_future_done(NULL), 0);
     CHECK(weft_future_then(NULL, add_one, NULL) == NULL);
     CHECK(weft_future_all(NULL, 2) == NULL);
-    weft_future *fs[2] = {weft_future_new(), NULL};
+    weft_future *fs[2] = {future_new(), NULL};
     CHECK(weft_future_any(fs, 2) == NULL);
     CHECK(weft_future_all(fs, 2) == NULL);
     weft_future_unref(NULL);
@@ -130,7 +138,7 @@ static void *cancelled_get(void *arg) {
 }
 
 TEST(get_filled_is_immediate) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     CHECK_EQ(weft_future_complete(f, V(5)), 0);
     void *v = NULL;
     /* a platform thread, a deadline long past */
@@ -148,7 +156,7 @@ TEST(get_filled_is_immediate) {
 }
 
 TEST(vthread_getter_vthread_filler) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     getter g = {.f = f};
     filler c = {.f = f, .v = V(11), .delay_us = 5000};
     weft_thread *a, *b;
@@ -164,7 +172,7 @@ TEST(vthread_getter_vthread_filler) {
 
 TEST(vthread_getters_platform_filler) {
     enum { N = 100 };
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     static getter g[N];
     weft_thread *t[N];
     atomic_int started = 0;
@@ -185,7 +193,7 @@ TEST(vthread_getters_platform_filler) {
 
 TEST(platform_getters_vthread_filler) {
     enum { N = 8 };
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     getter g[N];
     pthread_t pt[N];
     atomic_int started = 0;
@@ -208,7 +216,7 @@ TEST(platform_getters_vthread_filler) {
 
 TEST(platform_getter_platform_filler) {
     /* no vthread at all: futures work between plain pthreads */
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     filler c = {.f = f, .err = EPIPE, .delay_us = 5000};
     pthread_t pt;
     CHECK_EQ(pthread_create(&pt, NULL, fill_fn, &c), 0);
@@ -223,7 +231,7 @@ TEST(platform_getter_platform_filler) {
 
 TEST(many_getters_all_woken) {
     int n = LIVE_CAP(1000);
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     getter *g = calloc((size_t)n, sizeof *g);
     weft_thread **t = calloc((size_t)n, sizeof *t);
     atomic_int started = 0;
@@ -275,7 +283,7 @@ static void *deadline_then_value(void *arg) {
 }
 
 TEST(get_deadline_vthread) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, deadline_then_value, f, NULL), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
@@ -291,7 +299,7 @@ TEST(get_deadline_vthread) {
 }
 
 TEST(get_deadline_platform) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     deadline_then_value(f); /* the same, on the main pthread */
     CHECK_EQ(weft_future_complete(f, V(4)), 0);
     void *v;
@@ -301,7 +309,7 @@ TEST(get_deadline_platform) {
 }
 
 TEST(get_cancel) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     getter a = {.f = f}, b = {.f = f};
     atomic_int started = 0;
     a.started = b.started = &started;
@@ -323,7 +331,7 @@ TEST(get_cancel) {
 }
 
 TEST(future_cancel_wakes_getters) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     getter a = {.f = f}, p = {.f = f};
     atomic_int started = 0;
     a.started = p.started = &started;
@@ -394,7 +402,7 @@ static void race_check(race *r, int allowed) {
 TEST(race_complete_vs_timeout) {
     int rounds = SCALE(5000), won = 0, lost = 0;
     for (int i = 0; i < rounds; i++) {
-        race r = {.round = i, .f = weft_future_new()};
+        race r = {.round = i, .f = future_new()};
         race_arg ra[3];
         for (int k = 0; k < 3; k++) {
             ra[k] = (race_arg){&r, k};
@@ -425,7 +433,7 @@ static void *race_getter_nodeadline(void *arg) {
 TEST(race_complete_vs_cancel) {
     int rounds = SCALE(5000), won = 0, lost = 0;
     for (int i = 0; i < rounds; i++) {
-        race r = {.round = i, .f = weft_future_new()};
+        race r = {.round = i, .f = future_new()};
         race_arg ra[3];
         for (int k = 0; k < 3; k++) {
             ra[k] = (race_arg){&r, k};
@@ -457,7 +465,7 @@ static void *plat_race_getter(void *arg) {
 TEST(race_platform_getter_vs_vthread_filler) {
     int rounds = SCALE(2000), won = 0;
     for (int i = 0; i < rounds; i++) {
-        race r = {.round = i, .f = weft_future_new()};
+        race r = {.round = i, .f = future_new()};
         pthread_t pt;
         CHECK_EQ(pthread_create(&pt, NULL, plat_race_getter, &r), 0);
         /* the filler would spin (weft_yield) while the new pthread waits for
@@ -485,7 +493,7 @@ TEST(race_platform_getter_vs_vthread_filler) {
 
 TEST(then_chain) {
     atomic_int calls = 0;
-    weft_future *a = weft_future_new();
+    weft_future *a = future_new();
     weft_future *b = weft_future_then(a, add_one, &calls);
     weft_future *c = weft_future_then(b, times_two, &calls);
     CHECK(b && c);
@@ -513,7 +521,7 @@ TEST(then_chain) {
 
 TEST(then_failure_propagates) {
     atomic_int calls = 0;
-    weft_future *a = weft_future_new();
+    weft_future *a = future_new();
     weft_future *b = weft_future_then(a, add_one, &calls);
     weft_future *c = weft_future_then(b, times_two, &calls);
     CHECK_EQ(weft_future_fail(a, EIO), 0);
@@ -553,7 +561,7 @@ static void *then_on_filled_vt(void *arg) {
 
 TEST(then_where_fn_runs) {
     /* already filled: on the caller (platform thread, then a vthread) */
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     CHECK_EQ(weft_future_complete(f, V(1)), 0);
     where w = {0};
     weft_future *g = weft_future_then(f, record_where, &w);
@@ -570,7 +578,7 @@ TEST(then_where_fn_runs) {
     weft_future_unref(f);
 
     /* pending: on the thread that fills it (here a platform thread) */
-    f = weft_future_new();
+    f = future_new();
     where w2 = {0};
     g = weft_future_then(f, record_where, &w2);
     filler c = {.f = f, .v = V(2)};
@@ -585,7 +593,7 @@ TEST(then_where_fn_runs) {
     weft_future_unref(f);
 
     /* and by a vthread filler: on that vthread */
-    f = weft_future_new();
+    f = future_new();
     where w3 = {0};
     g = weft_future_then(f, record_where, &w3);
     c = (filler){.f = f, .v = V(3)};
@@ -614,7 +622,7 @@ TEST(then_exactly_once_under_races) {
     int rounds = SCALE(2000);
     for (int i = 0; i < rounds; i++) {
         atomic_int calls = 0;
-        weft_future *f = weft_future_new();
+        weft_future *f = future_new();
         reg r = {.f = f, .calls = &calls, .n = 8};
         weft_thread *t[3];
         for (int k = 0; k < 3; k++) CHECK_EQ(weft_spawn(&t[k], registrant, &r, NULL), 0);
@@ -636,7 +644,7 @@ TEST(then_exactly_once_under_races) {
 
 TEST(then_cancelled_dependent_skips_fn) {
     atomic_int calls = 0;
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     weft_future *g = weft_future_then(f, add_one, &calls);
     CHECK_EQ(weft_future_cancel(g), 0);
     CHECK_EQ(weft_future_complete(f, V(1)), 0);
@@ -661,7 +669,7 @@ static void *fail_root(void *arg) {
 TEST(then_deep_chain) {
     int n = SCALE(200000);
     for (int mode = 0; mode < 2; mode++) {
-        weft_future *root = weft_future_new();
+        weft_future *root = future_new();
         weft_future *cur = weft_future_ref(root);
         for (int i = 0; i < n; i++) {
             weft_future *next = weft_future_then(cur, add_one, NULL);
@@ -689,7 +697,7 @@ TEST(then_deep_chain) {
 TEST(all_success) {
     enum { N = 5 };
     weft_future *fs[N];
-    for (int i = 0; i < N; i++) fs[i] = weft_future_new();
+    for (int i = 0; i < N; i++) fs[i] = future_new();
     weft_future *all = weft_future_all(fs, N);
     CHECK(all != NULL);
     /* fill out of order, from both worlds */
@@ -715,7 +723,7 @@ TEST(all_success) {
 
 TEST(all_fails_with_first_failure) {
     weft_future *fs[4];
-    for (int i = 0; i < 4; i++) fs[i] = weft_future_new();
+    for (int i = 0; i < 4; i++) fs[i] = future_new();
     weft_future *all = weft_future_all(fs, 4);
     CHECK_EQ(weft_future_complete(fs[0], V(1)), 0);
     CHECK_EQ(weft_future_fail(fs[2], EIO), 0);
@@ -740,7 +748,7 @@ TEST(all_empty_and_filled_inputs) {
 
     weft_future *fs[3];
     for (int i = 0; i < 3; i++) {
-        fs[i] = weft_future_new();
+        fs[i] = future_new();
         CHECK_EQ(weft_future_complete(fs[i], V(i)), 0);
     }
     all = weft_future_all(fs, 3);
@@ -748,14 +756,14 @@ TEST(all_empty_and_filled_inputs) {
     CHECK_EQ(weft_future_get(all, NULL, 0), 0);
     weft_future_unref(all);
     /* the same input twice, one already-failed input among filled ones */
-    weft_future *bad = weft_future_new();
+    weft_future *bad = future_new();
     CHECK_EQ(weft_future_fail(bad, ENOSPC), 0);
     weft_future *mix[4] = {fs[0], fs[0], bad, fs[2]};
     all = weft_future_all(mix, 4);
     CHECK_EQ(weft_future_get(all, NULL, 0), -ENOSPC);
     weft_future_unref(all);
     /* mixed: filled and pending */
-    weft_future *p = weft_future_new();
+    weft_future *p = future_new();
     weft_future *mix2[3] = {fs[1], p, fs[1]};
     all = weft_future_all(mix2, 3);
     CHECK_EQ(weft_future_done(all), 0);
@@ -770,7 +778,7 @@ TEST(all_empty_and_filled_inputs) {
 
 TEST(any_first_fill_wins) {
     weft_future *fs[3];
-    for (int i = 0; i < 3; i++) fs[i] = weft_future_new();
+    for (int i = 0; i < 3; i++) fs[i] = future_new();
     weft_future *any = weft_future_any(fs, 3);
     CHECK_EQ(weft_future_done(any), 0);
     filler c = {.f = fs[1], .v = V(11), .delay_us = 3000};
@@ -788,7 +796,7 @@ TEST(any_first_fill_wins) {
     for (int i = 0; i < 3; i++) weft_future_unref(fs[i]);
 
     /* a failure that comes first wins too (Java's anyOf) */
-    for (int i = 0; i < 3; i++) fs[i] = weft_future_new();
+    for (int i = 0; i < 3; i++) fs[i] = future_new();
     any = weft_future_any(fs, 3);
     CHECK_EQ(weft_future_fail(fs[2], ETIMEDOUT), 0);
     CHECK_EQ(weft_future_complete(fs[0], V(1)), 0);
@@ -803,7 +811,7 @@ TEST(any_empty_and_filled_inputs) {
     CHECK_EQ(weft_future_get(any, NULL, 0), -EINVAL); /* nothing could ever fill it */
     weft_future_unref(any);
 
-    weft_future *p = weft_future_new(), *a = weft_future_new(), *b = weft_future_new();
+    weft_future *p = future_new(), *a = future_new(), *b = future_new();
     CHECK_EQ(weft_future_complete(a, V(1)), 0);
     CHECK_EQ(weft_future_fail(b, EIO), 0);
     weft_future *fs[3] = {p, a, b};
@@ -837,7 +845,7 @@ TEST(all_any_many_concurrent) {
     int n = SCALE(2000), rounds = SCALE(50);
     for (int round = 0; round < rounds; round++) {
         weft_future **fs = calloc((size_t)n, sizeof *fs);
-        for (int i = 0; i < n; i++) fs[i] = weft_future_new();
+        for (int i = 0; i < n; i++) fs[i] = future_new();
         weft_future *all = weft_future_all(fs, (size_t)n);
         weft_future *any = weft_future_any(fs, (size_t)n);
         weft_future *then = weft_future_then(all, NULL, NULL);
@@ -867,7 +875,7 @@ TEST(all_any_many_concurrent) {
 
 TEST(free_pending_cancels_dependents) {
     atomic_int calls = 0;
-    weft_future *f = weft_future_new(), *x = weft_future_new();
+    weft_future *f = future_new(), *x = future_new();
     weft_future *g = weft_future_then(f, add_one, &calls);
     weft_future *h = weft_future_then(g, add_one, &calls);
     weft_future *in[2] = {f, x};
@@ -893,7 +901,7 @@ TEST(free_dependents_first) {
     /* dropping then/all/any results before their inputs fill: no leak, fn
      * still runs (once) */
     atomic_int calls = 0;
-    weft_future *f = weft_future_new(), *x = weft_future_new();
+    weft_future *f = future_new(), *x = future_new();
     weft_future_unref(weft_future_then(f, add_one, &calls));
     weft_future *in[2] = {f, x};
     weft_future_unref(weft_future_all(in, 2));
@@ -911,7 +919,7 @@ TEST(free_dependents_first) {
 TEST(refcount_shared_between_threads) {
     int rounds = SCALE(2000);
     for (int i = 0; i < rounds; i++) {
-        weft_future *f = weft_future_new();
+        weft_future *f = future_new();
         filler c = {.f = weft_future_ref(f), .v = V(i)};
         weft_thread *t;
         CHECK_EQ(weft_spawn(&t, fill_fn, &c, NULL), 0);
@@ -939,7 +947,7 @@ static void *handoff_filler(void *arg) {
 TEST(free_right_after_get) {
     int rounds = SCALE(5000);
     for (int i = 0; i < rounds; i++) {
-        weft_future *f = weft_future_new();
+        weft_future *f = future_new();
         weft_future *g = (i % 2) ? weft_future_then(f, add_one, NULL) : NULL;
         handoff h = {f, i};
         weft_thread *t;
@@ -970,7 +978,7 @@ TEST(free_under_getter_is_fatal) {
     if (pid == 0) {
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 2); /* the expected message */
-        weft_future *f = weft_future_new();
+        weft_future *f = future_new();
         getter g = {.f = f};
         atomic_int started = 0;
         g.started = &started;
@@ -990,7 +998,7 @@ TEST(free_under_getter_is_fatal) {
 /* Futures left pending when the program ends: the owner frees them (after
  * weft_shutdown, too), LSan finds nothing. */
 TEST(pending_at_shutdown_freed_by_owner) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     weft_future *g = weft_future_then(f, add_one, NULL);
     weft_future *in[2] = {f, g};
     weft_future *all = weft_future_all(in, 2);
@@ -1010,7 +1018,7 @@ TEST(pending_at_shutdown_freed_by_owner) {
 /* ---- observe ------------------------------------------------------------------- */
 
 TEST(dump_shows_future_wait) {
-    weft_future *f = weft_future_new();
+    weft_future *f = future_new();
     getter g = {.f = f};
     atomic_int started = 0;
     g.started = &started;

@@ -270,8 +270,8 @@ static void *parent_in_group(void *arg) {
     CHECK_EQ(weft_spawn(&c2, child_check, NULL, &back), 0);
     CHECK_EQ(weft_join(c1, NULL), 0);
     CHECK_EQ(weft_join(c2, NULL), 0);
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
-    CHECK(s != NULL);
+    weft_scope *s;
+    CHECK_EQ(weft_scope_create(&s, WEFT_SCOPE_ALL, 0), 0);
     for (int i = 0; i < 3; i++) CHECK(weft_fork(s, scope_task, g) != NULL);
     CHECK_EQ(weft_scope_join(s), 0);
     weft_scope_close(s);
@@ -564,8 +564,8 @@ TEST(executor_group_runs_tasks_in_the_group) {
     DET_SKIP("carrier groups: deterministic mode has one carrier (weft_group_create: -EOPNOTSUPP)");
     weft_group *g = group_new("execgrp", 2, NULL);
     CHECK(g);
-    weft_executor *e = weft_executor_group(g);
-    CHECK(e != NULL);
+    weft_executor *e;
+    CHECK_EQ(weft_executor_create_group(&e, g), 0);
     CHECK(strcmp(weft_executor_kind(e), "group:execgrp") == 0);
     enum { N = 100 };
     weft_future *f[N];
@@ -578,8 +578,11 @@ TEST(executor_group_runs_tasks_in_the_group) {
     }
     CHECK_EQ(atomic_load(&exec_in_group), 2 * N);
     CHECK_EQ(weft_executor_close(e), 0);
+    CHECK_EQ(weft_executor_create_group(NULL, g), -EINVAL);
     CHECK_EQ(weft_group_close(g), 0);
-    CHECK(weft_executor_group(NULL) == NULL);
+    e = (weft_executor *)1;
+    CHECK_EQ(weft_executor_create_group(&e, NULL), -EINVAL);
+    CHECK(e == NULL);
 }
 
 /* ---- bad arguments and limits ------------------------------------------------------- */

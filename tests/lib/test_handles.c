@@ -266,8 +266,9 @@ static int task_ok(void *arg, void **result) {
 }
 
 __attribute__((noinline)) static void scope_twice(void *unused) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
-    if (!s || !weft_fork(s, task_ok, NULL) || weft_scope_join(s) != 0) _exit(3);
+    weft_scope *s;
+    if (weft_scope_create(&s, WEFT_SCOPE_ALL, 0) != 0 || !weft_fork(s, task_ok, NULL) || weft_scope_join(s) != 0)
+        _exit(3);
     weft_scope_close(s);
     weft_scope_close(s);
     _exit(4); /* not reached */
@@ -278,8 +279,8 @@ TEST(scope_closed_twice_stops_the_program) {
 }
 
 __attribute__((noinline)) static void future_twice(void *unused) {
-    weft_future *f = weft_future_new();
-    if (!f || weft_future_complete(f, NULL) != 0) _exit(3);
+    weft_future *f;
+    if (weft_future_create(&f) != 0 || weft_future_complete(f, NULL) != 0) _exit(3);
     weft_future_unref(f);
     weft_future_unref(f);
     _exit(4);
@@ -307,8 +308,8 @@ TEST(file_closed_twice_stops_the_program) {
 static void *exec_task(void *arg) { return arg; }
 
 __attribute__((noinline)) static void executor_twice(void *unused) {
-    weft_executor *e = weft_executor_fixed(2, 0, WEFT_REJECT_ABORT);
-    if (!e) _exit(3);
+    weft_executor *e;
+    if (weft_executor_create_fixed(&e, 2, 0, WEFT_REJECT_ABORT) != 0) _exit(3);
     weft_future *f = weft_submit(e, exec_task, NULL);
     if (!f || weft_future_get(f, NULL, 0) != 0) _exit(3);
     weft_future_unref(f);
@@ -351,8 +352,8 @@ TEST(file_close_during_a_close_is_ebadf) {
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     close(fd);
-    weft_executor *e = weft_executor_fixed(1, 1, WEFT_REJECT_CALLER_RUNS);
-    CHECK(e != NULL);
+    weft_executor *e;
+    CHECK_EQ(weft_executor_create_fixed(&e, 1, 1, WEFT_REJECT_CALLER_RUNS), 0);
     weft_future *b1 = weft_submit(e, cc_block, NULL), *b2 = weft_submit(e, cc_block, NULL);
     CHECK(b1 && b2); /* one runs, one waits: the next is refused, and runs on its submitter */
     weft_file_opts o = {.executor = e};

@@ -507,8 +507,8 @@ static void *platform_task(void *arg) {
 TEST(cancel_a_platform_caller) {
     init_carriers(2);
     slow s = {.sleep_ns = FOREVER_MS * MS};
-    weft_executor *e = weft_executor_fixed(1, 0, WEFT_REJECT_ABORT);
-    CHECK(e);
+    weft_executor *e;
+    CHECK_EQ(weft_executor_create_fixed(&e, 1, 0, WEFT_REJECT_ABORT), 0);
     weft_future *f = weft_submit(e, platform_task, &s);
     CHECK(f);
     while (!atomic_load(&s.started)) usleep(1000);

@@ -15,6 +15,13 @@
  * however slow the machine. */
 #define FOREVER_MS (3600 * 1000LL)
 
+/* A scope the test needs: opened, or the test fails here. */
+static weft_scope *scope_new(weft_scope_policy policy, int64_t deadline_ns) {
+    weft_scope *s = NULL;
+    CHECK_EQ(weft_scope_create(&s, policy, deadline_ns), 0);
+    return s;
+}
+
 static int64_t live_now(void) {
     weft_stats s;
     weft_stats_get(&s);
@@ -40,7 +47,7 @@ TEST(all_waits_for_every_task) {
      * waited for c cannot return sooner (read after the forks, t0 could be
      * later than the start of c's sleep) */
     int64_t t0 = weft_now();
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, 0);
     CHECK(s);
     weft_task *a = weft_fork(s, sleeper, TASK(30, 0));
     weft_task *b = weft_fork(s, sleeper, TASK(10, EIO)); /* fails first */
@@ -55,19 +62,19 @@ TEST(all_waits_for_every_task) {
     CHECK_EQ(weft_scope_join(s), -EIO); /* again: same answer */
     weft_scope_close(s);
     /* all succeed */
-    s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    s = scope_new(WEFT_SCOPE_ALL, 0);
     for (int i = 0; i < 10; i++) CHECK(weft_fork(s, sleeper, TASK(i, 0)));
     CHECK_EQ(weft_scope_join(s), 0);
     weft_scope_close(s);
     /* an empty scope joins at once */
-    s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    s = scope_new(WEFT_SCOPE_ALL, 0);
     CHECK_EQ(weft_scope_join(s), 0);
     weft_scope_close(s);
 }
 
 TEST(fail_fast_cancels_the_rest) {
     int64_t base = live_now();
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
     weft_task *slow = weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
     weft_task *bad = weft_fork(s, sleeper, TASK(20, EPROTO));
     weft_task *slow2 = weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
@@ -83,7 +90,7 @@ TEST(fail_fast_cancels_the_rest) {
 }
 
 TEST(fail_fast_task_states_after_close) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
     weft_task *slow = weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
     weft_task *bad = weft_fork(s, sleeper, TASK(5, EPROTO));
     CHECK_EQ(weft_scope_join(s), -EPROTO);
@@ -113,7 +120,7 @@ static int fail_second(void *arg, void **result) {
 }
 
 TEST(first_success_wins_and_cancels) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FIRST_SUCCESS, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FIRST_SUCCESS, 0);
     weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
     weft_fork(s, sleeper, TASK(5, EIO));
     weft_task *win = weft_fork(s, sleeper, TASK(30, 0));
@@ -123,7 +130,7 @@ TEST(first_success_wins_and_cancels) {
     CHECK_EQ(weft_task_state(win), WEFT_TASK_SUCCEEDED);
     weft_scope_close(s);
     /* every task fails: the first failure */
-    s = weft_scope_open(WEFT_SCOPE_FIRST_SUCCESS, 0);
+    s = scope_new(WEFT_SCOPE_FIRST_SUCCESS, 0);
     atomic_store(&first_to_fail, NULL);
     weft_fork(s, fail_second, NULL);
     atomic_store(&first_to_fail, weft_fork(s, sleeper, TASK(5, ENOENT)));
@@ -146,7 +153,7 @@ static int slow_task(void *arg, void **result) {
 TEST(scope_deadline) {
     atomic_store(&seen_timeout, 0);
     int64_t t0 = weft_now();
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, t0 + 50 * MS);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, t0 + 50 * MS);
     for (int i = 0; i < 5; i++) weft_fork(s, slow_task, NULL);
     CHECK_EQ(weft_scope_join(s), -ETIMEDOUT);
     CHECK(weft_now() - t0 >= 50 * MS); /* t0 was read before the deadline was set */
@@ -166,7 +173,7 @@ static int leaf(void *arg, void **result) {
 }
 
 static int middle(void *arg, void **result) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, 0);
     for (int i = 0; i < 3; i++) weft_fork(s, leaf, NULL);
     int r = weft_scope_join(s);
     weft_scope_close(s);
@@ -174,7 +181,7 @@ static int middle(void *arg, void **result) {
 }
 
 static void *outer_owner(void *arg) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, 0);
     for (int i = 0; i < 3; i++) weft_fork(s, middle, NULL);
     int r = weft_scope_join(s);
     weft_scope_close(s);
@@ -202,7 +209,7 @@ TEST(cancel_owner_cancels_transitively) {
  * deadline nor the outer scope's shutdown reached it, the harness's timeout
  * would fail the test. */
 static int nested_deadline_task(void *arg, void **result) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, weft_now() + FOREVER_MS * MS);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, weft_now() + FOREVER_MS * MS);
     weft_fork(s, slow_task, NULL);
     int r = weft_scope_join(s);
     weft_scope_close(s);
@@ -211,7 +218,7 @@ static int nested_deadline_task(void *arg, void **result) {
 
 TEST(nested_scope_inherits_deadline) {
     int64_t t0 = weft_now();
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, t0 + 40 * MS);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, t0 + 40 * MS);
     weft_task *t = weft_fork(s, nested_deadline_task, NULL);
     int r = weft_scope_join(s);
     CHECK(r == -ETIMEDOUT);
@@ -224,7 +231,7 @@ TEST(nested_scope_inherits_deadline) {
 
 TEST(close_without_join_cancels_and_waits) {
     int64_t base = live_now();
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, 0);
     for (int i = 0; i < 100; i++) weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
     weft_scope_close(s);
     CHECK_EQ(live_now(), base);
@@ -232,7 +239,7 @@ TEST(close_without_join_cancels_and_waits) {
 
 /* The owner is cancelled before it joins: join says so, tasks cancelled. */
 static void *owner_cancelled_early(void *arg) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
     weft_task *a = weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
     weft_task *b = weft_fork(s, sleeper, TASK(FOREVER_MS, 0));
     weft_cancel(weft_self());
@@ -255,23 +262,28 @@ TEST(owner_cancelled_before_join) {
 }
 
 TEST(platform_thread_owner) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
     weft_task *a = weft_fork(s, sleeper, TASK(10, 0));
     weft_task *b = weft_fork(s, sleeper, TASK(20, 0));
     CHECK_EQ(weft_scope_join(s), 0);
     CHECK_EQ((intptr_t)weft_task_result(a) + (intptr_t)weft_task_result(b), 30);
     weft_scope_close(s);
-    s = weft_scope_open(WEFT_SCOPE_ALL, weft_now() + 20 * MS);
+    s = scope_new(WEFT_SCOPE_ALL, weft_now() + 20 * MS);
     weft_fork(s, slow_task, NULL);
     CHECK_EQ(weft_scope_join(s), -ETIMEDOUT);
     weft_scope_close(s);
 }
 
 TEST(bad_arguments) {
-    CHECK(weft_scope_open((weft_scope_policy)7, 0) == NULL);
-    CHECK(weft_scope_open(WEFT_SCOPE_ALL, -1) == NULL);
+    weft_scope *s = (weft_scope *)1;
+    CHECK_EQ(weft_scope_create(&s, (weft_scope_policy)7, 0), -EINVAL);
+    CHECK(s == NULL);
+    s = (weft_scope *)1;
+    CHECK_EQ(weft_scope_create(&s, WEFT_SCOPE_ALL, -1), -EINVAL);
+    CHECK(s == NULL);
+    CHECK_EQ(weft_scope_create(NULL, WEFT_SCOPE_ALL, 0), -EINVAL);
     CHECK(weft_fork(NULL, sleeper, NULL) == NULL);
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    s = scope_new(WEFT_SCOPE_ALL, 0);
     CHECK(weft_fork(s, NULL, NULL) == NULL);
     CHECK_EQ(weft_scope_join(NULL), -EINVAL);
     CHECK_EQ(weft_task_state(NULL), -EINVAL);
@@ -340,7 +352,7 @@ static int quick(void *arg, void **result) {
 static void *scope_worker(void *arg) {
     intptr_t seed = (intptr_t)arg;
     for (int round = 0; round < 20; round++) {
-        weft_scope *s = weft_scope_open((weft_scope_policy)((seed + round) % 3), 0);
+        weft_scope *s = scope_new((weft_scope_policy)((seed + round) % 3), 0);
         for (int i = 0; i < 10; i++) weft_fork(s, quick, (void *)(intptr_t)(seed * 31 + round * 7 + i));
         int r = weft_scope_join(s);
         CHECK(r == 0 || r == -EIO);
@@ -361,7 +373,7 @@ TEST(many_scopes_stress) {
 
 /* The owner's cancellation racing its tasks' completion, many times. */
 static void *racing_owner(void *arg) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
     for (int i = 0; i < 4; i++) weft_fork(s, quick, (void *)(intptr_t)(i + 1));
     int r = weft_scope_join(s);
     CHECK(r == 0 || r == -ECANCELED || r == -EIO);
@@ -388,7 +400,7 @@ TEST(cancel_vs_completion_races) {
 static int dump_leaf(void *arg, void **result) { return weft_sleep(FOREVER_MS * MS); }
 
 static int dump_middle(void *arg, void **result) {
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, 0);
     weft_fork(s, dump_leaf, NULL);
     int r = weft_scope_join(s);
     weft_scope_close(s);
@@ -398,7 +410,7 @@ static int dump_middle(void *arg, void **result) {
 TEST(json_dump_shows_scope_tree) {
     DET_SKIP("polls the dump in real time while an hour's sleep is the only timer: the clock jumps past it");
     int64_t base = live_now();
-    weft_scope *s = weft_scope_open(WEFT_SCOPE_FAIL_FAST, 0);
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
     weft_fork(s, dump_middle, NULL);
     while (live_now() < base + 2) weft_sleep(MS); /* the middle task and its leaf */
     /* two scope containers, the inner one's parent the outer one, and a
@@ -435,7 +447,7 @@ static void cancelled_still_running_after_join(weft_scope_policy policy) {
     atomic_store(&spin_release, 0);
     atomic_store(&spin_saw_cancel, 0);
     atomic_store(&spin_finished, 0);
-    weft_scope *s = weft_scope_open(policy, 0);
+    weft_scope *s = scope_new(policy, 0);
     CHECK(s);
     weft_task *busy = weft_fork(s, computing, NULL); /* forked first: it runs whatever happens next */
     weft_task *quick = weft_fork(s, policy == WEFT_SCOPE_FAIL_FAST ? fails_at_once : succeeds_at_once, NULL);
