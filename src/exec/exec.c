@@ -40,7 +40,7 @@
  * starts; they sit in no queue.
  *
  * Waiting.  BLOCK submitters, idle pool threads and closers wait on lists of
- * records on their own stacks (xwait: parker and token), linked under the
+ * records on their own stacks (sync/waitq.h: parker and token), linked under the
  * lock, as futures' getters do: a waker unlinks a record and unparks it; if
  * the unpark loses (the waiter timed out or was cancelled in that instant)
  * it wakes the next one, so no wake is lost.  Pool threads park on their
@@ -76,7 +76,7 @@
 enum { EX_VIRTUAL, EX_POOL, EX_SCHED };
 enum { T_QUEUED, T_RUNNING, T_DONE, T_CANCELLED };
 
-#include "xwait.h"
+#include "../sync/waitq.h"
 
 /* ---- objects ---------------------------------------------------------------- */
 
@@ -129,7 +129,7 @@ struct weft_executor {
     task *running;              /* tasks running now (pools and virtual) */
     worker *workers;
     int nthreads, next_index;
-    xlist idle, blockers, closers;
+    weft__waitq idle, blockers, closers;
     uint64_t outstanding;       /* tasks not yet freed */
     weft_executor_stats st;     /* all but completed */
     _Atomic uint64_t completed; /* counted before the future is filled: a
@@ -147,8 +147,8 @@ static weft_executor *reg_head;
 static void lock(weft_executor *e) { pthread_mutex_lock(&e->lock); }
 static void unlock(weft_executor *e) { pthread_mutex_unlock(&e->lock); }
 
-static int wait_on(weft_executor *e, xlist *l, int64_t deadline, int nocancel) {
-    return xl_wait(&e->lock, l, deadline, nocancel, e);
+static int wait_on(weft_executor *e, weft__waitq *l, int64_t deadline, int nocancel) {
+    return weft__wq_wait_mutex(&e->lock, l, deadline, nocancel, e);
 }
 
 static void list_link(task **head, task *t) {
@@ -257,7 +257,7 @@ static task *q_first(weft_executor *e) { return e->kind == EX_SCHED ? (e->hn ? e
  * unlocking. */
 static int task_drop_locked(weft_executor *e, task *t, int n) {
     if (atomic_fetch_sub(&t->refs, n) != n) return 0;
-    if (--e->outstanding == 0 && e->shut) xl_wake_all(&e->closers);
+    if (--e->outstanding == 0 && e->shut) weft__wq_wake_all(&e->closers);
     return 1;
 }
 
@@ -271,7 +271,7 @@ static void task_drop(task *t, int n) {
     if (atomic_fetch_sub(&t->refs, n) != n) return;
     weft_executor *e = t->ex;
     lock(e);
-    if (--e->outstanding == 0 && e->shut) xl_wake_all(&e->closers);
+    if (--e->outstanding == 0 && e->shut) weft__wq_wake_all(&e->closers);
     unlock(e);
     task_free(t);
 }
@@ -293,8 +293,8 @@ static void on_filled(weft__fnode *n) {
         e->st.cancelled++;
         if (e->kind != EX_VIRTUAL) { /* (a virtual task's vthread drops its runner side) */
             q_remove(e, t);
-            xl_wake_one(&e->blockers);
-            if (e->shut) xl_wake_all(&e->idle); /* a thread waiting for it may be done */
+            weft__wq_wake_one(&e->blockers);
+            if (e->shut) weft__wq_wake_all(&e->idle); /* a thread waiting for it may be done */
             atomic_fetch_sub(&t->refs, 1); /* the queue's: the watch's is still held */
         }
         break;
@@ -415,7 +415,7 @@ static task *take(weft_executor *e, worker *w) {
         }
         if (t) {
             q_remove(e, t);
-            xl_wake_one(&e->blockers);
+            weft__wq_wake_one(&e->blockers);
             t->state = T_RUNNING;
             t->w = w;
             list_link(&e->running, t);
@@ -500,7 +500,7 @@ static void *worker_main(void *arg) {
     e->nthreads--;
     atomic_fetch_sub_explicit(&pool_threads, 1, memory_order_relaxed);
     e->st.threads_live--;
-    if (e->nthreads == 0 && e->shut) xl_wake_all(&e->closers);
+    if (e->nthreads == 0 && e->shut) weft__wq_wake_all(&e->closers);
     free(w);
     unlock(e); /* a closer may free e from here on */
     if (dead) task_free(dead);
@@ -540,7 +540,7 @@ static void *vtask_main(void *arg) {
         last = task_drop_locked(e, t, 1); /* the runner side */
     }
     e->st.threads_live--;
-    if (e->st.threads_live == 0 && e->shut) xl_wake_all(&e->closers);
+    if (e->st.threads_live == 0 && e->shut) weft__wq_wake_all(&e->closers);
     unlock(e); /* a closer may free e from here on */
     if (last) task_free(t);
     return NULL;
@@ -641,7 +641,7 @@ static weft_future *submit_virtual(weft_executor *e, task *t) {
         e->st.threads_started--;
         e->st.threads_live--;
         e->st.rejected++;
-        if (e->shut && e->outstanding == 0) xl_wake_all(&e->closers);
+        if (e->shut && e->outstanding == 0) weft__wq_wake_all(&e->closers);
         unlock(e);
         return refuse(t, r);
     }
@@ -658,7 +658,7 @@ static int sched_push(weft_executor *e, task *t) {
             return -EAGAIN;
         }
     } else if (q_first(e) == t) {
-        xl_wake_one(&e->idle); /* due before what the idle threads wait for */
+        weft__wq_wake_one(&e->idle); /* due before what the idle threads wait for */
     }
     return 0;
 }
@@ -683,7 +683,7 @@ static weft_future *submit_pool(weft_executor *e, task *t, int64_t deadline) {
         }
         if (e->idle.head) { /* an idle thread takes it */
             q_push(e, t); /* a FIFO push cannot fail */
-            xl_wake_one(&e->idle);
+            weft__wq_wake_one(&e->idle);
             break;
         }
         int grow = e->nthreads < e->core || (e->grow_first && e->nthreads < e->max);
@@ -803,7 +803,7 @@ static task *unqueue(weft_executor *e, int all, int *count) {
         out = t;
         n++;
     }
-    if (n && e->shut) xl_wake_all(&e->idle); /* threads waiting for a task due later may be done */
+    if (n && e->shut) weft__wq_wake_all(&e->idle); /* threads waiting for a task due later may be done */
     if (count) *count = n;
     return out;
 }
@@ -821,10 +821,10 @@ static void cancel_list(task *l) {
 static task *shut_locked(weft_executor *e) {
     if (e->shut) return NULL;
     e->shut = 1;
-    xl_wake_all(&e->blockers);
-    xl_wake_all(&e->idle);
+    weft__wq_wake_all(&e->blockers);
+    weft__wq_wake_all(&e->idle);
     task *l = unqueue(e, 0, NULL);
-    if (e->outstanding == 0) xl_wake_all(&e->closers);
+    if (e->outstanding == 0) weft__wq_wake_all(&e->closers);
     return l;
 }
 
