@@ -76,6 +76,7 @@
 enum { EX_VIRTUAL, EX_POOL, EX_SCHED };
 enum { T_QUEUED, T_RUNNING, T_DONE, T_CANCELLED };
 
+#include "../sched/heap.h"
 #include "../sync/waitq.h"
 
 /* ---- objects ---------------------------------------------------------------- */
@@ -98,7 +99,7 @@ typedef struct task {
     /* scheduled */
     int64_t when, period;
     int fixed_rate;
-    size_t hidx;
+    ptrdiff_t hidx;             /* in the heap (sched/heap.h), or -1 */
     uint64_t seq;
 } task;
 
@@ -123,8 +124,7 @@ struct weft_executor {
     char label[32];
     weft_group *group;          /* virtual: the group its vthreads go to (NULL: the submitter's, as weft_spawn) */
     task *qh, *qt;              /* FIFO queue (pools) */
-    task **heap;                /* scheduled: min-heap on (when, seq) */
-    size_t hn, hcap;
+    weft__heap heap;            /* scheduled: min-heap of tasks on (when, seq) */
     uint64_t seq;
     task *running;              /* tasks running now (pools and virtual) */
     worker *workers;
@@ -165,46 +165,14 @@ static void list_unlink(task **head, task *t) {
     t->next = t->prev = NULL;
 }
 
-static int earlier(const task *a, const task *b) { return a->when < b->when || (a->when == b->when && a->seq < b->seq); }
-
-static void heap_set(weft_executor *e, size_t i, task *t) {
-    e->heap[i] = t;
-    t->hidx = i;
+static int earlier(const void *x, const void *y) {
+    const task *a = x, *b = y;
+    return a->when < b->when || (a->when == b->when && a->seq < b->seq);
 }
 
-static void heap_up(weft_executor *e, size_t i) {
-    task *t = e->heap[i];
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!earlier(t, e->heap[p])) break;
-        heap_set(e, i, e->heap[p]);
-        i = p;
-    }
-    heap_set(e, i, t);
-}
+static int heap_add(weft_executor *e, task *t) { return weft__heap_push(&e->heap, t, earlier, offsetof(task, hidx)); }
 
-static void heap_down(weft_executor *e, size_t i) {
-    task *t = e->heap[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= e->hn) break;
-        if (c + 1 < e->hn && earlier(e->heap[c + 1], e->heap[c])) c++;
-        if (!earlier(e->heap[c], t)) break;
-        heap_set(e, i, e->heap[c]);
-        i = c;
-    }
-    heap_set(e, i, t);
-}
-
-static void heap_remove(weft_executor *e, task *t) {
-    size_t i = t->hidx;
-    task *last = e->heap[--e->hn];
-    if (i < e->hn) {
-        heap_set(e, i, last);
-        heap_down(e, i);
-        heap_up(e, last->hidx);
-    }
-}
+static void heap_remove(weft_executor *e, task *t) { weft__heap_remove(&e->heap, t, earlier, offsetof(task, hidx)); }
 
 static void note_queued(weft_executor *e, int delta) {
     e->st.queued = (uint64_t)((int64_t)e->st.queued + delta);
@@ -215,16 +183,9 @@ static void note_queued(weft_executor *e, int delta) {
 static int q_push(weft_executor *e, task *t) {
     t->state = T_QUEUED;
     if (e->kind == EX_SCHED) {
-        if (e->hn == e->hcap) {
-            size_t nc = e->hcap ? e->hcap * 2 : 64;
-            task **nh = realloc(e->heap, nc * sizeof *nh);
-            if (!nh) return -ENOMEM;
-            e->heap = nh;
-            e->hcap = nc;
-        }
-        t->seq = e->seq++;
-        e->heap[e->hn++] = t;
-        heap_up(e, e->hn - 1);
+        t->seq = e->seq;
+        if (heap_add(e, t) < 0) return -ENOMEM;
+        e->seq++;
     } else {
         t->next = NULL;
         t->prev = e->qt;
@@ -250,7 +211,7 @@ static void q_remove(weft_executor *e, task *t) {
 }
 
 /* The task that is due first, or NULL. */
-static task *q_first(weft_executor *e) { return e->kind == EX_SCHED ? (e->hn ? e->heap[0] : NULL) : e->qh; }
+static task *q_first(weft_executor *e) { return e->kind == EX_SCHED ? weft__heap_first(&e->heap) : e->qh; }
 
 /* Drops one of t's references, the lock held.  Returns 1 when it was the
  * last: t is out of `outstanding` and the caller frees it (task_free) after
@@ -787,9 +748,9 @@ static task *unqueue(weft_executor *e, int all, int *count) {
     for (;;) {
         task *t = NULL;
         if (e->kind == EX_SCHED) {
-            for (size_t i = 0; i < e->hn; i++)
-                if (all || e->heap[i]->period) {
-                    t = e->heap[i];
+            for (size_t i = 0; i < e->heap.n; i++)
+                if (all || ((task *)e->heap.a[i])->period) {
+                    t = e->heap.a[i];
                     break;
                 }
         } else if (all) {
@@ -895,7 +856,7 @@ void weft__executor_ref(weft_executor *e) { atomic_fetch_add_explicit(&e->refs, 
 void weft__executor_unref(weft_executor *e) {
     if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
     pthread_mutex_destroy(&e->lock);
-    free(e->heap);
+    weft__heap_fini(&e->heap);
     free(e);
 }
 

@@ -81,7 +81,6 @@ static inline void weft__wq_remove(weft__waitq *q, weft__waiter *w) {
     else __atomic_store_n(&q->head, w->next, __ATOMIC_RELAXED);
     if (w->next) w->next->prev = w->prev;
     else q->tail = w->prev;
-    w->next = w->prev = NULL;
     w->queued = 0;
 }
 
