@@ -80,6 +80,7 @@
 #include "async_int.h"
 #include "../exec/exec.h"
 #include "../io/io.h"
+#include "../sched/heap.h"
 #include "../sync/future_int.h"
 
 #include <errno.h>
@@ -109,7 +110,7 @@ typedef struct aop {
     int8_t polling;   /* 1: waiting for readiness after an -EAGAIN; -1: an attempt's result */
     int8_t timed_out; /* its deadline passed */
     int8_t spread;    /* started on the next dispatcher in turn */
-    int hidx;         /* in d's heap, or -1 */
+    ptrdiff_t hidx;   /* in d's heap (sched/heap.h), or -1 */
     int64_t epoch;    /* its fd's epoch when it was called (its hold on the number); -1: not counted */
     int64_t deadline;
     const char *base; /* send: all of it (rq.buf: the rest) */
@@ -131,8 +132,7 @@ typedef struct disp {
     int k;
     weft_thread *vt;
     _Atomic(aop *) inbox;
-    aop **heap; /* by deadline: the dispatcher's */
-    int nheap, capheap;
+    weft__heap heap; /* aops by deadline: the dispatcher's */
     aop *retry; /* waiting for a close of their number to end: the dispatcher's */
     int64_t retry_at;
 } disp;
@@ -147,57 +147,13 @@ static struct {
 
 /* ---- the timer heap (the dispatcher's) ------------------------------------------- */
 
-static void heap_set(disp *d, int i, aop *a) {
-    d->heap[i] = a;
-    a->hidx = i;
-}
+static int sooner(const void *x, const void *y) { return ((const aop *)x)->deadline < ((const aop *)y)->deadline; }
 
-static void heap_up(disp *d, int i) {
-    aop *a = d->heap[i];
-    while (i > 0) {
-        int p = (i - 1) / 2;
-        if (d->heap[p]->deadline <= a->deadline) break;
-        heap_set(d, i, d->heap[p]);
-        i = p;
-    }
-    heap_set(d, i, a);
-}
+static int heap_add(disp *d, aop *a) { return weft__heap_push(&d->heap, a, sooner, offsetof(aop, hidx)); }
 
-static void heap_down(disp *d, int i) {
-    aop *a = d->heap[i];
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= d->nheap) break;
-        if (c + 1 < d->nheap && d->heap[c + 1]->deadline < d->heap[c]->deadline) c++;
-        if (a->deadline <= d->heap[c]->deadline) break;
-        heap_set(d, i, d->heap[c]);
-        i = c;
-    }
-    heap_set(d, i, a);
-}
+static void heap_del(disp *d, aop *a) { weft__heap_remove(&d->heap, a, sooner, offsetof(aop, hidx)); }
 
-static int heap_add(disp *d, aop *a) {
-    if (d->nheap == d->capheap) {
-        int cap = d->capheap ? 2 * d->capheap : 64;
-        aop **h = realloc(d->heap, (size_t)cap * sizeof *h);
-        if (!h) return -ENOMEM;
-        d->heap = h;
-        d->capheap = cap;
-    }
-    d->heap[d->nheap++] = a;
-    heap_up(d, d->nheap - 1);
-    return 0;
-}
-
-static void heap_del(disp *d, aop *a) {
-    int i = a->hidx;
-    a->hidx = -1;
-    aop *last = d->heap[--d->nheap];
-    if (i == d->nheap) return;
-    heap_set(d, i, last);
-    heap_up(d, i);
-    heap_down(d, last->hidx);
-}
+static aop *heap_first(disp *d) { return weft__heap_first(&d->heap); }
 
 /* ---- the inbox ----------------------------------------------------------------- */
 
@@ -407,8 +363,7 @@ static void fire(disp *d) {
             a = nx;
         }
     }
-    while (d->nheap && d->heap[0]->deadline <= now) {
-        aop *a = d->heap[0];
+    for (aop *a; (a = heap_first(d)) && a->deadline <= now;) {
         heap_del(d, a);
         if (a->kind == A_TIMER) {
             finish(d, a, 0);
@@ -454,7 +409,7 @@ static void *disp_main(void *arg) {
             if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
             continue;
         }
-        int64_t until = d->nheap ? d->heap[0]->deadline : 0;
+        int64_t until = heap_first(d) ? heap_first(d)->deadline : 0;
         if (d->retry && (!until || d->retry_at < until)) until = d->retry_at;
         weft__park_wait(p, tok, until, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
     }
@@ -588,17 +543,17 @@ void weft__async_stop(void) {
         if (!d) continue;
         for (aop *a = atomic_exchange(&d->inbox, NULL), *nx; a; a = nx) {
             nx = a->next;
-            if (a->hidx >= 0) d->heap[a->hidx] = NULL; /* on the heap too */
+            if (a->hidx >= 0) d->heap.a[a->hidx] = NULL; /* on the heap too */
             drop(a);
         }
         for (aop *a = d->retry, *nx; a; a = nx) {
             nx = a->next;
-            if (a->hidx >= 0) d->heap[a->hidx] = NULL;
+            if (a->hidx >= 0) d->heap.a[a->hidx] = NULL;
             drop(a);
         }
-        for (int i = 0; i < d->nheap; i++)
-            if (d->heap[i]) drop(d->heap[i]);
-        free(d->heap);
+        for (size_t i = 0; i < d->heap.n; i++)
+            if (d->heap.a[i]) drop(d->heap.a[i]);
+        weft__heap_fini(&d->heap);
         free(d);
         atomic_store(&A.d[k], NULL);
     }

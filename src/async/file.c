@@ -44,7 +44,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
-#include "../exec/xwait.h"
+#include "../sync/waitq.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,7 +94,7 @@ struct weft_file {
     size_t inflight;     /* accepted, not complete */
     int flusher;         /* a flusher runs */
     int closing;
-    xlist room, idle;
+    weft__waitq room, idle;
     _Atomic int64_t ring_until; /* blocking-style calls take the ring until then */
     _Atomic(weft_thread *) flusher_vt; /* the flusher vthread, while it runs */
 };
@@ -381,7 +381,7 @@ static void run_list(weft_file *f, freq *l) {
         }
         pthread_mutex_lock(&f->lock);
         f->inflight -= (size_t)k;
-        xl_wake_all(&f->room);
+        weft__wq_wake_all(&f->room);
         pthread_mutex_unlock(&f->lock);
     }
 }
@@ -401,7 +401,7 @@ static void *flusher_main(void *arg) {
     }
     f->flusher = 0;
     atomic_store(&f->flusher_vt, NULL);
-    if (f->inflight == 0) xl_wake_all(&f->idle);
+    if (f->inflight == 0) weft__wq_wake_all(&f->idle);
     pthread_mutex_unlock(&f->lock); /* a closer may free f from here on */
     return NULL;
 }
@@ -430,7 +430,7 @@ static weft_future *submit(weft_file *f, freq *r) {
     int err = 0, spawn = 0;
     pthread_mutex_lock(&f->lock);
     while (!f->closing && f->inflight >= f->max_inflight) {
-        err = xl_wait(&f->lock, &f->room, 0, 0, f);
+        err = weft__wq_wait_mutex(&f->lock, &f->room, 0, 0, f);
         if (err < 0) break;
     }
     if (!err && f->closing) err = -EBADF;
@@ -563,7 +563,7 @@ int weft_file_unlock(weft_file *f, off_t pos, off_t len) { return ofd_lock(f, po
 
 static int finish_close(weft_file *f) {
     pthread_mutex_lock(&f->lock);
-    while (f->inflight || f->flusher) xl_wait(&f->lock, &f->idle, 0, 1, f);
+    while (f->inflight || f->flusher) weft__wq_wait_mutex(&f->lock, &f->idle, 0, 1, f);
     pthread_mutex_unlock(&f->lock);
     int r = 0;
     if (f->path && unlink(f->path) < 0) r = -errno;
@@ -587,7 +587,7 @@ int weft_file_close(weft_file *f) {
         return -EBADF;
     }
     f->closing = 1;
-    xl_wake_all(&f->room); /* waiting submitters fail with -EBADF */
+    weft__wq_wake_all(&f->room); /* waiting submitters fail with -EBADF */
     pthread_mutex_unlock(&f->lock);
     return finish_close(f);
 }
@@ -602,7 +602,7 @@ int weft_file_close_now(weft_file *f) {
         return -EBADF;
     }
     f->closing = 1;
-    xl_wake_all(&f->room);
+    weft__wq_wake_all(&f->room);
     freq *l = f->qh;
     int n = (int)f->queued;
     f->qh = f->qt = NULL;
@@ -616,7 +616,7 @@ int weft_file_close_now(weft_file *f) {
     }
     pthread_mutex_lock(&f->lock);
     f->inflight -= (size_t)n;
-    if (f->inflight == 0) xl_wake_all(&f->idle);
+    if (f->inflight == 0) weft__wq_wake_all(&f->idle);
     pthread_mutex_unlock(&f->lock);
     int r = finish_close(f);
     return r < 0 ? r : n;

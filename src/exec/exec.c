@@ -40,7 +40,7 @@
  * starts; they sit in no queue.
  *
  * Waiting.  BLOCK submitters, idle pool threads and closers wait on lists of
- * records on their own stacks (xwait: parker and token), linked under the
+ * records on their own stacks (sync/waitq.h: parker and token), linked under the
  * lock, as futures' getters do: a waker unlinks a record and unparks it; if
  * the unpark loses (the waiter timed out or was cancelled in that instant)
  * it wakes the next one, so no wake is lost.  Pool threads park on their
@@ -76,7 +76,8 @@
 enum { EX_VIRTUAL, EX_POOL, EX_SCHED };
 enum { T_QUEUED, T_RUNNING, T_DONE, T_CANCELLED };
 
-#include "xwait.h"
+#include "../sched/heap.h"
+#include "../sync/waitq.h"
 
 /* ---- objects ---------------------------------------------------------------- */
 
@@ -98,7 +99,7 @@ typedef struct task {
     /* scheduled */
     int64_t when, period;
     int fixed_rate;
-    size_t hidx;
+    ptrdiff_t hidx;             /* in the heap (sched/heap.h), or -1 */
     uint64_t seq;
 } task;
 
@@ -123,13 +124,12 @@ struct weft_executor {
     char label[32];
     weft_group *group;          /* virtual: the group its vthreads go to (NULL: the submitter's, as weft_spawn) */
     task *qh, *qt;              /* FIFO queue (pools) */
-    task **heap;                /* scheduled: min-heap on (when, seq) */
-    size_t hn, hcap;
+    weft__heap heap;            /* scheduled: min-heap of tasks on (when, seq) */
     uint64_t seq;
     task *running;              /* tasks running now (pools and virtual) */
     worker *workers;
     int nthreads, next_index;
-    xlist idle, blockers, closers;
+    weft__waitq idle, blockers, closers;
     uint64_t outstanding;       /* tasks not yet freed */
     weft_executor_stats st;     /* all but completed */
     _Atomic uint64_t completed; /* counted before the future is filled: a
@@ -147,8 +147,8 @@ static weft_executor *reg_head;
 static void lock(weft_executor *e) { pthread_mutex_lock(&e->lock); }
 static void unlock(weft_executor *e) { pthread_mutex_unlock(&e->lock); }
 
-static int wait_on(weft_executor *e, xlist *l, int64_t deadline, int nocancel) {
-    return xl_wait(&e->lock, l, deadline, nocancel, e);
+static int wait_on(weft_executor *e, weft__waitq *l, int64_t deadline, int nocancel) {
+    return weft__wq_wait_mutex(&e->lock, l, deadline, nocancel, e);
 }
 
 static void list_link(task **head, task *t) {
@@ -165,46 +165,14 @@ static void list_unlink(task **head, task *t) {
     t->next = t->prev = NULL;
 }
 
-static int earlier(const task *a, const task *b) { return a->when < b->when || (a->when == b->when && a->seq < b->seq); }
-
-static void heap_set(weft_executor *e, size_t i, task *t) {
-    e->heap[i] = t;
-    t->hidx = i;
+static int earlier(const void *x, const void *y) {
+    const task *a = x, *b = y;
+    return a->when < b->when || (a->when == b->when && a->seq < b->seq);
 }
 
-static void heap_up(weft_executor *e, size_t i) {
-    task *t = e->heap[i];
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!earlier(t, e->heap[p])) break;
-        heap_set(e, i, e->heap[p]);
-        i = p;
-    }
-    heap_set(e, i, t);
-}
+static int heap_add(weft_executor *e, task *t) { return weft__heap_push(&e->heap, t, earlier, offsetof(task, hidx)); }
 
-static void heap_down(weft_executor *e, size_t i) {
-    task *t = e->heap[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= e->hn) break;
-        if (c + 1 < e->hn && earlier(e->heap[c + 1], e->heap[c])) c++;
-        if (!earlier(e->heap[c], t)) break;
-        heap_set(e, i, e->heap[c]);
-        i = c;
-    }
-    heap_set(e, i, t);
-}
-
-static void heap_remove(weft_executor *e, task *t) {
-    size_t i = t->hidx;
-    task *last = e->heap[--e->hn];
-    if (i < e->hn) {
-        heap_set(e, i, last);
-        heap_down(e, i);
-        heap_up(e, last->hidx);
-    }
-}
+static void heap_remove(weft_executor *e, task *t) { weft__heap_remove(&e->heap, t, earlier, offsetof(task, hidx)); }
 
 static void note_queued(weft_executor *e, int delta) {
     e->st.queued = (uint64_t)((int64_t)e->st.queued + delta);
@@ -215,16 +183,9 @@ static void note_queued(weft_executor *e, int delta) {
 static int q_push(weft_executor *e, task *t) {
     t->state = T_QUEUED;
     if (e->kind == EX_SCHED) {
-        if (e->hn == e->hcap) {
-            size_t nc = e->hcap ? e->hcap * 2 : 64;
-            task **nh = realloc(e->heap, nc * sizeof *nh);
-            if (!nh) return -ENOMEM;
-            e->heap = nh;
-            e->hcap = nc;
-        }
-        t->seq = e->seq++;
-        e->heap[e->hn++] = t;
-        heap_up(e, e->hn - 1);
+        t->seq = e->seq;
+        if (heap_add(e, t) < 0) return -ENOMEM;
+        e->seq++;
     } else {
         t->next = NULL;
         t->prev = e->qt;
@@ -250,14 +211,14 @@ static void q_remove(weft_executor *e, task *t) {
 }
 
 /* The task that is due first, or NULL. */
-static task *q_first(weft_executor *e) { return e->kind == EX_SCHED ? (e->hn ? e->heap[0] : NULL) : e->qh; }
+static task *q_first(weft_executor *e) { return e->kind == EX_SCHED ? weft__heap_first(&e->heap) : e->qh; }
 
 /* Drops one of t's references, the lock held.  Returns 1 when it was the
  * last: t is out of `outstanding` and the caller frees it (task_free) after
  * unlocking. */
 static int task_drop_locked(weft_executor *e, task *t, int n) {
     if (atomic_fetch_sub(&t->refs, n) != n) return 0;
-    if (--e->outstanding == 0 && e->shut) xl_wake_all(&e->closers);
+    if (--e->outstanding == 0 && e->shut) weft__wq_wake_all(&e->closers);
     return 1;
 }
 
@@ -271,7 +232,7 @@ static void task_drop(task *t, int n) {
     if (atomic_fetch_sub(&t->refs, n) != n) return;
     weft_executor *e = t->ex;
     lock(e);
-    if (--e->outstanding == 0 && e->shut) xl_wake_all(&e->closers);
+    if (--e->outstanding == 0 && e->shut) weft__wq_wake_all(&e->closers);
     unlock(e);
     task_free(t);
 }
@@ -293,8 +254,8 @@ static void on_filled(weft__fnode *n) {
         e->st.cancelled++;
         if (e->kind != EX_VIRTUAL) { /* (a virtual task's vthread drops its runner side) */
             q_remove(e, t);
-            xl_wake_one(&e->blockers);
-            if (e->shut) xl_wake_all(&e->idle); /* a thread waiting for it may be done */
+            weft__wq_wake_one(&e->blockers);
+            if (e->shut) weft__wq_wake_all(&e->idle); /* a thread waiting for it may be done */
             atomic_fetch_sub(&t->refs, 1); /* the queue's: the watch's is still held */
         }
         break;
@@ -414,7 +375,7 @@ static task *take(weft_executor *e, worker *w) {
         }
         if (t) {
             q_remove(e, t);
-            xl_wake_one(&e->blockers);
+            weft__wq_wake_one(&e->blockers);
             t->state = T_RUNNING;
             t->w = w;
             list_link(&e->running, t);
@@ -499,7 +460,7 @@ static void *worker_main(void *arg) {
     e->nthreads--;
     atomic_fetch_sub_explicit(&pool_threads, 1, memory_order_relaxed);
     e->st.threads_live--;
-    if (e->nthreads == 0 && e->shut) xl_wake_all(&e->closers);
+    if (e->nthreads == 0 && e->shut) weft__wq_wake_all(&e->closers);
     free(w);
     unlock(e); /* a closer may free e from here on */
     if (dead) task_free(dead);
@@ -539,7 +500,7 @@ static void *vtask_main(void *arg) {
         last = task_drop_locked(e, t, 1); /* the runner side */
     }
     e->st.threads_live--;
-    if (e->st.threads_live == 0 && e->shut) xl_wake_all(&e->closers);
+    if (e->st.threads_live == 0 && e->shut) weft__wq_wake_all(&e->closers);
     unlock(e); /* a closer may free e from here on */
     if (last) task_free(t);
     return NULL;
@@ -657,7 +618,7 @@ static weft_future *submit_virtual(weft_executor *e, task *t) {
         e->st.threads_started--;
         e->st.threads_live--;
         e->st.rejected++;
-        if (e->shut && e->outstanding == 0) xl_wake_all(&e->closers);
+        if (e->shut && e->outstanding == 0) weft__wq_wake_all(&e->closers);
         unlock(e);
         return refuse(t, r);
     }
@@ -674,7 +635,7 @@ static int sched_push(weft_executor *e, task *t) {
             return -EAGAIN;
         }
     } else if (q_first(e) == t) {
-        xl_wake_one(&e->idle); /* due before what the idle threads wait for */
+        weft__wq_wake_one(&e->idle); /* due before what the idle threads wait for */
     }
     return 0;
 }
@@ -699,7 +660,7 @@ static weft_future *submit_pool(weft_executor *e, task *t, int64_t deadline) {
         }
         if (e->idle.head) { /* an idle thread takes it */
             q_push(e, t); /* a FIFO push cannot fail */
-            xl_wake_one(&e->idle);
+            weft__wq_wake_one(&e->idle);
             break;
         }
         int grow = e->nthreads < e->core || (e->grow_first && e->nthreads < e->max);
@@ -803,9 +764,9 @@ static task *unqueue(weft_executor *e, int all, int *count) {
     for (;;) {
         task *t = NULL;
         if (e->kind == EX_SCHED) {
-            for (size_t i = 0; i < e->hn; i++)
-                if (all || e->heap[i]->period) {
-                    t = e->heap[i];
+            for (size_t i = 0; i < e->heap.n; i++)
+                if (all || ((task *)e->heap.a[i])->period) {
+                    t = e->heap.a[i];
                     break;
                 }
         } else if (all) {
@@ -819,7 +780,7 @@ static task *unqueue(weft_executor *e, int all, int *count) {
         out = t;
         n++;
     }
-    if (n && e->shut) xl_wake_all(&e->idle); /* threads waiting for a task due later may be done */
+    if (n && e->shut) weft__wq_wake_all(&e->idle); /* threads waiting for a task due later may be done */
     if (count) *count = n;
     return out;
 }
@@ -837,10 +798,10 @@ static void cancel_list(task *l) {
 static task *shut_locked(weft_executor *e) {
     if (e->shut) return NULL;
     e->shut = 1;
-    xl_wake_all(&e->blockers);
-    xl_wake_all(&e->idle);
+    weft__wq_wake_all(&e->blockers);
+    weft__wq_wake_all(&e->idle);
     task *l = unqueue(e, 0, NULL);
-    if (e->outstanding == 0) xl_wake_all(&e->closers);
+    if (e->outstanding == 0) weft__wq_wake_all(&e->closers);
     return l;
 }
 
@@ -911,7 +872,7 @@ void weft__executor_ref(weft_executor *e) { atomic_fetch_add_explicit(&e->refs, 
 void weft__executor_unref(weft_executor *e) {
     if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
     pthread_mutex_destroy(&e->lock);
-    free(e->heap);
+    weft__heap_fini(&e->heap);
     free(e);
 }
 

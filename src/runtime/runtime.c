@@ -141,7 +141,7 @@ static void fork_child(void) {
     tls_carrier = NULL;
     R.init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     R.mon_fork = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    R.g0.inj_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    R.g0.inj.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__groups.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__groups.mon_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     weft__fork_keep(weft__groups.head); /* the groups, their carriers (in R.c) */
@@ -157,8 +157,7 @@ static void fork_child(void) {
     R.n = 0;
     atomic_store(&R.nall, 0);
     atomic_store(&R.nactive, 0);
-    R.g0.inj_head = R.g0.inj_tail = NULL;
-    atomic_store(&R.g0.inj_n, 0);
+    weft__tfifo_clear(&R.g0.inj);
     R.g0.c = NULL;
     R.mon_started = 0;
     atomic_store(&R.stop, 0);
@@ -410,8 +409,7 @@ void weft_shutdown(void) {
     for (int i = 0; i < n; i++) weft__kick(R.c[i]);
     for (int i = 0; i < n; i++) pthread_join(R.c[i]->thread, NULL);
     atomic_store(&R.up, 0);
-    R.g0.inj_head = R.g0.inj_tail = NULL;
-    atomic_store(&R.g0.inj_n, 0);
+    weft__tfifo_clear(&R.g0.inj);
     free_carriers(n);
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     weft__stacks_walk(clean_abandoned, NULL);

@@ -95,7 +95,7 @@ static void carrier_counters_fill(weft__carrier *c, weft__carrier_counters *o) {
     o->started = atomic_load_explicit(&c->n_started, memory_order_relaxed);
     o->finished = atomic_load_explicit(&c->n_finished, memory_order_relaxed);
     int64_t q = weft__dq_size(&c->dq);
-    o->runnable = (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
+    o->runnable = (q > 0 ? q : 0) + weft__tfifo_len(&c->mbox) +
                   (atomic_load_explicit(&c->lifo, memory_order_relaxed) != NULL);
     o->cpu_ns = -1;
     o->tid = 0;
@@ -126,7 +126,7 @@ int weft__carrier_counters_get(int k, weft__carrier_counters *o) {
     return r;
 }
 
-int64_t weft__injected(void) { return atomic_load_explicit(&R.g0.inj_n, memory_order_relaxed); }
+int64_t weft__injected(void) { return weft__tfifo_len(&R.g0.inj); }
 
 int64_t weft__started_at(void) { return R.started_at; }
 

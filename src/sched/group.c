@@ -137,7 +137,7 @@ int weft_group_create(weft_group **out, const char *name, int carriers, const we
     if (WEFT__DET_ON()) return -EOPNOTSUPP; /* one carrier, one seeded order (det.c): no group's carriers */
     weft_group *g = calloc(1, sizeof *g);
     if (!g) return -ENOMEM;
-    pthread_mutex_init(&g->inj_lock, NULL);
+    weft__tfifo_init(&g->inj);
     pthread_mutex_init(&g->lock, NULL);
     g->n = carriers;
     g->compute = opts && opts->compute;
@@ -173,7 +173,7 @@ int weft_group_create(weft_group **out, const char *name, int carriers, const we
     *out = g;
     return 0;
 fail:
-    pthread_mutex_destroy(&g->inj_lock);
+    weft__tfifo_fini(&g->inj);
     pthread_mutex_destroy(&g->lock);
     free(g);
     return r;
@@ -193,7 +193,7 @@ void weft__group_last_exit(weft_group *g) {
 }
 
 static void group_free(weft_group *g) {
-    pthread_mutex_destroy(&g->inj_lock);
+    weft__tfifo_fini(&g->inj);
     pthread_mutex_destroy(&g->lock);
     free(g);
 }
@@ -439,13 +439,13 @@ void weft__group_carriers_stop(weft_group *g) {
 
 void weft__group_sum(weft_group *g, uint64_t *switches, uint64_t *steals, uint64_t *runnable) {
     uint64_t sw = 0, st = 0;
-    int64_t rn = atomic_load_explicit(&g->inj_n, memory_order_relaxed);
+    int64_t rn = weft__tfifo_len(&g->inj);
     for (int i = 0, n = gall(g); i < n; i++) {
         weft__carrier *c = g->c[i];
         sw += atomic_load_explicit(&c->n_switches, memory_order_relaxed);
         st += atomic_load_explicit(&c->n_steals, memory_order_relaxed);
         int64_t q = weft__dq_size(&c->dq);
-        rn += (q > 0 ? q : 0) + atomic_load_explicit(&c->mbox_n, memory_order_relaxed) +
+        rn += (q > 0 ? q : 0) + weft__tfifo_len(&c->mbox) +
               (atomic_load_explicit(&c->lifo, memory_order_relaxed) ? 1 : 0);
     }
     *switches = sw;

@@ -7,6 +7,7 @@
 #define WEFT_GROUP_H
 
 #include "sched.h"
+#include "tfifo.h"
 
 struct weft_group {
     /* read-mostly: set before the group's carriers start (stop: once) */
@@ -21,9 +22,7 @@ struct weft_group {
     /* The group's injection queue: its vthreads made runnable away from
      * its carriers (a platform thread, the monitor, another group's
      * carrier, a full deque).  Only this group's carriers pop it. */
-    _Alignas(WEFT__CACHELINE) pthread_mutex_t inj_lock;
-    weft_thread *inj_head, *inj_tail;
-    _Atomic int64_t inj_n;
+    weft__tfifo inj;
     /* Idle carriers, per group: the wake-up protocol of sched.c's top
      * comment ("Waking idle carriers") holds inside each group, with
      * these counts and the mask above. */

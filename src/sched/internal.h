@@ -41,6 +41,7 @@
 #include "deque.h"
 #include "det.h"
 #include "timer.h"
+#include "tfifo.h"
 
 #include <linux/futex.h>
 #include <string.h>
@@ -93,9 +94,7 @@ struct weft__carrier {
     /* shared */
     _Alignas(WEFT__CACHELINE) _Atomic(weft_thread *) lifo;
     _Alignas(WEFT__CACHELINE) weft__deque dq;
-    _Alignas(WEFT__CACHELINE) pthread_mutex_t mbox_lock;
-    weft_thread *mbox_head, *mbox_tail;
-    _Atomic int mbox_n;
+    weft__tfifo mbox;
     _Alignas(WEFT__CACHELINE) _Atomic uint32_t wake_seq;
     weft__poller *_Atomic poller;  /* set by the carrier at start; read by kickers */
     int start_err;                  /* the poller's creation failed: -errno */

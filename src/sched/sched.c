@@ -184,7 +184,7 @@ enum { OP_NONE = 0, OP_YIELD, OP_PARK, OP_EXIT };
 _Alignas(4096) struct weft__rt weft__rt = {
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
     .mon_fork = PTHREAD_MUTEX_INITIALIZER,
-    .g0 = {.inj_lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
+    .g0 = {.inj.lock = PTHREAD_MUTEX_INITIALIZER, .idle_mask = R.idle_mask, .dflt = 1, .name = "default"},
     .next_id = 1};
 
 /* (sched.h: who may read it directly; exported for weft/local.h's inline
@@ -458,35 +458,16 @@ static inline void mon_need(void) {
 static void inject_push(weft_thread *t) {
     /* deterministic mode: only platform threads push here (det.c: grace) */
     if (__builtin_expect(WEFT__DET_ON(), 0)) weft__det_platform_active();
-    weft_group *g = t->grp;
-    t->next = NULL;
-    pthread_mutex_lock(&g->inj_lock);
-    if (g->inj_tail) g->inj_tail->next = t;
-    else g->inj_head = t;
-    g->inj_tail = t;
-    atomic_fetch_add(&g->inj_n, 1);
-    pthread_mutex_unlock(&g->inj_lock);
-}
-
-static weft_thread *inject_pop_locked(weft_group *g) {
-    pthread_mutex_lock(&g->inj_lock);
-    weft_thread *t = g->inj_head;
-    if (t) {
-        g->inj_head = t->next;
-        if (!g->inj_head) g->inj_tail = NULL;
-        atomic_fetch_sub(&g->inj_n, 1);
-    }
-    pthread_mutex_unlock(&g->inj_lock);
-    return t;
+    weft__tfifo_push(&t->grp->inj, t);
 }
 
 /* The injection queue of carrier c's group: not for a retired spare (looked
  * at only when the queue is not empty: nothing more on the empty path). */
 static inline weft_thread *inject_pop(weft__carrier *c) {
     weft_group *g = c->grp;
-    if (atomic_load_explicit(&g->inj_n, memory_order_relaxed) <= 0) return NULL;
+    if (weft__tfifo_len(&g->inj) <= 0) return NULL;
     if (__builtin_expect(!atomic_load_explicit(&c->shared, memory_order_relaxed), 0)) return NULL;
-    return inject_pop_locked(g);
+    return weft__tfifo_pop_locked(&g->inj);
 }
 
 /* The hand-off between groups (group.c, "Hand-offs"): t, of another group
@@ -506,32 +487,9 @@ static void enqueue_foreign(weft_thread *t) {
     if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
 }
 
-static void mbox_push(weft__carrier *c, weft_thread *t) {
-    t->next = NULL;
-    pthread_mutex_lock(&c->mbox_lock);
-    if (c->mbox_tail) c->mbox_tail->next = t;
-    else c->mbox_head = t;
-    c->mbox_tail = t;
-    atomic_fetch_add(&c->mbox_n, 1);
-    pthread_mutex_unlock(&c->mbox_lock);
-}
+static void mbox_push(weft__carrier *c, weft_thread *t) { weft__tfifo_push(&c->mbox, t); }
 
-static weft_thread *mbox_pop_locked(weft__carrier *c) {
-    pthread_mutex_lock(&c->mbox_lock);
-    weft_thread *t = c->mbox_head;
-    if (t) {
-        c->mbox_head = t->next;
-        if (!c->mbox_head) c->mbox_tail = NULL;
-        atomic_fetch_sub(&c->mbox_n, 1);
-    }
-    pthread_mutex_unlock(&c->mbox_lock);
-    return t;
-}
-
-static inline weft_thread *mbox_pop(weft__carrier *c) {
-    if (atomic_load_explicit(&c->mbox_n, memory_order_relaxed) <= 0) return NULL;
-    return mbox_pop_locked(c);
-}
+static inline weft_thread *mbox_pop(weft__carrier *c) { return weft__tfifo_pop(&c->mbox); }
 
 /* Queues t on c's deque; if the deque cannot grow (no memory), on the
  * injection queue instead, a linked list that needs none: out of memory
@@ -711,7 +669,7 @@ static inline __attribute__((always_inline)) weft_thread *pick_local_rt(weft__ca
      * emptying it) */
     if (atomic_load_explicit(&c->lifo, memory_order_relaxed)) {
         if (c->lifo_streak < LIFO_CAP ||
-            (weft__dq_size(&c->dq) <= 0 && atomic_load_explicit(&c->mbox_n, memory_order_relaxed) <= 0)) {
+            (weft__dq_size(&c->dq) <= 0 && weft__tfifo_len(&c->mbox) <= 0)) {
             t = atomic_exchange_explicit(&c->lifo, NULL, memory_order_acq_rel);
             if (t) {
                 c->lifo_streak++;
@@ -774,7 +732,7 @@ static weft_thread *steal_once(weft__carrier *c, int take_lifo, int64_t now) {
 
 static int work_visible(weft__carrier *c) {
     weft_group *g = c->grp;
-    if (atomic_load(&g->inj_n) > 0 || atomic_load(&c->mbox_n) > 0) return 1;
+    if (atomic_load(&g->inj.n) > 0 || atomic_load(&c->mbox.n) > 0) return 1;
     for (int i = 0, n = gall(g); i < n; i++) {
         weft__carrier *v = g->c[i];
         if (weft__dq_size(&v->dq) > 0 || atomic_load(&v->lifo)) return 1;
@@ -875,7 +833,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
         }
         if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
         else atomic_fetch_sub(&g->nspinning, 1); /* a waker counted us as spinning: we do not spin */
-        if (waited && min != INT64_MAX && !atomic_load_explicit(&g->inj_n, memory_order_relaxed)) {
+        if (waited && min != INT64_MAX && !weft__tfifo_len(&g->inj)) {
             weft__det_waited();
             weft__det_jump(min); /* the I/O did not come in time: virtual time goes on */
         }
@@ -1020,7 +978,7 @@ static weft_thread *find_work(weft__carrier *c) {
 
 /* What a retired spare still owes: its own queues, its due timers. */
 static int own_work(weft__carrier *c) {
-    return atomic_load(&c->mbox_n) > 0 || weft__dq_size(&c->dq) > 0 || atomic_load(&c->lifo) || c->yq_head ||
+    return atomic_load(&c->mbox.n) > 0 || weft__dq_size(&c->dq) > 0 || atomic_load(&c->lifo) || c->yq_head ||
            atomic_load(&c->timers.min) <= weft_now();
 }
 
@@ -2228,7 +2186,7 @@ weft__carrier *weft__carrier_alloc(int i) {
         free(c);
         return NULL;
     }
-    pthread_mutex_init(&c->mbox_lock, NULL);
+    weft__tfifo_init(&c->mbox);
     weft__theap_init(&c->timers);
     return c;
 }
@@ -2240,7 +2198,7 @@ void weft__carrier_free(weft__carrier *c) {
     if (pl) weft__poller_free(pl);
     weft__dq_fini(&c->dq);
     weft__theap_fini(&c->timers);
-    pthread_mutex_destroy(&c->mbox_lock);
+    weft__tfifo_fini(&c->mbox);
     free(c->altstack);
     free(c);
 }

@@ -381,7 +381,7 @@ static int work_behind(weft__carrier *v, int64_t now) {
 #else
     int fifo = R.yq_stealable && __atomic_load_n(&v->yq_head, __ATOMIC_RELAXED); /* a hint, as in yq_take */
 #endif
-    return atomic_load_explicit(&v->grp->inj_n, memory_order_relaxed) > 0 || weft__dq_size(&v->dq) > 0 ||
+    return weft__tfifo_len(&v->grp->inj) > 0 || weft__dq_size(&v->dq) > 0 ||
            atomic_load_explicit(&v->lifo, memory_order_relaxed) || fifo ||
            atomic_load_explicit(&v->timers.min, memory_order_relaxed) <= now;
 }

@@ -82,6 +82,7 @@
 #define _GNU_SOURCE
 #include "../sched/sched.h"
 #include "future_int.h"
+#include "waitq.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -90,13 +91,6 @@
 
 enum { S_LOCK = 1, S_OK = 2, S_FAILED = 4, S_DONE = S_OK | S_FAILED };
 enum { K_PLAIN = 0, K_THEN, K_ALL, K_ANY };
-
-/* A getter waiting: lives on the getter's stack, linked under the lock. */
-typedef struct fwaiter {
-    struct fwaiter *next, *prev;
-    weft__parker *p;
-    uint64_t tok;
-} fwaiter;
 
 /* A callback: embedded in the dependent it feeds (`target`), or a watch
  * (future_int.h).  v/err are the input's outcome, stamped when the node is
@@ -109,7 +103,8 @@ struct weft_future {
     void *value;             /* written once, before OK is published */
     int err;                 /* > 0 when FAILED */
     int kind;                /* K_*: what the nodes below do */
-    fwaiter *waiters;        /* under the lock; empty once filled */
+    weft__waitq waiters;     /* getters, on their stacks (waitq.h's list; its
+                              * spinlock unused): under the lock; empty once filled */
     fnode *cb_head, *cb_tail;/* under the lock; empty once filled */
     uint32_t magic;          /* WEFT__MAGIC_FUTURE; _DEAD once freed (sched.h: 32 bytes in, not last) */
     /* dependents only */
@@ -121,7 +116,7 @@ struct weft_future {
 
 /* A future freed by its last unref: a call with it after that is a use
  * after free, stopped with a message where it can be (sched.h, "heap
- * objects").  The word is 48 bytes in; a future is at least 80 bytes. */
+ * objects").  The word is 64 bytes in; a future is at least 96 bytes. */
 _Static_assert(offsetof(struct weft_future, magic) >= 32 &&
                offsetof(struct weft_future, magic) + 4 <= sizeof(struct weft_future) - 8,
                "the magic word must lie where glibc's free leaves it");
@@ -162,11 +157,8 @@ static int settle_locked(weft_future *f, uint32_t s, void *v, int err, fnode **w
     }
     f->value = v;
     f->err = err;
-    for (fwaiter *w = f->waiters, *next; w; w = next) {
-        next = w->next; /* the getter cannot leave before we unlock */
-        weft__unpark(w->p, w->tok, WEFT__PS_WOKEN); /* 0 if its timeout or cancel won */
-    }
-    f->waiters = NULL;
+    for (weft__waiter *w; (w = weft__wq_pop(&f->waiters));) /* the getter cannot leave before we unlock */
+        weft__wq_wake(w); /* 0 if its timeout or cancel won */
     fnode *h = f->cb_head;
     if (h) {
         for (fnode *n = h; n; n = n->next) {
@@ -237,7 +229,7 @@ static void drive(fnode *wl) {
 static void release(weft_future *f, fnode **wl) {
     if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1) return;
     uint32_t s = flock(f);
-    if (f->waiters)
+    if (f->waiters.head)
         weft__fatal("future %p freed while a getter waits on it (a getter must hold a reference)",
                     (void *)f);
     settle_locked(f, s, NULL, ECANCELED, wl); /* -EALREADY when filled: the usual case */
@@ -276,7 +268,7 @@ static weft_future *fut_alloc(int kind, size_t n) {
     f->value = NULL;
     f->err = 0;
     f->kind = kind;
-    f->waiters = NULL;
+    f->waiters = (weft__waitq){0};
     f->cb_head = f->cb_tail = NULL;
     f->magic = WEFT__MAGIC_FUTURE;
     f->fn = NULL;
@@ -357,19 +349,15 @@ __attribute__((noinline)) static int get_wait(weft_future *f, void **v, int64_t 
             if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_FUTURE, f, file, line);
             return outcome(f, v);
         }
-        fwaiter w = {.next = f->waiters, .prev = NULL, .p = p, .tok = tok};
-        if (w.next) w.next->prev = &w;
-        f->waiters = &w;
+        weft__waiter w = {.p = p, .token = tok};
+        weft__wq_push_head(&f->waiters, &w);
         funlock(f, s);
 
         int r = weft__park_wait(p, tok, deadline, WEFT__WHY_FUTURE, f, file, line);
 
         s = flock(f);
-        if (!(s & S_DONE)) { /* still pending: the record is still linked */
-            if (w.prev) w.prev->next = w.next;
-            else f->waiters = w.next;
-            if (w.next) w.next->prev = w.prev;
-        } /* else the filler emptied the list and is done with &w */
+        if (w.queued) weft__wq_remove(&f->waiters, &w); /* still pending: the record is still linked */
+        /* else the filler emptied the list and is done with &w */
         funlock(f, s);
         if (r < 0) return r; /* our timeout or cancel won the park */
         if (s & S_DONE) return outcome(f, v);

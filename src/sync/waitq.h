@@ -10,6 +10,12 @@
  *
  * head is also read without the lock (a cheap "anyone waiting?" test), so
  * it is written with atomic stores.
+ *
+ * This is weft's one list of parked waiters.  Futures and channels link
+ * their records with these calls under locks of their own, and so do the
+ * executors and file channels (exec.c, async/file.c), which wait under a
+ * pthread mutex: weft__wq_wait_mutex and weft__wq_wake_one/_all at the end.
+ * A queue used that way leaves its spinlock word alone.
  */
 #ifndef WEFT_SYNC_WAITQ_H
 #define WEFT_SYNC_WAITQ_H
@@ -17,6 +23,8 @@
 #include "../sched/sched.h"
 #include "../sched/det.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 
 typedef struct weft__waiter {
@@ -73,7 +81,6 @@ static inline void weft__wq_remove(weft__waitq *q, weft__waiter *w) {
     else __atomic_store_n(&q->head, w->next, __ATOMIC_RELAXED);
     if (w->next) w->next->prev = w->prev;
     else q->tail = w->prev;
-    w->next = w->prev = NULL;
     w->queued = 0;
 }
 
@@ -104,6 +111,43 @@ static inline weft__waiter *weft__wq_pop_any(weft__waitq *q) {
  * whatever was handed to it must go elsewhere. */
 static inline int weft__wq_wake(weft__waiter *w) {
     return weft__unpark(w->p, w->token, WEFT__PS_WOKEN);
+}
+
+/* ---- waiting under the owner's pthread mutex (executors, file channels) ----
+ *
+ * Records on the waiters' own stacks, linked under the owner's mutex, which
+ * is never held across a park.  A waker pops a record and unparks it; if
+ * that unpark loses (the waiter timed out or was cancelled in the same
+ * instant) it wakes the next one, so no wake is lost. */
+
+/* Wakes the first waiter whose park is still waiting; 1 if one woke. */
+static inline int weft__wq_wake_one(weft__waitq *q) {
+    weft__waiter *w;
+    while ((w = weft__wq_pop(q)))
+        if (weft__wq_wake(w)) return 1; /* w may be gone now */
+    return 0;
+}
+
+static inline void weft__wq_wake_all(weft__waitq *q) {
+    while (weft__wq_wake_one(q)) {
+    }
+}
+
+/* Waits on q until woken, deadline (absolute; 0 none) or, unless nocancel,
+ * cancellation: 0, -ETIMEDOUT or -ECANCELED.  Entered and left with m held.
+ * obj is what the dump shows the wait is on. */
+static inline int weft__wq_wait_mutex(pthread_mutex_t *m, weft__waitq *q, int64_t deadline, int nocancel,
+                                      const void *obj) {
+    weft__parker *p;
+    uint64_t tok = nocancel ? weft__park_begin_nocancel(&p, WEFT__PK_GENERIC) : weft__park_begin(&p, WEFT__PK_GENERIC);
+    if (!tok) return -ECANCELED;
+    weft__waiter w = {.p = p, .token = tok};
+    weft__wq_push_tail(q, &w);
+    pthread_mutex_unlock(m);
+    int r = weft__park_wait(p, tok, deadline, WEFT__WHY_EXECUTOR, obj, NULL, 0);
+    pthread_mutex_lock(m);
+    if (w.queued) weft__wq_remove(q, &w);
+    return r;
 }
 
 #endif /* WEFT_SYNC_WAITQ_H */
