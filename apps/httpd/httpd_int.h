@@ -28,11 +28,6 @@
 #include "http_parse.h"
 #include "weft.h"
 
-#include "file_cache.h"
-#include "http_files.h"
-#include "http_parse.h"
-#include "weft.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -71,7 +66,6 @@ enum { MODEL_VIRTUAL, MODEL_THREAD, MODEL_POOL, MODEL_ASYNC };
 enum { CPU_JOB_OFF, CPU_JOB_SHARED, CPU_JOB_GROUP };
 
 /* the options (cli.c parses them; everyone reads them, nobody writes them once the server runs) */
-
 typedef struct httpd_opts {
     const char *host, *port, *root, *access_log;
     int model, pool_threads, carriers, max_conns;
@@ -147,8 +141,8 @@ typedef struct response {
     char buf[1024 + SMALL_BODY];
 } response;
 
-/* Appenders for the hot path, shared by the planner and the access log */
-
+/* Writing into a buffer (a head, a log line), shared by the planner and the
+ * access log: put is printf clamped at cap. */
 static inline int put(char *b, int at, int cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static inline int put(char *b, int at, int cap, const char *fmt, ...) {
     if (at >= cap) return at;
@@ -207,14 +201,13 @@ void body_cut(const conn *c, const response *p);
 int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location);
 int request_keep(const http_request *rq);
 void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at);
+void conn_slot_free(void);
+void *acceptor_main(void *arg);
+void *signal_watcher(void *unused);
 
 /* async.c */
 int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted_at);
 void bp_sweep(ssize_t res, void *ctx);
-
-void conn_slot_free(void);
-void *acceptor_main(void *arg);
-void *signal_watcher(void *unused);
 
 /* models.c */
 int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at);
