@@ -1,0 +1,222 @@
+/*
+ * weft-httpd's rooms and what they share.  The server is one program in
+ * several files, one concern each (the overall design is httpd.c's essay):
+ *   httpd.c       the shared state, the drain's list of connections, and
+ *                 the vthreads' bodies that wait on I/O: a connection
+ *                 served by a thread (serve_conn: the virtual, thread and
+ *                 pool models), the acceptors with their descriptor
+ *                 reserve, the signal watcher -- the frames the thread
+ *                 dump shows (tests/apps/httpd/dump.c looks for them here);
+ *   plan.c        response planning: from a parsed request to the bytes of
+ *                 a head and where the body comes from -- no sockets, no
+ *                 threads (tests/apps/http_plan tests it on its own);
+ *   async.c       --model async: a connection as completion handlers;
+ *   models.c      dispatch of an accepted connection to its model: a
+ *                 vthread, a pthread, pool:N's queue and workers, or
+ *                 async.c's handlers;
+ *   access_log.c  the access log's ring and its writer thread;
+ *   server.c      start, signals, drain, the --cpu-job background job;
+ *   cli.c         the options, --help, main.
+ * Everything else a file holds is static to it.  Names here are the old
+ * static ones: this is one program, and none of them leaves it.
+ */
+#ifndef WEFT_HTTPD_INT_H
+#define WEFT_HTTPD_INT_H
+
+#include "file_cache.h"
+#include "http_files.h"
+#include "http_parse.h"
+#include "weft.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BUF_SIZE (HTTP_MAX_HEAD + 512)
+#define SMALL_BODY 8192
+#define MAX_BODY (1024 * 1024)
+#define NS 1000000000LL
+#define EXIT_CUT 3 /* the exit status when the drain cut connections */
+
+enum { MODEL_VIRTUAL, MODEL_THREAD, MODEL_POOL, MODEL_ASYNC };
+
+enum { CPU_JOB_OFF, CPU_JOB_SHARED, CPU_JOB_GROUP };
+
+/* the options (cli.c parses them; everyone reads them, nobody writes them once the server runs) */
+typedef struct httpd_opts {
+    const char *host, *port, *root, *access_log;
+    int model, pool_threads, carriers, max_conns;
+    int64_t delay_ns;
+    long delay_every;
+    int64_t header_timeout, idle_timeout, send_timeout, drain_timeout, body_timeout;
+    int quiet;
+    size_t cache_bytes;
+    int cpu_job;          /* CPU_JOB_*: a CPU-bound background job in the process (--cpu-job) */
+    int cpu_job_vthreads; /* its vthreads (0: one per carrier) */
+} httpd_opts;
+
+extern httpd_opts O;
+
+/* the descriptors: root_fd (plan.c), listen_fd (httpd.c), log_fd
+ * (access_log.c); opened by main before the server starts; sig_fd
+ * (httpd.c), made by server() */
+extern int root_fd, listen_fd, log_fd, sig_fd;
+extern _Atomic int reserve_fd; /* given up, one acceptor at a time, to shed at EMFILE */
+/* nconns: connection slots taken (an acceptor takes one before it accepts);
+ * nopen: connections accepted and not yet closed (what the drain reports) */
+extern atomic_int nconns, nopen, draining, drain_cut;
+extern weft_thread *acceptors[64];
+extern int nacceptors;
+extern weft_thread *_Atomic acceptor_waiting[64];
+
+/* ------------------------------------------------------------------------ */
+/* connections list (for the drain)                                          */
+/* ------------------------------------------------------------------------ */
+
+/* the client's address, for the access log (28 bytes, not a sockaddr_storage's 128:
+ * --model async keeps one per idle connection) */
+typedef union peer_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+} peer_addr;
+
+typedef struct conn {
+    int fd;
+    atomic_int idle; /* waiting for the first byte of a request */
+    struct conn *prev, *next;
+    peer_addr peer;
+    int fresh; /* --model async: not on a dispatcher yet (in peer's padding) */
+} conn;
+
+static inline void set_peer(conn *c, const struct sockaddr_storage *peer) {
+    if (peer) memcpy(&c->peer, peer, sizeof c->peer);
+}
+
+/* the live connections, for the drain (httpd.c; server.c's watcher walks them) */
+extern pthread_mutex_t conns_lock;
+extern conn *conns_head;
+
+/* a response, planned (plan.c), then sent (blocking: httpd.c; by handlers: async.c) */
+
+/* What goes out: the head (a small body appended to it), then a body from
+ * memory (a cache entry's) or from a file (sendfile).  Every byte of a head
+ * is counted into its buffer: a response is whole or not sent at all. */
+typedef struct response {
+    char *head; /* buf, or malloc'd for a long Location */
+    size_t head_len;
+    const char *mem; /* body from memory, after the head */
+    size_t mem_len;
+    int fd; /* body from this file by sendfile: file_len bytes at off */
+    off_t off;
+    long long file_len;
+    fc_entry *e; /* the cache entry mem points into */
+    /* the access log's line, written once the response went out */
+    const http_request *rq;
+    int code;
+    long long log_bytes;
+    char buf[1024 + SMALL_BODY];
+} response;
+
+/* Writing into a buffer (a head, a log line), shared by the planner and the
+ * access log: put is printf clamped at cap. */
+static inline int put(char *b, int at, int cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static inline int put(char *b, int at, int cap, const char *fmt, ...) {
+    if (at >= cap) return at;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b + at, (size_t)(cap - at), fmt, ap);
+    va_end(ap);
+    return n < 0 ? at : (at + n < cap ? at + n : cap);
+}
+
+/* Appenders for the hot path (vsnprintf costs ~0.3 us a call here); cap
+ * is checked by the callers' fixed sizes: every piece is bounded. */
+static inline int app(char *b, int at, const char *s, size_t n) {
+    memcpy(b + at, s, n);
+    return at + (int)n;
+}
+#define APP_LIT(b, at, lit) app((b), (at), (lit), sizeof(lit) - 1)
+static inline int app_str(char *b, int at, const char *s) { return app(b, at, s, strlen(s)); }
+static inline int app_u64(char *b, int at, unsigned long long v) {
+    char t[24];
+    int n = 0;
+    do t[n++] = (char)('0' + v % 10);
+    while ((v /= 10));
+    while (n) b[at++] = t[--n];
+    return at;
+}
+
+/* A rate-limited note on stderr: at most one a second per *last. */
+static inline void note_limited(_Atomic int64_t *last, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void note_limited(_Atomic int64_t *last, const char *fmt, ...) {
+    int64_t now = weft_now(), was = atomic_load_explicit(last, memory_order_relaxed);
+    if ((was && now - was < NS) || !atomic_compare_exchange_strong(last, &was, now)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+/* plan.c */
+void response_init(response *p);
+void response_free(response *p);
+void file_short(const char *path, size_t pn, long long got, long long want, int sent);
+int plan_status(response *p, const http_request *rq, int status, int keep_alive, const char *location);
+int plan_request(response *p, const http_request *rq, int *keep, int *refused);
+
+/* access_log.c */
+int log_start(void);
+void log_stop(void);
+void access_log(const conn *c, const http_request *rq, int status, long long bytes);
+
+/* httpd.c */
+void conn_register(conn *c);
+void conn_unregister(conn *c);
+int64_t request_delay(void);
+void body_cut(const conn *c, const response *p);
+int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location);
+int request_keep(const http_request *rq);
+void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at);
+void conn_slot_free(void);
+void *acceptor_main(void *arg);
+void *signal_watcher(void *unused);
+
+/* async.c */
+int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted_at);
+void bp_sweep(ssize_t res, void *ctx);
+
+/* models.c */
+int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at);
+void *pool_reaper(void *unused);
+int pool_start(void);
+void pool_stop(void);
+
+/* server.c */
+int open_listener(void);
+int server(void *unused);
+
+#endif
