@@ -76,16 +76,21 @@ static int await_flag(atomic_int *flag) {
     return atomic_load(flag) != 0;
 }
 
-/* Waits until no spare compensates any more (at most 10 s): 1 if so. */
-static int await_retired(void) {
+/* Waits (a platform thread) until the stats satisfy ok, at most 10 s: 1 if
+ * they did. */
+static int await_stats(int (*ok)(const weft_stats *)) {
     weft_stats s;
     for (int i = 0; i < 10000; i++) {
         stats(&s);
-        if (s.compensating == 0) return 1;
+        if (ok(&s)) return 1;
         usleep(1000);
     }
     return 0;
 }
+
+/* Waits until no spare compensates any more. */
+static int none_compensating(const weft_stats *s) { return s->compensating == 0; }
+static int await_retired(void) { return await_stats(none_compensating); }
 
 static void nap_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
@@ -195,19 +200,11 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     free(log);
 }
 
-/* Waits (a platform thread) until the monitor has counted a pinned
- * stall, at most 10 s: 1 if it has.  A pinned call in these tests lasts
- * until then, not a fixed time: on a loaded machine the monitor itself
- * may wait for a CPU longer than any fixed nap. */
-static int await_pinned(void) {
-    weft_stats s;
-    for (int i = 0; i < 10000; i++) {
-        stats(&s);
-        if (s.pinned >= 1) return 1;
-        usleep(1000);
-    }
-    return 0;
-}
+/* Until the monitor has counted a pinned stall.  A pinned call in these
+ * tests lasts until then, not a fixed time: on a loaded machine the
+ * monitor itself may wait for a CPU longer than any fixed nap. */
+static int some_pinned(const weft_stats *s) { return s->pinned >= 1; }
+static int await_pinned(void) { return await_stats(some_pinned); }
 
 /* The issue's own words: a 200 ms unhooked nanosleep, and the others run
  * meanwhile -- here at least 200 ms, in 50 ms naps without a switch (one
