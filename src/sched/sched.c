@@ -1150,9 +1150,12 @@ static inline void check_canary(weft_thread *t) {
 
 /* Sets up `next` to run on c; called just before switching to it. */
 static inline void enter(weft__carrier *c, weft_thread *next) {
-    /* a relaxed atomic store (a plain mov): weft_dump reads it from other
-     * threads.  c->cur is set by next itself, once on its stack (resumed) */
-    __atomic_store_n(&next->carrier, c, __ATOMIC_RELAXED);
+    /* a release store (on x86 a plain mov): weft_dump reads it from
+     * other threads and then reads c, which another thread may have made
+     * (a spare, made by the monitor) -- the release passes on what this
+     * carrier saw of c's making.  c->cur is set by next itself, once on
+     * its stack (resumed) */
+    __atomic_store_n(&next->carrier, c, __ATOMIC_RELEASE);
     bump(&c->n_switches);
 }
 

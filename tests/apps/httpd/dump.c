@@ -141,6 +141,25 @@ static json_doc *last_dump(int fd, int *ndumps, const json **root) {
     return j;
 }
 
+/* The wait for a dump ran out: what the server wrote last and whether it
+ * still runs (a sanitizer's report, with halt_on_error, ends it) say why. */
+static _Noreturn void no_dump(server *s, int errfd, int taken, int tries) {
+    off_t len = lseek(errfd, 0, SEEK_END);
+    char tail[4097];
+    off_t from = len > 4096 ? len - 4096 : 0;
+    ssize_t n = pread(errfd, tail, (size_t)(len - from), from);
+    tail[n > 0 ? n : 0] = 0;
+    int st = 0;
+    int gone = server_wait(s, 0, &st);
+    char how[96];
+    if (!gone) snprintf(how, sizeof how, "still running");
+    else if (WIFSIGNALED(st)) snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
+    else snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(st));
+    FAIL("SIGQUIT (%d sent) wrote no complete JSON dump after the %d before; the server %s; its stderr "
+         "(%lld bytes) ends:\n%s",
+         tries, taken, how, (long long)len, tail);
+}
+
 static void dump_under_load(server *s, int errfd, const char *src_file, const char *request) {
     int fds[DUMP_CONNS], ports[DUMP_CONNS];
     for (int i = 0; i < DUMP_CONNS; i++) {
@@ -169,7 +188,7 @@ static void dump_under_load(server *s, int errfd, const char *src_file, const ch
          * information, and under TSan on a loaded machine it once took
          * longer than the 30 s this wait had) */
         while (n <= taken) {
-            if (now_ms() > until) FAIL("SIGQUIT wrote no complete JSON dump");
+            if (now_ms() > until) no_dump(s, errfd, taken, tries);
             sleep_ms(20);
             json_free(j);
             j = last_dump(errfd, &n, &root);
