@@ -77,14 +77,15 @@
  *
  * Threads touching what: the connection list (for the drain) is under a
  * mutex, taken twice per connection; counters are atomics; everything else
- * belongs to one connection's thread. *
+ * belongs to one connection's thread.
+ *
  * Files (httpd_int.h lists what they share): this one holds the shared
- * state, the drain's list of connections and the vthreads that wait on
- * I/O -- a connection served by a thread (serve_conn), the acceptors, the
- * signal watcher; plan.c plans responses (no sockets, no threads); async.c
- * is --model async; models.c hands a connection to its model (pool:N's
- * queue among them); access_log.c the access log; server.c the start and
- * the drain; cli.c the options and main.
+ * state, the drain's list of connections and a connection served by a
+ * thread (serve_conn); acceptor.c the acceptors, their descriptor reserve
+ * and the signal watcher; plan.c plans responses (no sockets, no threads);
+ * async.c is --model async; models.c hands a connection to its model
+ * (pool:N's queue among them); access_log.c the access log; server.c the
+ * start and the drain; cli.c the options and main.
  */
 
 #define _GNU_SOURCE
@@ -325,162 +326,4 @@ out:
     conn_unregister(&c);
     weft_close(fd);
     conn_slot_free();
-}
-
-/* ------------------------------------------------------------------------ */
-/* the acceptors (dispatch, in models.c, hands a connection to the model)     */
-/* ------------------------------------------------------------------------ */
-
-int listen_fd = -1;
-_Atomic int reserve_fd = -1;
-weft_thread *acceptors[64];
-int nacceptors;
-weft_thread *_Atomic acceptor_waiting[64];
-
-/* Puts fd back as the reserve, unless another acceptor re-armed it first. */
-static void reserve_put(int fd) {
-    int expect = -1;
-    if (!atomic_compare_exchange_strong(&reserve_fd, &expect, fd)) close(fd);
-}
-
-/* The spare descriptor, given up to shed load at EMFILE, comes back as soon
- * as a descriptor can be had again: an acceptor that finds it missing tries
- * before each accept (the shedding acceptor's own re-arm can lose the race
- * for the number it freed to another thread opening a file or accepting).
- * While it is there this is one load; while it is missing, one failing
- * open() per accept, and accepts at EMFILE are 10 ms apart. */
-static void reserve_rearm(void) {
-    if (atomic_load_explicit(&reserve_fd, memory_order_relaxed) >= 0) return;
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) reserve_put(fd);
-}
-
-/* A connection ended (its descriptor closed): one more may be accepted. */
-void conn_slot_free(void) {
-    atomic_fetch_sub(&nopen, 1);
-    atomic_fetch_sub(&nconns, 1);
-    for (int i = 0; i < nacceptors; i++) {
-        weft_thread *a = atomic_exchange(&acceptor_waiting[i], NULL);
-        if (a) weft_unpark(a);
-    }
-}
-
-static void log_limited(const char *what, int err) {
-    static _Atomic int64_t last;
-    int64_t now = weft_now();
-    if (now - atomic_load(&last) < NS) return;
-    atomic_store(&last, now);
-    fprintf(stderr, "weft-httpd: %s: %s\n", what, strerror(err));
-}
-
-void *acceptor_main(void *arg) {
-    int me = (int)(intptr_t)arg;
-    while (!atomic_load(&draining)) {
-        /* take a connection slot before accepting (several acceptors share
-         * the limit); at the limit wait for a connection to end */
-        int n = atomic_load(&nconns);
-        if (n >= O.max_conns) {
-            atomic_store(&acceptor_waiting[me], weft_self());
-            if (atomic_load(&nconns) >= O.max_conns && weft_park(weft_now() + NS / 10) == -ECANCELED) return NULL;
-            atomic_store(&acceptor_waiting[me], NULL);
-            continue;
-        }
-        if (!atomic_compare_exchange_weak(&nconns, &n, n + 1)) continue;
-        reserve_rearm();
-        struct sockaddr_storage peer;
-        socklen_t pl = sizeof peer;
-        int fd = weft_accept(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) atomic_fetch_sub(&nconns, 1); /* the slot was not used */
-        if (fd == -ECANCELED) break;
-        if (fd == -EMFILE || fd == -ENFILE) {
-            log_limited("accept (out of file descriptors; shedding connections)", -fd);
-            /* one acceptor at a time gives up the reserve (the exchange) */
-            int rfd = atomic_exchange(&reserve_fd, -1);
-            if (rfd >= 0) {
-                close(rfd);
-                pl = sizeof peer;
-                int x = accept4(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                /* Out of descriptors still?  The EMFILE may be stale: on a
-                 * loaded machine the accept's completion can be handled
-                 * after the connections that filled the table have gone.
-                 * If the reserve can be had back while x is open, there
-                 * is room: serve x rather than shed it. */
-                int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                if (x >= 0 && spare >= 0 && atomic_fetch_add(&nconns, 1) < O.max_conns) {
-                    reserve_put(spare);
-                    atomic_fetch_add(&nopen, 1);
-                    if (dispatch(x, &peer, weft_now()) < 0) {
-                        close(x);
-                        conn_slot_free();
-                    }
-                    continue;
-                }
-                if (x >= 0 && spare >= 0) atomic_fetch_sub(&nconns, 1); /* at the limit after all */
-                if (x >= 0) close(x); /* shed */
-                if (spare < 0) spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                if (spare >= 0) reserve_put(spare);
-            }
-            weft_sleep(10 * 1000000);
-            continue;
-        }
-        if (fd < 0) {
-            if (fd != -ECONNABORTED && fd != -EINTR) log_limited("accept", -fd);
-            if (fd == -ENOBUFS || fd == -ENOMEM) weft_sleep(10 * 1000000);
-            continue;
-        }
-        if (atomic_load_explicit(&reserve_fd, memory_order_relaxed) < 0) {
-            /* The reserve is missing and could not be had back before
-             * this accept: the table is full but for the newcomer's
-             * descriptor (another acceptor's accept, pending in its ring,
-             * can take the number a shedding acceptor freed).  Shed the
-             * newcomer and take its number as the reserve, or shedding
-             * would stop until some connection ends. */
-            int spare = open("/dev/null", O_RDONLY | O_CLOEXEC), shed = spare < 0;
-            if (shed) {
-                close(fd);
-                atomic_fetch_sub(&nconns, 1);
-                spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-            }
-            if (spare >= 0) reserve_put(spare);
-            if (shed) continue;
-        }
-        atomic_fetch_add(&nopen, 1);
-        int r = dispatch(fd, &peer, weft_now());
-        if (r < 0) {
-            log_limited("cannot start a connection", -r);
-            close(fd);
-            conn_slot_free();
-        }
-    }
-    return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* signals                                                                   */
-/* ------------------------------------------------------------------------ */
-
-int sig_fd = -1; /* SIGTERM, SIGINT (server() makes it) */
-
-/* The first SIGTERM/SIGINT starts the drain; a second one cuts it short. */
-void *signal_watcher(void *unused) {
-    struct signalfd_siginfo si;
-    ssize_t r = weft_read(sig_fd, &si, sizeof si);
-    if (r == -ECANCELED) return NULL;
-    /* the flag before the line: whoever reads the line knows that every
-     * answer decided from now on closes its connection */
-    int open_now = atomic_load(&nopen);
-    atomic_store(&draining, 1);
-    if (!O.quiet)
-        fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal((int)si.ssi_signo), open_now);
-    for (int i = 0; i < nacceptors; i++) weft_cancel(acceptors[i]);
-    /* connections waiting for a request: end their wait */
-    pthread_mutex_lock(&conns_lock);
-    for (conn *c = conns_head; c; c = c->next)
-        if (atomic_load(&c->idle)) shutdown(c->fd, SHUT_RD);
-    pthread_mutex_unlock(&conns_lock);
-    r = weft_read(sig_fd, &si, sizeof si);
-    if (r == -ECANCELED) return NULL;
-    if (!O.quiet) fprintf(stderr, "weft-httpd: %s again: not waiting for the drain\n", strsignal((int)si.ssi_signo));
-    atomic_store(&drain_cut, 1);
-    return NULL;
 }

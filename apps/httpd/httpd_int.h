@@ -2,11 +2,10 @@
  * weft-httpd's rooms and what they share.  The server is one program in
  * several files, one concern each (the overall design is httpd.c's essay):
  *   httpd.c       the shared state, the drain's list of connections, and
- *                 the vthreads' bodies that wait on I/O: a connection
- *                 served by a thread (serve_conn: the virtual, thread and
- *                 pool models), the acceptors with their descriptor
- *                 reserve, the signal watcher -- the frames the thread
- *                 dump shows (tests/apps/httpd/dump.c looks for them here);
+ *                 a connection served by a thread (serve_conn: the
+ *                 virtual, thread and pool models);
+ *   acceptor.c    the acceptors with their descriptor reserve, and the
+ *                 signal watcher;
  *   plan.c        response planning: from a parsed request to the bytes of
  *                 a head and where the body comes from -- no sockets, no
  *                 threads (tests/apps/http_plan tests it on its own);

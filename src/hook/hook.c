@@ -96,6 +96,7 @@
  */
 #define _GNU_SOURCE
 #include "../io/io.h"
+#include "hook.h"
 
 #ifndef WEFT__NO_LIBC_REWRITE
 #error "hook.c defines read, write, close ... itself: compile it with -DWEFT__NO_LIBC_REWRITE (CMakeLists.txt)"

@@ -179,6 +179,19 @@ extern const struct weft__io_ops weft__io_uring, weft__io_epoll;
 void weft__uring_fork_child(void);
 void weft__epoll_fork_child(void);
 
+/* ---- the io layer's life: called by the runtime (runtime/runtime.c) ---- */
+
+int weft__io_start(int mode); /* weft_init, before carriers start: choose the backend */
+void weft__io_drain(void);    /* weft_shutdown, before carriers stop: ends the blocking pool */
+void weft__io_stop(void);     /* weft_shutdown, after carriers ended */
+/* pthread_atfork, run by the runtime's handlers: prepare keeps every
+ * poller alive across the fork (parent lets go); in the child, every poller
+ * of the parent's runtime is forgotten -- its descriptors closed, its ring
+ * unmapped, nothing freed or submitted -- and the io layer's state reset. */
+void weft__io_fork_prepare(void);
+void weft__io_fork_parent(void);
+void weft__io_fork_child(void);
+
 /* The backend in use (all zero before weft__io_start and after _stop):
  * written only while no carrier runs, read by everyone. */
 extern struct weft__io_ops weft__io;

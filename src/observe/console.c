@@ -85,6 +85,7 @@
  */
 #define _GNU_SOURCE
 #include "../sched/sched.h"
+#include "observe.h"
 
 #include <errno.h>
 #include <fcntl.h>

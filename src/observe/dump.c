@@ -48,6 +48,7 @@
 #include "../scope/scope.h"
 #include "../exec/exec.h"
 #include "../io/io.h"
+#include "observe.h"
 #include "symbolize.h"
 
 #include <dlfcn.h>

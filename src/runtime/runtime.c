@@ -78,6 +78,9 @@
  */
 #include "../sched/internal.h"
 #include "../async/async_int.h" /* the async layer stops first */
+#include "../hook/hook.h"
+#include "../io/io.h"
+#include "../observe/observe.h"
 
 #include <errno.h>
 #include <limits.h>

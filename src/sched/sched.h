@@ -407,9 +407,6 @@ weft__window *weft__carrier_window(const weft__carrier *c);
  * thread only.
  */
 typedef struct weft__poller weft__poller;
-int weft__io_start(int mode);                 /* weft_init, before carriers start: choose the backend */
-void weft__io_drain(void);                    /* weft_shutdown, before carriers stop: ends the blocking pool */
-void weft__io_stop(void);                     /* weft_shutdown, after carriers ended */
 /* carrier thread at start; NULL and *err (-errno) if it cannot have one,
  * NULL and *err 0 when there is no I/O backend */
 weft__poller *weft__poller_new(int index, int *err);
@@ -422,13 +419,6 @@ int weft__poller_poll(weft__poller *p, weft_thread **out, int max, int cheap);
 /* Sleeps until a completion, a kick or deadline (0: none); then as _poll. */
 int weft__poller_wait(weft__poller *p, int64_t deadline, weft_thread **out, int max);
 void weft__poller_kick(weft__poller *p);      /* any thread */
-/* pthread_atfork, run by the scheduler's handlers: prepare keeps every
- * poller alive across the fork (parent lets go); in the child, every poller
- * of the parent's runtime is forgotten -- its descriptors closed, its ring
- * unmapped, nothing freed or submitted -- and the io layer's state reset. */
-void weft__io_fork_prepare(void);
-void weft__io_fork_parent(void);
-void weft__io_fork_child(void);
 /* The calling carrier's poller (NULL on a platform thread or without io). */
 weft__poller *weft__poller_self(void);
 
@@ -439,15 +429,6 @@ int weft__ensure_init(void);
  * started in, modulo 2^16 (runtime/runtime.c, "Fork"): an object stamped with another
  * value belongs to an ancestor's runtime, which does not exist here. */
 unsigned weft__fork_gen(void);
-void weft__dump_env(void); /* observe: WEFT_DUMP_ON_SIGQUIT */
-/* observe/console.c: the live console (weft.h, "The live console").
- * start: from weft_init, under its lock, once the carriers run; path: the
- * configuration's (NULL: $WEFT_CONSOLE).  Returns 0 (no console asked
- * for, or one serving), or -errno after one line on stderr.  stop: from
- * weft_shutdown, before the carriers stop (and from weft_init's failure
- * path); does nothing when none runs. */
-int weft__console_start(const char *path);
-void weft__console_stop(void);
 int weft__running(void); /* 1 between weft_init and weft_shutdown */
 int64_t weft__effective_deadline(int64_t d);
 void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -595,9 +576,5 @@ const weft_thread *weft__carrier_running(const weft__carrier *c); /* racy read *
  * that may park (errno's address must not change under foreign code). */
 int weft__pin_begin(void);
 void weft__pin_end(int pinned_here);
-/* weft_init: switch the hooks on or off for this runtime (cfg->hook); and
- * weft_shutdown: off */
-void weft__hook_start(int cfg_hook);
-void weft__hook_stop(void);
 
 #endif /* WEFT_SCHED_H */
