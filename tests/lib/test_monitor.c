@@ -392,15 +392,18 @@ TEST(bound_respected) {
     while (atomic_load(&stuck_started) < 1) usleep(1000);
     CHECK_EQ(weft_spawn(&t[1], stuck, NULL, NULL), 0);
     CHECK_EQ(weft_spawn(&t[2], stuck, NULL, NULL), 0);
-    /* two carriers stalled (the configured one and the spare) ... */
+    /* two carriers stalled (the configured one and the spare) ... -- as
+     * pinned in nanosleep, or, where a look found the vthread between two
+     * naps (on a loaded machine it may wait for a CPU there), as a hog:
+     * both are stalls, and either calls for the spare */
     weft_stats s;
     int i;
     for (i = 0; i < 10000; i++) {
         stats(&s);
-        if (s.pinned >= 2) break;
+        if (s.pinned + s.hogs >= 2) break;
         usleep(1000);
     }
-    int two = s.pinned >= 2;
+    int two = s.pinned + s.hogs >= 2;
     /* ... and the third waits: the bound is 1 */
     usleep(200 * 1000);
     int third_started = atomic_load(&stuck_started);
@@ -419,8 +422,10 @@ TEST(bound_respected) {
     CHECK_EQ(atomic_load(&max_spares_seen), 1);
     CHECK(retired);
     stats(&s);
-    CHECK(s.pinned >= 2);
-    CHECK(count_lines(log, "weft: pinned:", "blocked in nanosleep", (char *)NULL) >= 2);
+    CHECK(s.pinned + s.hogs >= 2);
+    CHECK(count_lines(log, "weft: pinned:", "blocked in nanosleep", (char *)NULL) +
+              count_lines(log, "weft: hog:", "has held carrier", (char *)NULL) >=
+          2);
     free(log);
 }
 
