@@ -3,9 +3,10 @@
 
 docs/design.md has the rule and the data, in one place:
   - the layer table (`| layer | files | owns |`): each row is a layer, in
-    order; a layer may use itself and the rows above it.  A file belongs
-    to the row that links it, else to the row named as its folder
-    (src/<layer>/...); a file in neither fails the check.
+    order; a layer may use itself and the rows above it.  Every file of
+    src/ is linked from its row (one missing fails the check, so the table
+    stays the map of the tree); the folder (src/<layer>/...) places a file
+    for the other checks meanwhile.
   - the declared exceptions table (`| from | to | what | why |`): `from`
     is a file (src/...), a layer or * (any layer), `to` a layer, `what` the symbols
     (`weft__poller_*`: a trailing * matches any rest) or headers
@@ -106,6 +107,9 @@ def check_includes(root, lay, out, listing):
             out.append("%s: in no layer (docs/design.md's layer table, or a folder named as a layer)" % rel)
             bad += 1
             continue
+        if rel not in lay.files:
+            out.append("%s: not named in docs/design.md's layer table (add it to the %s row)" % (rel, here))
+            bad += 1
         for num, line in enumerate(open(os.path.join(root, rel), encoding="utf-8", errors="replace"), 1):
             m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
             if not m:
@@ -199,7 +203,7 @@ def main():
     for line in out:
         print(line)
     if bad:
-        print("layers: %d undeclared upward arrow(s); the layers, in order: %s.  Move the code, or declare the"
+        print("layers: %d undeclared upward arrow(s) or unlisted file(s); the layers, in order: %s.  Move the code, or declare the"
               " arrow in docs/design.md's table of declared exceptions, saying why." % (bad, ", ".join(lay.order)))
         return 1
     print("layers: no undeclared upward include or call (%s)" % ", ".join(lay.order))
