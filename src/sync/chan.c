@@ -482,7 +482,7 @@ void weft_chan_free(weft_chan *c) {
     if (!c) return;
     chan_lock(c);
     if (c->recvq.head || c->sendq.head)
-        weft__fatal("weft: weft_chan_free(%p): a thread still waits on the channel", (void *)c);
+        weft__fatal("weft_chan_free(%p): a thread still waits on the channel", (void *)c);
     chan_unlock(c);
     free(c);
 }

@@ -4,10 +4,14 @@
  * platform threads.  The ping-pong's speed is weft-bench's (micro
  * chan-pingpong and chan-buffered), never a test's. */
 #include "harness.h"
+#include "sched/sched.h" /* (a vthread's run state: free_under_waiter_is_fatal waits until it parks) */
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MS 1000000LL
 
@@ -1061,4 +1065,47 @@ TEST(dump_shows_channel_wait) {
     CHECK_EQ(weft_chan_close(c), 0);
     CHECK_EQ(join_val(t), -EPIPE);
     weft_chan_free(c);
+}
+
+/* ---- misuse --------------------------------------------------------------- */
+
+static void *recv_forever(void *arg) {
+    int v;
+    return (void *)(intptr_t)weft_chan_recv((weft_chan *)arg, &v);
+}
+
+/* Freeing a channel a thread waits on stops the program with one line that
+ * names the call once ("weft: weft_chan_free(0x...): ..."; it said "weft:
+ * weft:" before) and SIGABRT, never a use after free. */
+TEST(free_under_waiter_is_fatal) {
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        dup2(p[1], 2);
+        weft_chan *c = chan_new(sizeof(int), 0);
+        weft_thread *t;
+        spawn_ok(&t, recv_forever, c);
+        /* parked, so on the channel's list of waiters */
+        while (atomic_load(&weft__thread_of(t)->rstate) != WEFT__RS_PARKED) usleep(100);
+        weft_chan_free(c);
+        _exit(0); /* not reached */
+    }
+    close(p[1]);
+    char buf[1024];
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof buf - 1 && (k = read(p[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)k;
+    buf[n] = 0;
+    close(p[0]);
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    int named_once = !strncmp(buf, "weft: weft_chan_free(", 21) && !strstr(buf, "weft: weft:") &&
+                     strstr(buf, "a thread still waits on the channel") != NULL;
+    if (!named_once) fprintf(stderr, "the message: '%s'\n", buf);
+    CHECK(named_once);
 }
