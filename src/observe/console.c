@@ -357,9 +357,15 @@ static void header(sbuf *b, sample *s, const sample *prev, int64_t started_at) {
         sb_put(b, "%s\n    {\"index\":%d,\"group\":%u,\"spare\":%s,\"active\":%s,\"tid\":%d,\"busy_pct\":", first ? "" : ",",
                cc.index, cc.group, cc.spare ? "true" : "false", cc.active ? "true" : "false", cc.tid);
         first = 0;
+        /* A carrier that was not running when the window opened (a spare
+         * the monitor started since, or a slot a retired spare left and a
+         * new one took: its clock went back) spent all of its CPU clock
+         * inside the window. Unknown (null): no window yet, or a carrier
+         * whose thread has not started. */
         int64_t dt = prev->t ? s->t - prev->t : 0;
-        if (dt > 0 && cc.cpu_ns >= 0 && prev->cpu[k] >= 0 && cc.cpu_ns >= prev->cpu[k]) {
-            double pct = 100.0 * (double)(cc.cpu_ns - prev->cpu[k]) / (double)dt;
+        if (dt > 0 && cc.cpu_ns >= 0) {
+            int64_t from = prev->cpu[k] >= 0 && cc.cpu_ns >= prev->cpu[k] ? prev->cpu[k] : 0;
+            double pct = 100.0 * (double)(cc.cpu_ns - from) / (double)dt;
             sb_put(b, "%.1f", pct > 100.0 ? 100.0 : pct);
         } else {
             sb_put(b, "null");
