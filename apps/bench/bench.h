@@ -165,6 +165,8 @@ int exp_file_write(const bench_opts *o, bench_report *rep);
 int exp_file_mode_known(const char *mode);
 /* exp_parallel.c: weft_parallel_reduce vs pthreads, OpenMP, Java 17 streams */
 int exp_parallel(const bench_opts *o, bench_report *rep);
+/* exp_scope.c */
+int exp_scope_memory(const bench_opts *o, bench_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */

@@ -96,7 +96,7 @@
 
 enum {
     X_THREADS = 1, X_SLEEP = 2, X_MICRO = 4, X_HTTP_DELAY = 8, X_HTTP_EVERY10 = 16, X_CANCEL = 32, X_FLOOR = 64,
-    X_FILE = 128, X_HTTP_DB = 256, X_PARALLEL = 512, X_ALL = 1023
+    X_FILE = 128, X_HTTP_DB = 256, X_PARALLEL = 512, X_SCOPE = 1024, X_ALL = 2047
 };
 enum { X_HTTP = X_HTTP_DELAY | X_HTTP_EVERY10 | X_HTTP_DB };
 
@@ -115,6 +115,7 @@ static const struct experiment {
     {"page-floor", X_FLOOR, exp_page_floor},
     {"file-write", X_FILE, exp_file_write},
     {"parallel", X_PARALLEL, exp_parallel},
+    {"scope-memory", X_SCOPE, exp_scope_memory},
 };
 
 enum {
@@ -223,6 +224,11 @@ static void usage(FILE *f) {
           "               N vthreads forked in S scopes, blocked in sleep, channel receive, mutex\n"
           "               lock, future get and (K of them) socket read, all cancelled at once\n"
           "               through their owners: cancel_s, live and fds before/after\n"
+          "  scope-memory [-n N=1000000]\n"
+          "               N short tasks through one open scope, in batches of 1,000, each mode in a\n"
+          "               process of its own: detached spawns, weft_fork_released, weft_fork with\n"
+          "               every handle kept: rss_mib, vm_mib, tasks_s, rss_x_detached, and the bound\n"
+          "               (1.5x detached, + 128 B a task when kept): status ok or over\n"
           "  page-floor   [-n N=100000] [--carriers T=CPUs]\n"
           "               the kernel's work alone for N stacks as weft makes them (a guard and one\n"
           "               populated page a slot, 64 a call, T threads): floor_s, ns_per_slot,\n"
@@ -350,7 +356,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof EXPERIMENTS / sizeof EXPERIMENTS[0]; i++)
         if (strcmp(argv[1], EXPERIMENTS[i].name) == 0) x = &EXPERIMENTS[i];
     if (!x) {
-        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel, or report; see --help)\n", argv[1]);
+        fprintf(stderr, "weft-bench: unknown experiment '%s' (threads, sleep-tasks, micro, http-delay, http-every10, http-db, cancel-storm, page-floor, file-write, parallel, scope-memory, or report; see --help)\n", argv[1]);
         return 2;
     }
 

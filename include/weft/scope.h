@@ -58,6 +58,17 @@
  * are valid until weft_scope_close, which cancels what still runs, waits
  * for every task to finish (uninterruptibly: nothing may outlive it) and
  * frees the scope and its tasks.
+ *
+ * Memory.  A scope holds only what its live tasks need: a task's vthread
+ * (its stack, its descriptor) goes back the moment the task ends, as in
+ * Java, where a scope tracks only live threads.  What stays is the task's
+ * record -- state, result, error: 72 bytes -- for its handle, until the
+ * program lets go of it with weft_task_release, or until close.  A scope
+ * that lives as long as a server (a task per connection) forks with
+ * weft_fork_released, which keeps no record at all: its memory is that of
+ * the connections open now, not of every one ever served.  Policies see
+ * every task's outcome either way (a released task's failure still fails
+ * a FAIL_FAST scope).
  */
 /* weft.h first: it includes this header where its concept stands, after
  * the types and sections this one uses; so this header compiles alone. */
@@ -78,11 +89,30 @@ WEFT_API int weft_scope_create(weft_scope **s, weft_scope_policy policy, int64_t
 
 /*
  * Starts fn(arg, &result) in a new vthread of scope s.  Returns the task, or
- * NULL when s is NULL or the vthread cannot be created (no memory).  A fork
+ * NULL with errno set: EINVAL (s or fn NULL, or s closing), ECHILD (s is a
+ * parent process's), ENOMEM or weft_spawn's error.  A fork
  * into a scope already shut down (policy satisfied, deadline passed,
  * cancelled) returns a task that never runs, in state WEFT_TASK_CANCELLED.
  */
 WEFT_API weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *arg);
+
+/*
+ * weft_fork without a handle: for tasks whose outcome only the policy
+ * needs (a connection's task in a server's scope).  Nothing of the task
+ * stays once it ends.  Returns 0; -EINVAL (s or fn NULL, or s closing),
+ * -ECANCELED (s is shut down: fn will not run), -ECHILD (s is a parent
+ * process's), -ENOMEM or weft_spawn's error.
+ */
+WEFT_API int weft_fork_released(weft_scope *s, int (*fn)(void *arg, void **result), void *arg);
+
+/*
+ * Lets go of a task's handle: its record is freed at once if the task has
+ * finished, else as it finishes.  The task itself goes on, and the policy
+ * still sees its outcome.  After it, t is gone: any call with it is a use
+ * after free, which the runtime stops where it can tell (as a closed
+ * scope's).  NULL does nothing.
+ */
+WEFT_API void weft_task_release(weft_task *t);
 
 /* Waits as the policy says (see above).  Returns 0, the failure, -ETIMEDOUT
  * (the scope's deadline) or -ECANCELED (the caller was cancelled, or the

@@ -384,9 +384,9 @@ static void one(weft__stack *s, void *ctx) {
         put(o, "%s\n    {\"id\":%" PRIu64 ",\"name\":", o->first ? "" : ",", id);
         put_str_json(o, name);
         put(o, ",\"state\":\"%s\"", state);
-        /* the scope it is a task of (R is held: tasks and scopes stay) */
-        weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
-        if (task) put(o, ",\"container\":\"scope#%" PRIu64 "\"", task->scope->id);
+        /* the scope it is a task of (its id: the record may go as it ends) */
+        uint64_t tsc = atomic_load_explicit(&t->task_scope, memory_order_relaxed);
+        if (tsc) put(o, ",\"container\":\"scope#%" PRIu64 "\"", tsc);
         else put(o, ",\"container\":\"root\"");
         if (gid) put(o, ",\"group\":%u", gid);
         /* how many scoped-value keys it sees bound -- never their values,
@@ -412,8 +412,8 @@ static void one(weft__stack *s, void *ctx) {
     } else {
         put(o, "#%" PRIu64 " \"%s\" ", id, name);
         if (gid) put(o, "[group %u] ", gid);
-        weft_task *task = (weft_task *)(uintptr_t)ld(&t->task);
-        if (task) put(o, "(scope #%" PRIu64 ") ", task->scope->id);
+        uint64_t tsc = atomic_load_explicit(&t->task_scope, memory_order_relaxed);
+        if (tsc) put(o, "(scope #%" PRIu64 ") ", tsc);
         if (scoped_n) put(o, "[%u scoped binding%s] ", scoped_n, scoped_n == 1 ? "" : "s");
         if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
         else if (parked) {
@@ -567,30 +567,37 @@ static void containers(out *o) {
     for (weft_scope *s = weft__scopes_first(); s; s = s->live_next) {
         int shut = __atomic_load_n(&s->shutdown, __ATOMIC_RELAXED);
         int running = __atomic_load_n(&s->running, __ATOMIC_RELAXED);
+        uint64_t ntasks = __atomic_load_n(&s->ntasks, __ATOMIC_RELAXED);
         if (o->json) {
             put(o, ",\n    {\"container\":\"scope#%" PRIu64 "\",\"parent\":", s->id);
             if (s->parent) put(o, "\"scope#%" PRIu64 "\"", s->parent->id);
             else put(o, "\"root\"");
             if (s->owner) put(o, ",\"owner\":%" PRIu64, s->owner_id);
             else put(o, ",\"owner\":\"platform thread\"");
-            put(o, ",\"policy\":\"%s\",\"state\":\"%s\",\"tasks\":%d,\"running\":%d", policy_name(s->policy),
-                shut ? "shutdown" : "open", s->ntasks, running);
+            put(o, ",\"policy\":\"%s\",\"state\":\"%s\",\"tasks\":%" PRIu64 ",\"running\":%d",
+                policy_name(s->policy), shut ? "shutdown" : "open", ntasks, running);
             /* the opener's scoped-value bindings its forks inherit: a count */
             put(o, ",\"inherited_bindings\":%u", s->inherited);
             if (s->deadline) put(o, ",\"deadline_in_ns\":%" PRId64, s->deadline - o->now);
             put(o, ",\"threads\":[");
             int first = 1;
-            for (weft_task *t = s->tasks; t; t = t->next) {
-                if (!t->thread || atomic_load(&t->state) != WEFT_TASK_RUNNING) continue;
+            /* the live tasks' vthreads: under the scope's lock, which keeps
+             * them from finishing (scope.c, "Records"; R then the scope's
+             * lock, as the tree walks take them) */
+            pthread_mutex_lock(&s->lock);
+            for (weft_task *t = s->live; t; t = t->next) {
+                if (!t->thread) continue;
                 put(o, "%s%" PRIu64, first ? "" : ",", weft_id(t->thread));
                 first = 0;
             }
+            pthread_mutex_unlock(&s->lock);
             put(o, "]}");
         } else {
             put(o, "%*sscope #%" PRIu64 " %s, owner %s", 2 + 2 * depth_of(s), "", s->id, policy_name(s->policy),
                 s->owner ? "" : "a platform thread");
             if (s->owner) put(o, "#%" PRIu64, s->owner_id);
-            put(o, ", %d task%s, %d running%s", s->ntasks, s->ntasks == 1 ? "" : "s", running, shut ? ", shut down" : "");
+            put(o, ", %" PRIu64 " task%s forked, %d running%s", ntasks, ntasks == 1 ? "" : "s", running,
+                shut ? ", shut down" : "");
             if (s->inherited) put(o, ", %u inherited scoped binding%s", s->inherited, s->inherited == 1 ? "" : "s");
             if (s->deadline) put(o, ", deadline in %.3f s", (double)(s->deadline - o->now) / 1e9);
             put(o, "\n");

@@ -1547,6 +1547,9 @@ static void exit_finish(weft__carrier *c, weft_thread *t) {
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
+    /* weft__on_exit's call: after everything above, so that whoever it
+     * tells sees this vthread gone from the counters too */
+    if (t->exit_fn) t->exit_fn(t->exit_arg);
     atomic_store_explicit(&t->rstate, WEFT__RS_DONE, memory_order_relaxed);
     int st = atomic_load_explicit(&t->join_state, memory_order_relaxed);
     if (st == 3) { /* detached (and nobody holds the lock) */
@@ -1686,6 +1689,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->fork_gen = R.fork_gen;
     t->deadline = 0;
     atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
+    atomic_store_explicit(&t->task_scope, 0, memory_order_relaxed);
+    t->exit_fn = NULL;
+    t->exit_arg = NULL;
     t->scopes = NULL;
     t->scope_deadline = 0;
     t->par = NULL;
@@ -1978,6 +1984,12 @@ int64_t weft_deadline_set(int64_t d) {
     int64_t old = *slot;
     *slot = d < 0 ? 0 : d;
     return old;
+}
+
+void weft__on_exit(void (*fn)(void *), void *arg) {
+    weft_thread *self = weft__self();
+    self->exit_fn = fn;
+    self->exit_arg = arg;
 }
 
 void (*_Atomic weft__cancel_hook)(weft_thread *t);

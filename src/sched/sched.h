@@ -184,6 +184,12 @@ struct weft_thread {
      * descriptor's address.  Written by whoever frees it, read by any
      * thread holding a handle. */
     _Atomic uint64_t gen;
+    /* scopes (src/scope): the id of the scope this vthread runs a task for
+     * (0: none), for the dump (written by the vthread as it starts, read
+     * racily); and what its carrier calls once it has ended (weft__on_exit) */
+    _Atomic uint64_t task_scope;
+    void (*exit_fn)(void *);
+    void *exit_arg;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -377,6 +383,14 @@ extern void (*_Atomic weft__scoped_exit_hook)(const weft__sframe *f);
 /* A vthread ends (vthread_start, on the vthread, after fn returned):
  * runs its locals' destructors, then frees its storage. */
 void weft__locals_end(weft_thread *self);
+
+/* The calling vthread's last act: once it has ended -- its function
+ * returned, its locals' destructors ran, its stack is released and it no
+ * longer counts as live -- its carrier calls fn(arg), outside any vthread
+ * (it must not block: a mutex held for a few instructions at most).  One
+ * per vthread; the scope layer's tasks use it to say "ended" only when
+ * nothing of them is left (scope.c, "Completion"). */
+void weft__on_exit(void (*fn)(void *), void *arg);
 /* weft_shutdown, after the carriers stopped: frees the storage of the
  * daemons it abandons (their destructors do not run). */
 void weft__locals_abandon(weft_thread *t);
@@ -455,6 +469,7 @@ void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1
  * racing each other on one object are not caught reliably. */
 enum {
     WEFT__MAGIC_SCOPE = 0x53636f70,  /* "Scop" */
+    WEFT__MAGIC_TASK = 0x5461736b,   /* "Task" */
     WEFT__MAGIC_FUTURE = 0x46757475, /* "Futu" */
     WEFT__MAGIC_FILE = 0x46696c65,   /* "File" */
     WEFT__MAGIC_EXEC = 0x45786563,   /* "Exec" */

@@ -1,13 +1,29 @@
 /*
  * Structured concurrency: scopes and tasks.
  *
- * Structures.  A scope (malloc'd) has a mutex-guarded list of its tasks
- * (malloc'd, freed with the scope), counts of tasks started and still
- * running, the policy's outcome (first error, first success), a shutdown
- * flag, and at most one joiner (parker + token).  Every task runs in a
- * joinable vthread whose descriptor points at the task (weft_thread.task);
- * the scope keeps the descriptors valid until close joins them, which is
- * what makes it safe to weft_cancel a task's vthread at any time before.
+ * Structures.  A scope (malloc'd) has, under its mutex, two doubly linked
+ * lists of task records -- `live` (forked, not finished) and `kept`
+ * (finished, the program still holds the handle) -- the counts of tasks
+ * forked and not yet ended, the policy's outcome (first error, the
+ * winner's result), a shutdown flag, and at most one joiner (parker +
+ * token).  Every task runs in a detached vthread: a server's scope that
+ * lives for months holds only what its live tasks need, as Java's
+ * StructuredTaskScope tracks only live threads.
+ *
+ * Records.  A task's record (struct weft_task, 72 bytes) is what its
+ * handle reads: state, result, error.  It goes on `live` at fork; the
+ * vthread stores its descriptor in it as it starts (t->thread) and, as it
+ * finishes, records the outcome, clears t->thread and moves the record to
+ * `kept` -- or frees it, if the program has let go of the handle
+ * (weft_task_release, or weft_fork_released, which never gives one).
+ * weft_task_release of a finished task frees it at once; close frees what
+ * is left on `kept`.  A vthread's descriptor is read only from a record
+ * on `live`, under the scope's lock: the vthread cannot finish (it needs
+ * that lock to leave `live`), so the descriptor cannot be freed or reused
+ * while it is read -- what makes it safe to cancel a task's vthread at any
+ * time.  A record forked before the vthread starts has no descriptor yet;
+ * the vthread, taking the lock to store it, sees a shutdown made meanwhile
+ * and cancels itself.
  *
  * Ownership chains.  The scopes a thread owns form a chain from its
  * innermost scope (weft_thread.scopes, or a thread-local for a platform
@@ -19,26 +35,29 @@
  * every ownership chain; each scope's own mutex guards its tasks and
  * counts.  Order: R, then scope locks from parent to child.  Cancelling a
  * tree (shutdown, a failure under FAIL_FAST, weft_cancel of an owner)
- * takes R, then walks: for each task still running, weft__cancel_one its
- * vthread and recurse into the scopes that vthread owns.  Descriptors are
- * valid throughout: a scope cannot be closed (unlinked, joined, freed)
- * while R is held.
+ * takes R, then walks: under the scope's lock, for each record on `live`,
+ * weft__cancel_one its vthread and recurse into the scopes that vthread
+ * owns (their locks inside this one: parent to child).  Scopes stay
+ * throughout: one cannot be closed (unlinked, freed) while R is held.
  *
  * Completion.  A task's vthread runs fn, then under the scope's lock
- * records the outcome, applies the policy, decrements `running`, and wakes
- * the joiner if join can now return.  After that unlock it never touches
- * the scope or the task again.  If the policy asks for a shutdown, the
- * vthread does it before the final accounting (while it still counts as
- * running, so the scope cannot be freed under it).
+ * records the outcome, applies the policy (FAIL_FAST sees every failure
+ * here, released or not) and takes its record off `live`.  If the policy
+ * asks for a shutdown, the vthread does it next.  Then it ends, and only
+ * once it has ended -- its locals' destructors run, its stack released, no
+ * longer live in the counters -- does its carrier call task_ended
+ * (weft__on_exit), which decrements `running` and wakes the joiner if join
+ * can now return.  So "nothing forked in a scope outlives close" holds to
+ * the last instruction, as joining each vthread made it hold before; the
+ * scope cannot be freed while `running` counts a task.
  *
  * Close.  Shuts the scope down, waits (uncancellable park) until no task
- * runs, joins every vthread (uncancellable), unlinks it from the registry
- * and its owner's chain, and frees it.  A task keeps its vthread's
- * descriptor (weft__thread_of of the handle: the tree walks read it), not
- * the handle.  The free poisons the scope's magic word first, and close,
- * join, fork and shutdown check it: a call with a closed scope stops the
- * program with a message rather than freeing twice (sched.h, "heap
- * objects").
+ * runs, unlinks it from the registry and its owner's chain, and frees it
+ * and the records still kept.  The free poisons the scope's magic word
+ * first, and close, join, fork and shutdown check it: a call with a closed
+ * scope stops the program with a message rather than freeing twice
+ * (sched.h, "heap objects"); a task's calls check its record's the same
+ * way (released, or its scope closed).
  *
  * Scoped values (weft/local.h, sched/local.c).  A scope captures its
  * opener's innermost scoped-value frame at open, and each task's vthread
@@ -85,6 +104,10 @@ static int stale(const weft_scope *s) { return s->fork_gen != weft__fork_gen(); 
 _Static_assert(offsetof(weft_scope, magic) >= 32 && offsetof(weft_scope, magic) + 4 <= sizeof(weft_scope) - 8,
                "the magic word must lie where glibc's free leaves it");
 #define CHECK_OPEN(s, call) WEFT__CHECK_LIVE(s, WEFT__MAGIC_SCOPE, call, "not an open scope (closed already?)")
+_Static_assert(offsetof(weft_task, magic) >= 32 && offsetof(weft_task, magic) + 4 <= sizeof(weft_task) - 8,
+               "the magic word must lie where glibc's free leaves it");
+#define CHECK_TASK(t, call) \
+    WEFT__CHECK_LIVE(t, WEFT__MAGIC_TASK, call, "not a task handle (released already, or its scope closed?)")
 
 static void fork_child(void) {
     R = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
@@ -120,16 +143,14 @@ static void cancel_tree_locked(weft_scope *s, int external) {
     pthread_mutex_lock(&s->lock);
     s->shutdown = 1;
     if (external) s->cancelled = 1;
-    pthread_mutex_unlock(&s->lock);
-    /* the task list only grows, and only its owner appends; a task's
-     * vthread is valid until close, which needs R */
-    for (weft_task *t = s->tasks; t; t = t->next) {
-        if (atomic_load(&t->state) != WEFT_TASK_RUNNING || !t->thread) continue;
+    /* a vthread on `live` cannot finish while we hold the lock ("Records");
+     * one not started yet cancels itself as it starts */
+    for (weft_task *t = s->live; t; t = t->next) {
+        if (!t->thread) continue;
         weft__cancel_one(t->thread);
         cancel_owned_locked(t->thread);
     }
     /* a joiner waiting for the policy: shutdown is an answer */
-    pthread_mutex_lock(&s->lock);
     if (s->joiner) {
         weft__unpark(s->joiner, s->joiner_token, WEFT__PS_WOKEN);
         s->joiner = NULL;
@@ -208,6 +229,37 @@ int weft_scope_create(weft_scope **out, weft_scope_policy policy, int64_t deadli
     return 0;
 }
 
+static void list_push(weft_task **head, weft_task *t) {
+    t->prev = NULL;
+    t->next = *head;
+    if (*head) (*head)->prev = t;
+    *head = t;
+}
+
+static void list_del(weft_task **head, weft_task *t) {
+    if (t->prev) t->prev->next = t->next;
+    else *head = t->next;
+    if (t->next) t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+}
+
+static void task_free(weft_task *t) {
+    WEFT__KILL(t);
+    free(t);
+}
+
+/* A task's vthread has ended (its carrier calls this: weft__on_exit). */
+static void task_ended(void *arg) {
+    weft_scope *s = arg;
+    pthread_mutex_lock(&s->lock);
+    s->running--;
+    if (s->joiner && (s->running == 0 || s->shutdown)) {
+        weft__unpark(s->joiner, s->joiner_token, WEFT__PS_WOKEN);
+        s->joiner = NULL;
+    }
+    pthread_mutex_unlock(&s->lock); /* last touch of s */
+}
+
 /* The task's vthread. */
 static void *task_main(void *arg) {
     weft_task *t = arg;
@@ -216,8 +268,16 @@ static void *task_main(void *arg) {
     self->scope_deadline = s->deadline;
     weft__scoped_adopt(s->bindings); /* the opener's bindings at open */
     atomic_store_explicit(&self->task, t, memory_order_relaxed);
+    atomic_store_explicit(&self->task_scope, s->id, memory_order_relaxed);
+    weft__on_exit(task_ended, s);
+    pthread_mutex_lock(&s->lock);
+    t->thread = self;
+    if (s->shutdown) weft__cancel_one(self); /* shut down before we could be reached */
+    int (*fn)(void *, void **) = t->fn;
+    void *fa = t->arg;
+    pthread_mutex_unlock(&s->lock);
     void *result = NULL;
-    int rc = t->fn(t->arg, &result);
+    int rc = fn(fa, &result);
     int cancelled = weft_cancelled();
     /* my own scopes must be closed by now; if fn left any open, close them
      * (a structure violation, but nothing may outlive its scope) */
@@ -230,85 +290,126 @@ static void *task_main(void *arg) {
     }
     int shut = 0;
     pthread_mutex_lock(&s->lock);
-    t->result = result;
-    t->error = rc;
     int st = rc == 0 ? WEFT_TASK_SUCCEEDED : (rc == -ECANCELED || (cancelled && s->shutdown)) ? WEFT_TASK_CANCELLED
                                                                                                : WEFT_TASK_FAILED;
     if (rc != 0 && !s->first_error && st == WEFT_TASK_FAILED) s->first_error = rc;
     if (!s->shutdown) {
         if (s->policy == WEFT_SCOPE_FAIL_FAST && st == WEFT_TASK_FAILED) shut = 1;
         if (s->policy == WEFT_SCOPE_FIRST_SUCCESS && st == WEFT_TASK_SUCCEEDED) {
-            s->winner = t;
+            s->has_winner = 1;
+            s->winner_result = result;
             shut = 1;
         }
     }
-    atomic_store(&t->state, st);
-    pthread_mutex_unlock(&s->lock);
+    list_del(&s->live, t);
+    t->thread = NULL;
+    atomic_store_explicit(&self->task, NULL, memory_order_relaxed);
+    if (t->released) {
+        free(t); /* nobody can ask (its magic went at the release) */
+    } else {
+        t->result = result;
+        t->error = rc;
+        atomic_store(&t->state, st);
+        list_push(&s->kept, t);
+    }
+    pthread_mutex_unlock(&s->lock); /* last touch of t */
     if (shut) {
         pthread_mutex_lock(&R);
         cancel_tree_locked(s, 0);
         pthread_mutex_unlock(&R);
     }
-    pthread_mutex_lock(&s->lock);
-    s->running--;
-    if (s->joiner && (s->running == 0 || s->shutdown)) {
-        weft__unpark(s->joiner, s->joiner_token, WEFT__PS_WOKEN);
-        s->joiner = NULL;
-    }
-    pthread_mutex_unlock(&s->lock); /* last touch of s and t */
-    return NULL;
+    return NULL; /* `running` still counts us: task_ended, once we are gone */
 }
 
-weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *arg) {
-    if (!s || !fn) return NULL;
-    CHECK_OPEN(s, "weft_fork");
-    if (s->closing || stale(s)) return NULL;
+/* Fork's common part: the record, on `live` and running, or (the scope
+ * shut down) on `kept`, cancelled; NULL without memory or a vthread. */
+static weft_task *fork_task(weft_scope *s, int (*fn)(void *, void **), void *arg, int released) {
     weft_task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->scope = s;
     t->fn = fn;
     t->arg = arg;
+    t->magic = WEFT__MAGIC_TASK;
+    t->released = (unsigned char)released;
     pthread_mutex_lock(&s->lock);
-    int shut = s->shutdown;
-    if (!shut) s->running++;
-    atomic_store(&t->state, shut ? WEFT_TASK_CANCELLED : WEFT_TASK_RUNNING);
-    if (shut) t->error = -ECANCELED;
-    pthread_mutex_unlock(&s->lock);
-    if (!shut) {
-        weft_thread_opts a = {.name = "task"};
-        weft_thread *th;
-        int r = weft_spawn(&th, task_main, t, &a);
-        if (r < 0) {
-            pthread_mutex_lock(&s->lock);
-            s->running--;
+    s->ntasks++;
+    if (s->shutdown) { /* never runs */
+        t->error = -ECANCELED;
+        atomic_store(&t->state, WEFT_TASK_CANCELLED);
+        if (released) {
             pthread_mutex_unlock(&s->lock);
             free(t);
+            errno = ECANCELED;
             return NULL;
         }
-        t->thread = weft__thread_of(th); /* the descriptor: the tree walks read it (sched.h, "handles") */
+        list_push(&s->kept, t);
+        pthread_mutex_unlock(&s->lock);
+        return t;
     }
-    /* append (owner only); published under R so that tree walkers see a
-     * task only with its thread set */
-    pthread_mutex_lock(&R);
-    t->next = NULL;
-    if (s->tasks_tail) s->tasks_tail->next = t;
-    else s->tasks = t;
-    s->tasks_tail = t;
-    s->ntasks++;
-    int late_shut = s->shutdown && !shut;
-    if (late_shut && t->thread) { /* shut down while we were spawning */
-        weft__cancel_one(t->thread);
-        cancel_owned_locked(t->thread);
+    atomic_store(&t->state, WEFT_TASK_RUNNING);
+    s->running++;
+    list_push(&s->live, t);
+    pthread_mutex_unlock(&s->lock);
+    weft_thread_opts a = {.name = "task"};
+    int r = weft_spawn(NULL, task_main, t, &a); /* detached: its stack goes as it ends */
+    if (r < 0) {
+        pthread_mutex_lock(&s->lock);
+        list_del(&s->live, t);
+        s->running--;
+        s->ntasks--;
+        pthread_mutex_unlock(&s->lock);
+        free(t);
+        errno = -r;
+        return NULL;
     }
-    pthread_mutex_unlock(&R);
-    return t;
+    return t; /* (released: the vthread's now -- it may have ended and freed it already) */
+}
+
+weft_task *weft_fork(weft_scope *s, int (*fn)(void *arg, void **result), void *arg) {
+    if (!s || !fn) {
+        errno = EINVAL;
+        return NULL;
+    }
+    CHECK_OPEN(s, "weft_fork");
+    if (s->closing || stale(s)) {
+        errno = stale(s) ? ECHILD : EINVAL;
+        return NULL;
+    }
+    return fork_task(s, fn, arg, 0);
+}
+
+int weft_fork_released(weft_scope *s, int (*fn)(void *arg, void **result), void *arg) {
+    if (!s || !fn) return -EINVAL;
+    CHECK_OPEN(s, "weft_fork_released");
+    if (stale(s)) return -ECHILD;
+    if (s->closing) return -EINVAL;
+    return fork_task(s, fn, arg, 1) ? 0 : -errno;
+}
+
+void weft_task_release(weft_task *t) {
+    if (!t) return;
+    CHECK_TASK(t, "weft_task_release");
+    weft_scope *s = t->scope;
+    if (stale(s)) { /* a parent process's: its lock may be held by a thread not here */
+        WEFT__KILL(t);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    WEFT__KILL(t);
+    if (atomic_load(&t->state) == WEFT_TASK_RUNNING) { /* on `live` (the state changes under the lock) */
+        t->released = 1; /* its vthread frees it as it finishes */
+    } else {
+        list_del(&s->kept, t);
+        free(t);
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Join's answer once it may return (lock held): the policy's answer if it
  * has one; else, if the scope was shut down from outside, -ETIMEDOUT or
  * -ECANCELED; else (every task done) the outcome of them all. */
 static int outcome_locked(weft_scope *s) {
-    if (s->policy == WEFT_SCOPE_FIRST_SUCCESS && s->winner) return 0;
+    if (s->policy == WEFT_SCOPE_FIRST_SUCCESS && s->has_winner) return 0;
     if (s->policy == WEFT_SCOPE_FAIL_FAST && s->first_error) return s->first_error;
     if (s->cancelled) return s->timed_out ? -ETIMEDOUT : -ECANCELED;
     if (s->running == 0) return s->first_error;
@@ -365,9 +466,9 @@ int(weft_scope_join)(weft_scope *s) { return weft__scope_join_at(s, NULL, 0); }
 
 void *weft_scope_result(weft_scope *s) {
     if (!s) return NULL;
-    if (stale(s)) return s->winner ? s->winner->result : NULL; /* as at the fork; no lock */
+    if (stale(s)) return s->has_winner ? s->winner_result : NULL; /* as at the fork; no lock */
     pthread_mutex_lock(&s->lock);
-    void *r = s->winner ? s->winner->result : NULL;
+    void *r = s->has_winner ? s->winner_result : NULL;
     pthread_mutex_unlock(&s->lock);
     return r;
 }
@@ -423,8 +524,6 @@ void weft_scope_close(weft_scope *s) {
         if (s->joiner == p) s->joiner = NULL;
         pthread_mutex_unlock(&s->lock);
     }
-    for (weft_task *t = s->tasks; t; t = t->next)
-        if (t->thread) weft__join_nocancel(t->thread, NULL);
     pthread_mutex_lock(&R);
     if (*head == s) *head = s->owner_prev;
     else { /* not the innermost of this thread: unlink from wherever it is */
@@ -438,10 +537,10 @@ void weft_scope_close(weft_scope *s) {
     else live_head = s->live_next;
     if (s->live_next) s->live_next->live_prev = s->live_prev;
     pthread_mutex_unlock(&R);
-    weft_task *t = s->tasks;
+    weft_task *t = s->kept; /* (`live` is empty: nothing runs) */
     while (t) {
         weft_task *nx = t->next;
-        free(t);
+        task_free(t);
         t = nx;
     }
     pthread_mutex_destroy(&s->lock);
@@ -449,14 +548,21 @@ void weft_scope_close(weft_scope *s) {
     free(s);
 }
 
-int weft_task_state(weft_task *t) { return t ? atomic_load(&t->state) : -EINVAL; }
+int weft_task_state(weft_task *t) {
+    if (!t) return -EINVAL;
+    CHECK_TASK(t, "weft_task_state");
+    return atomic_load(&t->state);
+}
 
 void *weft_task_result(weft_task *t) {
-    return t && atomic_load(&t->state) == WEFT_TASK_SUCCEEDED ? t->result : NULL;
+    if (!t) return NULL;
+    CHECK_TASK(t, "weft_task_result");
+    return atomic_load(&t->state) == WEFT_TASK_SUCCEEDED ? t->result : NULL;
 }
 
 int weft_task_error(weft_task *t) {
     if (!t) return -EINVAL;
+    CHECK_TASK(t, "weft_task_error");
     int st = atomic_load(&t->state);
     return st == WEFT_TASK_FAILED || st == WEFT_TASK_CANCELLED ? t->error : 0;
 }

@@ -9,15 +9,19 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* A task's record: what its handle needs, freed as soon as nobody can ask
+ * (scope.c, "Records").  72 bytes. */
 struct weft_task {
     weft_scope *scope;
-    struct weft_task *next;   /* the scope's list (appended under R) */
-    weft_thread *thread;      /* NULL if it never ran */
+    struct weft_task *prev, *next; /* on s->live while it runs, then on s->kept while its handle is held */
+    weft_thread *thread;      /* its vthread's descriptor: set as it starts, cleared as it finishes (under the scope's lock) */
     int (*fn)(void *, void **);
     void *arg;
-    void *result;
+    uint32_t magic;           /* WEFT__MAGIC_TASK; _DEAD once released or freed (sched.h: 32 bytes in, not last) */
     int error;
+    void *result;
     _Atomic int state;        /* WEFT_TASK_* */
+    unsigned char released;   /* the program let go of the handle (under the scope's lock) */
 };
 
 struct weft_scope {
@@ -32,15 +36,17 @@ struct weft_scope {
     weft_scope *owner_prev;   /* the owner's next-outer owned scope (under R) */
     weft_scope *live_prev, *live_next; /* registry (under R) */
     pthread_mutex_t lock;     /* guards what follows */
-    weft_task *tasks, *tasks_tail;
-    int ntasks;
-    int running;
+    weft_task *live;          /* forked and not finished: the tree walks cancel these */
+    weft_task *kept;          /* finished, their handles held: freed by release or close */
+    uint64_t ntasks;          /* forked, in all */
+    int running;              /* forked and not ended: until the vthread is gone (weft__on_exit) */
     int shutdown;
     int timed_out;
     int cancelled;            /* shut down from outside the policy */
     int closing;              /* owner only */
     int first_error;
-    weft_task *winner;        /* FIRST_SUCCESS */
+    int has_winner;           /* FIRST_SUCCESS: winner_result is the winner's */
+    void *winner_result;
     weft__parker *joiner;
     uint64_t joiner_token;
     /* the opener's scoped-value bindings at open: its forks see them (on

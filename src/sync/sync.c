@@ -713,14 +713,35 @@ static void wake_all(weft__waitq *q) {
     weft__wq_unlock(q);
 }
 
+/* The last count (1 -> 0) is taken under the queue's lock, and its waking
+ * done before that lock is let go; an awaiter returns only after it has
+ * held the lock once count read 0 (await, wait_for_word).  So once any
+ * await has returned, no count_down still touches the latch: the program
+ * may destroy it, or init it again for another round, at once -- as
+ * POSIX allows for a semaphore whose waiters have returned.  (Before, the
+ * last count_down could still be on its way to wake_all when the awaiter,
+ * seeing 0, returned and re-inited the latch; the stale wake then hit the
+ * next round's waiter: "woken without a grant".) */
 int weft_latch_count_down(weft_latch *l) {
     unsigned s = ld(&l->count);
     for (;;) {
         if (s == 0) return -EINVAL;
-        if (cas(&l->count, &s, s - 1)) break;
+        if (s == 1) {
+            weft__wq_lock(&l->q);
+            if (cas(&l->count, &s, 0)) {
+                weft__waiter *w;
+                while ((w = weft__wq_pop(&l->q))) {
+                    w->granted = G_WOKEN;
+                    if (!weft__wq_wake(w)) w->granted = G_NONE;
+                }
+                weft__wq_unlock(&l->q);
+                return 0;
+            }
+            weft__wq_unlock(&l->q);
+            continue;
+        }
+        if (cas(&l->count, &s, s - 1)) return 0;
     }
-    if (s == 1) wake_all(&l->q);
-    return 0;
 }
 
 int weft_latch_add(weft_latch *l, unsigned n) {
@@ -756,6 +777,10 @@ static int wait_for_word(weft__waitq *q, unsigned *word, unsigned until, int64_t
     if (r == 0) {
         check_granted(&w, why == WEFT__WHY_ONCE ? "weft_once" : "weft_latch_await");
         (void)ld_acq(word); /* acquire what the waker published */
+        /* the waker may still be waking others under the lock: wait until
+         * it has let go (weft_latch_count_down) */
+        weft__wq_lock(q);
+        weft__wq_unlock(q);
         return 0;
     }
     weft__wq_lock(q);
@@ -765,7 +790,11 @@ static int wait_for_word(weft__waitq *q, unsigned *word, unsigned until, int64_t
 }
 
 int weft__latch_await_at(weft_latch *l, int64_t deadline, const char *file, int line) {
-    if (ld_acq(&l->count) == 0) return 0;
+    if (ld_acq(&l->count) == 0) { /* the last count_down may still hold the lock (above) */
+        weft__wq_lock(&l->q);
+        weft__wq_unlock(&l->q);
+        return 0;
+    }
     return wait_for_word(&l->q, &l->count, 0, deadline, WEFT__WHY_LATCH, l, file, line);
 }
 

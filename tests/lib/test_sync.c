@@ -1275,6 +1275,37 @@ TEST(latch_race_count_down_vs_await) {
     }
 }
 
+/* One latch, re-inited for each round as soon as the await returns, while
+ * the round's detached counters may still be inside count_down: no stale
+ * wake may reach the next round's await (it stopped the program with
+ * "woken without a grant" before the last count was taken under the
+ * queue's lock; seen from weft-bench scope-memory).  From a platform
+ * thread and from a vthread. */
+static weft_latch reused;
+static void *reused_counter(void *arg) {
+    (void)arg;
+    CHECK_EQ(weft_latch_count_down(&reused), 0);
+    return NULL;
+}
+static void *reuse_rounds(void *arg) {
+    (void)arg;
+    for (int round = 0; round < SCALE(3000); round++) {
+        int n = 1 + round % 8;
+        CHECK_EQ(weft_latch_init(&reused, (unsigned)n), 0);
+        for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(NULL, reused_counter, NULL, NULL), 0);
+        CHECK_EQ(weft_latch_await(&reused), 0);
+        CHECK_EQ(weft_latch_destroy(&reused), 0);
+    }
+    return NULL;
+}
+TEST(latch_reinit_right_after_await) {
+    start(2);
+    reuse_rounds(NULL);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, reuse_rounds, NULL, NULL), 0);
+    CHECK_EQ(weft_join(t, NULL), 0);
+}
+
 TEST(latch_cancel_and_deadline) {
     start(2);
     weft_latch l = WEFT_LATCH_INIT(1);
