@@ -23,7 +23,9 @@ static int echo(void *arg, void **result) {
     return n < 0 ? (int)n : 0;
 }
 
-/* accepts CLIENTS connections, a task per connection in one scope */
+/* accepts CLIENTS connections, a task per connection in one scope; forked
+ * without a handle (weft_fork_released): a finished connection leaves
+ * nothing behind, however long the scope stays open */
 static void *serve(void *arg) {
     int lfd = (int)(intptr_t)arg;
     weft_scope *s;
@@ -35,9 +37,8 @@ static void *serve(void *arg) {
             r = fd;
             break;
         }
-        if (!weft_fork(s, echo, (void *)(intptr_t)fd)) {
+        if ((r = weft_fork_released(s, echo, (void *)(intptr_t)fd)) < 0) {
             weft_close(fd);
-            r = -ENOMEM;
             break;
         }
     }
