@@ -566,8 +566,40 @@ WEFT_API int64_t weft_deadline_set(int64_t deadline_ns);
  */
 WEFT_API int weft_cancel(weft_thread *t);
 
-/* 1 when the calling vthread has been cancelled, else 0. */
+/* 1 when the calling vthread has been cancelled (and is not inside a
+ * shield), else 0. */
 WEFT_API int weft_cancelled(void);
+
+/*
+ * Shielded cleanup (Trio's shielded cancel scope, Kotlin's
+ * withContext(NonCancellable)).  Between weft_shield_begin and
+ * weft_shield_end the calling thread's blocking calls run even though it
+ * is cancelled -- by weft_cancel, its scope's shutdown, or a deadline of
+ * its own or of its scopes -- so a cancelled connection can still tell a
+ * hub it is leaving with a blocking channel send, or send a goodbye line
+ * with weft_send.  They are bounded instead by the shield's own deadline
+ * (absolute, weft_now(); 0 = none, which lets cleanup block forever: give
+ * one), and by each call's own (_until).  weft_cancelled() reads 0 inside.
+ * A cancellation that came before or during the shield is not lost: it
+ * applies again at weft_shield_end, which then returns -ECANCELED (else
+ * 0).  Scopes opened inside a shield are shielded too: the thread's
+ * cancellation does not reach their tasks.  Shields nest; end them in
+ * reverse order, on the thread that began them:
+ *
+ *   weft_shield sh;
+ *   weft_shield_begin(&sh, weft_now() + 2000000000); // 2 s
+ *   weft_chan_send(hub, &leaving);            // completes though cancelled
+ *   weft_send(fd, "bye\n", 4, MSG_NOSIGNAL);
+ *   weft_shield_end(&sh);                     // -ECANCELED: cancelled again
+ *
+ * weft_shield_begin returns 0, or -EINVAL (sh NULL, deadline_ns < 0).
+ */
+typedef struct weft_shield {
+    int64_t saved_deadline, saved_scope_deadline;
+    int saved_shielded;
+} weft_shield;
+WEFT_API int weft_shield_begin(weft_shield *sh, int64_t deadline_ns);
+WEFT_API int weft_shield_end(weft_shield *sh);
 
 /* ------------------------------------------------------------------------ */
 /* Parking (java.util.concurrent.locks.LockSupport)                         */
@@ -712,6 +744,12 @@ WEFT_API int weft_io_backend(void);
 /* ------------------------------------------------------------------------ */
 
 #include "weft/future.h"
+
+/* ------------------------------------------------------------------------ */
+/* Signals                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#include "weft/signal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Structured concurrency: scopes and tasks                                 */

@@ -197,11 +197,12 @@ static WEFT_TLS weft__parker tls_parker;   /* a platform thread's park word */
  * threads; no other platform thread is ever cancelled) */
 struct weft__pcancel {
     _Atomic int cancelled;
+    _Atomic int shielded; /* weft_shield_begin on this platform thread */
     _Atomic int efd;     /* eventfd written by a cancel, made on demand; -1 none */
     int enabled;
     weft__parker *parker;
 };
-static WEFT_TLS weft__pcancel tls_pc = {0, -1, 0, NULL};
+static WEFT_TLS weft__pcancel tls_pc = {0, 0, -1, 0, NULL};
 static WEFT_TLS int64_t tls_deadline;      /* a platform thread's deadline */
 
 /* ------------------------------------------------------------------------ */
@@ -1253,16 +1254,26 @@ uint64_t weft__park_begin_nocancel(weft__parker **pp, int kind) {
 uint64_t weft__park_begin(weft__parker **pp, int kind) {
     weft_thread *self = weft__self();
     weft__parker *p;
+    _Atomic int *cancelled, *shielded;
     if (self) {
         p = &self->parker;
-        if (atomic_load_explicit(&self->cancelled, memory_order_relaxed)) return 0;
+        cancelled = &self->cancelled;
+        shielded = &self->shielded;
     } else {
         p = &tls_parker;
-        if (atomic_load_explicit(&tls_pc.cancelled, memory_order_relaxed)) return 0;
+        cancelled = &tls_pc.cancelled;
+        shielded = &tls_pc.shielded;
     }
+    /* inside a shield a cancellation waits for weft_shield_end (the
+     * canceller leaves a shielded park alone: weft__cancel_one) */
+    if (atomic_load_explicit(shielded, memory_order_relaxed)) {
+        *pp = p;
+        return publish_park(self, p, kind);
+    }
+    if (atomic_load_explicit(cancelled, memory_order_relaxed)) return 0;
     *pp = p;
     uint64_t tok = publish_park(self, p, kind);
-    if (self ? atomic_load(&self->cancelled) : atomic_load(&tls_pc.cancelled)) {
+    if (atomic_load(cancelled)) {
         uint64_t e = tok;
         atomic_compare_exchange_strong(&p->word, &e, (tok & ~(uint64_t)0xF) | WEFT__PS_CANCELLED);
         return 0;
@@ -1686,6 +1697,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->timer_heap = -1;
     atomic_store_explicit(&t->permit, 0, memory_order_relaxed);
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->shielded, 0, memory_order_relaxed);
     t->fork_gen = R.fork_gen;
     t->deadline = 0;
     atomic_store_explicit(&t->task, NULL, memory_order_relaxed);
@@ -1998,7 +2010,10 @@ void weft__cancel_one(weft_thread *t) {
     atomic_store(&t->cancelled, 1); /* seq_cst: pairs with weft__park_begin */
     uint64_t w = atomic_load(&t->parker.word);
     unsigned st = WEFT__PW_STATE(w);
-    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w))
+    /* a park inside a shield is left alone: the shield was set (seq_cst)
+     * before that park was published, and ends only after it has ended */
+    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w) &&
+        !atomic_load(&t->shielded))
         weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
 }
 
@@ -2018,7 +2033,52 @@ void **weft__platform_scopes(void) { return &tls_scopes; }
 
 int weft_cancelled(void) {
     weft_thread *self = weft__self();
-    return self ? atomic_load(&self->cancelled) : atomic_load(&tls_pc.cancelled);
+    if (self) return atomic_load(&self->cancelled) && !atomic_load_explicit(&self->shielded, memory_order_relaxed);
+    return atomic_load(&tls_pc.cancelled) && !atomic_load_explicit(&tls_pc.shielded, memory_order_relaxed);
+}
+
+int weft__shielded(void) {
+    weft_thread *self = weft__self();
+    return atomic_load_explicit(self ? &self->shielded : &tls_pc.shielded, memory_order_relaxed);
+}
+
+/* A shield swaps the thread's deadlines for its own (every blocking call
+ * reads them through weft__effective_deadline) and sets the flag that
+ * weft__park_begin and the cancellers look at; its end puts back what it
+ * found.  The cancelled flag itself is never touched: a cancellation made
+ * meanwhile stays, and applies once the flag is down. */
+int weft_shield_begin(weft_shield *sh, int64_t deadline_ns) {
+    if (!sh || deadline_ns < 0) return -EINVAL;
+    weft_thread *self = weft__self();
+    if (self) {
+        sh->saved_deadline = self->deadline;
+        sh->saved_scope_deadline = self->scope_deadline;
+        sh->saved_shielded = atomic_load_explicit(&self->shielded, memory_order_relaxed);
+        self->deadline = deadline_ns;
+        self->scope_deadline = 0;
+        atomic_store(&self->shielded, 1); /* seq_cst: before any park it makes */
+    } else {
+        sh->saved_deadline = tls_deadline;
+        sh->saved_scope_deadline = 0;
+        sh->saved_shielded = atomic_load_explicit(&tls_pc.shielded, memory_order_relaxed);
+        tls_deadline = deadline_ns;
+        atomic_store(&tls_pc.shielded, 1);
+    }
+    return 0;
+}
+
+int weft_shield_end(weft_shield *sh) {
+    if (!sh) return -EINVAL;
+    weft_thread *self = weft__self();
+    if (self) {
+        self->deadline = sh->saved_deadline;
+        self->scope_deadline = sh->saved_scope_deadline;
+        atomic_store(&self->shielded, sh->saved_shielded);
+    } else {
+        tls_deadline = sh->saved_deadline;
+        atomic_store(&tls_pc.shielded, sh->saved_shielded);
+    }
+    return weft_cancelled() ? -ECANCELED : 0;
 }
 
 /* ---- cancelling a platform thread ------------------------------------------
@@ -2038,7 +2098,8 @@ void weft__pcancel_fire(weft__pcancel *h) {
     atomic_store(&h->cancelled, 1);
     uint64_t w = atomic_load(&h->parker->word);
     unsigned st = WEFT__PW_STATE(w);
-    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w))
+    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w) &&
+        !atomic_load(&h->shielded))
         weft__unpark(h->parker, w, WEFT__PS_CANCELLED);
     int fd = atomic_load(&h->efd);
     if (fd >= 0) {
@@ -2059,7 +2120,8 @@ void weft__pcancel_clear(void) {
 }
 
 int weft__pcancel_fd(void) {
-    if (!tls_pc.enabled) return -1;
+    /* (a shield: the call is not to be interrupted, so no fd to watch) */
+    if (!tls_pc.enabled || atomic_load_explicit(&tls_pc.shielded, memory_order_relaxed)) return -1;
     int fd = atomic_load_explicit(&tls_pc.efd, memory_order_relaxed);
     if (fd < 0) {
         fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -190,6 +190,9 @@ struct weft_thread {
     _Atomic uint64_t task_scope;
     void (*exit_fn)(void *);
     void *exit_arg;
+    /* weft_shield_begin: its cancellation does not interrupt it (written by
+     * the vthread, read by weft__cancel_one) */
+    _Atomic int shielded;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -391,6 +394,10 @@ void weft__locals_end(weft_thread *self);
  * per vthread; the scope layer's tasks use it to say "ended" only when
  * nothing of them is left (scope.c, "Completion"). */
 void weft__on_exit(void (*fn)(void *), void *arg);
+
+/* 1 inside a weft_shield_begin region of the calling thread (the scope
+ * layer: a scope opened there is shielded too). */
+int weft__shielded(void);
 /* weft_shutdown, after the carriers stopped: frees the storage of the
  * daemons it abandons (their destructors do not run). */
 void weft__locals_abandon(weft_thread *t);

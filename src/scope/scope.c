@@ -130,9 +130,12 @@ static weft_scope **owned_head(void) {
 
 static void cancel_tree_locked(weft_scope *s, int external);
 
-/* Cancels the scopes t owns (R held). */
+/* Cancels the scopes t owns (R held) -- not those it opened inside a
+ * shield (weft_shield_begin): the shield keeps its cancellation from them
+ * as from its own blocking calls. */
 static void cancel_owned_locked(weft_thread *t) {
-    for (weft_scope *s = t->scopes; s; s = s->owner_prev) cancel_tree_locked(s, 1);
+    for (weft_scope *s = t->scopes; s; s = s->owner_prev)
+        if (!s->shielded) cancel_tree_locked(s, 1);
 }
 
 /* Shuts s down and cancels its running tasks and their scopes (R held).
@@ -207,6 +210,7 @@ int weft_scope_create(weft_scope **out, weft_scope_policy policy, int64_t deadli
     s->owner = self;
     s->owner_id = self ? weft_id(self) : 0;
     s->bindings = weft__scoped_current();
+    s->shielded = weft__shielded();
     s->inherited = weft__sframe_total(s->bindings);
     if (!atomic_load_explicit(&weft__cancel_hook, memory_order_relaxed))
         atomic_store_explicit(&weft__cancel_hook, cancel_hook, memory_order_release);

@@ -44,6 +44,7 @@ struct weft_scope {
     int timed_out;
     int cancelled;            /* shut down from outside the policy */
     int closing;              /* owner only */
+    int shielded;             /* opened inside a weft_shield_begin region: its owner's cancellation skips it */
     int first_error;
     int has_winner;           /* FIRST_SUCCESS: winner_result is the winner's */
     void *winner_result;
