@@ -11,7 +11,8 @@
  * by main) is what an acceptor gives up at EMFILE to accept and shed a
  * newcomer; one acceptor at a time takes it (an exchange), and whoever
  * finds it missing re-arms it before its next accept.  The signal watcher
- * reads the signalfd server() made: the first SIGTERM/SIGINT sets
+ * waits in weft_signal_wait (main asked for SIGTERM and SIGINT with
+ * weft_signal_notify, cli.c): the first SIGTERM/SIGINT sets
  * `draining`, cancels the acceptors and ends idle connections' waits; a
  * second one sets drain_cut.
  */
@@ -150,28 +151,29 @@ void *acceptor_main(void *arg) {
 /* signals                                                                   */
 /* ------------------------------------------------------------------------ */
 
-int sig_fd = -1; /* SIGTERM, SIGINT (server() makes it) */
-
 /* The first SIGTERM/SIGINT starts the drain; a second one cuts it short. */
 void *signal_watcher(void *unused) {
-    struct signalfd_siginfo si;
-    ssize_t r = weft_read(sig_fd, &si, sizeof si);
-    if (r == -ECANCELED) return NULL;
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGTERM);
+    sigaddset(&ss, SIGINT);
+    int sig = weft_signal_wait(&ss, 0);
+    if (sig < 0) return NULL; /* (-ECANCELED: the server is ending) */
     /* the flag before the line: whoever reads the line knows that every
      * answer decided from now on closes its connection */
     int open_now = atomic_load(&nopen);
     atomic_store(&draining, 1);
     if (!O.quiet)
-        fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal((int)si.ssi_signo), open_now);
+        fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal(sig), open_now);
     for (int i = 0; i < nacceptors; i++) weft_cancel(acceptors[i]);
     /* connections waiting for a request: end their wait */
     pthread_mutex_lock(&conns_lock);
     for (conn *c = conns_head; c; c = c->next)
         if (atomic_load(&c->idle)) shutdown(c->fd, SHUT_RD);
     pthread_mutex_unlock(&conns_lock);
-    r = weft_read(sig_fd, &si, sizeof si);
-    if (r == -ECANCELED) return NULL;
-    if (!O.quiet) fprintf(stderr, "weft-httpd: %s again: not waiting for the drain\n", strsignal((int)si.ssi_signo));
+    sig = weft_signal_wait(&ss, 0);
+    if (sig < 0) return NULL;
+    if (!O.quiet) fprintf(stderr, "weft-httpd: %s again: not waiting for the drain\n", strsignal(sig));
     atomic_store(&drain_cut, 1);
     return NULL;
 }

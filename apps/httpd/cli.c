@@ -174,13 +174,6 @@ int main(int argc, char **argv) {
     atomic_store(&reserve_fd, open("/dev/null", O_RDONLY | O_CLOEXEC));
     fc_init(root_fd, O.cache_bytes, NS);
     signal(SIGPIPE, SIG_IGN);
-    /* SIGTERM/SIGINT go to the signalfd: blocked in every thread, which
-     * inherit this mask from here */
-    sigset_t ss;
-    sigemptyset(&ss);
-    sigaddset(&ss, SIGTERM);
-    sigaddset(&ss, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &ss, NULL);
     if (log_start() < 0) return 1;
     listen_fd = open_listener();
     if (listen_fd < 0) return 1;
@@ -189,6 +182,16 @@ int main(int argc, char **argv) {
     int r = weft_init(&cfg);
     if (r < 0) {
         fprintf(stderr, "weft-httpd: cannot start the runtime: %s\n", strerror(-r));
+        return 1;
+    }
+    /* SIGTERM/SIGINT from here on: counted for the signal watcher
+     * (weft_signal_wait, acceptor.c); before, their default action */
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGTERM);
+    sigaddset(&ss, SIGINT);
+    if ((r = weft_signal_notify(&ss)) < 0) {
+        fprintf(stderr, "weft-httpd: cannot catch SIGTERM and SIGINT: %s\n", strerror(-r));
         return 1;
     }
     struct sockaddr_storage a;

@@ -4,7 +4,7 @@
  *
  * Shape.  weft_main runs the server: it opens the docroot (O_PATH) and the
  * listening socket, prints "listening on HOST:PORT", starts a signal
- * watcher (a vthread reading a signalfd) and one acceptor vthread per
+ * watcher (a vthread in weft_signal_wait) and one acceptor vthread per
  * carrier.  Every vthread has a name for the thread dump (SIGQUIT writes
  * one to stderr; WEFT_DUMP_ON_SIGQUIT=json for JSON): "main", "watcher",
  * "acceptor 0" ..., "conn 127.0.0.1:53412" (the peer, formatted by hand:

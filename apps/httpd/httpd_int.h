@@ -47,7 +47,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -80,9 +79,8 @@ typedef struct httpd_opts {
 extern httpd_opts O;
 
 /* the descriptors: root_fd (plan.c), listen_fd (httpd.c), log_fd
- * (access_log.c); opened by main before the server starts; sig_fd
- * (httpd.c), made by server() */
-extern int root_fd, listen_fd, log_fd, sig_fd;
+ * (access_log.c); opened by main before the server starts */
+extern int root_fd, listen_fd, log_fd;
 extern _Atomic int reserve_fd; /* given up, one acceptor at a time, to shed at EMFILE */
 /* nconns: connection slots taken (an acceptor takes one before it accepts);
  * nopen: connections accepted and not yet closed (what the drain reports) */

@@ -1,6 +1,6 @@
 /*
- * weft-httpd's life: server() is weft_main's body -- it makes the signalfd
- * and starts its watcher vthread and the acceptors (both in httpd.c), the
+ * weft-httpd's life: server() is weft_main's body -- it starts the signal
+ * watcher vthread and the acceptors (both in acceptor.c), the
  * async pool's sweep and the --cpu-job background job -- and the drain at
  * SIGTERM/SIGINT (httpd.c's essay, "Drain"): the watcher sets draining,
  * cancels the acceptors and shuts idle connections for reading; server()
@@ -141,16 +141,6 @@ int server(void *unused) {
     const char *dq = getenv("WEFT_DUMP_ON_SIGQUIT");
     if ((!dq || !*dq) && weft_dump_on_signal(SIGQUIT, 2, WEFT_DUMP_TEXT) < 0)
         fprintf(stderr, "weft-httpd: cannot arm the thread dump on SIGQUIT\n");
-    /* signals arrive through a signalfd read by a vthread */
-    sigset_t ss;
-    sigemptyset(&ss);
-    sigaddset(&ss, SIGTERM);
-    sigaddset(&ss, SIGINT);
-    sig_fd = signalfd(-1, &ss, SFD_CLOEXEC);
-    if (sig_fd < 0) {
-        perror("weft-httpd: signalfd");
-        return 1;
-    }
     nacceptors = O.carriers > 0 ? O.carriers : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nacceptors > 64) nacceptors = 64;
     if (nacceptors < 1) nacceptors = 1;
@@ -164,7 +154,7 @@ int server(void *unused) {
         }
     }
     /* after the acceptors: it reads acceptors[] (a signal that came
-     * meanwhile waits in the signalfd) */
+     * meanwhile is counted: weft_signal_wait takes it) */
     weft_thread *sw, *reaper = NULL;
     weft_thread_opts sa = {.name = "watcher", .daemon = 1}; /* of SIGTERM and SIGINT */
     if (weft_spawn(&sw, signal_watcher, NULL, &sa) < 0) return 1;

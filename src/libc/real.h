@@ -155,4 +155,38 @@ WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 #define sigaction(...) weft__libc.sigaction(__VA_ARGS__)
 #endif
 
+/*
+ * A handler of weft's own that must run at once, under ThreadSanitizer
+ * too.  TSan runs a handler late: when the thread that took the signal
+ * next enters one of its interceptors -- and a carrier asleep in
+ * io_uring_enter, or a platform thread in a futex wait (raw system calls
+ * it does not see), may never do so.  So weft__sigaction_now installs such
+ * a handler with the C library's own sigaction, behind TSan's back; the
+ * handler is marked WEFT__SIGNAL_NOW (not instrumented: its entry hooks
+ * would touch TSan's state from a signal that may have come in the middle
+ * of TSan's own work) and writes with weft__signal_write (a raw system
+ * call).  Without TSan they are sigaction, nothing and write.  The dump's
+ * SIGQUIT (observe/dump.c) and weft_signal_notify's (sync/signal.c) use
+ * them.
+ */
+#include <signal.h>
+int weft__sigaction_now(int sig, const struct sigaction *sa, struct sigaction *old);
+/* (arch.h's WEFT_TSAN, which this floor cannot include) */
+#if defined(__SANITIZE_THREAD__)
+#define WEFT__LIBC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT__LIBC_TSAN 1
+#endif
+#endif
+#ifdef WEFT__LIBC_TSAN
+#include <sys/syscall.h>
+#include <unistd.h>
+#define WEFT__SIGNAL_NOW __attribute__((no_sanitize("thread")))
+#define weft__signal_write(fd, b, n) syscall(SYS_write, (fd), (b), (n))
+#else
+#define WEFT__SIGNAL_NOW
+#define weft__signal_write(fd, b, n) write((fd), (b), (n))
+#endif
+
 #endif /* WEFT_LIBC_REAL_H */

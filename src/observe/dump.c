@@ -51,7 +51,6 @@
 #include "observe.h"
 #include "symbolize.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -843,43 +842,12 @@ static struct {
     struct sigaction old;
 } SQ = {.lock = PTHREAD_MUTEX_INITIALIZER, .pipe = {-1, -1}};
 
-/*
- * ThreadSanitizer runs a handler late: when the thread that took the
- * signal next enters one of its interceptors.  A carrier asleep in
- * io_uring_enter or a platform thread in a futex wait (raw system calls
- * it does not see) may never do so, and the dump would never start.  So
- * a TSan build installs this handler with the C library's own sigaction,
- * behind TSan's back, and the handler writes with a raw system call
- * (TSan then sees neither, and nothing of its state is touched from the
- * signal).
- */
-#ifdef WEFT_TSAN
-#include <sys/syscall.h>
-static int sq_sigaction(int sig, const struct sigaction *sa, struct sigaction *old) {
-    static int (*fn)(int, const struct sigaction *, struct sigaction *);
-    if (!fn) {
-        void *h = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
-        if (h) fn = (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(h, "sigaction");
-        if (!fn) fn = weft__libc.sigaction; /* the next one, not weft's own (hook.c) */
-    }
-    return fn(sig, sa, old);
-}
-#define SQ_WRITE(fd, b, n) syscall(SYS_write, (fd), (b), (n))
-/* ... and the handler itself is not instrumented: its entry and exit
- * hooks would touch TSan's state from a signal that may have come in the
- * middle of TSan's own work (a carrier in __tsan_create_fiber: it
- * crashed there, 2 runs in 48 under load) */
-#define SQ_HANDLER_ATTR __attribute__((no_sanitize("thread")))
-#else
-#define SQ_HANDLER_ATTR
-#define sq_sigaction sigaction
-#define SQ_WRITE(fd, b, n) write((fd), (b), (n))
-#endif
-
-SQ_HANDLER_ATTR static void sq_handler(int sig) {
+/* Installed with weft__sigaction_now, so that it runs at once under TSan
+ * too (libc/real.h). */
+WEFT__SIGNAL_NOW static void sq_handler(int sig) {
     int e = errno;
     char b = 1;
-    if (SQ_WRITE(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
+    if (weft__signal_write(SQ.pipe[1], &b, 1) < 0) { /* a full pipe: a dump is coming anyway */
     }
     errno = e;
 }
@@ -918,7 +886,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
     pthread_mutex_lock(&SQ.lock);
     int r = 0;
     int old = atomic_load(&SQ.signo);
-    if (old && old != signo) sq_sigaction(old, &SQ.old, NULL);
+    if (old && old != signo) weft__sigaction_now(old, &SQ.old, NULL);
     atomic_store(&SQ.signo, 0);
     if (signo) {
         if (!SQ.started) {
@@ -965,7 +933,7 @@ int weft_dump_on_signal(int signo, int fd, int format) {
             sa.sa_handler = sq_handler;
             sa.sa_flags = SA_RESTART;
             sigemptyset(&sa.sa_mask);
-            if (sq_sigaction(signo, &sa, &SQ.old) < 0) {
+            if (weft__sigaction_now(signo, &sa, &SQ.old) < 0) {
                 r = -errno;
                 goto out;
             }

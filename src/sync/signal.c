@@ -64,11 +64,13 @@ static struct {
     weft_cond c;
 } S = {.setup = PTHREAD_MUTEX_INITIALIZER, .efd = -1, .m = WEFT_MUTEX_INIT, .c = WEFT_COND_INIT};
 
-static void on_signal(int sig) {
+/* (installed with weft__sigaction_now: it runs at once under TSan too,
+ * libc/real.h) */
+WEFT__SIGNAL_NOW static void on_signal(int sig) {
     int saved = errno;
     if (sig > 0 && sig < NSIGS) atomic_fetch_add_explicit(&S.pending[sig], 1, memory_order_release);
     uint64_t one = 1;
-    ssize_t r = write(S.efd, &one, sizeof one); /* EAGAIN: the counter is full, already readable */
+    ssize_t r = weft__signal_write(S.efd, &one, sizeof one); /* EAGAIN: the counter is full, already readable */
     (void)r;
     errno = saved;
 }
@@ -143,7 +145,7 @@ int weft_signal_notify(const sigset_t *set) {
         sa.sa_handler = on_signal;
         sa.sa_flags = SA_RESTART;
         sigfillset(&sa.sa_mask);
-        if (sigaction(sig, &sa, NULL) < 0) {
+        if (weft__sigaction_now(sig, &sa, NULL) < 0) {
             r = -errno;
             goto out;
         }
@@ -164,7 +166,7 @@ int weft_signal_reset(const sigset_t *set) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;
-        if (sigaction(sig, &sa, NULL) < 0 && !r) r = -errno;
+        if (weft__sigaction_now(sig, &sa, NULL) < 0 && !r) r = -errno;
         atomic_fetch_and(&S.caught, ~(1ull << (sig - 1)));
         atomic_store(&S.pending[sig], 0); /* arrivals nobody took are dropped, as Go's Reset */
     }
