@@ -22,8 +22,9 @@
  *    in an options struct, most of whose fields would not apply to a given
  *    kind.  What an operation returns is not a constructor: a future from
  *    weft_submit, _then, _all, _any or an _async call, a task from
- *    weft_fork, is returned as a pointer (NULL on failure, errno not set;
- *    docs/errors.md says when).
+ *    weft_fork, is returned as a pointer: NULL on failure, with errno set
+ *    to the reason (EINVAL, ENOMEM ...; docs/errors.md says when) -- the
+ *    one place a weft call sets errno, as malloc(3) does.
  *  - A call that never waits is named with try_ before its verb
  *    (weft_mutex_try_lock, weft_sem_try_acquire, weft_chan_try_send,
  *    weft_try_select); it returns -EAGAIN (or -EBUSY, as its comment says)
@@ -941,18 +942,19 @@ WEFT_API int weft_dump_on_signal(int signo, int fd, int format);
  *   weft_config                 weft_runtime_opts (the same struct)
  *   weft_attr                   weft_thread_opts (the same struct)
  *   weft_mutex_trylock(m)       weft_mutex_try_lock(m)
- *   weft_chan_new(es, cap)      weft_chan_create(&c, es, cap); NULL on failure
+ *   weft_chan_new(es, cap)      weft_chan_create(&c, es, cap); NULL with errno set
  *   weft_group_new(name, n)     weft_group_create(&g, name, n, NULL); NULL with errno set
  *   weft_file_open(p, fl, m, o) weft_file_create(&f, p, fl, m, o); NULL with errno set
- *   weft_future_new()           weft_future_create(&f); NULL on failure
- *   weft_scope_open(p, d)       weft_scope_create(&s, p, d); NULL on failure
- *   weft_executor_virtual()     weft_executor_create_virtual(&e); NULL on failure
- *   weft_executor_fixed(n, q, p) weft_executor_create_fixed(&e, n, q, p); NULL on failure
- *   weft_executor_cached(n, ka) weft_executor_create_cached(&e, n, ka); NULL on failure
- *   weft_executor_scheduled(n)  weft_executor_create_scheduled(&e, n); NULL on failure
- *   weft_executor_group(g)      weft_executor_create_group(&e, g); NULL on failure
- * (the last seven, as before, leave errno alone; weft_executor_group is
- * not one of DESIGN.md's names, but goes with its siblings).
+ *   weft_future_new()           weft_future_create(&f); NULL with errno set
+ *   weft_scope_open(p, d)       weft_scope_create(&s, p, d); NULL with errno set
+ *   weft_executor_virtual()     weft_executor_create_virtual(&e); NULL with errno set
+ *   weft_executor_fixed(n, q, p) weft_executor_create_fixed(&e, n, q, p); NULL with errno set
+ *   weft_executor_cached(n, ka) weft_executor_create_cached(&e, n, ka); NULL with errno set
+ *   weft_executor_scheduled(n)  weft_executor_create_scheduled(&e, n); NULL with errno set
+ *   weft_executor_group(g)      weft_executor_create_group(&e, g); NULL with errno set
+ * (every one sets errno to the reason when it returns NULL, as the
+ * replacement's return value gives it; weft_executor_group is not one of
+ * DESIGN.md's names, but goes with its siblings).
  */
 #ifndef WEFT_NO_DEPRECATED
 #if defined(__GNUC__) && !defined(WEFT_ALLOW_DEPRECATED)
@@ -971,7 +973,9 @@ WEFT__DEPRECATED("weft_mutex_try_lock") static inline int weft_mutex_trylock(wef
 
 WEFT__DEPRECATED("weft_chan_create") static inline weft_chan *weft_chan_new(size_t elem_size, size_t capacity) {
     weft_chan *c;
-    return weft_chan_create(&c, elem_size, capacity) == 0 ? c : NULL;
+    int r = weft_chan_create(&c, elem_size, capacity);
+    if (r < 0) errno = -r;
+    return r == 0 ? c : NULL;
 }
 
 WEFT__DEPRECATED("weft_group_create") static inline weft_group *weft_group_new(const char *name, int carriers) {
@@ -991,40 +995,54 @@ static inline weft_file *weft_file_open(const char *path, int flags, mode_t mode
 
 WEFT__DEPRECATED("weft_future_create") static inline weft_future *weft_future_new(void) {
     weft_future *f;
-    return weft_future_create(&f) == 0 ? f : NULL;
+    int r = weft_future_create(&f);
+    if (r < 0) errno = -r;
+    return r == 0 ? f : NULL;
 }
 
 WEFT__DEPRECATED("weft_scope_create")
 static inline weft_scope *weft_scope_open(weft_scope_policy policy, int64_t deadline_ns) {
     weft_scope *s;
-    return weft_scope_create(&s, policy, deadline_ns) == 0 ? s : NULL;
+    int r = weft_scope_create(&s, policy, deadline_ns);
+    if (r < 0) errno = -r;
+    return r == 0 ? s : NULL;
 }
 
 WEFT__DEPRECATED("weft_executor_create_virtual") static inline weft_executor *weft_executor_virtual(void) {
     weft_executor *e;
-    return weft_executor_create_virtual(&e) == 0 ? e : NULL;
+    int r = weft_executor_create_virtual(&e);
+    if (r < 0) errno = -r;
+    return r == 0 ? e : NULL;
 }
 
 WEFT__DEPRECATED("weft_executor_create_fixed")
 static inline weft_executor *weft_executor_fixed(int threads, size_t queue_capacity, weft_reject_policy policy) {
     weft_executor *e;
-    return weft_executor_create_fixed(&e, threads, queue_capacity, policy) == 0 ? e : NULL;
+    int r = weft_executor_create_fixed(&e, threads, queue_capacity, policy);
+    if (r < 0) errno = -r;
+    return r == 0 ? e : NULL;
 }
 
 WEFT__DEPRECATED("weft_executor_create_cached")
 static inline weft_executor *weft_executor_cached(int max_threads, int64_t keep_alive_ns) {
     weft_executor *e;
-    return weft_executor_create_cached(&e, max_threads, keep_alive_ns) == 0 ? e : NULL;
+    int r = weft_executor_create_cached(&e, max_threads, keep_alive_ns);
+    if (r < 0) errno = -r;
+    return r == 0 ? e : NULL;
 }
 
 WEFT__DEPRECATED("weft_executor_create_scheduled") static inline weft_executor *weft_executor_scheduled(int threads) {
     weft_executor *e;
-    return weft_executor_create_scheduled(&e, threads) == 0 ? e : NULL;
+    int r = weft_executor_create_scheduled(&e, threads);
+    if (r < 0) errno = -r;
+    return r == 0 ? e : NULL;
 }
 
 WEFT__DEPRECATED("weft_executor_create_group") static inline weft_executor *weft_executor_group(weft_group *g) {
     weft_executor *e;
-    return weft_executor_create_group(&e, g) == 0 ? e : NULL;
+    int r = weft_executor_create_group(&e, g);
+    if (r < 0) errno = -r;
+    return r == 0 ? e : NULL;
 }
 #endif /* WEFT_NO_DEPRECATED */
 /* WEFT-COMPAT-END */

@@ -45,6 +45,7 @@
 #define WEFT_SIGNAL_H
 
 #include <signal.h>
+#include <sys/select.h> /* sigset_t, also under -std=c11 without POSIX feature macros */
 
 WEFT_API int weft_signal_notify(const sigset_t *set);
 WEFT_API int weft_signal_wait(const sigset_t *set, int64_t deadline_ns);

@@ -470,9 +470,9 @@ static freq *freq_new(int kind, void (*done)(ssize_t, void *), void *ctx) {
 
 weft_future *weft_file_write_async(weft_file *f, const void *b, size_t n, off_t pos,
                                    void (*done)(ssize_t res, void *ctx), void *ctx) {
-    if (!f) return NULL;
+    if (!f) return errno = EINVAL, NULL;
     freq *r = freq_new(R_WRITE, done, ctx);
-    if (!r) return NULL;
+    if (!r) return errno = ENOMEM, NULL;
     if ((n && !b) || pos < 0 || n > SSIZE_MAX) return refuse_now(f, r, -EINVAL);
     if (n <= WEFT_FILE_INLINE) {
         memcpy(r->inl, b, n);
@@ -487,9 +487,9 @@ weft_future *weft_file_write_async(weft_file *f, const void *b, size_t n, off_t 
 
 weft_future *weft_file_read_async(weft_file *f, void *b, size_t n, off_t pos,
                                   void (*done)(ssize_t res, void *ctx), void *ctx) {
-    if (!f) return NULL;
+    if (!f) return errno = EINVAL, NULL;
     freq *r = freq_new(R_READ, done, ctx);
-    if (!r) return NULL;
+    if (!r) return errno = ENOMEM, NULL;
     if ((n && !b) || pos < 0) return refuse_now(f, r, -EINVAL);
     r->rbuf = b;
     r->n = n;

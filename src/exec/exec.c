@@ -719,9 +719,9 @@ static weft_future *submit_pool(weft_executor *e, task *t, int64_t deadline) {
 }
 
 weft_future *weft_submit_until(weft_executor *e, void *(*fn)(void *), void *arg, int64_t deadline_ns) {
-    if (!e || !fn) return NULL;
+    if (!e || !fn) return errno = EINVAL, NULL;
     task *t = task_new(e, fn, arg);
-    if (!t) return NULL;
+    if (!t) return errno = ENOMEM, NULL;
     if (e->kind == EX_VIRTUAL) return submit_virtual(e, t);
     t->when = weft_now();
     return submit_pool(e, t, deadline_ns);
@@ -733,9 +733,9 @@ weft_future *weft_submit(weft_executor *e, void *(*fn)(void *), void *arg) {
 
 static weft_future *schedule(weft_executor *e, void *(*fn)(void *), void *arg, int64_t first, int64_t period,
                              int fixed_rate) {
-    if (!e || !fn || e->kind != EX_SCHED || period < 0) return NULL;
+    if (!e || !fn || e->kind != EX_SCHED || period < 0) return errno = EINVAL, NULL;
     task *t = task_new(e, fn, arg);
-    if (!t) return NULL;
+    if (!t) return errno = ENOMEM, NULL;
     t->when = weft__sleep_deadline(first); /* (saturated; now for first <= 0) */
     t->period = period;
     t->fixed_rate = fixed_rate != 0;
@@ -748,7 +748,7 @@ weft_future *weft_schedule(weft_executor *e, void *(*fn)(void *), void *arg, int
 
 weft_future *weft_schedule_every(weft_executor *e, void *(*fn)(void *), void *arg, int64_t first_ns,
                                  int64_t period_ns, int fixed_rate) {
-    if (period_ns <= 0) return NULL;
+    if (period_ns <= 0) return errno = EINVAL, NULL;
     return schedule(e, fn, arg, first_ns, period_ns, fixed_rate);
 }
 

@@ -377,9 +377,9 @@ int (weft_future_get)(weft_future *f, void **v, int64_t deadline) {
 }
 
 weft_future *weft_future_then(weft_future *f, void *(*fn)(void *v, void *ctx), void *ctx) {
-    if (!f) return NULL;
+    if (!f) return errno = EINVAL, NULL;
     weft_future *g = fut_alloc(K_THEN, 1);
-    if (!g) return NULL;
+    if (!g) return errno = ENOMEM, NULL;
     g->fn = fn;
     g->ctx = ctx;
     atomic_init(&g->refs, 2); /* the caller's and the node's */
@@ -392,11 +392,11 @@ weft_future *weft_future_then(weft_future *f, void *(*fn)(void *v, void *ctx), v
 /* all and any: one node per input, run in array order for inputs that are
  * already filled. */
 static weft_future *combine(int kind, weft_future **fs, size_t n) {
-    if (n && !fs) return NULL;
+    if (n && !fs) return errno = EINVAL, NULL;
     for (size_t i = 0; i < n; i++)
-        if (!fs[i]) return NULL;
+        if (!fs[i]) return errno = EINVAL, NULL;
     weft_future *g = fut_alloc(kind, n);
-    if (!g) return NULL;
+    if (!g) return errno = ENOMEM, NULL;
     if (n == 0) {
         fnode *wl = NULL;
         if (kind == K_ALL) settle(g, NULL, 0, &wl);

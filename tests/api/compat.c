@@ -51,13 +51,16 @@ int main(void) {
     EXPECT(weft_mutex_trylock(&m) == -EBUSY);
     EXPECT(weft_mutex_unlock(&m) == 0);
 
-    /* weft_chan_new: the channel, or NULL (errno not used) */
+    /* weft_chan_new: the channel, or NULL with errno set (issue 25: it was 0) */
     weft_chan *c = weft_chan_new(sizeof(int), 1);
     int v = 5, w = 0;
     EXPECT(c != NULL);
     EXPECT(weft_chan_send(c, &v) == 0 && weft_chan_recv(c, &w) == 0 && w == 5);
     weft_chan_free(c);
-    EXPECT(weft_chan_new(SIZE_MAX, 2) == NULL);
+    errno = 0;
+    EXPECT(weft_chan_new(SIZE_MAX, 2) == NULL && errno == EINVAL);
+    errno = 0;
+    EXPECT(weft_chan_new(1, SIZE_MAX) == NULL && errno != 0);
 
     /* weft_file_open: the file, or NULL with errno set */
     char path[] = "/tmp/weft-compat-XXXXXX";
@@ -90,7 +93,7 @@ int main(void) {
     EXPECT(weft_future_get(fu, &res, 0) == 0 && res == (void *)(intptr_t)9);
     weft_future_unref(fu);
 
-    /* weft_scope_open: the scope, or NULL for a bad policy or deadline (errno unchanged) */
+    /* weft_scope_open: the scope, or NULL with errno set for a bad policy or deadline */
     weft_scope *s = weft_scope_open(WEFT_SCOPE_ALL, 0);
     EXPECT(s != NULL);
     weft_task *tk = weft_fork(s, task_seven, NULL);
@@ -98,10 +101,11 @@ int main(void) {
     EXPECT(weft_scope_join(s) == 0 && weft_task_result(tk) == (void *)(intptr_t)7);
     weft_scope_close(s);
     errno = 0;
-    EXPECT(weft_scope_open((weft_scope_policy)7, 0) == NULL && errno == 0);
-    EXPECT(weft_scope_open(WEFT_SCOPE_ALL, -1) == NULL && errno == 0);
+    EXPECT(weft_scope_open((weft_scope_policy)7, 0) == NULL && errno == EINVAL);
+    errno = 0;
+    EXPECT(weft_scope_open(WEFT_SCOPE_ALL, -1) == NULL && errno == EINVAL);
 
-    /* the executors: each kind runs a task; NULL for a bad argument (errno unchanged) */
+    /* the executors: each kind runs a task; NULL with errno set for a bad argument */
     weft_executor *ex[4] = {weft_executor_virtual(), weft_executor_fixed(1, 0, WEFT_REJECT_ABORT),
                             weft_executor_cached(0, 0), weft_executor_scheduled(1)};
     for (int i = 0; i < 4; i++) {
@@ -112,10 +116,13 @@ int main(void) {
         EXPECT(weft_executor_close(ex[i]) == 0);
     }
     errno = 0;
-    EXPECT(weft_executor_fixed(0, 0, WEFT_REJECT_ABORT) == NULL && errno == 0);
-    EXPECT(weft_executor_cached(-1, 0) == NULL && errno == 0);
-    EXPECT(weft_executor_scheduled(0) == NULL && errno == 0);
-    EXPECT(weft_executor_group(NULL) == NULL && errno == 0);
+    EXPECT(weft_executor_fixed(0, 0, WEFT_REJECT_ABORT) == NULL && errno == EINVAL);
+    errno = 0;
+    EXPECT(weft_executor_cached(-1, 0) == NULL && errno == EINVAL);
+    errno = 0;
+    EXPECT(weft_executor_scheduled(0) == NULL && errno == EINVAL);
+    errno = 0;
+    EXPECT(weft_executor_group(NULL) == NULL && errno == EINVAL);
     if (groups) {
         /* weft_executor_group: a virtual executor in group g */
         EXPECT(weft_group_create(&g, "compat-ex", 1, NULL) == 0);

@@ -1040,3 +1040,47 @@ TEST(dump_shows_future_wait) {
     CHECK_EQ(g.result, 0);
     weft_future_unref(f);
 }
+
+/* The pointer-returning calls say why they return NULL: errno (docs/errors.md). */
+static void *ident(void *v, void *ctx) {
+    (void)ctx;
+    return v;
+}
+TEST(pointer_calls_set_errno_on_null) {
+    errno = 0;
+    CHECK(weft_future_then(NULL, ident, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK(weft_future_all(NULL, 2) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    weft_future *fs[2] = {NULL, NULL};
+    errno = 0;
+    CHECK(weft_future_any(fs, 2) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK(weft_submit(NULL, NULL, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    weft_executor *e;
+    CHECK_EQ(weft_executor_create_virtual(&e), 0);
+    errno = 0;
+    CHECK(weft_submit(e, NULL, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK(weft_schedule(e, (void *(*)(void *))ident, NULL, 0) == NULL); /* not a scheduled executor */
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(weft_executor_close(e), 0);
+    CHECK_EQ(weft_executor_create_scheduled(&e, 1), 0);
+    errno = 0;
+    CHECK(weft_schedule_every(e, (void *(*)(void *))ident, NULL, 0, 0, 0) == NULL); /* period 0 */
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(weft_executor_close(e), 0);
+    errno = 0;
+    CHECK(weft_file_write_async(NULL, "x", 1, 0, NULL, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK(weft_file_read_async(NULL, NULL, 0, 0, NULL, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK(weft_fork(NULL, NULL, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+}
