@@ -57,7 +57,12 @@
  * and still open (a structure violation, reported once on stderr).  Tasks
  * are valid until weft_scope_close, which cancels what still runs, waits
  * for every task to finish (uninterruptibly: nothing may outlive it) and
- * frees the scope and its tasks.
+ * frees the scope and its tasks.  A scope still open when the function
+ * that opened it returns -- a vthread's function, or weft_main's, or a
+ * platform thread reaching weft_shutdown -- would keep weft_shutdown
+ * waiting for its tasks forever: the runtime names the scope and its
+ * tasks on stderr, writes a thread dump and aborts instead.  (A task's
+ * function that leaves one open has it closed for it, with one line.)
  *
  * Memory.  A scope holds only what its live tasks need: a task's vthread
  * (its stack, its descriptor) goes back the moment the task ends, as in

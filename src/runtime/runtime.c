@@ -81,6 +81,7 @@
 #include "../hook/hook.h"
 #include "../io/io.h"
 #include "../observe/observe.h"
+#include "../scope/scope.h" /* weft_shutdown refuses a scope left open */
 
 #include <errno.h>
 #include <limits.h>
@@ -176,6 +177,9 @@ static void register_atfork(void) {
 /* weft_init, or (lazy) the start a weft call makes when none runs: in a
  * fork child that one is configured as the parent's was ("Fork"), decided
  * under the lock (several threads may start it at once). */
+/* A fatal stop's thread dump (weft__fatal_dump_hook): text, to stderr. */
+static void fatal_dump(void) { weft_dump(2, WEFT_DUMP_TEXT); }
+
 static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
     pthread_once(&atfork_once, register_atfork);
@@ -344,6 +348,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     atomic_store(&R.up, 1);
     pthread_mutex_unlock(&R.init_lock);
     weft__dump_env();
+    atomic_store_explicit(&weft__fatal_dump_hook, fatal_dump, memory_order_release);
     return 0;
 fail2:
     free_carriers(n);
@@ -389,6 +394,10 @@ void weft_shutdown(void) {
         fprintf(stderr, "weft: weft_shutdown called from a vthread: ignored (call it from a platform thread)\n");
         return;
     }
+    /* a scope this thread opened and did not close: its tasks would keep
+     * the wait below going forever (scope.c, "Left open") */
+    weft_scope *left = *(weft_scope **)weft__platform_scopes();
+    if (left && atomic_load(&R.up)) weft__scopes_left_open("weft_shutdown was called", left);
     pthread_mutex_lock(&R.init_lock);
     if (!atomic_load(&R.up)) {
         pthread_mutex_unlock(&R.init_lock);

@@ -302,6 +302,11 @@ void weft__fatal(const char *fmt, ...) {
     abort();
 }
 
+void weft__thread_name(const weft_thread *t, char out[32]) { fmt_name(t, out); }
+
+void (*_Atomic weft__scopes_left_hook)(weft_thread *t);
+void (*_Atomic weft__fatal_dump_hook)(void);
+
 void weft__misuse(const char *call, const void *obj, const char *what, const void *site) {
     char where[512] = "an unknown site";
     /* (the observe layer's symbolizer: file and line where the caller has them) */
@@ -1474,6 +1479,10 @@ static void vthread_start(void *arg, void *carrier) {
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
     self->result = self->fn(self->arg);
+    if (__builtin_expect(self->scopes != NULL, 0)) { /* scopes left open: a structure violation */
+        void (*h)(weft_thread *) = atomic_load_explicit(&weft__scopes_left_hook, memory_order_acquire);
+        if (h) h(self);
+    }
     /* its locals' destructors, on the vthread itself (they may block), before
      * anyone's join can return (local.c) */
     if (self->locals) weft__locals_end(self);

@@ -398,6 +398,19 @@ void weft__on_exit(void (*fn)(void *), void *arg);
 /* 1 inside a weft_shield_begin region of the calling thread (the scope
  * layer: a scope opened there is shielded too). */
 int weft__shielded(void);
+
+/* t's name, for messages (NUL-terminated, 31 bytes at most). */
+void weft__thread_name(const weft_thread *t, char out[32]);
+
+/* A vthread (not a scope's task: task_main closes those) whose function
+ * returned with scopes it opened still open: the scope layer's hook names
+ * them and stops the program (scope.c, "Left open"); sched calls it as the
+ * function returns. */
+extern void (*_Atomic weft__scopes_left_hook)(weft_thread *t);
+
+/* Writes a thread dump to stderr before a fatal stop: the observe layer's
+ * weft_dump, set by the runtime as it starts (NULL before). */
+extern void (*_Atomic weft__fatal_dump_hook)(void);
 /* weft_shutdown, after the carriers stopped: frees the storage of the
  * daemons it abandons (their destructors do not run). */
 void weft__locals_abandon(weft_thread *t);

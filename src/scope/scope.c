@@ -74,6 +74,17 @@
  * close waits for their forks before the frame goes.  A task's own leftover
  * scopes are closed by task_main the same way, before its vthread ends.
  *
+ * Left open.  A scope outlives the function that opened it only by
+ * mistake, and then its tasks keep weft_shutdown waiting forever (they are
+ * not daemons).  So a vthread whose function returns with a scope open
+ * (sched calls weft__scopes_left_hook), or a platform thread that calls
+ * weft_shutdown with one open (runtime.c), stops the program: a line per
+ * scope -- its id, policy, tasks forked and running, the live tasks'
+ * vthreads -- then a thread dump, then abort, as a debug runtime would.
+ * A task's leftovers are closed instead (task_main, above), and so are
+ * those of a scoped-value frame (scoped_exit): both have a closer of
+ * their own that is still running.
+ *
  * Fork.  In a child process the scopes open at the fork belong to the
  * parent's runtime: their tasks' vthreads are not in the child, and their
  * locks may have been held by threads that are not either.  A pthread_atfork
@@ -174,6 +185,38 @@ static void scoped_exit(const weft__sframe *f) {
     }
 }
 
+void weft__scopes_left_open(const char *who, weft_scope *head) {
+    fprintf(stderr, "weft: %s with %s still open -- a scope must be closed (weft_scope_close) before the "
+                    "function that opened it returns; its tasks would keep weft_shutdown waiting forever:\n",
+            who, head && head->owner_prev ? "scopes" : "a scope");
+    for (weft_scope *s = head; s; s = s->owner_prev) {
+        pthread_mutex_lock(&s->lock);
+        fprintf(stderr, "weft:   scope #%llu (%s), %llu task%s forked, %d running", (unsigned long long)s->id,
+                s->policy == WEFT_SCOPE_FAIL_FAST ? "FAIL_FAST" : s->policy == WEFT_SCOPE_FIRST_SUCCESS ? "FIRST_SUCCESS" : "ALL",
+                (unsigned long long)s->ntasks, s->ntasks == 1 ? "" : "s", s->running);
+        int k = 0, unstarted = 0, more = 0;
+        for (weft_task *t = s->live; t; t = t->next) {
+            if (!t->thread) unstarted++;
+            else if (k == 16) more++;
+            else fprintf(stderr, "%s #%llu", k++ ? "," : ": vthreads", (unsigned long long)weft_id(t->thread));
+        }
+        if (more) fprintf(stderr, " and %d more", more);
+        if (unstarted) fprintf(stderr, "%s%d not started yet", k ? "; " : ": ", unstarted);
+        fprintf(stderr, "\n");
+        pthread_mutex_unlock(&s->lock);
+    }
+    void (*dump)(void) = atomic_load_explicit(&weft__fatal_dump_hook, memory_order_acquire);
+    if (dump) dump();
+    abort();
+}
+
+static void scopes_left(weft_thread *t) {
+    char name[32], who[96];
+    weft__thread_name(t, name);
+    snprintf(who, sizeof who, "vthread #%llu \"%s\" returned", (unsigned long long)weft_id(t), name);
+    weft__scopes_left_open(who, t->scopes);
+}
+
 static void cancel_hook(weft_thread *t) {
     pthread_mutex_lock(&R);
     cancel_owned_locked(t);
@@ -216,6 +259,8 @@ int weft_scope_create(weft_scope **out, weft_scope_policy policy, int64_t deadli
         atomic_store_explicit(&weft__cancel_hook, cancel_hook, memory_order_release);
     if (!atomic_load_explicit(&weft__scoped_exit_hook, memory_order_relaxed))
         atomic_store_explicit(&weft__scoped_exit_hook, scoped_exit, memory_order_release);
+    if (!atomic_load_explicit(&weft__scopes_left_hook, memory_order_relaxed))
+        atomic_store_explicit(&weft__scopes_left_hook, scopes_left, memory_order_release);
     weft_scope **head = owned_head();
     pthread_mutex_lock(&R);
     s->owner_prev = *head;

@@ -56,6 +56,11 @@ struct weft_scope {
     uint32_t inherited;       /* keys they bind (for the dump) */
 };
 
+/* A structure violation (scope.c, "Left open"): names the scopes of the
+ * chain from head, writes a dump, aborts.  who: "vthread #1 "main"
+ * returned", "weft_shutdown was called". */
+_Noreturn void weft__scopes_left_open(const char *who, weft_scope *head);
+
 /* For weft_dump: the registry of open scopes, walked under its lock. */
 void weft__scopes_lock(void);
 void weft__scopes_unlock(void);

@@ -2,6 +2,7 @@
  * cancellation through owners (transitively), close, the article's
  * handleOrder, races, and the dump's tree. */
 #include "harness.h"
+#include "proc.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -774,4 +775,58 @@ TEST(socket_server_returns_to_idle_rss) {
     void *r;
     CHECK_EQ(weft_join(acc, &r), 0);
     CHECK_EQ((intptr_t)r, 0);
+}
+
+/* A scope left open by the function that opened it stops the program with
+ * the scope named and a dump, instead of weft_shutdown waiting forever for
+ * its tasks (issue 25 item 4). */
+static atomic_int forever_started;
+static int forever(void *arg, void **result) {
+    (void)arg;
+    (void)result;
+    atomic_store(&forever_started, 1);
+    return weft_sleep(FOREVER_MS * MS);
+}
+static void *leaky(void *arg) {
+    (void)arg;
+    weft_set_name("leaky");
+    weft_scope *s = scope_new(WEFT_SCOPE_ALL, 0);
+    CHECK(weft_fork(s, forever, NULL) != NULL);
+    while (!atomic_load(&forever_started)) weft_sleep(MS); /* (so that the line names its vthread) */
+    return NULL; /* no weft_scope_close */
+}
+static void leaky_vthread_child(void *unused) {
+    (void)unused;
+    weft_thread *t;
+    if (weft_spawn(&t, leaky, NULL, NULL) != 0) _exit(3);
+    weft_join(t, NULL);
+    weft_shutdown();
+    _exit(4); /* not reached */
+}
+static void leaky_platform_child(void *unused) {
+    (void)unused;
+    weft_scope *s = scope_new(WEFT_SCOPE_FAIL_FAST, 0);
+    if (!weft_fork(s, forever, NULL)) _exit(3);
+    while (!atomic_load(&forever_started)) weft_sleep(MS);
+    weft_shutdown();
+    _exit(4); /* not reached */
+}
+static void expect_left_open(void (*fn)(void *), const char *who, const char *policy) {
+    int st;
+    char *err = fork_stderr(fn, NULL, &st);
+    if (!strstr(err, who) || !strstr(err, policy) || !strstr(err, "weft thread dump"))
+        fprintf(stderr, "child's stderr:\n%s\n", err);
+    CHECK(strstr(err, who) != NULL);
+    CHECK(strstr(err, "with a scope still open") != NULL);
+    CHECK(strstr(err, policy) != NULL); /* "(ALL), 1 task forked, 1 running: vthreads #N" */
+    if (!strstr(err, "1 task forked, 1 running: vthreads #")) fprintf(stderr, "child's stderr:\n%s\n", err);
+    CHECK(strstr(err, "1 task forked, 1 running: vthreads #") != NULL);
+    CHECK(strstr(err, "weft thread dump") != NULL);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+}
+TEST(vthread_returning_with_its_scope_open_stops_with_a_dump) {
+    expect_left_open(leaky_vthread_child, "\"leaky\" returned with a scope still open", "(ALL)");
+}
+TEST(shutdown_with_a_scope_open_stops_with_a_dump) {
+    expect_left_open(leaky_platform_child, "weft_shutdown was called with a scope still open", "(FAIL_FAST)");
 }
