@@ -56,7 +56,8 @@
 static struct {
     pthread_mutex_t setup; /* notify and reset, one at a time */
     int efd;
-    unsigned fork_gen;     /* weft__fork_gen() when the relay started */
+    _Atomic unsigned fork_gen; /* weft__fork_gen() when the relay started (written under setup) */
+    _Atomic int64_t relay_at;  /* weft__started_at() of the runtime it runs in (ditto) */
     _Atomic int relay_up;
     _Atomic unsigned pending[NSIGS];
     _Atomic uint64_t caught; /* bit sig: a handler of ours is installed */
@@ -107,37 +108,37 @@ static int64_t mask_of(const sigset_t *set) {
     return m ? (int64_t)m : -EINVAL;
 }
 
+/* The eventfd and this runtime's relay (setup held).  A fork child makes
+ * an eventfd of its own (else the parent's relay and its own would take
+ * each other's wakes); a child, or a runtime started again after
+ * weft_shutdown (which abandoned the daemon relay), starts a relay. */
+static int relay_locked(void) {
+    unsigned gen = weft__fork_gen();
+    int64_t at = weft__started_at();
+    if (atomic_load(&S.relay_up) && atomic_load(&S.fork_gen) == gen && atomic_load(&S.relay_at) == at) return 0;
+    if (S.efd < 0 || (atomic_load(&S.relay_up) && atomic_load(&S.fork_gen) != gen)) {
+        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd < 0) return -errno;
+        int old = S.efd;
+        S.efd = fd;
+        if (old >= 0) close(old);
+    }
+    weft_thread_opts o = {.name = "signals", .daemon = 1};
+    int r = weft_spawn(NULL, relay, NULL, &o);
+    if (r < 0) return r;
+    atomic_store(&S.fork_gen, gen);
+    atomic_store(&S.relay_at, at);
+    atomic_store(&S.relay_up, 1);
+    return 0;
+}
+
 int weft_signal_notify(const sigset_t *set) {
     int64_t m = mask_of(set);
     if (m < 0) return (int)m;
     int r = weft__ensure_init();
     if (r < 0) return r;
     pthread_mutex_lock(&S.setup);
-    if (S.efd < 0) {
-        S.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (S.efd < 0) {
-            r = -errno;
-            goto out;
-        }
-    }
-    if (atomic_load(&S.relay_up) && S.fork_gen != weft__fork_gen()) {
-        /* a fork child: an eventfd of its own, or the parent's relay and
-         * ours would take each other's wakes */
-        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (fd < 0) {
-            r = -errno;
-            goto out;
-        }
-        int old = S.efd;
-        S.efd = fd;
-        close(old);
-    }
-    if (!atomic_load(&S.relay_up) || S.fork_gen != weft__fork_gen()) {
-        weft_thread_opts o = {.name = "signals", .daemon = 1};
-        if ((r = weft_spawn(NULL, relay, NULL, &o)) < 0) goto out;
-        S.fork_gen = weft__fork_gen();
-        atomic_store(&S.relay_up, 1);
-    }
+    if ((r = relay_locked()) < 0) goto out;
     for (int sig = 1; sig < NSIGS; sig++) {
         if (!((uint64_t)m & 1ull << (sig - 1))) continue;
         struct sigaction sa;
@@ -190,8 +191,16 @@ int weft__signal_wait_at(const sigset_t *set, int64_t deadline_ns, const char *f
     int64_t m = mask_of(set);
     if (m < 0) return (int)m;
     if (((uint64_t)m & atomic_load(&S.caught)) != (uint64_t)m) return -EINVAL; /* notify first */
-    if (S.fork_gen != weft__fork_gen()) return -ECHILD;
-    int r = weft__mutex_lock_at(&S.m, deadline_ns, file, line);
+    if (atomic_load(&S.fork_gen) != weft__fork_gen()) return -ECHILD;
+    int r = weft__ensure_init();
+    if (r < 0) return r;
+    if (atomic_load(&S.relay_at) != weft__started_at()) { /* the runtime was started again */
+        pthread_mutex_lock(&S.setup);
+        r = relay_locked();
+        pthread_mutex_unlock(&S.setup);
+        if (r < 0) return r;
+    }
+    r = weft__mutex_lock_at(&S.m, deadline_ns, file, line);
     if (r < 0) return r;
     int sig;
     while (!(sig = take((uint64_t)m))) {

@@ -118,3 +118,21 @@ TEST(reset_gives_the_default_action_back) {
     if (!WIFSIGNALED(st)) fprintf(stderr, "child exited %d\n", WEXITSTATUS(st));
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGUSR1);
 }
+
+/* The runtime may start again after weft_shutdown (weft.h), which
+ * abandons the relay (a daemon): the next wait or notify starts another. */
+TEST(signals_after_the_runtime_starts_again) {
+    sigset_t s = set_of(SIGUSR2, 0);
+    CHECK_EQ(weft_signal_notify(&s), 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    CHECK_EQ(weft_signal_wait(&s, weft_now() + 60000 * MS), SIGUSR2);
+    weft_shutdown();
+    CHECK_EQ(weft_init(NULL), 0);
+    weft_thread *t;
+    CHECK_EQ(weft_spawn(&t, cancelled_waiter, NULL, NULL), 0); /* waits for SIGUSR2 */
+    weft_sleep(5 * MS);
+    CHECK_EQ(kill(getpid(), SIGUSR2), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK_EQ((intptr_t)r, SIGUSR2);
+}
