@@ -164,6 +164,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "weft-httpd: --root %s: %s\n", O.root, strerror(errno));
         return 1;
     }
+    /* O_PATH opens a directory we may not read: say so now, not with a 403
+     * to every request */
+    if (faccessat(AT_FDCWD, O.root, R_OK | X_OK, AT_EACCESS) < 0) {
+        fprintf(stderr, "weft-httpd: --root %s: %s: the server must be able to read and search it (r-x)\n", O.root,
+                strerror(errno));
+        return 1;
+    }
     if (O.access_log) {
         log_fd = !strcmp(O.access_log, "-") ? dup(1) : open(O.access_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log_fd < 0) {

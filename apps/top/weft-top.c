@@ -371,11 +371,18 @@ __attribute__((format(printf, 2, 3))) static void line(screen *s, const char *fm
     if (k > (int)sizeof tmp - 1) k = sizeof tmp - 1;
     if (k > s->cols) k = s->cols;
     reserve(s, (size_t)k + 16);
+    /* on the terminal the line break goes before a row, not after: a
+     * newline after the screen's last row would scroll the title row off
+     * (seen at 120x30 and 160x50 once a section filled the screen) */
+    if (s->ansi && s->used) {
+        memcpy(s->buf + s->n, "\r\n", 2);
+        s->n += 2;
+    }
     memcpy(s->buf + s->n, tmp, (size_t)k);
     s->n += (size_t)k;
     if (s->ansi) {
-        memcpy(s->buf + s->n, "\x1b[K\r\n", 5);
-        s->n += 5;
+        memcpy(s->buf + s->n, "\x1b[K", 3);
+        s->n += 3;
     } else {
         s->buf[s->n++] = '\n';
     }
@@ -647,6 +654,10 @@ static void draw(screen *s, const json *root, prevc *pv) {
     line(s, "%sSLOWEST SLEEPERS%s %d asleep", s->ansi ? "\x1b[1m" : "", s->ansi ? "\x1b[0m" : "", nsleep);
     maxrows = room(s, 0);
     for (int i = 0; i < nsleep && i < maxrows; i++) {
+        if (i == maxrows - 1 && nsleep > maxrows) { /* the man page's promise: say what was left out */
+            line(s, "  ... %d more sleepers", nsleep - i);
+            break;
+        }
         const json *v = sleepers[i];
         char d1[32], d2[32], where[LABEL];
         fmt_dur(d1, sizeof d1, json_num(json_get(v, "since_ns"), 0));

@@ -9,6 +9,7 @@
 #include <string.h>
 
 static int fetch_user(void *arg, void **result) {
+    (void)arg;
     int r = weft_sleep(10 * 1000000); /* simulated I/O */
     if (r < 0) return r;              /* -ECANCELED: give up */
     *result = "alice";
@@ -16,6 +17,7 @@ static int fetch_user(void *arg, void **result) {
 }
 
 static int fetch_balance(void *arg, void **result) {
+    (void)arg;
     int r = weft_sleep(20 * 1000000);
     if (r < 0) return r;
     *result = (void *)(intptr_t)1250;
@@ -23,6 +25,8 @@ static int fetch_balance(void *arg, void **result) {
 }
 
 static int fetch_broken(void *arg, void **result) {
+    (void)arg;
+    (void)result;
     int r = weft_sleep(20 * 1000000);
     if (r < 0) return r;
     return -EIO; /* a failure: a negative errno */
@@ -31,12 +35,15 @@ static int fetch_broken(void *arg, void **result) {
 static atomic_int slow_saw_cancel;
 
 static int fetch_slow(void *arg, void **result) {
+    (void)arg;
+    (void)result;
     int r = weft_sleep(10LL * 1000000000); /* 10 s, unless cancelled */
     if (r == -ECANCELED) atomic_store(&slow_saw_cancel, 1);
     return r;
 }
 
 static int run(void *arg) {
+    (void)arg;
     /* ALL: wait for every task; join returns the first failure or 0 */
     weft_scope *s;
     int r = weft_scope_create(&s, WEFT_SCOPE_ALL, 0);

@@ -32,6 +32,7 @@ static void *work(void *arg) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     pipeline p = {0};
     weft_thread *prod = NULL, *w[WORKERS];
     int r, nw = 0;

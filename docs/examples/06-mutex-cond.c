@@ -17,6 +17,7 @@ static struct {
 } q = {WEFT_MUTEX_INIT, WEFT_COND_INIT, WEFT_COND_INIT, {0}, 0, 0, PRODUCERS, 0, 0};
 
 static void *producer(void *arg) {
+    (void)arg;
     for (int i = 1; i <= PER_PRODUCER; i++) {
         if (weft_mutex_lock(&q.lock) < 0) return NULL; /* cancelled */
         while (q.count == CAP) weft_cond_wait(&q.not_full, &q.lock); /* re-check: wakeups may be spurious */
@@ -31,6 +32,7 @@ static void *producer(void *arg) {
 }
 
 static void *consumer(void *arg) {
+    (void)arg;
     for (;;) {
         if (weft_mutex_lock(&q.lock) < 0) return NULL;
         while (q.count == 0 && q.producers_left > 0) weft_cond_wait(&q.not_empty, &q.lock);
@@ -49,6 +51,7 @@ static void *consumer(void *arg) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     weft_thread *t[PRODUCERS + CONSUMERS];
     int n = 0, r = 0;
     for (; n < PRODUCERS + CONSUMERS; n++) {

@@ -16,10 +16,12 @@ static void *answer_later(void *arg) {
 }
 
 static void *twice(void *v, void *ctx) {
+    (void)ctx;
     return (void *)(2 * (intptr_t)v);
 }
 
 static int run(void *arg) {
+    (void)arg;
     int r;
     void *v;
 

@@ -14,6 +14,7 @@ static void *cube(void *arg) {
 
 static int ticks;
 static void *tick(void *arg) {
+    (void)arg;
     /* a periodic task runs until it returns non-NULL */
     return ++ticks == 3 ? (void *)"done" : NULL;
 }
@@ -41,6 +42,7 @@ static int sum_cubes(weft_executor *e, int n, long *sum) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     long sum;
     int r;
 

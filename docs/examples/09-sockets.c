@@ -14,6 +14,7 @@ enum { CLIENTS = 10 };
 
 /* serves one connection: echoes until the client closes */
 static int echo(void *arg, void **result) {
+    (void)result;
     int fd = (int)(intptr_t)arg;
     char buf[256];
     ssize_t n;
@@ -67,6 +68,7 @@ static void *client(void *arg) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t alen = sizeof addr;

@@ -21,6 +21,7 @@ static void written(ssize_t res, void *ctx) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     char path[256];
     const char *dir = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/weft-guide-%d.txt", dir && *dir ? dir : "/tmp", (int)getpid());

@@ -21,6 +21,7 @@ static void add(size_t i, void *acc, void *ctx) {
 }
 
 static void combine(void *into, const void *from, void *ctx) {
+    (void)ctx;
     *(uint64_t *)into += *(const uint64_t *)from;
 }
 
@@ -30,6 +31,7 @@ static void check_positive(size_t i, void *ctx) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     uint32_t *a = malloc(N * sizeof *a);
     if (!a) return -ENOMEM;
     /* grain 0: the runtime sizes the chunks (about 50 us of work each) */

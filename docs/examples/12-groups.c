@@ -8,10 +8,12 @@
 #include <string.h>
 
 static void add(size_t i, void *acc, void *ctx) {
+    (void)ctx;
     *(uint64_t *)acc += i;
 }
 
 static void combine(void *into, const void *from, void *ctx) {
+    (void)ctx;
     *(uint64_t *)into += *(const uint64_t *)from;
 }
 
@@ -25,6 +27,7 @@ static void *batch(void *arg) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     /* compute: its vthreads compute on purpose; the monitor reports no hog */
     weft_group_opts o = {.compute = 1};
     weft_group *g;

@@ -10,10 +10,13 @@
 static const int64_t MS = 1000000;
 
 static int wait_forever(void *arg, void **result) {
+    (void)arg;
+    (void)result;
     return weft_sleep_until(INT64_MAX); /* until cancelled */
 }
 
 static void *sleeper(void *arg) {
+    (void)arg;
     int first = weft_sleep(3600 * 1000 * MS);
     int second = weft_sleep(1); /* cancellation is sticky */
     printf("cancelled sleeper: %s, then %s\n", strerror(-first), strerror(-second));
@@ -21,6 +24,7 @@ static void *sleeper(void *arg) {
 }
 
 static int run(void *arg) {
+    (void)arg;
     weft_chan *c;
     int made = weft_chan_create(&c, sizeof(int), 1);
     if (made < 0) return made;

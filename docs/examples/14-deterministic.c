@@ -22,6 +22,7 @@ static void *worker(void *arg) {
 }
 
 static int body(void *arg) {
+    (void)arg;
     weft_thread *t[WORKERS];
     int n = 0, r = 0;
     for (; n < WORKERS; n++)

@@ -13,6 +13,7 @@ static int fds[2];
 
 /* stands for a library's code: plain libc calls, errno-style errors */
 static void *reader(void *arg) {
+    (void)arg;
     char buf[32] = {0};
     ssize_t n = read(fds[0], buf, sizeof buf - 1);
     if (n < 0) printf("read: %s\n", strerror(errno));
@@ -21,12 +22,14 @@ static void *reader(void *arg) {
 }
 
 static void *writer(void *arg) {
+    (void)arg;
     usleep(10000); /* parks too */
     if (write(fds[1], "hello", 5) != 5) perror("write");
     return NULL;
 }
 
 static int run(void *arg) {
+    (void)arg;
     printf("hooks active: %s\n", weft_hook_active() ? "yes" : "no");
     if (pipe(fds) < 0) return -errno;
     weft_thread *r, *w;

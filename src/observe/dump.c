@@ -417,10 +417,10 @@ static void one(weft__stack *s, void *ctx) {
         if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
         else if (parked) {
             if (why == WEFT__WHY_SLEEP && until)
-                put(o, "sleeping for %.3f s more (since %.3f s)", (double)left_of(until) / 1e9,
+                put(o, "sleeping for %.3f s more (asleep for %.3f s)", (double)left_of(until) / 1e9,
                     (double)age_of(since) / 1e9);
             else
-                put(o, "parked on %s since %.3f s", why_name(why), (double)age_of(since) / 1e9);
+                put(o, "parked on %s for %.3f s", why_name(why), (double)age_of(since) / 1e9);
             put(o, " in %s", call);
             if (r.op >= 0) put(o, " (fd %d)", fd);
             put_site_text(o, &r);
@@ -666,7 +666,7 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
         }
         put(o, "}");
     } else if (v.stall == WEFT__STALL_PINNED) {
-        put(o, "  carrier %d%s: pinned in %s since %.3f s by vthread #%" PRIu64 " \"%s\"", k, role, sysbuf,
+        put(o, "  carrier %d%s: pinned in %s for %.3f s by vthread #%" PRIu64 " \"%s\"", k, role, sysbuf,
             (double)age_of(v.since) / 1e9, v.vid, v.vname);
         if (v.site[0]) put(o, " at %.480s", v.site);
         put(o, "\n");

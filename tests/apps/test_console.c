@@ -696,6 +696,31 @@ TEST(top_renders_in_tmux) {
     rm_dir(dir);
 }
 
+/* A section that fills the screen keeps the title row (the last row's
+ * newline used to scroll it off), and the sleepers' list says how many it
+ * left out (issue 25): 120x30, 300 connections asleep in the delay. */
+TEST(top_keeps_its_title_row_when_a_section_fills_the_screen) {
+    NEED_APPS();
+    if (sh("command -v tmux >/dev/null 2>&1") != 0) SKIP("tmux is not installed (scripts/deps.sh installs it)");
+    char dir[128], sock[192], srv[64];
+    make_dir(dir, sizeof dir, "tmux-full");
+    snprintf(sock, sizeof sock, "%s/httpd.sock", dir);
+    server s;
+    server_start(&s, sock, "--delay-ms", "60000", "--drain-timeout", "1", NULL);
+    pid_t cl = clients_start(s.port, 300);
+    snprintf(srv, sizeof srv, "weft-top-full-%d", (int)getpid());
+    CHECK_EQ(sh("tmux -L %s new-session -d -s %s -x 120 -y 30 \"%s %d; sleep 60\"", srv, srv, WEFT_TOP_PATH,
+                (int)s.pid),
+             0);
+    char *cap = capture_showing(srv, "SLOWEST SLEEPERS 300 asleep", "more sleepers", NULL);
+    if (strncmp(cap, "weft-top  pid", 13) != 0) FAIL("the pane's first row is not the title:\n%s", cap);
+    free(cap);
+    sh("tmux -L %s kill-server 2>/dev/null", srv);
+    clients_stop(cl);
+    server_stop(&s, 1);
+    rm_dir(dir);
+}
+
 /* ---- one slow client, a full console, refusals, weft-top's messages -------- */
 
 /* A vthread asleep for the test's length: it makes every snapshot large

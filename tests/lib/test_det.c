@@ -481,9 +481,9 @@ TEST(deadlock_is_reported_with_a_dump) {
         CHECK(strstr(err, "weft: deadlock (deterministic mode, seed ") != NULL);
         CHECK(strstr(err, "weft thread dump") != NULL);
         CHECK(strstr(err, "locks-0-1") != NULL && strstr(err, "locks-1-0") != NULL);
-        /* "parked on ... since X s": on the virtual clock, as the dump's now */
+        /* "parked on ... for X s": on the virtual clock, as the dump's now */
         CHECK(strstr(err, "parked on") != NULL);
-        CHECK(strstr(err, "since -") == NULL);
+        CHECK(strstr(err, "for -") == NULL);
         deadlocked++;
     }
     CHECK(deadlocked >= 1); /* (the seeds that deadlock are fixed: 6 and 7 among them) */
@@ -557,9 +557,9 @@ static int parked_since_body(void *arg) {
     close(fd);
     char *line = strstr(buf, "\"ps-waiter\" parked on");
     CHECK(line != NULL);
-    char *since = line ? strstr(line, "since ") : NULL;
+    char *since = line ? strstr(line, " for ") : NULL; /* "parked on semaphore for X s" */
     CHECK(since != NULL);
-    double s = since ? atof(since + 6) : -1;
+    double s = since ? atof(since + 5) : -1;
     if (s < 0.004 || s > 1.0) fprintf(stderr, "%.200s\n", line ? line : buf);
     CHECK(s >= 0.004); /* 5 ms of virtual time, to the dump's precision */
     CHECK(s < 1.0);

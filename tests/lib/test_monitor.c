@@ -166,7 +166,7 @@ TEST(pinned_one_carrier_compensates_and_reports) {
      * site by dladdr -- no file:line (1 ASan run in the suite) */
     int counted = got && await_pinned();
     /* the stall as the dump shows it, while it lasts */
-    char *text = got ? dump_showing(WEFT_DUMP_TEXT, "pinned in nanosleep since", "by vthread #", "\"sleeper\"",
+    char *text = got ? dump_showing(WEFT_DUMP_TEXT, "pinned in nanosleep for", "by vthread #", "\"sleeper\"",
                                     "(spare, compensating)", "\" at monitor_test_sleeper+0x" /* the site */, NULL) : NULL;
     char *json = got ? dump_showing(WEFT_DUMP_JSON, "\"state\":\"pinned\"", "\"syscall\":\"nanosleep\"",
                                     "\"compensating\":1", "\"site\":\"monitor_test_sleeper+0x", NULL) : NULL;

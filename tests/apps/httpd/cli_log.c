@@ -10,6 +10,7 @@
 
 /* Runs weft-httpd with args (NULL-ended); its stdout and stderr into out and
  * err (NUL-terminated, truncated); returns the wait status. */
+static int cli_as_nobody; /* run_cli as uid and gid 65534 (we are root) */
 static int run_cli(char *out, size_t outsz, char *err, size_t errsz, ...) {
     const char *argv[32];
     int n = 0;
@@ -26,6 +27,7 @@ static int run_cli(char *out, size_t outsz, char *err, size_t errsz, ...) {
     const char *env[8];
     launch_opts o;
     server_opts(&o, env, 0);
+    if (cli_as_nobody) o.drop = 1, o.uid = 65534, o.gid = 65534;
     o.out = o.err = LAUNCH_FD;
     o.out_fd = ofd, o.err_fd = efd;
     server sv;
@@ -72,6 +74,24 @@ TEST(cli_help_and_bad_options) {
     st = run_cli(out, sizeof out, err, sizeof err, "--port", "0", "--root", missing, (const char *)NULL);
     if (!WIFEXITED(st) || WEXITSTATUS(st) == 0) FAIL("--root %s: status 0x%x", missing, st);
     if (!strstr(err, missing)) FAIL("--root %s: stderr does not name it: %s", missing, err);
+}
+
+/* A docroot the server cannot read: it says so at start and exits 1, where
+ * it said "listening" and answered 403 to everything (issue 25). */
+TEST(cli_unreadable_root_refused_at_start) {
+    NEED_SERVER();
+    char dir[] = "/tmp/weft-httpd-noread-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(chmod(dir, 0) == 0);
+    cli_as_nobody = geteuid() == 0; /* root reads it anyway: become nobody */
+    char out[4096], err[4096];
+    int st = run_cli(out, sizeof out, err, sizeof err, "--port", "0", "--root", dir, (const char *)NULL);
+    cli_as_nobody = 0;
+    rmdir(dir);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 1) FAIL("--root %s (mode 000): status 0x%x, stderr: %s", dir, st, err);
+    if (!strstr(err, dir) || !strstr(err, "Permission denied") || !strstr(err, "read and search"))
+        FAIL("--root %s (mode 000): stderr says: %s", dir, err);
+    if (strstr(out, "listening")) FAIL("it still said listening: %s", out);
 }
 
 TEST(access_log) {
