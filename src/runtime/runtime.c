@@ -326,6 +326,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     /* the live console (observe/console.c): a fork child has none -- the
      * socket is its parent's ("Fork") */
     R.started_at = weft_now();
+    R.generation++; /* (the deterministic clock starts at the same time each run: not an id) */
     if (started == n && r == 0 && !(lazy && R.inherit_cfg)) r = weft__console_start(cfg ? cfg->console : NULL);
     if (started == n && r == 0) {
         r = weft__mon_start();

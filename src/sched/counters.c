@@ -129,6 +129,7 @@ int weft__carrier_counters_get(int k, weft__carrier_counters *o) {
 int64_t weft__injected(void) { return weft__tfifo_len(&R.g0.inj); }
 
 int64_t weft__started_at(void) { return R.started_at; }
+uint64_t weft__runtime_generation(void) { return R.generation; }
 
 int weft__carrier_view_get(int k, weft__carrier_view *v) {
     memset(v, 0, sizeof *v);

@@ -172,6 +172,7 @@ struct weft__rt {
     weft_runtime_opts started_with;  /* the running runtime's configuration (io: as asked) */
     int inherit_cfg;           /* a fork child: its lazy start uses started_with */
     int64_t started_at;        /* CLOCK_MONOTONIC ns at weft_init (the console's uptime) */
+    uint64_t generation;       /* how many times the runtime has started, this one included */
 #ifdef WEFT_TSAN
     _Atomic int tsan_fibers;   /* vthreads' TSan fibers alive (see TSAN_FIBER_CAP) */
 #endif

@@ -595,6 +595,9 @@ int weft__carrier_counters_get(int k, weft__carrier_counters *out);
 int64_t weft__injected(void);
 /* CLOCK_MONOTONIC ns when the running runtime started (weft_init). */
 int64_t weft__started_at(void);
+/* Which start of the runtime this is (1, 2 ... : it may be started again
+ * after weft_shutdown); what a layer keeps per runtime compares it. */
+uint64_t weft__runtime_generation(void);
 
 /* The dump's view of the groups: fn is called for the default group and
  * each open one, with its stats and its carriers' indices (group.c). */

@@ -57,7 +57,7 @@ static struct {
     pthread_mutex_t setup; /* notify and reset, one at a time */
     int efd;
     _Atomic unsigned fork_gen; /* weft__fork_gen() when the relay started (written under setup) */
-    _Atomic int64_t relay_at;  /* weft__started_at() of the runtime it runs in (ditto) */
+    _Atomic uint64_t relay_at; /* weft__runtime_generation() of the runtime it runs in (ditto) */
     _Atomic int relay_up;
     _Atomic unsigned pending[NSIGS];
     _Atomic uint64_t caught; /* bit sig: a handler of ours is installed */
@@ -114,7 +114,7 @@ static int64_t mask_of(const sigset_t *set) {
  * weft_shutdown (which abandoned the daemon relay), starts a relay. */
 static int relay_locked(void) {
     unsigned gen = weft__fork_gen();
-    int64_t at = weft__started_at();
+    uint64_t at = weft__runtime_generation();
     if (atomic_load(&S.relay_up) && atomic_load(&S.fork_gen) == gen && atomic_load(&S.relay_at) == at) return 0;
     if (S.efd < 0 || (atomic_load(&S.relay_up) && atomic_load(&S.fork_gen) != gen)) {
         int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -194,7 +194,7 @@ int weft__signal_wait_at(const sigset_t *set, int64_t deadline_ns, const char *f
     if (atomic_load(&S.fork_gen) != weft__fork_gen()) return -ECHILD;
     int r = weft__ensure_init();
     if (r < 0) return r;
-    if (atomic_load(&S.relay_at) != weft__started_at()) { /* the runtime was started again */
+    if (atomic_load(&S.relay_at) != weft__runtime_generation()) { /* the runtime was started again */
         pthread_mutex_lock(&S.setup);
         r = relay_locked();
         pthread_mutex_unlock(&S.setup);
