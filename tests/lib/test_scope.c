@@ -542,11 +542,12 @@ static void open_scope_bounded(long total, int how) {
         } else if (done % (100 * BATCH) == 0 || done + BATCH >= total) {
             /* stacks: what a batch needs, plus what idle carriers carve
              * ahead once spawns ran dry (stack.c: REFILL_TARGET, 4096) and
-             * the carriers' caches -- a constant, not a count of tasks */
-            if (st.stacks > stacks1 + 4096 + 1024)
+             * the carriers' caches and a carving in flight -- a constant,
+             * not a count of tasks */
+            if (st.stacks > stacks1 + 4096 + 2048)
                 fprintf(stderr, "%llu stacks after %ld tasks, %llu after the first batch\n",
                         (unsigned long long)st.stacks, done + BATCH, (unsigned long long)stacks1);
-            CHECK(st.stacks <= stacks1 + 4096 + 1024);
+            CHECK(st.stacks <= stacks1 + 4096 + 2048); /* (+1024 was 64 short once under load: 6,272 against 6,208) */
             /* VMAs: the old design mapped a slab per 256 tasks.  TSan's
              * own mappings grow with its per-fiber state and the heap, so
              * only the stack count above holds there */
