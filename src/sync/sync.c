@@ -430,14 +430,19 @@ int weft_cond_signal(weft_cond *c) {
     return 0;
 }
 
-int weft_cond_broadcast(weft_cond *c) {
-    if (!weft__wq_nonempty(&c->q)) return 0;
-    weft__wq_lock(&c->q);
+/* Wakes every waiter of q, its lock held (each gets G_WOKEN: try again). */
+static void wake_all_locked(weft__waitq *q) {
     weft__waiter *w;
-    while ((w = weft__wq_pop(&c->q))) {
+    while ((w = weft__wq_pop(q))) {
         w->granted = G_WOKEN;
         if (!weft__wq_wake(w)) w->granted = G_NONE;
     }
+}
+
+int weft_cond_broadcast(weft_cond *c) {
+    if (!weft__wq_nonempty(&c->q)) return 0;
+    weft__wq_lock(&c->q);
+    wake_all_locked(&c->q);
     weft__wq_unlock(&c->q);
     return 0;
 }
@@ -705,11 +710,7 @@ int weft_latch_init(weft_latch *l, unsigned count) {
 /* Wakes every waiter of q (the thing they wait for has happened). */
 static void wake_all(weft__waitq *q) {
     weft__wq_lock(q);
-    weft__waiter *w;
-    while ((w = weft__wq_pop(q))) {
-        w->granted = G_WOKEN;
-        if (!weft__wq_wake(w)) w->granted = G_NONE;
-    }
+    wake_all_locked(q);
     weft__wq_unlock(q);
 }
 
@@ -729,11 +730,7 @@ int weft_latch_count_down(weft_latch *l) {
         if (s == 1) {
             weft__wq_lock(&l->q);
             if (cas(&l->count, &s, 0)) {
-                weft__waiter *w;
-                while ((w = weft__wq_pop(&l->q))) {
-                    w->granted = G_WOKEN;
-                    if (!weft__wq_wake(w)) w->granted = G_NONE;
-                }
+                wake_all_locked(&l->q);
                 weft__wq_unlock(&l->q);
                 return 0;
             }
