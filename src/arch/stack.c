@@ -23,6 +23,11 @@
  *    address space is reused later (their top page is populated again when
  *    handed out).  Zapping is kept off the exit/join path: its syscalls and
  *    TLB shootdowns would slow exactly the bursts that freed the stacks.
+ *    Idle carriers that carve ahead during a spawn burst (weft__stacks_
+ *    refill) stop at DEPOT_HOT, counting the batches in flight, and revive
+ *    cold slots before carving new ones, so the slots carved stay within
+ *    live + DEPOT_HOT + a batch + the carriers' caches whatever the number
+ *    of spawns (scope.open_scope_*_bounded checks it).
  *  - After an idle period (no stack taken from or given back to the depot
  *    for TRIM_IDLE_NS) the high-water mark drops: idle carriers move what
  *    their cache holds beyond CACHE_KEEP to the depot, zap the depot down to
@@ -115,7 +120,7 @@
 #define CACHE_KEEP 64u               /* a carrier's cache keeps these whole through a lull */
 #define DEPOT_IDLE 512u              /* ... and the depot these, less their deep pages */
 #define TRIM_IDLE_NS 10000000000LL   /* a lull: the depot untouched this long ($WEFT_STACK_IDLE_MS) */
-#define REFILL_TARGET 4096u         /* idle carriers carve up to this many ahead */
+#define REFILL_TARGET DEPOT_HOT     /* idle carriers carve up to this many ahead */
 #define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
 #define IOV_MAX_BATCH 1024u
 /* The largest stack: a slab of SLAB_SLOTS of them (plus guards) must not
@@ -147,6 +152,7 @@ static struct {
     weft__stack **depot;  /* hot free stacks of the default size (an array) */
     uint32_t ndepot, capdepot;
     uint32_t nshallow;    /* depot[0, nshallow): deep pages already returned */
+    uint32_t refilling;   /* slots being carved by weft__stacks_refill, bound for the depot */
     weft__stack *odd;     /* free stacks of other sizes */
     struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
     size_t ncold, capcold;
@@ -473,10 +479,31 @@ int weft__stacks_refill(void) {
     /* a burst: spawns ran dry twice within the window, the last time recently */
     if (now - atomic_load_explicit(&S.prev_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
     weft__stack *made[CARVE_BATCH];
-    uint32_t got = carve_batch(made);
-    if (!got) return 0;
+    uint32_t got;
+    int r;
     pthread_mutex_lock(&S.lock);
-    int r = depot_put(made, got);
+    /* the target counts the batches other carriers are carving: several
+     * idle carriers refilling at once must not carry the depot past
+     * DEPOT_HOT (= REFILL_TARGET), where trim would zap the surplus */
+    if (S.ndepot + S.refilling + CARVE_BATCH > REFILL_TARGET) {
+        pthread_mutex_unlock(&S.lock);
+        return 0;
+    }
+    if (S.ncold) {
+        /* zapped slots first: carving fresh ones while they wait would
+         * grow the address space at each trim-and-refill round (a long
+         * spawn-heavy run carved ~1,200 slots more per million tasks) */
+        got = revive_cold(CARVE_BATCH, made);
+        r = depot_put(made, got);
+        pthread_mutex_unlock(&S.lock);
+        return r == 0 ? (int)got : 0; /* (on failure they stay carved: walked, unused) */
+    }
+    S.refilling += CARVE_BATCH;
+    pthread_mutex_unlock(&S.lock);
+    got = carve_batch(made);
+    pthread_mutex_lock(&S.lock);
+    S.refilling -= CARVE_BATCH;
+    r = got ? depot_put(made, got) : -1;
     pthread_mutex_unlock(&S.lock);
     return r == 0 ? (int)got : 0; /* (on failure the made slots stay carved: walked, unused) */
 }
@@ -686,6 +713,7 @@ void weft__stacks_fini(void) {
     S.depot = NULL;
     S.odd = NULL;
     S.ndepot = S.capdepot = 0;
+    S.refilling = 0;
     S.nshallow = 0;
     atomic_store(&S.nshallow_hint, 0);
     atomic_store(&S.ndepot_hint, 0);
@@ -734,6 +762,7 @@ void weft__stacks_fork_child(void) {
     S.depot = NULL;
     S.odd = NULL;
     S.ndepot = S.capdepot = 0;
+    S.refilling = 0;
     atomic_store(&S.ndepot_hint, 0);
     S.nshallow = 0;
     atomic_store(&S.nshallow_hint, 0);
