@@ -81,6 +81,15 @@
  * per-request deadline is set with weft_deadline_set, so it covers connect,
  * send and every receive of the request together.
  *
+ * Progress.  The banner ("This is weft-load ...", "Benchmarking HOST:PORT")
+ * is printed and flushed before the run, so a pipe sees it at once.  When
+ * stderr is a terminal (and not -q), a progress line is redrawn there
+ * every 250 ms -- requests ended of -n (or seconds of -t), failures, the
+ * rate so far -- as wrk and ab show theirs, and left standing with a
+ * newline when the requests are done.  Each worker publishes its own two
+ * counters (relaxed stores, one writer each: no shared cache line on the
+ * hot path); the run's vthread sums them.
+ *
  * Output: a report like ab's, then one machine-readable line
  *   experiment=load peer=weft-load concurrency=C n=N keepalive=0|1 rps=...
  *   mean_ms=... p50_ms=... p90_ms=... p95_ms=... p99_ms=... max_ms=...
@@ -179,6 +188,7 @@ typedef struct worker {
     uint64_t connects, retries, stray;
     int64_t doc_len;             /* body length of the first successful response; -1 none */
     int doc_varies;
+    _Atomic uint64_t shown_ended, shown_failed; /* for the progress line (this worker writes) */
     hist h;
 } __attribute__((aligned(64))) worker;
 
@@ -316,6 +326,18 @@ static int attempt(worker *w, resp *p, int may_retry) {
     }
 }
 
+/* Publishes w's counts for the progress line: requests ended (complete,
+ * failed or cut by -t) and failed (a status failure is also complete). */
+static void publish(worker *w) {
+    uint64_t failed = 0, lost = 0;
+    for (int k = 0; k < F_KINDS; k++) {
+        failed += w->fails[k];
+        lost += k == F_STATUS ? 0 : w->fails[k];
+    }
+    atomic_store_explicit(&w->shown_ended, w->complete + w->unfinished + lost, memory_order_relaxed);
+    atomic_store_explicit(&w->shown_failed, failed, memory_order_relaxed);
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
     resp p;
@@ -323,7 +345,7 @@ static void *worker_main(void *arg) {
     /* --hold: every connection is to be held, so each worker makes its
      * share of the requests, not what it can grab */
     int64_t quota = C.hold_s > 0 && C.n >= 0 ? (C.n + C.workers - 1) / C.workers : -1, done = 0;
-    for (;;) {
+    for (;; publish(w)) {
         if (atomic_load_explicit(&g_stop, memory_order_relaxed)) break;
         if (g_run_end && weft_now() >= g_run_end) break;
         if (quota >= 0 && done++ >= quota) break;
@@ -357,6 +379,7 @@ static void *worker_main(void *arg) {
             }
         }
     }
+    publish(w);
     if (C.hold_s > 0 && w->fd >= 0) { /* idle on its open connection until the hold ends */
         atomic_fetch_add(&g_holding, 1);
         atomic_fetch_add(&g_done_workers, 1);
@@ -378,7 +401,30 @@ typedef struct results {
     int64_t wall_ns;
     int spawn_err;
     int backend;
+    int progress; /* draw the progress line (stderr is a terminal) */
 } results;
+
+/* The progress line on the terminal (stderr), redrawn in place. */
+static void show_progress(const results *res, int64_t t0, int last) {
+    uint64_t ended = 0, failed = 0;
+    for (int i = 0; i < res->spawned; i++) {
+        ended += atomic_load_explicit(&res->w[i].shown_ended, memory_order_relaxed);
+        failed += atomic_load_explicit(&res->w[i].shown_failed, memory_order_relaxed);
+    }
+    double el = (double)(weft_now() - t0) / 1e9;
+    char what[96];
+    if (C.n >= 0)
+        snprintf(what, sizeof what, "%llu of %lld requests (%d%%)", (unsigned long long)ended, (long long)C.n,
+                 (int)(C.n ? ended * 100 / (uint64_t)C.n : 100));
+    else snprintf(what, sizeof what, "%llu requests", (unsigned long long)ended);
+    char when[48];
+    if (C.duration_s > 0) snprintf(when, sizeof when, "%.1f of %g s", el, C.duration_s);
+    else snprintf(when, sizeof when, "%.1f s", el);
+    /* \r and erase to the end of the line: one line, redrawn */
+    fprintf(stderr, "\r\033[Kweft-load: %s, %llu failed, %.0f req/s, %s%s", what, (unsigned long long)failed,
+            el > 0 ? (double)ended / el : 0.0, when, last ? "\n" : "");
+    fflush(stderr);
+}
 
 static int run(void *arg) {
     results *res = arg;
@@ -394,6 +440,14 @@ static int run(void *arg) {
             break;
         }
         res->spawned++;
+    }
+    if (res->progress) {
+        /* until every worker has made its requests (the hold, if any, after) */
+        while (atomic_load(&g_done_workers) < res->spawned) {
+            show_progress(res, t0, 0);
+            for (int k = 0; k < 25 && atomic_load(&g_done_workers) < res->spawned; k++) weft_sleep(10 * 1000000);
+        }
+        show_progress(res, t0, 1);
     }
     if (C.hold_s > 0) {
         /* every worker done: say how many connections are held, hold them */
@@ -639,10 +693,7 @@ static int report(results *res) {
     if (h.oom) fprintf(stderr, "weft-load: out of memory for histogram pages: some latencies are not in the percentiles\n");
 
     if (!C.quiet) {
-        int be = res->backend;
-        printf("This is weft-load %d.%d.%d (HTTP/1.1 load on weft vthreads; %s backend)\n\n", WEFT_VERSION_MAJOR,
-               WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, be == WEFT_IO_URING ? "io_uring" : be == WEFT_IO_EPOLL ? "epoll" : "?");
-        printf("Server Software:        %s\n", atomic_load(&g_server_state) == 2 ? g_server : "");
+        printf("\nServer Software:        %s\n", atomic_load(&g_server_state) == 2 ? g_server : "");
         printf("Server Hostname:        %s\n", C.host);
         printf("Server Port:            %d\n\n", C.port);
         printf("Document Path:          %s\n", C.path);
@@ -858,6 +909,17 @@ int main(int argc, char **argv) {
     if (r < 0) {
         fprintf(stderr, "weft-load: weft_init: %s\n", strerror(-r));
         return 3;
+    }
+    res.backend = weft_io_backend();
+    if (!C.quiet) {
+        /* the banner before the run: a pipe or a log sees it at once */
+        int be = res.backend;
+        printf("This is weft-load %d.%d.%d (HTTP/1.1 load on weft vthreads; %s backend)\n\n", WEFT_VERSION_MAJOR,
+               WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, be == WEFT_IO_URING ? "io_uring" : be == WEFT_IO_EPOLL ? "epoll" : "?");
+        printf("Benchmarking %s%s%s:%d (be patient)\n", strchr(C.host, ':') ? "[" : "", C.host,
+               strchr(C.host, ':') ? "]" : "", C.port);
+        fflush(stdout);
+        res.progress = isatty(STDERR_FILENO);
     }
     r = weft_main(run, &res);
     if (r < 0) {

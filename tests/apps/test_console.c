@@ -16,7 +16,8 @@
  * full console says so (and weft-top repeats it); floods of refused
  * connections are logged once a second.  weft-top's own words: why it
  * cannot watch a console (as root: a second uid), and a made-up snapshot
- * drawn consistently (peak, call sites).
+ * drawn consistently (peak, call sites).  weft-load's progress: a live
+ * line on a terminal (tmux), the banner first through a pipe.
  *
  * Nothing asserts speed.  Waits are bounded (a snapshot must come within
  * IO_TIMEOUT_MS) so that a console that never answers fails instead of
@@ -46,6 +47,7 @@
 #define HAVE_APPS 0
 #define WEFT_HTTPD_PATH "weft-httpd"
 #define WEFT_TOP_PATH "weft-top"
+#define WEFT_LOAD_PATH "weft-load"
 #define WEFT_SOURCE_DIR "."
 #endif
 
@@ -1274,4 +1276,66 @@ TEST(top_draws_peak_and_sites_consistently) {
     const char *p = strstr(out, "(no call site)");
     CHECK(p != NULL && strstr(p + 1, "(no call site)") == NULL);
     free(out);
+}
+
+/* ---- weft-load on a terminal and through a pipe ---------------------------- */
+
+/* On a terminal weft-load redraws a progress line while the run goes on
+ * (it used to print nothing until the end).  The server holds every
+ * request a minute (--delay-ms), so the run is still going when the pane
+ * is read: what shows is the live line, not a last one. */
+TEST(load_shows_progress_on_a_terminal) {
+    NEED_APPS();
+    if (sh("command -v tmux >/dev/null 2>&1") != 0) SKIP("tmux is not installed (scripts/deps.sh installs it)");
+    server s;
+    server_start(&s, NULL, "--delay-ms", "60000", "--drain-timeout", "1", NULL);
+    char srv[64];
+    snprintf(srv, sizeof srv, "weft-load-test-%d", (int)getpid());
+    CHECK_EQ(sh("tmux -L %s new-session -d -s %s -x 120 -y 30 "
+                "\"%s -n 3 -c 3 --timeout 300 http://127.0.0.1:%d/; echo load-ended; sleep 60\"",
+                srv, srv, WEFT_LOAD_PATH, s.port),
+             0);
+    char *cap = capture_showing(srv, "Benchmarking 127.0.0.1:", "weft-load: 0 of 3 requests (0%), 0 failed, 0 req/s, ",
+                                NULL);
+    printf("%s", cap);
+    CHECK(strstr(cap, "load-ended") == NULL); /* live: the requests are all held */
+    /* one line, redrawn in place: never a second progress row */
+    const char *p = strstr(cap, "weft-load: 0 of 3");
+    CHECK(strstr(p + 1, "weft-load: 0 of 3") == NULL);
+    free(cap);
+    sh("tmux -L %s kill-server 2>/dev/null", srv); /* weft-load ends on the hangup */
+    server_stop(&s, 1);
+}
+
+/* Through a pipe the banner comes at once, before any response (it used to
+ * come with the report at the end), and no progress line is drawn on a
+ * stderr that is not a terminal. */
+TEST(load_banner_comes_first_through_a_pipe) {
+    NEED_APPS();
+    server s;
+    server_start(&s, NULL, "--delay-ms", "60000", "--drain-timeout", "1", NULL);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", s.port);
+    char errpath[] = "/tmp/weft-test-load-err-XXXXXX";
+    int errfd = mkstemp(errpath);
+    CHECK(errfd >= 0);
+    unlink(errpath);
+    const char *argv[] = {WEFT_LOAD_PATH, "-n", "2", "-c", "2", "--timeout", "300", url, NULL};
+    launch_opts o = {.out = LAUNCH_PIPE, .err = LAUNCH_FD, .err_fd = errfd, .deathsig = SIGKILL,
+                     .alarm_s = IO_TIMEOUT_MS / 1000 * 2};
+    launch l;
+    int e = launch_start(&l, (char *const *)argv, &o);
+    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
+    const char *line = launch_wait_line(&l, "Benchmarking 127.0.0.1:", now_ms() + IO_TIMEOUT_MS);
+    if (!line) FAIL("no banner through the pipe; it printed: '%s'", l.buf);
+    CHECK(strstr(l.buf, "This is weft-load ") == l.buf); /* the first line */
+    CHECK_EQ(launch_reap(&l, 0), 0);                     /* still running: every request is held */
+    sleep_ms(600); /* past two of a terminal's redraws */
+    CHECK_EQ(launch_reap(&l, 0), 0);
+    CHECK(launch_stop(&l, SIGTERM, IO_TIMEOUT_MS) >= 0);
+    char *err = slurp_fd(errfd);
+    CHECK(strstr(err, "requests (") == NULL && strchr(err, '\r') == NULL);
+    free(err);
+    launch_close(&l);
+    server_stop(&s, 1);
 }
