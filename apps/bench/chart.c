@@ -171,10 +171,12 @@ void bar_chart(FILE *f, const char *title, const char *axis_label, const bars *B
         if (top > hi) hi = top;
         if (b->v > 0 && b->v < lo) lo = b->v;
     }
-    if (nbars == 0 || hi <= 0 || (logx && !isfinite(lo))) {
+    if (nbars == 0) {
         fputs("<p class=\"missing\">No data for this chart in the lines.</p>\n</figure>\n", f);
         return;
     }
+    if (hi <= 0) hi = 1; /* only failed runs, without values: an axis for their notes */
+    if (logx && !isfinite(lo)) lo = hi;
     const double W = 980, L = 290, R = 200, T = 12, ROW = 21, AX = 44;
     const double PW = W - L - R;
     double H = T + ROW * B->n + AX;
@@ -234,10 +236,12 @@ void bar_chart(FILE *f, const char *title, const char *axis_label, const bars *B
         }
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"val\">", xt + 5, y + 15);
         char t[128];
-        num_text(t, sizeof t, b->raw);
-        fprintf(f, "<tspan class=\"%s\">", b->kind == K_ART ? "art" : "v");
-        html_esc(f, t);
-        fputs("</tspan>", f);
+        if (b->raw[0]) { /* (a failed run may have no value: its note says so) */
+            num_text(t, sizeof t, b->raw);
+            fprintf(f, "<tspan class=\"%s\">", b->kind == K_ART ? "art" : "v");
+            html_esc(f, t);
+            fputs("</tspan>", f);
+        }
         if (b->err > 0) {
             num_text(t, sizeof t, b->raw_err);
             fputs(" \xc2\xb1 <tspan class=\"v\">", f);

@@ -177,14 +177,25 @@ static int line_rank(const bench_result *r) {
 }
 
 /* A bar from line r's key (and err_key for whiskers); NULL when r lacks key. */
+static int is_ok(const bench_result *r) {
+    const char *st = br_get(r, "status");
+    return !st || strncmp(st, "ok", 2) == 0;
+}
+
+/* A bar for r's value of key, with r's status as its note when that is not
+ * ok.  A failed line without the value gets a bar all the same, empty, its
+ * note saying so ("failed: error -EAGAIN"): weft's failures and the peers'
+ * are drawn alike, and neither vanishes from its chart.  NULL: r is ok and
+ * has no such value (or the chart is full). */
 static bar *bars_from(bars *B, const bench_result *r, const char *label, const char *key, const char *err_key,
                       const char *color_name) {
     double v;
-    if (!br_num(r, key, &v)) return NULL;
+    int have = br_num(r, key, &v);
+    if (!have && is_ok(r)) return NULL;
     bar *b = bars_add(B, is(r, "peer", "weft") || strncmp(br_get(r, "peer"), "weft", 4) == 0 ? K_WEFT : K_PEER, label);
     if (!b) return NULL;
-    b->v = v;
-    snprintf(b->raw, sizeof b->raw, "%s", br_get(r, key));
+    b->v = have ? v : 0;
+    snprintf(b->raw, sizeof b->raw, "%s", have ? br_get(r, key) : "");
     double e;
     if (err_key && br_num(r, err_key, &e)) {
         b->err = e;
@@ -194,7 +205,8 @@ static bar *bars_from(bars *B, const bench_result *r, const char *label, const c
     if (st && strncmp(st, "ok", 2) != 0) {
         const char *why = br_get(r, "err");
         if (!why) why = br_get(r, "stopped_by");
-        snprintf(b->note, sizeof b->note, "%.20s%s%.20s", st, why ? " " : "", why ? why : "");
+        snprintf(b->note, sizeof b->note, "%s%.20s%s%.20s", have ? "" : "failed: ", st, why ? " " : "",
+                 why ? why : "");
     }
     b->color = color_for(color_name ? color_name : br_get(r, "peer"), b->kind);
     return b;
@@ -430,11 +442,24 @@ static void http_charts(FILE *f, const lines *L, const char *wexp, const char *p
     snprintf(title, sizeof title, "%s: 95th percentile latency against concurrency (lower is better)", what);
     line_chart(f, title, "p95 latency, ms", P);
     free(C);
-}
-
-static int is_ok(const bench_result *r) {
-    const char *st = br_get(r, "status");
-    return !st || strncmp(st, "ok", 2) == 0;
+    /* a point that failed has no rps to draw: it is named under the charts
+     * (the bar charts give it an empty bar and a note) */
+    int any = 0;
+    for (int i = 0; i < L->n; i++) {
+        const bench_result *r = &L->r[i];
+        if (!is(r, "experiment", wexp) && !(pexp && is(r, "experiment", pexp))) continue;
+        if (is_ok(r) || br_get(r, "rps")) continue;
+        fputs(any++ ? "; " : "<p class=\"failed\">Failed, with nothing to draw: ", f);
+        const char *keys[] = {"peer", "concurrency", "n", "status", "err"};
+        const char *pre[] = {"", " C=", " n=", ": ", " "};
+        for (int k = 0; k < 5; k++) {
+            const char *v = br_get(r, keys[k]);
+            if (!v) continue;
+            fputs(pre[k], f);
+            html_esc(f, v);
+        }
+    }
+    if (any) fputs(".</p>\n", f);
 }
 
 static void sec_http(FILE *f, const lines *L) {
@@ -452,7 +477,7 @@ static void sec_http(FILE *f, const lines *L) {
     int idx[MAX_BARS], n;
     const char *exps[] = {"http-every10", "delay2s-every10"};
     for (int e = 0; e < 2; e++) {
-        n = pick(L, exps[e], NULL, NULL, is_ok, idx, MAX_BARS);
+        n = pick(L, exps[e], NULL, NULL, NULL, idx, MAX_BARS);
         for (int k = 0; k < n; k++) {
             char lab[96];
             label_of(lab, sizeof lab, &L->r[idx[k]], NULL, NULL, NULL);
@@ -661,6 +686,7 @@ static const char CSS[] =
     "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;color:#111;margin:24px;max-width:1000px}"
     "h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;border-bottom:1px solid #999;margin-top:28px}"
     "p{font-size:13px;line-height:1.45}.intro{color:#333}.missing{color:#a61e1e;font-weight:bold}"
+    ".failed{color:#a61e1e}"
     "figure{margin:12px 0 20px;break-inside:avoid;page-break-inside:avoid}"
     "figcaption{font-size:14px;font-weight:bold;margin-bottom:4px}"
     "svg{display:block;max-width:100%;height:auto;font-size:12px}"
@@ -741,15 +767,86 @@ static void utc_now(char *out, size_t len) {
     if (!gmtime_r(&t, &tm) || !strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(out, len, "unknown");
 }
 
-/* bench/compare.sh EXP with stdout appended to fd; its exit status, or -errno. */
-static int run_compare(const char *script, const char *exp, int fd, const char *self) {
+/* Whether --only's list (NULL: all) names exp. */
+static int chosen(const char *exp, const char *only) {
+    if (!only) return 1;
+    char pat[64], list[1024];
+    snprintf(pat, sizeof pat, ",%s,", exp);
+    snprintf(list, sizeof list, ",%s,", only);
+    return strstr(list, pat) != NULL;
+}
+
+/* write(2) until all of it is out; 0 or -1 with errno. */
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One progress line on stderr for a result line that compare.sh printed:
+ * what it measured and how it ended, so that a run of an hour shows each
+ * point as it lands. */
+static void point_progress(const char *line, const char *tag, int k) {
+    bench_result *r = malloc(sizeof *r);
+    if (!r) return;
+    if (br_parse(r, line) == 0) {
+        char now[32], what[160];
+        utc_now(now, sizeof now);
+        int n = snprintf(what, sizeof what, "%s", br_get(r, "peer") ? br_get(r, "peer") : "?");
+        const char *keys[] = {"mode", "workload", "concurrency", "n"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0] && (size_t)n < sizeof what; i++)
+            if (br_get(r, keys[i])) n += snprintf(what + n, sizeof what - (size_t)n, " %s=%s", keys[i], br_get(r, keys[i]));
+        const char *st = br_get(r, "status"), *err = br_get(r, "err");
+        fprintf(stderr, "weft-bench report: %s point %d: %s: %s%s%s (%s)\n", tag, k, what, st ? st : "done",
+                err ? " " : "", err ? err : "", now);
+    }
+    free(r);
+}
+
+/* bench/compare.sh EXP, its stdout appended to fd line by line as it comes
+ * (a progress line on stderr for each result line); its exit status, or
+ * -errno. */
+static int run_compare(const char *script, const char *exp, int fd, const char *self, const char *tag) {
     if (setenv("WEFT_BENCH", self, 1) != 0) return -errno;
     char *argv[] = {(char *)script, (char *)exp, NULL};
     launch l;
-    launch_opts lo = {.out = LAUNCH_FD, .out_fd = fd};
+    launch_opts lo = {.out = LAUNCH_PIPE};
     int e = launch_start(&l, argv, &lo);
     if (e < 0) return e;
+    char buf[16384];
+    size_t have = 0;
+    int points = 0, werr = 0;
+    for (;;) {
+        ssize_t got = read(l.out, buf + have, sizeof buf - have);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        have += (size_t)got;
+        size_t start = 0;
+        for (char *nl; (nl = memchr(buf + start, '\n', have - start));) {
+            size_t len = (size_t)(nl - (buf + start)) + 1;
+            if (!werr && write_all(fd, buf + start, len) < 0) werr = errno;
+            *nl = 0;
+            if (strncmp(buf + start, "experiment=", 11) == 0 || strncmp(buf + start, "SUMMARY ", 8) == 0)
+                point_progress(buf + start, tag, ++points);
+            start += len;
+        }
+        if (start == 0 && have == sizeof buf) { /* a line longer than the buffer: pass it on as it is */
+            if (!werr && write_all(fd, buf, have) < 0) werr = errno;
+            have = 0;
+        } else {
+            memmove(buf, buf + start, have - start);
+            have -= start;
+        }
+    }
+    if (have && !werr && write_all(fd, buf, have) < 0) werr = errno;
     e = launch_reap(&l, -1);
+    launch_close(&l);
+    if (werr) return -werr;
     if (e < 0) return e;
     int st = l.status;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -773,19 +870,17 @@ static int run_all(const char *path, const char *only) {
         fprintf(stderr, "weft-bench report: %s: %s\n", path, strerror(e));
         return -e;
     }
+    int total = 0, done = 0;
+    for (int i = 0; ALL_EXPS[i]; i++) total += chosen(ALL_EXPS[i], only);
     for (int i = 0; ALL_EXPS[i]; i++) {
         const char *exp = ALL_EXPS[i];
-        if (only) {
-            char pat[64], list[1024];
-            snprintf(pat, sizeof pat, ",%s,", exp);
-            snprintf(list, sizeof list, ",%s,", only);
-            if (!strstr(list, pat)) continue;
-        }
-        char now[32];
+        if (!chosen(exp, only)) continue;
+        char now[32], tag[96];
+        snprintf(tag, sizeof tag, "[%d/%d %s]", ++done, total, exp);
         utc_now(now, sizeof now);
         dprintf(fd, "# report: %s %s (%s)\n", script, exp, now);
-        fprintf(stderr, "weft-bench report: %s %s (%s) ...\n", script, exp, now);
-        int st = run_compare(script, exp, fd, self);
+        fprintf(stderr, "weft-bench report: %s %s %s (%s) ...\n", tag, script, exp, now);
+        int st = run_compare(script, exp, fd, self, tag);
         utc_now(now, sizeof now);
         if (st < 0) dprintf(fd, "# report: %s %s could not start: %s (%s)\n", script, exp, strerror(-st), now);
         else dprintf(fd, "# report: %s %s exit %d (%s)\n", script, exp, st, now);

@@ -261,15 +261,29 @@ def test_numbers(bench, fixture, tmp):
                 "         echo 'experiment=switch peer=go-gosched status=ok ns_per_switch=58.125' ;;\n"
                 "  file-write) echo 'experiment=file-write peer=weft status=ok mode=write size=5 "
                 "ops_s_mean=3119205 ops_s_stddev=74969'; echo 'weft-bench: something failed' >&2; exit 3 ;;\n"
+                # a failed weft run and a failed peer: both drawn, as failed (a weft failure line has
+                # no value: it used to vanish from its chart)
+                "  threads) echo 'experiment=threads peer=weft status=error err=-EAGAIN'\n"
+                "           echo 'experiment=park-many peer=c-pthread status=failed n=200000 created=32385 err=EAGAIN' ;;\n"
+                "  http-delay) echo 'experiment=http-delay peer=weft-virtual status=error concurrency=1000 n=3000 "
+                "model=virtual err=-EMFILE'\n"
+                "              echo 'experiment=http-delay peer=weft-virtual status=ok concurrency=50 n=3000 rps=455.5 "
+                "p95_ms=110.2' ;;\n"
                 "esac\n")
     os.chmod(fake, 0o755)
     run_dir = os.path.join(tmp, "run")
-    r = run([bench, "report", run_dir, "--only", "micro,file-write"], env=dict(os.environ, WEFT_COMPARE=fake))
-    check(r.returncode == 0, f"report --only micro,file-write with a stand-in compare.sh: exit {r.returncode}: {r.stderr}")
+    r = run([bench, "report", run_dir, "--only", "micro,file-write,threads,http-delay"],
+            env=dict(os.environ, WEFT_COMPARE=fake))
+    check(r.returncode == 0, f"report --only micro,file-write,... with a stand-in compare.sh: exit {r.returncode}: {r.stderr}")
     check("file-write: exit 3" in r.stderr, f"a failing experiment is reported and the rest go on ({r.stderr.strip()})")
+    # progress: per experiment ([k/n ...]) and per point, as each lands
+    for want in ("[1/4 threads]", "[2/4 micro]", "[3/4 file-write]", "[4/4 http-delay]",
+                 "[2/4 micro] point 2: go-gosched: ok", "[1/4 threads] point 1: weft: error -EAGAIN",
+                 "[4/4 http-delay] point 1: weft-virtual concurrency=1000 n=3000: error -EMFILE"):
+        check(want in r.stderr, f"progress on stderr shows {want!r}")
     with open(os.path.join(run_dir, "lines.txt"), encoding="utf-8") as f:
         got = f.read()
-    check(got.count("# report: ") == 4, f"lines.txt says what ran and how it ended ({got.count('# report: ')} '# report:' lines)")
+    check(got.count("# report: ") == 8, f"lines.txt says what ran and how it ended ({got.count('# report: ')} '# report:' lines)")
     check("file-write exit 3" in got and "micro exit 0" in got, "exit statuses are in lines.txt")
     check("sleep-tasks" not in got, "--only runs only the experiments named")
     check(re.search(r"WEFT_BENCH=/\S*weft-bench", got) is not None, "compare.sh gets this weft-bench as $WEFT_BENCH")
@@ -277,6 +291,13 @@ def test_numbers(bench, fixture, tmp):
         rp = f.read()
     for v in ("6.25", "58.125", "3" + GROUP + "119" + GROUP + "205", "74" + GROUP + "969"):
         check(v in rp, f"the run's value {v!r} is on its page")
+    # weft's failed run has its bar and its note, as the failed peer has
+    check(re.search(r'class="label">weft</text><rect [^>]*width="0\.0"[^>]*/><text [^>]*class="val"> ?'
+                    r'<tspan class="note">failed: error -EAGAIN</tspan>', rp) is not None,
+          "a failed weft run is drawn (an empty bar, its note), not dropped")
+    check('<tspan class="note">failed EAGAIN</tspan>' in rp, "a failed peer is drawn with its note")
+    check('Failed, with nothing to draw: weft-virtual C=1000 n=3000: error -EMFILE' in rp,
+          "a failed point of a line chart is named under it")
     r = run([bench, "report", os.path.join(tmp, "run2"), "--only", "micro"],
             env=dict(os.environ, WEFT_COMPARE=os.path.join(tmp, "no-such-compare.sh")))
     check(r.returncode == 1 and "no-such-compare.sh" in r.stderr, f"no compare.sh: exit 1 naming it ({r.returncode})")
