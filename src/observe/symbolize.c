@@ -250,12 +250,26 @@ static int is_weft_file(const char *file) {
 
 int weft__sym_is_weft_file(const char *file) { return file && is_weft_file(file); }
 
+/* A source file's name as it was given to the compiler -- what __FILE__
+ * says, and so what a blocking call's macro records: libdw joins a
+ * relative name to the compilation directory, and a dump that read
+ * "/home/u/chat.c:15" for an io call beside "chat.c:21" for a channel
+ * call (issue 25) named one file two ways.  A name given absolute stays so. */
+static const char *as_compiled(Dwarf_Die *cu, const char *file) {
+    Dwarf_Attribute at;
+    const char *dir = file && cu ? dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &at)) : NULL;
+    size_t n = dir ? strlen(dir) : 0;
+    if (n && strncmp(file, dir, n) == 0 && file[n] == '/' && file[n + 1]) return file + n + 1;
+    return file;
+}
+
 static weft__sym *resolve(uintptr_t pc) {
     uintptr_t a = pc - 1; /* a return address: the call is the byte before */
     weft__sym_frame f[MAX_INLINE + 1];
     int n = 0;
     const char *mod = NULL;
     uintptr_t moff = 0;
+    Dwarf_Die *cu_of_frames = NULL; /* (libdw's, kept as long as S.d) */
     Dwfl_Module *m = S.d ? dwfl_addrmodule(S.d, a) : NULL;
     if (!m && S.d && !S.refreshed) { /* dlopen'ed since the list was read */
         S.refreshed = 1;
@@ -277,6 +291,7 @@ static weft__sym *resolve(uintptr_t pc) {
          * current place, and the place moves to its inlining call */
         Dwarf_Addr bias = 0;
         Dwarf_Die *cu = dwfl_module_addrdie(m, a, &bias), *scopes = NULL;
+        cu_of_frames = cu;
         int ns = cu ? dwarf_getscopes(cu, a - bias, &scopes) : 0;
         Dwarf_Files *files = NULL;
         size_t nfiles = 0;
@@ -306,6 +321,8 @@ static weft__sym *resolve(uintptr_t pc) {
     }
     weft__sym *s = malloc(sizeof *s + (size_t)n * sizeof s->f[0]);
     if (!s) return NULL;
+    int own_src = n && f[n - 1].file ? is_weft_file(f[n - 1].file) : -1; /* (the full name) */
+    for (int i = 0; i < n; i++) f[i].file = as_compiled(cu_of_frames, f[i].file);
     s->pc = pc;
     s->module = mod;
     s->mod_off = moff;
@@ -314,7 +331,7 @@ static weft__sym *resolve(uintptr_t pc) {
     /* weft's own frame: its sources; without line information, its name
      * or (shared library) its module */
     const weft__sym_frame *outer = n ? &s->f[n - 1] : NULL;
-    if (outer && outer->file) s->weft = is_weft_file(outer->file);
+    if (outer && outer->file) s->weft = own_src;
     else if (outer && outer->func && !strncmp(outer->func, "weft_", 5)) s->weft = 1;
     else if (S.self_shared && m) {
         Dl_info di;

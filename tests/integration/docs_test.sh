@@ -31,6 +31,10 @@
 #                             the sections NAME, SYNOPSIS, DESCRIPTION,
 #                             OPTIONS, ENVIRONMENT, EXIT STATUS, EXAMPLES,
 #                             SEE ALSO
+#   count README GUIDE DIR    the number README gives in words before
+#                             "complete programs" is the number of DIR/*.c,
+#                             and README and GUIDE both list weft-top(1) among
+#                             the man pages
 # Needs bash, awk, diff, timeout, and man-db + groff for `man`.
 set -uo pipefail
 
@@ -141,10 +145,31 @@ mode_man() {
     echo "ok     $page: renders cleanly, documents all $(wc -w <<<"$opts") long options of $(basename "$1")"
 }
 
+mode_count() {
+    local readme=$1 guide=$2 dir=$3 word n files
+    [[ -f $readme && -f $guide && -d $dir ]] || fail "no README $readme, guide $guide or directory $dir"
+    # the claim may be broken across lines: join them first
+    word=$(tr '\n' ' ' <"$readme" | grep -oE '[A-Za-z-]+ complete programs' | head -1 | cut -d' ' -f1)
+    [[ -n $word ]] || fail "$readme: no 'N complete programs' claim"
+    local -a words=(zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+                    fifteen sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three
+                    twenty-four twenty-five)
+    n=-1
+    for i in "${!words[@]}"; do [[ ${words[$i]} == "${word,,}" ]] && n=$i; done
+    [[ $n -ge 0 ]] || fail "$readme: '$word complete programs': not a number this test reads"
+    files=$(find "$dir" -maxdepth 1 -name '*.c' | wc -l)
+    [[ $n -eq $files ]] || fail "$readme says $word ($n) complete programs; $dir holds $files"
+    for f in "$readme" "$guide"; do
+        grep -q 'weft-top(1)\|weft-top\.1' "$f" || fail "$f does not list weft-top(1)"
+    done
+    echo "ok     $readme: '$word complete programs', and $dir holds $files; weft-top(1) listed"
+}
+
 case ${1:-} in
 sync) [[ $# -eq 3 ]] || usage; mode_sync "$2" "$3" ;;
 update) [[ $# -eq 3 ]] || usage; mode_update "$2" "$3" ;;
 run) [[ $# -ge 4 ]] || usage; shift; mode_run "$@" ;;
 man) [[ $# -ge 3 ]] || usage; shift; mode_man "$@" ;;
+count) [[ $# -eq 4 ]] || usage; mode_count "$2" "$3" "$4" ;;
 *) usage ;;
 esac

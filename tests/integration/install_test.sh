@@ -86,6 +86,88 @@ flags=$(pkg-config --cflags --libs weft) || fail "pkg-config --cflags --libs wef
 quiet "$cc" -o "$tmp/app_pc" "$tmp/app.c" $flags -Wl,-rpath,"$libdir"
 check "pkg-config, shared" "$tmp/app_pc"
 
+# --- the dump names a program's files as its compiler was given them -------
+# A program built the way a user builds one (cc -g chat.c, a relative name):
+# a vthread parked in an io call (its site found through libdw) and one in a
+# channel call (its site from __FILE__) must name their file alike, as
+# "site.c:LINE" -- libdw used to give the first as /tmp/.../site.c.
+cat >"$tmp/site.c" <<'EOF'
+#define _GNU_SOURCE
+#include <weft.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int sv[2];
+static weft_chan *ch;
+
+static void *reader(void *arg) {
+    char b;
+    (void)arg;
+    return weft_recv(sv[0], &b, 1, 0) == 1 ? NULL : (void *)1;
+}
+
+static void *taker(void *arg) {
+    int m;
+    (void)arg;
+    return weft_chan_recv(ch, &m) == 0 ? NULL : (void *)1;
+}
+
+/* Prints the dump's lines for the two parked calls, once both show. */
+int main(void) {
+    weft_thread *a, *b;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || weft_chan_create(&ch, sizeof(int), 0) ||
+        weft_spawn(&a, reader, NULL, NULL) || weft_spawn(&b, taker, NULL, NULL))
+        return 1;
+    int ok = 0;
+    for (int tries = 0; tries < 500 && !ok; tries++) {
+        weft_sleep(10000000);
+        int fd = memfd_create("dump", 0);
+        if (fd < 0 || weft_dump(fd, WEFT_DUMP_TEXT) != 0) return 1;
+        off_t len = lseek(fd, 0, SEEK_END);
+        char *d = calloc(1, (size_t)len + 1);
+        if (!d || pread(fd, d, (size_t)len, 0) != len) return 1;
+        close(fd);
+        char *r = strstr(d, " in weft_recv at "), *c = strstr(d, " in weft_chan_recv at ");
+        if (r && c) {
+            ok = 1;
+            printf("%.*s\n%.*s\n", (int)strcspn(r, "\n"), r, (int)strcspn(c, "\n"), c);
+        }
+        free(d);
+    }
+    int one = 1;
+    if (write(sv[1], "x", 1) != 1 || weft_chan_send(ch, &one) != 0) return 1;
+    void *ra, *rb;
+    weft_join(a, &ra);
+    weft_join(b, &rb);
+    weft_shutdown();
+    return ok && !ra && !rb ? 0 : 1;
+}
+EOF
+# shellcheck disable=SC2086 # the flags are words
+(cd "$tmp" && quiet "$cc" -g -O1 -o site site.c $flags -Wl,-rpath,"$libdir")
+sites=$(timeout 60 "$tmp/site" 2>"$log") || fail "site: exit status $?"
+[[ $(grep -c ' at site\.c:[0-9]' <<<"$sites") == 2 ]] ||
+    fail "the dump names site.c two ways or not at all (want 'at site.c:LINE' twice):
+$sites"
+echo "ok     dump sites: the file as compiled, for an io call and a channel call"
+
+# --- the guide's build commands, as printed ---------------------------------
+if [[ -n $src ]]; then
+    # the installed one (pkg-config and its rpath), run from the source tree
+    # as a reader would: it must build, and the program must run
+    cmd=$(awk '/^cc .*pkg-config/ { p = 1 } p { print } p && !/\\$/ { exit }' "$src/docs/guide.md" |
+          sed 's/ *# installed$//')
+    [[ -n $cmd ]] || fail "no installed build command (cc ... pkg-config ...) in docs/guide.md"
+    (cd "$src" && quiet eval "$cmd -o '$tmp/guide_app'")
+    timeout 60 "$tmp/guide_app" >"$log" 2>&1 || fail "the guide's command built a program that fails: $cmd"
+    : >"$log"
+    echo "ok     the guide's install command builds and runs: $(tr -s ' \\\n' ' ' <<<"$cmd")"
+fi
+
 # --- find_package -------------------------------------------------------
 mkdir "$tmp/proj"
 cp "$tmp/app.c" "$tmp/proj/"
