@@ -69,3 +69,13 @@ target_compile_options(test_api_until PRIVATE ${WEFT_WARN} -Werror)
 target_link_libraries(test_api_until PRIVATE weft_static)
 add_test(NAME api.io_until COMMAND test_api_until)
 set_tests_properties(api.io_until PROPERTIES TIMEOUT 60)
+
+# Every public call that can fail says why: a table of bad inputs and the
+# -errno each must return, checked to cover every int/ssize_t/off_t call
+# the headers declare (tests/api/bad_input.c).
+add_executable(test_api_bad_input ${CMAKE_SOURCE_DIR}/tests/api/bad_input.c)
+target_compile_options(test_api_bad_input PRIVATE ${WEFT_WARN} -Werror)
+target_compile_definitions(test_api_bad_input PRIVATE WEFT_INCLUDE_DIR="${CMAKE_SOURCE_DIR}/include")
+target_link_libraries(test_api_bad_input PRIVATE weft_static)
+add_test(NAME api.bad_input COMMAND test_api_bad_input)
+set_tests_properties(api.bad_input PROPERTIES TIMEOUT 60)

@@ -309,7 +309,8 @@ WEFT_API void weft_shutdown(void);
 
 /*
  * Runs fn(arg) as a vthread named "main", waits for it, shuts the runtime down
- * and returns fn's result (or a negative errno if it could not start).
+ * and returns fn's result (or a negative errno if it could not start: -EINVAL
+ * for a NULL fn, weft_init's and weft_spawn's).
  */
 WEFT_API int weft_main(int (*fn)(void *), void *arg);
 

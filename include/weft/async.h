@@ -45,8 +45,8 @@
  *
  * Buffers passed to weft_recv_async and weft_send_async must stay valid
  * until the handler runs.  Calls return 0 when the operation was started
- * (the handler will run), or -EINVAL (bad argument) / -ENOMEM, and then the
- * handler never runs.  Both io_uring and epoll backends serve them.
+ * (the handler will run), or -EBADF (a negative fd), -EINVAL (another bad
+ * argument) or -ENOMEM, and then the handler never runs.  Both io_uring and epoll backends serve them.
  */
 /* weft.h first: it includes this header where its concept stands, after
  * the types and sections this one uses; so this header compiles alone. */

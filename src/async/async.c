@@ -487,7 +487,8 @@ static aop *new_aop(int kind, weft_handler h, void *ctx, const weft_async_opts *
 /* ---- the API ------------------------------------------------------------------- */
 
 int weft_accept_async(int fd, int flags, weft_handler h, void *ctx, const weft_async_opts *opts) {
-    if (fd < 0 || !h || (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))) return -EINVAL;
+    if (fd < 0) return -EBADF; /* as the blocking calls say it */
+    if (!h || (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))) return -EINVAL;
     aop *a = new_aop(A_ACCEPT, h, ctx, opts);
     if (!a) return -ENOMEM;
     a->rq = (weft__ioreq){.op = IOR_ACCEPT, .fd = fd, .flags = flags};
@@ -495,7 +496,8 @@ int weft_accept_async(int fd, int flags, weft_handler h, void *ctx, const weft_a
 }
 
 int weft_recv_async(int fd, void *buf, size_t n, int flags, weft_handler h, void *ctx, const weft_async_opts *opts) {
-    if (fd < 0 || !h || (n && !buf)) return -EINVAL;
+    if (fd < 0) return -EBADF; /* as the blocking calls say it */
+    if (!h || (n && !buf)) return -EINVAL;
     aop *a = new_aop(A_RECV, h, ctx, opts);
     if (!a) return -ENOMEM;
     if (n > (1u << 30)) n = 1u << 30; /* results are int32 in a CQE */
@@ -505,7 +507,8 @@ int weft_recv_async(int fd, void *buf, size_t n, int flags, weft_handler h, void
 
 int weft_send_async(int fd, const void *buf, size_t n, int flags, weft_handler h, void *ctx,
                     const weft_async_opts *opts) {
-    if (fd < 0 || !h || (n && !buf) || n > SSIZE_MAX) return -EINVAL;
+    if (fd < 0) return -EBADF; /* as the blocking calls say it */
+    if (!h || (n && !buf) || n > SSIZE_MAX) return -EINVAL;
     aop *a = new_aop(A_SEND, h, ctx, opts);
     if (!a) return -ENOMEM;
     a->base = buf;
@@ -517,7 +520,8 @@ int weft_send_async(int fd, const void *buf, size_t n, int flags, weft_handler h
 }
 
 int weft_poll_async(int fd, int events, weft_handler h, void *ctx, const weft_async_opts *opts) {
-    if (fd < 0 || !h || !events) return -EINVAL;
+    if (fd < 0) return -EBADF; /* as the blocking calls say it */
+    if (!h || !events) return -EINVAL;
     aop *a = new_aop(A_POLL, h, ctx, opts);
     if (!a) return -ENOMEM;
     a->rq = (weft__ioreq){.op = IOR_POLL, .fd = fd, .events = events};

@@ -228,7 +228,9 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
 #endif
-    if (bad || nl < 1 || nl > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0 && !det)) {
+    /* a negative count is refused in deterministic mode too: that mode
+     * overrides a count, not a bad one */
+    if (bad || nl < 1 || nl > WEFT__MAX_CARRIERS || (cfg && cfg->carriers < 0)) {
         pthread_mutex_unlock(&R.init_lock);
         return -EINVAL;
     }
@@ -449,6 +451,7 @@ static void *main_tramp(void *p) {
 }
 
 int weft_main(int (*fn)(void *), void *arg) {
+    if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
     struct main_arg m = {fn, arg, 0};

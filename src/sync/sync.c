@@ -247,6 +247,7 @@ __attribute__((noinline)) static void mutex_unlock_slow(weft_mutex *m, unsigned 
 }
 
 int (weft_mutex_unlock)(weft_mutex *m) {
+    if (__builtin_expect(!m, 0)) return -EINVAL;
     if (__builtin_expect(!(ld(&m->state) & M_LOCKED), 0)) return -EPERM;
     unsigned old = __atomic_fetch_sub(&m->state, M_LOCKED, __ATOMIC_RELEASE);
     if (__builtin_expect(old == M_LOCKED, 1)) return 0;
@@ -351,6 +352,7 @@ static inline int mutex_try_fast(weft_mutex *m) {
 }
 
 int weft__mutex_lock_at(weft_mutex *m, int64_t deadline, const char *file, int line) {
+    if (__builtin_expect(!m, 0)) return -EINVAL;
     if (__builtin_expect(mutex_try_fast(m), 1)) return 0;
     return mutex_lock_slow(m, deadline, 0, file, line);
 }
@@ -359,6 +361,7 @@ int (weft_mutex_lock)(weft_mutex *m) { return weft__mutex_lock_at(m, 0, NULL, 0)
 int (weft_mutex_lock_until)(weft_mutex *m, int64_t d) { return weft__mutex_lock_at(m, d, NULL, 0); }
 
 int weft_mutex_try_lock(weft_mutex *m) {
+    if (__builtin_expect(!m, 0)) return -EINVAL;
     unsigned s = ld(&m->state);
     while (!(s & (M_LOCKED | M_STARVING)))
         if (cas(&m->state, &s, s | M_LOCKED)) return 0;
@@ -387,6 +390,7 @@ int weft_cond_init(weft_cond *c) {
 }
 
 int weft__cond_wait_at(weft_cond *c, weft_mutex *m, int64_t deadline, const char *file, int line) {
+    if (__builtin_expect(!c || !m, 0)) return -EINVAL;
     if (!(ld(&m->state) & M_LOCKED)) return -EPERM;
     weft__parker *p;
     uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
@@ -418,6 +422,7 @@ int (weft_cond_wait)(weft_cond *c, weft_mutex *m) { return weft__cond_wait_at(c,
 int (weft_cond_wait_until)(weft_cond *c, weft_mutex *m, int64_t d) { return weft__cond_wait_at(c, m, d, NULL, 0); }
 
 int weft_cond_signal(weft_cond *c) {
+    if (__builtin_expect(!c, 0)) return -EINVAL;
     if (!weft__wq_nonempty(&c->q)) return 0;
     weft__wq_lock(&c->q);
     weft__waiter *w;
@@ -440,6 +445,7 @@ static void wake_all_locked(weft__waitq *q) {
 }
 
 int weft_cond_broadcast(weft_cond *c) {
+    if (__builtin_expect(!c, 0)) return -EINVAL;
     if (!weft__wq_nonempty(&c->q)) return 0;
     weft__wq_lock(&c->q);
     wake_all_locked(&c->q);
@@ -466,6 +472,7 @@ int weft_sem_init(weft_sem *s, unsigned value) {
 }
 
 int weft_sem_try_acquire(weft_sem *s) {
+    if (__builtin_expect(!s, 0)) return -EINVAL;
     unsigned v = ld(&s->state);
     while (v >= S_ONE && !(v & S_WAITERS))
         if (cas(&s->state, &v, v - S_ONE)) return 0;
@@ -473,6 +480,7 @@ int weft_sem_try_acquire(weft_sem *s) {
 }
 
 int weft__sem_acquire_at(weft_sem *s, int64_t deadline, const char *file, int line) {
+    if (__builtin_expect(!s, 0)) return -EINVAL;
     if (weft_sem_try_acquire(s) == 0) return 0;
     weft__parker *p;
     uint64_t tok = weft__park_begin(&p, WEFT__PK_GENERIC);
@@ -515,6 +523,7 @@ int (weft_sem_acquire)(weft_sem *s) { return weft__sem_acquire_at(s, 0, NULL, 0)
 int (weft_sem_acquire_until)(weft_sem *s, int64_t d) { return weft__sem_acquire_at(s, d, NULL, 0); }
 
 int weft_sem_release(weft_sem *s) {
+    if (__builtin_expect(!s, 0)) return -EINVAL;
     unsigned v = ld(&s->state);
     while (!(v & S_WAITERS)) {
         if ((v >> 1) >= WEFT_SEM_MAX) return -EOVERFLOW;
@@ -643,6 +652,7 @@ __attribute__((noinline)) static int rw_lock_slow(weft_rwlock *l, int kind, int6
 }
 
 int weft__rwlock_rdlock_at(weft_rwlock *l, int64_t deadline, const char *file, int line) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = ld(&l->state);
     int r = rw_try(l, RW_KIND_READ, &s);
     if (r != -EBUSY) return r;
@@ -650,6 +660,7 @@ int weft__rwlock_rdlock_at(weft_rwlock *l, int64_t deadline, const char *file, i
 }
 
 int weft__rwlock_wrlock_at(weft_rwlock *l, int64_t deadline, const char *file, int line) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = 0;
     if (__atomic_compare_exchange_n(&l->state, &s, RW_WRITER, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 0;
     return rw_lock_slow(l, RW_KIND_WRITE, deadline, file, line);
@@ -661,16 +672,19 @@ int (weft_rwlock_rdlock_until)(weft_rwlock *l, int64_t d) { return weft__rwlock_
 int (weft_rwlock_wrlock_until)(weft_rwlock *l, int64_t d) { return weft__rwlock_wrlock_at(l, d, NULL, 0); }
 
 int weft_rwlock_try_rdlock(weft_rwlock *l) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = ld(&l->state);
     return rw_try(l, RW_KIND_READ, &s);
 }
 
 int weft_rwlock_try_wrlock(weft_rwlock *l) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = ld(&l->state);
     return rw_try(l, RW_KIND_WRITE, &s);
 }
 
 int weft_rwlock_unlock(weft_rwlock *l) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = ld(&l->state);
     for (;;) {
         if (s & RW_WRITER) {
@@ -724,6 +738,7 @@ static void wake_all(weft__waitq *q) {
  * seeing 0, returned and re-inited the latch; the stale wake then hit the
  * next round's waiter: "woken without a grant".) */
 int weft_latch_count_down(weft_latch *l) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = ld(&l->count);
     for (;;) {
         if (s == 0) return -EINVAL;
@@ -742,6 +757,7 @@ int weft_latch_count_down(weft_latch *l) {
 }
 
 int weft_latch_add(weft_latch *l, unsigned n) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     unsigned s = ld(&l->count);
     for (;;) {
         if (s > UINT_MAX - n) return -EOVERFLOW;
@@ -787,6 +803,7 @@ static int wait_for_word(weft__waitq *q, unsigned *word, unsigned until, int64_t
 }
 
 int weft__latch_await_at(weft_latch *l, int64_t deadline, const char *file, int line) {
+    if (__builtin_expect(!l, 0)) return -EINVAL;
     if (ld_acq(&l->count) == 0) { /* the last count_down may still hold the lock (above) */
         weft__wq_lock(&l->q);
         weft__wq_unlock(&l->q);
@@ -810,6 +827,7 @@ int weft_latch_destroy(weft_latch *l) {
 enum { ONCE_NEW = 0, ONCE_RUNNING = 1, ONCE_DONE = 2 };
 
 int weft__once_at(weft_once_t *o, void (*fn)(void), const char *file, int line) {
+    if (__builtin_expect(!o, 0)) return -EINVAL;
     unsigned s = ld_acq(&o->state);
     if (__builtin_expect(s == ONCE_DONE, 1)) return 0;
     if (!fn) return -EINVAL;

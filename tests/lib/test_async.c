@@ -418,7 +418,7 @@ TEST(errors_reach_the_handler) {
     CHECK_EQ(weft_recv_async(sv[0], buf, sizeof buf, 0, note, &w, NULL), 0);
     CHECK_EQ(await(&w), -EBADF);
     /* bad arguments: refused, and the handler never runs */
-    CHECK_EQ(weft_recv_async(-1, buf, 1, 0, note, &w, NULL), -EINVAL);
+    CHECK_EQ(weft_recv_async(-1, buf, 1, 0, note, &w, NULL), -EBADF); /* as weft_recv says it */
     CHECK_EQ(weft_recv_async(3, NULL, 1, 0, note, &w, NULL), -EINVAL);
     CHECK_EQ(weft_send_async(3, buf, 1, 0, NULL, &w, NULL), -EINVAL);
     CHECK_EQ(weft_accept_async(3, 0x4000, note, &w, NULL), -EINVAL);
