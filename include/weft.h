@@ -231,7 +231,10 @@ typedef struct weft_runtime_opts {
  * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
  * sleep, fsync, fdatasync, close and getaddrinfo in front of the C
- * library's.  Off (the default), each is the C library's after one load and
+ * library's -- and the names a build may reach them by instead:
+ * _FORTIFY_SOURCE's __read_chk, __pread_chk, __pread64_chk, __recv_chk,
+ * __recvfrom_chk, __poll_chk and __ppoll_chk, and _FILE_OFFSET_BITS=64's
+ * pread64 and pwrite64.  Off (the default), each is the C library's after one load and
  * a branch.  On -- WEFT_HOOK=1, weft_runtime_opts.hook = WEFT_HOOK_ON, or the
  * same code preloaded as libweft-hook.so (LD_PRELOAD; `weft-run PROG`) --
  * such a call made on a vthread parks the vthread instead of blocking its

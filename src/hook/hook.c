@@ -4,7 +4,9 @@
  * What.  read, write, readv, writev, pread, pwrite, recv, send, recvfrom,
  * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
- * sleep, fsync, fdatasync, close and getaddrinfo, defined here with default
+ * sleep, fsync, fdatasync, close and getaddrinfo (and the names a build may
+ * call some of them by: _FORTIFY_SOURCE's __read_chk & co., pread64 and
+ * pwrite64; see "the names a program may reach these by"), defined here with default
  * visibility; and sigaction, signal, bsd_signal and sysv_signal, which
  * wrap the program's handlers so that a hooked call knows it is inside
  * one, with longjmp, _longjmp, siglongjmp and __longjmp_chk, by which a
@@ -739,6 +741,78 @@ HOOK_API int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, cons
     int r = weft__libc.ppoll(fds, n, &zero, m);
     if (r != 0) return r;
     return (int)as_libc(poll_wait(fds, n, ts_deadline(ts), m));
+}
+
+/* ------------------------------------------------------------------------ */
+/* the names a program may reach these by instead                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * _FORTIFY_SOURCE.  A program built with -D_FORTIFY_SOURCE=1 or 2 (Debian
+ * builds its packages with 2) and optimisation calls __read_chk instead of
+ * read wherever the compiler knows the buffer's size, and so on for pread,
+ * recv, recvfrom, poll and ppoll.  Without these, every such call went to
+ * the C library and held its carrier ("pinned"), while the same program
+ * built plainly parked.  Each is the C library's check -- the buffer holds
+ * what the call may write, else __chk_fail ("*** buffer overflow detected
+ * ***: terminated", as glibc's own) -- then the hooked call, which is the
+ * C library's when hooks are off.  The other _chk functions glibc exports
+ * never block (string and memory copies, readlink, getcwd, FD_SET's
+ * __fdelt_chk) or are stdio's (whose internal calls are another matter).
+ *
+ * Large-file names.  A program built with _FILE_OFFSET_BITS=64 calls
+ * pread64 and pwrite64 (on x86-64 the same functions under a second name):
+ * they come here too.
+ */
+extern void __chk_fail(void) __attribute__((noreturn));
+HOOK_API ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen);
+HOOK_API ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen);
+HOOK_API ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen);
+HOOK_API ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
+HOOK_API ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa,
+                                socklen_t *sl);
+HOOK_API int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
+HOOK_API int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m, size_t fdslen);
+_Static_assert(sizeof(off64_t) == sizeof(off_t), "pread64 is pread only where off_t is 64 bits");
+
+HOOK_API ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
+    if (n > buflen) __chk_fail();
+    return read(fd, buf, n);
+}
+
+HOOK_API ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen) {
+    if (n > buflen) __chk_fail();
+    return pread(fd, buf, n, off);
+}
+
+HOOK_API ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen) {
+    if (n > buflen) __chk_fail();
+    return pread(fd, buf, n, (off_t)off);
+}
+
+HOOK_API ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return pread(fd, buf, n, (off_t)off); }
+
+HOOK_API ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return pwrite(fd, buf, n, (off_t)off); }
+
+HOOK_API ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
+    if (n > buflen) __chk_fail();
+    return recv(fd, buf, n, flags);
+}
+
+HOOK_API ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa,
+                                socklen_t *sl) {
+    if (n > buflen) __chk_fail();
+    return recvfrom(fd, buf, n, flags, sa, sl);
+}
+
+HOOK_API int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen) {
+    if (fdslen / sizeof *fds < n) __chk_fail();
+    return poll(fds, n, timeout);
+}
+
+HOOK_API int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m, size_t fdslen) {
+    if (fdslen / sizeof *fds < n) __chk_fail();
+    return ppoll(fds, n, ts, m);
 }
 
 /* select's sets are arrays of longs, nfds bits long, whatever FD_SETSIZE

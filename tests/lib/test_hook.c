@@ -11,6 +11,8 @@
  * program's, and reach the hooks as a foreign library's would.
  */
 #include "harness.h"
+#include "fortified.h"
+#include "proc.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -90,6 +92,97 @@ TEST(blocking_pipe_read_parks) {
     CHECK(parks_now() > p0);
     close(pp[0]);
     close(pp[1]);
+}
+
+/* ---- _FORTIFY_SOURCE's entry points park as the plain names do ---- */
+
+/* One carrier: a vthread waits in a fortified call (support/fortified.c,
+ * built with -D_FORTIFY_SOURCE=2: __read_chk & co.) on a pipe or socket
+ * that another vthread fills after a hooked sleep.  Had the call held the
+ * carrier, the filler would have run only on a spare carrier after the
+ * monitor saw the stall: a pinned event.  Issue 26: they all pinned. */
+enum { F_READ, F_RECV, F_RECVFROM, F_POLL, F_PPOLL, F_KINDS };
+static const char *const F_NAME[F_KINDS] = {"__read_chk", "__recv_chk", "__recvfrom_chk", "__poll_chk", "__ppoll_chk"};
+static int ff[2];
+static _Atomic int f_kind, f_in;
+
+static void *fortified_waiter(void *unused) {
+    char b[FORTIFIED_BUF];
+    atomic_store(&f_in, 1);
+    switch (atomic_load(&f_kind)) {
+    case F_READ: CHECK_EQ(fortified_read(ff[0], b, sizeof b), 5); break;
+    case F_RECV: CHECK_EQ(fortified_recv(ff[0], b, sizeof b, 0), 5); break;
+    case F_RECVFROM: CHECK_EQ(fortified_recvfrom(ff[0], b, sizeof b, 0), 5); break;
+    case F_POLL: CHECK_EQ(fortified_poll(ff[0], 2, -1), 1); return NULL;
+    case F_PPOLL: CHECK_EQ(fortified_ppoll(ff[0], 2), 1); return NULL;
+    }
+    CHECK(memcmp(b, "hello", 5) == 0);
+    return NULL;
+}
+
+static void *fortified_filler(void *unused) {
+    while (!atomic_load(&f_in)) weft_yield();
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK_EQ(write(ff[1], "hello", 5), 5);
+    return NULL;
+}
+
+TEST(fortified_calls_park) {
+    start(1, WEFT_HOOK_ON);
+    for (int k = 0; k < F_KINDS; k++) {
+        for (int round = 0; round < 3; round++) {
+            if (k == F_RECV || k == F_RECVFROM) CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ff), 0);
+            else CHECK_EQ(pipe(ff), 0);
+            atomic_store(&f_kind, k);
+            atomic_store(&f_in, 0);
+            uint64_t p0 = parks_now();
+            weft_thread *w = go(fortified_waiter, NULL), *f = go(fortified_filler, NULL);
+            join(w);
+            join(f);
+            weft_stats st;
+            weft_stats_get(&st);
+            if (st.pinned) FAIL("%s held its carrier: %llu pinned events", F_NAME[k], (unsigned long long)st.pinned);
+            CHECK(parks_now() > p0);
+            close(ff[0]);
+            close(ff[1]);
+        }
+    }
+    /* pread: a regular file, through the hook (a ring operation), and the
+     * large-file name a _FILE_OFFSET_BITS=64 build calls */
+    char path[] = "/tmp/weft-fortified-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    CHECK_EQ(write(fd, "0123456789", 10), 10);
+    char b[FORTIFIED_BUF];
+    CHECK_EQ(fortified_pread(fd, b, 4, 3), 4);
+    CHECK(memcmp(b, "3456", 4) == 0);
+    extern ssize_t pread64(int, void *, size_t, off_t);
+    CHECK_EQ(pread64(fd, b, 2, 8), 2);
+    CHECK(memcmp(b, "89", 2) == 0);
+    close(fd);
+}
+
+/* The check itself: a length past the buffer stops the program as glibc's
+ * own __read_chk does, hooks on or off. */
+static void overflow_child(void *hook) {
+    start(1, hook ? WEFT_HOOK_ON : WEFT_HOOK_OFF);
+    int p[2];
+    if (pipe(p) != 0 || write(p[1], "x", 1) != 1) _exit(3);
+    char b[FORTIFIED_BUF + 8];
+    fortified_read(p[0], b, FORTIFIED_BUF + 1); /* must not return */
+    _exit(4);
+}
+
+TEST(fortified_overflow_stops_the_program) {
+    for (intptr_t hook = 0; hook < 2; hook++) {
+        int st;
+        const char *said = fork_stderr(overflow_child, (void *)hook, &st);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+            FAIL("hooks %s: status 0x%x, said '%s'", hook ? "on" : "off", st, said);
+        CHECK(strstr(said, "buffer overflow detected") != NULL);
+    }
 }
 
 /* ---- TCP: accept, connect, send, recv, all libc, one carrier ---- */
