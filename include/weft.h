@@ -823,7 +823,13 @@ WEFT_API int weft_io_backend(void);
  *     max_compensate of them, each a thread with its own I/O ring or epoll
  *     set: two descriptors), retired when the stall ends (they finish what
  *     is theirs, then sleep, costing nothing) and reused; they end at
- *     weft_shutdown.  A vthread pinned to
+ *     weft_shutdown.  At the bound -- every spare allowed busy, carriers
+ *     stalled, vthreads waiting -- nothing more is started: the waiting
+ *     work runs when a stall ends, and one line says so on stderr (once a
+ *     second at most, unless $WEFT_PIN_LOG=0): "weft: 2 carrier(s) stalled
+ *     and all 4 spare carriers busy (max_compensate): ...".  Go adds
+ *     threads up to 10,000 and then stops the program; Loom compensates up
+ *     to 256 and lets the work wait.  A vthread pinned to
  *     a stalled carrier (weft_thread_opts.pinned) waits for it all the same, as do
  *     the I/O completions of that carrier's ring.
  * A vthread that only calls weft_yield with nothing else to run does not

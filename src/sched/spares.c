@@ -65,7 +65,9 @@
  * progress -- can come up to two looks later.  A spare may so be called
  * for by a computation of half the threshold; one is not called for by a
  * vthread that computes on purpose (WEFT__F_COMPUTE) until it is found
- * blocked.  At most max_compensate spares are ever made;
+ * blocked.  At most max_compensate spares are ever made; at that bound,
+ * with work still stranded, the monitor says so on stderr (at_bound) and
+ * the work waits for a stall to end;
  * a retired one is reused first, unless it is stalled itself.  A spare is a full
  * carrier -- deque, mailbox, timer heap, poller (its own ring), stack
  * cache -- at an index past the configured ones in R.c, made on first need
@@ -256,7 +258,25 @@ static int idle_taker(void) {
  * move on, all at once (an active spare that is held itself counts, and
  * retires last).  So no spare is active once no stall is open, and the
  * monitor may disarm.  1 if a spare was activated or made. */
-static int compensate(int need, int waiting) {
+/* The bound reached: carriers stalled, work waiting, every spare it allows
+ * busy.  Nothing more is done -- the waiting work runs when a stall ends --
+ * but it is said, once a second at most while it lasts, as the stall lines
+ * are: a program whose blocking calls hold more carriers than the bound
+ * allows waits here for them, and would hang for good if what they wait
+ * for is behind them.  (Go's sysmon adds threads up to 10,000 and then
+ * stops the program; Loom's scheduler compensates up to 256 and then lets
+ * the work wait.  weft lets it wait, and says so.) */
+static void at_bound(int need, int active, int64_t now) {
+    static int64_t said;
+    if (!R.pin_log || (said && now - said < 1000000000)) return;
+    said = now;
+    fprintf(stderr,
+            "weft: %d carrier(s) stalled and all %d spare carriers busy (max_compensate): runnable vthreads wait "
+            "until a stall ends; raise WEFT_MAX_COMPENSATE, or make the blocking calls park (WEFT_HOOK=1)\n",
+            need, active);
+}
+
+static int compensate(int need, int waiting, int64_t now) {
     int active = atomic_load(&R.nactive), n = nall();
     if (need > active && active < R.max_comp && waiting && !idle_taker()) {
         /* a retired spare, unless it is stalled itself (a vthread pinned
@@ -286,6 +306,7 @@ static int compensate(int need, int waiting) {
         }
         return 1;
     }
+    if (need > active && waiting && !idle_taker()) at_bound(need, active, now);
     for (; active > need; active--) {
         weft__carrier *pick = NULL;
         for (int i = n - 1; i >= R.n; i--) {
@@ -499,7 +520,7 @@ static void *monitor_main(void *unused) {
         }
         pthread_mutex_unlock(&weft__groups.mon_lock);
         fresh = 0;
-        if (R.max_comp > 0 && compensate(m.need, m.waiting)) {
+        if (R.max_comp > 0 && compensate(m.need, m.waiting, now)) {
             /* a spare takes shared work now: what the held carriers
              * strand goes to it at once, not a look later (with one
              * carrier, mon_look moved nothing: nobody else took it) */

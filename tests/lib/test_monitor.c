@@ -433,6 +433,11 @@ TEST(bound_respected) {
     CHECK(count_lines(log, "weft: pinned:", "blocked in nanosleep", (char *)NULL) +
               count_lines(log, "weft: hog:", "has held carrier", (char *)NULL) >=
           2);
+    /* the bound, reached while the third waited, was said (once a second
+     * at most) */
+    int bound_lines = count_lines(log, "weft: ", "all 1 spare carriers busy (max_compensate)", (char *)NULL);
+    if (bound_lines < 1 || bound_lines > 12) fprintf(stderr, "%d lines about the bound:\n%s", bound_lines, log);
+    CHECK(bound_lines >= 1 && bound_lines <= 12);
     free(log);
 }
 
