@@ -1292,7 +1292,8 @@ TEST(load_shows_progress_on_a_terminal) {
     char srv[64];
     snprintf(srv, sizeof srv, "weft-load-test-%d", (int)getpid());
     CHECK_EQ(sh("tmux -L %s new-session -d -s %s -x 120 -y 30 "
-                "\"%s -n 3 -c 3 --timeout 300 http://127.0.0.1:%d/; echo load-ended; sleep 60\"",
+                "\"env -u WEFT_DETERMINISTIC -u WEFT_TRACE %s -n 3 -c 3 --timeout 300 http://127.0.0.1:%d/; "
+                "echo load-ended; sleep 60\"",
                 srv, srv, WEFT_LOAD_PATH, s.port),
              0);
     char *cap = capture_showing(srv, "Benchmarking 127.0.0.1:", "weft-load: 0 of 3 requests (0%), 0 failed, 0 req/s, ",
@@ -1321,8 +1322,11 @@ TEST(load_banner_comes_first_through_a_pipe) {
     CHECK(errfd >= 0);
     unlink(errpath);
     const char *argv[] = {WEFT_LOAD_PATH, "-n", "2", "-c", "2", "--timeout", "300", url, NULL};
+    /* real time, as the server's (deterministic mode's virtual clock would
+     * run the 300 s timeout out at once while every request is held) */
+    const char *env[] = {"WEFT_DETERMINISTIC", "WEFT_TRACE", NULL};
     launch_opts o = {.out = LAUNCH_PIPE, .err = LAUNCH_FD, .err_fd = errfd, .deathsig = SIGKILL,
-                     .alarm_s = IO_TIMEOUT_MS / 1000 * 2};
+                     .alarm_s = IO_TIMEOUT_MS / 1000 * 2, .env = env};
     launch l;
     int e = launch_start(&l, (char *const *)argv, &o);
     if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
