@@ -157,8 +157,8 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *   max_compensate
  *               the most spare carriers that run at once to compensate for
  *               stalled ones; default $WEFT_MAX_COMPENSATE (negative: none),
- *               else twice the carriers.  Negative: stalls are reported but
- *               not compensated.
+ *               else 256, as Loom's scheduler (at most 1024 carriers in
+ *               all).  Negative: stalls are reported but not compensated.
  *   deterministic
  *               deterministic mode (WEFT_DET_*, below); default
  *               $WEFT_DETERMINISTIC=SEED (unset or empty: off).

@@ -239,7 +239,11 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     int64_t thr = cfg && cfg->pin_threshold_ns ? cfg->pin_threshold_ns : 0;
     if (!thr) thr = ms < 0 ? -1 : ms > 0 ? (int64_t)ms * 1000000 : PIN_THRESHOLD_NS;
     if (thr < 0 || det) thr = -1;
-    if (!maxc_env) maxc = 2L * n;
+    /* Loom's scheduler compensates up to 256 carriers; twice the carriers,
+     * the old default, hung a program whose blocking calls held more than
+     * that while what they waited for was behind them (issue 26).  A spare
+     * costs nothing until made: a thread and a ring, when first needed. */
+    if (!maxc_env) maxc = WEFT__DEFAULT_SPARES;
     if (maxc < 0 || det) maxc = 0;
     if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
     weft__spin_set((int64_t)spin_us * 1000);

@@ -15,6 +15,7 @@
 
 #define WEFT__CACHELINE 64
 #define WEFT__MAX_CARRIERS 1024
+#define WEFT__DEFAULT_SPARES 256 /* max_compensate's default (runtime.c) */
 
 /* ---- the park word ------------------------------------------------------
  *

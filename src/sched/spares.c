@@ -54,7 +54,7 @@
  * While carriers are stalled and runnable work waits behind them (in the
  * injection queue, or in a stalled carrier's deque, slot, FIFO or due
  * timers) with no carrier idle to take it, the monitor activates a spare
- * carrier, up to max_compensate at once (default: 2 x the carriers), one
+ * carrier, up to max_compensate at once (default 256, as Loom's), one
  * more per look while each stall has none, and moves that work to it in
  * the same look; as stalls end it retires as many at once (compensate).
  * "Stalled" here is measured from before the carrier's last progress (the
