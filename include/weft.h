@@ -261,9 +261,26 @@ typedef struct weft_runtime_opts {
  * On a platform thread every hooked function is the C library's (one
  * exception, on the epoll backend: a listening socket a vthread accepted
  * on is O_NONBLOCK underneath, and a platform thread's accept on it still
- * waits, as on the blocking socket the program made).  Calls
- * the C library makes internally (fopen's read, printf's write) are not
- * interposed, nor are those of a statically linked C library.
+ * waits, as on the blocking socket the program made).
+ *
+ * What does not park (yet), and what then happens:
+ *  - calls the C library makes internally (stdio's read under fgets or
+ *    fread, printf's write, popen's and system's waits), and those of a
+ *    statically linked C library;
+ *  - locks weft did not write (pthread mutexes, condition variables,
+ *    rwlocks, semaphores, barriers, C11 mtx/cnd, C++ std::mutex, glibc's
+ *    internal locks): they end in futex(2), which holds the carrier;
+ *  - __thread / thread_local variables are the carrier's: a vthread may
+ *    read another's value after a blocking call (weft/local.h has
+ *    vthread-locals and scoped values), and a recursive or error-checking
+ *    pthread mutex takes the carrier thread for its owner.
+ * Such a call that holds its carrier past pin_threshold_ns is reported and
+ * compensated for by a spare carrier (The monitor, below), up to
+ * max_compensate (256); at that bound the waiting work waits for a stall to
+ * end.  A vthread holding a pthread mutex across a hooked call resumes on
+ * its own carrier (errno, above): a waiter for that mutex that blocks that
+ * carrier waits for good.  Hold no foreign lock across a blocking call, or
+ * use weft_mutex.
  *
  * Signal handlers.  Inside a signal handler, on any thread, every hooked
  * function is the C library's: it goes to the kernel and, like libc's,
