@@ -118,8 +118,12 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-/* the hooked functions: exported from libweft.so and libweft-hook.so */
-#define HOOK_API __attribute__((visibility("default")))
+/* the hooked functions: exported from libweft.so and libweft-hook.so.
+ * Never inlined into one another: the fortified and large-file names call
+ * the plain ones, and inlined (or folded by -fipa-icf) a hook's frame came
+ * out of libdw as an inline instance of itself with a wrong call site, so
+ * the dump named hook.c, not the program, as a parked call's site. */
+#define HOOK_API __attribute__((visibility("default"), noinline))
 /* The sigaction family is called by a sanitizer's own start-up (TSan's,
  * from a shared libweft, before its thread state exists): not instrumented
  * (the stubs and the lookup of libc's functions they may reach first are

@@ -253,6 +253,18 @@ static void put_frames(out *o, const uintptr_t *pcs, int n) {
  * first frame of its stack outside weft's own code.  The call: an io
  * operation's name; else the weft function that frame called (a hooked
  * libc function's name, say); else the kind of wait's. */
+/* The frame of s a site names: its innermost, unless that is a system
+ * header's inline function -- _FORTIFY_SOURCE's read wrapper
+ * (bits/unistd.h), say -- then the first one out of them, the program's
+ * own line that called it. */
+static const weft__sym_frame *user_frame(const weft__sym *s) {
+    for (int i = 0; i < s->n; i++) {
+        const char *f = s->f[i].file;
+        if (!f || (strncmp(f, "/usr/include/", 13) != 0 && strncmp(f, "/usr/lib/gcc/", 13) != 0)) return &s->f[i];
+    }
+    return &s->f[0];
+}
+
 static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n) {
     const char *bf = (const char *)(uintptr_t)ld(&t->block_file);
     int bl = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
@@ -273,16 +285,17 @@ static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n) {
     if (bf && !weft__sym_is_weft_file(bf)) {
         r->sfile = bf;
         r->sline = bl;
-        if (outside >= 0) r->sfunc = weft__sym_get(pcs[outside])->f[0].func;
+        if (outside >= 0) r->sfunc = user_frame(weft__sym_get(pcs[outside]))->func;
     } else if (bs) {
-        r->sfile = bs->f[0].file;
-        r->sline = bs->f[0].line;
-        r->sfunc = bs->f[0].func;
+        const weft__sym_frame *f = user_frame(bs);
+        r->sfile = f->file;
+        r->sline = f->line;
+        r->sfunc = f->func;
     } else if (outside >= 0) {
-        const weft__sym *s = weft__sym_get(pcs[outside]);
-        r->sfile = s->f[0].file;
-        r->sline = s->f[0].line;
-        r->sfunc = s->f[0].func;
+        const weft__sym_frame *f = user_frame(weft__sym_get(pcs[outside]));
+        r->sfile = f->file;
+        r->sline = f->line;
+        r->sfunc = f->func;
     } else if (bf) {
         r->sfile = bf;
         r->sline = bl;

@@ -227,6 +227,47 @@ TEST(fortified_overflow_stops_the_program) {
     }
 }
 
+/* The dump names the program's call site for a vthread parked in a hooked
+ * call, not hook.c: with the fortified names added, the hooks were inlined
+ * into one another and libdw read a hook's frame as an inline instance of
+ * itself, so the site came out as "hook/hook.c:347 (read)". */
+static int sp_pipe[2];
+static void *site_reader(void *unused) {
+    char b[8];
+    CHECK_EQ(read(sp_pipe[0], b, sizeof b), 1);
+    return NULL;
+}
+static void *site_fortified(void *unused) {
+    char b[FORTIFIED_BUF];
+    CHECK_EQ(fortified_read(sp_pipe[0], b, 8), 1);
+    return NULL;
+}
+
+TEST(dump_names_the_programs_site_in_a_hooked_call) {
+    if (TEST_TSAN) SKIP("the dump's walk of parked stacks races by design (test_future's note)");
+    start(1, WEFT_HOOK_ON);
+    void *(*fns[2])(void *) = {site_reader, site_fortified};
+    const char *want[2] = {"(site_reader)", "(fortified_read)"}, *file[2] = {"test_hook.c:", "fortified.c:"};
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(pipe(sp_pipe), 0);
+        weft_thread *t = go(fns[k], NULL);
+        char *d = dump_showing(WEFT_DUMP_TEXT, want[k], NULL);
+        /* the vthread's line: "#N ... parked on io ... in weft_poll (fd F) at FILE:LINE (FN)" */
+        const char *fn = strstr(d, want[k]), *line = fn;
+        while (line > d && line[-1] != '\n') line--;
+        size_t len = (size_t)(fn - line);
+        char *l = strndup(line, len + strlen(want[k]));
+        if (!strstr(l, "parked on io") || !strstr(l, file[k]) || strstr(l, "hook/hook.c"))
+            FAIL("the parked call's line names the wrong site: '%s'\n%s", l, d);
+        free(l);
+        free(d);
+        CHECK_EQ(write(sp_pipe[1], "x", 1), 1);
+        join(t);
+        close(sp_pipe[0]);
+        close(sp_pipe[1]);
+    }
+}
+
 /* ---- TCP: accept, connect, send, recv, all libc, one carrier ---- */
 
 enum { ECHO_BYTES = 1 << 20 };
