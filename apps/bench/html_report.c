@@ -56,6 +56,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -810,7 +811,10 @@ static void point_progress(const char *line, const char *tag, int k) {
 
 /* bench/compare.sh EXP, its stdout appended to fd line by line as it comes
  * (a progress line on stderr for each result line); its exit status, or
- * -errno. */
+ * -errno.  The pipe is read until compare.sh has ended and the pipe is
+ * empty, not until its end of file: a server or daemon it left behind
+ * with our pipe as its stdout would otherwise hold the report for good
+ * (appending straight to the file, as before, had no such risk). */
 static int run_compare(const char *script, const char *exp, int fd, const char *self, const char *tag) {
     if (setenv("WEFT_BENCH", self, 1) != 0) return -errno;
     char *argv[] = {(char *)script, (char *)exp, NULL};
@@ -820,8 +824,18 @@ static int run_compare(const char *script, const char *exp, int fd, const char *
     if (e < 0) return e;
     char buf[16384];
     size_t have = 0;
-    int points = 0, werr = 0;
+    int points = 0, werr = 0, ended = 0;
     for (;;) {
+        struct pollfd pf = {.fd = l.out, .events = POLLIN};
+        int pr = poll(&pf, 1, ended ? 0 : 500);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr == 0) {
+            if (ended) break; /* ended, and nothing more is there */
+            e = launch_reap(&l, 0);
+            if (e < 0) break;
+            ended = e == 1; /* then one more look at the pipe */
+            continue;
+        }
         ssize_t got = read(l.out, buf + have, sizeof buf - have);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) break;
@@ -844,7 +858,7 @@ static int run_compare(const char *script, const char *exp, int fd, const char *
         }
     }
     if (have && !werr && write_all(fd, buf, have) < 0) werr = errno;
-    e = launch_reap(&l, -1);
+    e = ended ? 1 : launch_reap(&l, -1);
     launch_close(&l);
     if (werr) return -werr;
     if (e < 0) return e;

@@ -257,7 +257,9 @@ def test_numbers(bench, fixture, tmp):
                 "echo \"# fake compare.sh $1 (WEFT_BENCH=$WEFT_BENCH)\"\n"
                 "echo '# machine nproc=2 kernel=test weft_carriers=2'\n"
                 "case $1 in\n"
-                "  micro) echo 'experiment=switch peer=weft status=ok ns_per_switch=6.25'\n"
+                # a daemon left behind with the report's pipe as its stdout must not hold the report
+                "  micro) sleep 600 2>/dev/null </dev/null & echo $! > \"$SLEEPER_PID_FILE\"\n"
+                "         echo 'experiment=switch peer=weft status=ok ns_per_switch=6.25'\n"
                 "         echo 'experiment=switch peer=go-gosched status=ok ns_per_switch=58.125' ;;\n"
                 "  file-write) echo 'experiment=file-write peer=weft status=ok mode=write size=5 "
                 "ops_s_mean=3119205 ops_s_stddev=74969'; echo 'weft-bench: something failed' >&2; exit 3 ;;\n"
@@ -272,8 +274,14 @@ def test_numbers(bench, fixture, tmp):
                 "esac\n")
     os.chmod(fake, 0o755)
     run_dir = os.path.join(tmp, "run")
+    sleeper = os.path.join(tmp, "sleeper.pid")
     r = run([bench, "report", run_dir, "--only", "micro,file-write,threads,http-delay"],
-            env=dict(os.environ, WEFT_COMPARE=fake))
+            env=dict(os.environ, WEFT_COMPARE=fake, SLEEPER_PID_FILE=sleeper))
+    try:
+        with open(sleeper) as f:
+            os.kill(int(f.read().strip()), 9)
+    except (OSError, ValueError):
+        pass
     check(r.returncode == 0, f"report --only micro,file-write,... with a stand-in compare.sh: exit {r.returncode}: {r.stderr}")
     check("file-write: exit 3" in r.stderr, f"a failing experiment is reported and the rest go on ({r.stderr.strip()})")
     # progress: per experiment ([k/n ...]) and per point, as each lands
