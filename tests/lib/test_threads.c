@@ -133,7 +133,7 @@ static void *million(void *arg) {
 }
 
 TEST(million_spawn_join) {
-    long n = SCALE(1000000);
+    long n = SPAWNS(1000000);
     weft_thread *t;
     CHECK_EQ(weft_spawn(&t, million, (void *)(intptr_t)n, NULL), 0);
     CHECK_EQ(weft_join(t, NULL), 0);
