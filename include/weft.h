@@ -223,6 +223,7 @@ typedef struct weft_runtime_opts {
     uint64_t deterministic_seed;
     const char *trace;
     const char *console;
+    int own_tls;
 } weft_runtime_opts;
 
 /*
@@ -396,6 +397,7 @@ typedef struct weft_thread_opts {
     int pinned;
     int daemon;
     weft_group *group;
+    int own_tls;
 } weft_thread_opts;
 
 /*

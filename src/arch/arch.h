@@ -199,6 +199,38 @@ int weft__stack_guard_hit(const weft__stack *s, const void *addr);
 /* Resident bytes of s, by mincore (dump only). */
 size_t weft__stack_resident(const weft__stack *s);
 
+/* ---- a TLS block and TCB of its own (tls.c) -------------------------------- */
+
+/* 0 if own TLS blocks can be made here, else -ENOTSUP (sanitizer builds;
+ * a C library without what tls.c needs, after one line on stderr saying
+ * what).  Probes once; later calls answer at once. */
+int weft__tls_probe(void);
+/* A block from the pool (*reused = 1) or a new one (0); NULL: no memory.
+ * Only after a successful probe. */
+void *weft__tls_get(int *reused);
+/* Back to the pool: after weft__tls_end ran on it and nothing runs on it. */
+void weft__tls_put(void *tp);
+/* On the new context, its block the thread pointer, before its code:
+ * the tid for id, rseq, and a reused block's modules back to their
+ * initial images (libc's kept), or a new one's ctype tables.  Rewrites
+ * every __thread variable but libc's: the caller restores its own. */
+void weft__tls_start(uint64_t id, int reused);
+/* On the context as it ends, on its block: thread_local and pthread key
+ * destructors (they may block), keys cleared, the global locale. */
+void weft__tls_end(void);
+/* Blocks made and not freed (pooled ones included: they stay for the
+ * process's life). */
+size_t weft__tls_blocks(void);
+/* Fork: the pool's lock. */
+void weft__tls_fork_prepare(void);
+void weft__tls_fork_parent(void);
+void weft__tls_fork_child(void);
+/* The calling thread's thread pointer (%fs:0), and setting it: wrfsbase
+ * where weft__tls_fsgsbase (probed), else arch_prctl. */
+void *weft__tp_get(void);
+void weft__tp_set(void *tp);
+extern int weft__tls_fsgsbase;
+
 /* ---- sanitizer and valgrind hooks -------------------------------------- */
 
 

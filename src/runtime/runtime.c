@@ -128,8 +128,10 @@ static void fork_prepare(void) {
     pthread_mutex_lock(&R.mon_fork);
     weft__io_fork_prepare();
     weft__stacks_fork_prepare();
+    weft__tls_fork_prepare();
 }
 static void fork_parent(void) {
+    weft__tls_fork_parent();
     weft__stacks_fork_parent();
     weft__io_fork_parent();
     pthread_mutex_unlock(&R.mon_fork);
@@ -155,6 +157,7 @@ static void fork_child(void) {
     weft__io_fork_child();
     weft__async_fork_child();
     weft__stacks_fork_child();
+    weft__tls_fork_child();
     weft__det_fork_child();
     weft__fork_keep(R.c); /* the carriers, their queues, heaps and caches */
     R.c = NULL;
@@ -225,6 +228,9 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
         bad = 1;
     bad |= weft__env_long("WEFT_SPIN_US", 0, INT64_MAX / 1000, "a spin in us (0 or more)", &spin_us) < 0;
     bad |= weft__env_long("WEFT_PIN_LOG", LONG_MIN, LONG_MAX, "an integer (0: off)", &pin_log) < 0;
+    long own_tls = 0;
+    if (cfg && cfg->own_tls) own_tls = cfg->own_tls > 0;
+    else bad |= weft__env_long("WEFT_OWN_TLS", 0, 1, "0 or 1 (own TLS for every vthread)", &own_tls) < 0;
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
 #endif
@@ -269,6 +275,20 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     atomic_store(&R.nactive, 0);
     atomic_store(&R.n_pinned, 0);
     atomic_store(&R.n_hogs, 0);
+    /* own TLS by default: where blocks cannot be made, said once and
+     * dropped -- the vthreads run as they would without it */
+    if (own_tls && weft__tls_probe() < 0) {
+        fprintf(stderr, "weft: own TLS for every vthread was asked for, but this %s cannot give it: vthreads "
+                        "use their carriers' TLS\n",
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+                "sanitizer build"
+#else
+                "C library"
+#endif
+        );
+        own_tls = 0;
+    }
+    R.own_tls = (int)own_tls;
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
     R.pin_log = pin_log != 0;
@@ -349,7 +369,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
                                    .hook = cfg ? cfg->hook : 0,
                                    .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1,
                                    .deterministic = det ? WEFT_DET_ON : WEFT_DET_OFF,
-                                   .deterministic_seed = det_seed};
+                                   .deterministic_seed = det_seed, .own_tls = R.own_tls ? 1 : -1};
     weft__hook_start(cfg ? cfg->hook : 0);
     R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
@@ -389,11 +409,15 @@ static void clean_abandoned(weft__stack *s, void *unused) {
 }
 #endif
 
-static void abandon_locals(weft__stack *s, void *unused) {
+static void abandon_state(weft__stack *s, void *unused) {
     (void)unused;
     weft_thread *t = (weft_thread *)s;
-    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) != WEFT__RS_FREE && t->locals)
-        weft__locals_abandon(t);
+    if (atomic_load_explicit(&t->rstate, memory_order_relaxed) == WEFT__RS_FREE) return;
+    if (t->locals) weft__locals_abandon(t);
+    if (t->tls) { /* its own TLS block: back to the pool, its destructors not run */
+        weft__tls_put(t->tls);
+        t->tls = NULL;
+    }
 }
 
 void weft_shutdown(void) {
@@ -433,8 +457,9 @@ void weft_shutdown(void) {
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     weft__stacks_walk(clean_abandoned, NULL);
 #endif
-    /* daemons abandoned with local storage: freed, destructors not run */
-    if (atomic_load(&weft__locals_live) > 0) weft__stacks_walk(abandon_locals, NULL);
+    /* daemons abandoned with local storage or their own TLS: freed (the
+     * TLS block pooled), destructors not run */
+    if (atomic_load(&weft__locals_live) > 0 || weft__tls_blocks() > 0) weft__stacks_walk(abandon_state, NULL);
     weft__stacks_fini();
     weft__async_stop(); /* what is left of the asynchronous operations, before io's state goes */
     weft__io_stop();

@@ -69,6 +69,10 @@ struct weft__carrier {
                                      * while carriers exist; the switch path tests it here, in the
                                      * line it reads anyway, not in a global */
     weft__window *win;              /* local.c: the window of the vthread it runs (its thread's) */
+    void *tp_cur;                   /* own TLS (arch/tls.c): the block the thread pointer is set to,
+                                     * NULL: the carrier's own (tp_own) */
+    void *tp_own;                   /* the carrier thread's own thread pointer */
+    void *const *tls_window;        /* its window's slots: what weft__tls_window holds on it */
 #ifdef WEFT_TSAN
     _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
 #endif
@@ -162,6 +166,7 @@ struct weft__rt {
     int mon_started;
     int64_t pin_threshold;     /* ns; < 0: no stall detection */
     int max_comp;              /* spares active at once, at most; 0: none */
+    int own_tls;               /* every vthread has its own TLS unless its attr says no (weft_runtime_opts.own_tls) */
     int pin_log;               /* log lines on stderr */
     int yq_stealable;          /* the monitor may take a yield FIFO (membarrier, or TSan's lock) */
     _Atomic int nactive;       /* spares active now */

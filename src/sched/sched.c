@@ -1154,8 +1154,27 @@ static inline void check_canary(weft_thread *t) {
     }
 }
 
+/* The thread pointer for the next context: tp, a vthread's own TLS block
+ * (arch/tls.c), or NULL, the carrier's own.  On a block, weft's own
+ * thread-locals are the block's copies: the carrier and its window are
+ * written there, so that weft's code the vthread runs finds them as on
+ * the carrier.  Nothing between this and the switch reads a thread-local
+ * (the canary at %fs:0x28 is the same in every block). */
+__attribute__((noinline)) static void tp_switch_slow(weft__carrier *c, void *tp) {
+    weft__tp_set(tp ? tp : c->tp_own);
+    c->tp_cur = tp;
+    if (tp) {
+        tls_carrier = c;
+        weft__tls_window = c->tls_window;
+    }
+}
+static inline __attribute__((always_inline)) void tp_switch(weft__carrier *c, void *tp) {
+    if (__builtin_expect(tp != c->tp_cur, 0)) tp_switch_slow(c, tp);
+}
+
 /* Sets up `next` to run on c; called just before switching to it. */
 static inline void enter(weft__carrier *c, weft_thread *next) {
+    tp_switch(c, next->tls);
     /* a release store (on x86 a plain mov): weft_dump reads it from
      * other threads and then reads c, which another thread may have made
      * (a spare, made by the monitor) -- the release passes on what this
@@ -1197,6 +1216,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
         __tsan_switch_to_fiber(next->tsan_fiber, 0);
 #endif
     } else { /* (c->cur is NULL: gate_in) */
+        tp_switch(c, NULL);
         to_sp = c->sched_sp;
 #ifdef WEFT_ASAN
         bottom = c->asan_bottom;
@@ -1478,6 +1498,15 @@ static void vthread_start(void *arg, void *carrier) {
     if ((self->flags & WEFT__F_PINNED) && !self->home) self->home = carrier;
     atomic_store_explicit(&self->rstate, WEFT__RS_RUNNABLE, memory_order_relaxed); /* no longer new */
     resumed(self, carrier);
+    if (self->tls) {
+        /* its own TLS block, the thread pointer since enter(): set up as a
+         * new thread's; a reused block's thread-locals go back to their
+         * initial values, weft's among them -- written again (tp_switch) */
+        weft__tls_start(self->id, self->tls_reused);
+        weft__carrier *c = carrier;
+        tls_carrier = c;
+        weft__tls_window = c->tls_window;
+    }
     self->result = self->fn(self->arg);
     if (__builtin_expect(self->scopes != NULL, 0)) { /* scopes left open: a structure violation */
         void (*h)(weft_thread *) = atomic_load_explicit(&weft__scopes_left_hook, memory_order_acquire);
@@ -1486,6 +1515,8 @@ static void vthread_start(void *arg, void *carrier) {
     /* its locals' destructors, on the vthread itself (they may block), before
      * anyone's join can return (local.c) */
     if (self->locals) weft__locals_end(self);
+    /* its own TLS's thread_local and pthread key destructors, on it too */
+    if (self->tls) weft__tls_end();
     weft__carrier *c = weft__carrier_self();
     if (__builtin_expect(!c, 0)) /* fn forked and this is the child: no carrier to end on ("Fork") */
         weft__fatal("a vthread's function returned in a child process it forked; the child of a "
@@ -1556,6 +1587,10 @@ static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, 
 
 static void exit_finish(weft__carrier *c, weft_thread *t) {
     weft__stack_done(&t->stk, t->sp); /* (ASan: its last frames' poison; before t can be reused) */
+    if (t->tls) { /* (no longer the thread pointer: switch_to left it) */
+        weft__tls_put(t->tls);
+        t->tls = NULL;
+    }
     bump(&c->n_finished);
     if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_finished);
     live_add(c, -1);
@@ -1671,9 +1706,21 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
             goto unref;
         }
     }
+    /* its own TLS (arch/tls.c): asked for (own_tls > 0), refused (< 0),
+     * or the runtime's default; -ENOTSUP where blocks cannot be made */
+    void *tls = NULL;
+    int tls_reused = 0;
+    if (__builtin_expect(attr && attr->own_tls ? attr->own_tls > 0 : R.own_tls, 0)) {
+        if ((r = weft__tls_probe()) < 0) goto unref;
+        if (!(tls = weft__tls_get(&tls_reused))) {
+            r = -ENOMEM;
+            goto unref;
+        }
+    }
     size_t size = attr ? attr->stack_size : 0;
     weft__stack *s = c && !size ? weft__stack_get_cached(&c->stacks) : NULL;
     if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) {
+        if (tls) weft__tls_put(tls);
         r = -ENOMEM;
         goto unref;
     }
@@ -1722,6 +1769,8 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->fn = fn;
     t->arg = arg;
     t->result = NULL;
+    t->tls = tls;
+    t->tls_reused = (uint8_t)tls_reused;
     /* (release: a late caller racing to reap the slot's last vthread, which
      * takes join_lock and reads this, then sees the generation it bumped) */
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_release);
@@ -2210,6 +2259,9 @@ void *weft__carrier_main(void *arg) {
     /* the window its vthreads' locals are read from (local.c): a carrier
      * without one cannot run a vthread that has locals, so it fails too */
     c->win = weft__window_carrier_attach();
+    c->tls_window = weft__tls_window; /* (set by the attach) */
+    c->tp_own = weft__tp_get();
+    c->tp_cur = NULL;
     if (!c->win) perr = -ENOMEM;
     else atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);
     c->start_err = perr;

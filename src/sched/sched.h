@@ -194,6 +194,11 @@ struct weft_thread {
     /* weft_shield_begin: its cancellation does not interrupt it (written by
      * the vthread, read by weft__cancel_one) */
     _Atomic int shielded;
+    /* own TLS (weft_thread_opts.own_tls; arch/tls.c): its TLS block and
+     * TCB, the thread pointer while it runs (NULL: its carrier's), and
+     * whether the block served a vthread before (weft__tls_start) */
+    void *tls;
+    uint8_t tls_reused;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -248,6 +253,7 @@ static inline uint64_t weft__gen_next(uint64_t g) {
  * may keep a TLS address across a call, and after a park the vthread may
  * be on another carrier.  Anywhere else: weft__carrier_self(). */
 extern WEFT_API WEFT_TLS weft__carrier *weft__tls_carrier;
+extern WEFT_API WEFT_TLS void *const *weft__tls_window; /* local.c */
 /* A carrier's first field is the vthread it runs (sched.c asserts it), so
  * that the fast paths of local.c read it without the carrier's layout. */
 static inline weft_thread *weft__carrier_cur(const weft__carrier *c) { return *(weft_thread *const *)c; }

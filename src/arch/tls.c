@@ -1,0 +1,327 @@
+/*
+ * A thread-local storage block and thread control block of its own, for a
+ * context that is not a kernel thread (x86-64, glibc): what a vthread with
+ * weft_thread_opts.own_tls runs with, so that __thread variables, errno,
+ * stdio's lock owner, malloc's per-thread cache, pthread keys and
+ * pthread_self() are its own wherever it runs.  Knows nothing of vthreads:
+ * sched asks for a block, sets it as the thread pointer when it switches
+ * to the vthread, and gives it back.
+ *
+ * The block.  x86-64's fs base is the thread pointer: it points at the TCB
+ * (glibc's struct pthread, whose first bytes are tcbhead_t), and the
+ * static TLS of every module lies below it at offsets fixed at load time
+ * (the initial-exec model reads %fs:-OFFSET directly).  We do not lay that
+ * out ourselves: ld.so's own allocator, _dl_allocate_tls (GLIBC_PRIVATE,
+ * what pthread_create uses), makes the static TLS with every module's
+ * initial image, the TCB zeroed, and the DTV through which dynamic TLS
+ * (__tls_get_addr, dlopen'd modules) finds its blocks -- so a module
+ * dlopen'd later works as it does in a thread glibc made.  What
+ * pthread_create would then fill in of the TCB we fill in:
+ *  - tcbhead_t: tcb and self point at the block; the rest of the header
+ *    (multiple_threads, sysinfo, the stack-protector canary at %fs:0x28,
+ *    the pointer guard at %fs:0x30, CET's feature_1, the shadow stack
+ *    base) is copied from the calling thread's, as pthread_create copies
+ *    the creator's -- they are process-wide values, so a frame whose
+ *    prologue ran on one block and whose epilogue runs on another checks
+ *    the same canary;
+ *  - the tid, at the offset glibc publishes for libthread_db
+ *    (_thread_db_pthread_tid): glibc's mutexes record it as the owner
+ *    (recursive and error-checking mutexes compare it), so each block has
+ *    its own, 0x00800000 + the caller's id -- above Linux's pid limit
+ *    (2^22), so it never names a real thread, and below 2^30 (the futex
+ *    word's tid mask).  raise() and abort() ask the kernel for the real
+ *    tid; pthread_kill(another block) answers ESRCH;
+ *  - the robust mutex list head (where get_robust_list says the calling
+ *    thread's is, relative to its thread pointer): empty, pointing at
+ *    itself, with the same futex offset;
+ *  - the rseq area's cpu_id (at __rseq_offset): -1, "not registered" --
+ *    the kernel updates only the registered one, the carrier's; so
+ *    sched_getcpu asks the kernel instead of reading a stale 0;
+ *  - ctype's per-thread table pointers: __ctype_init, on the block, as a
+ *    new thread runs it (weft__tls_start).
+ * The offsets come from glibc's own descriptions (the _thread_db_*
+ * symbols, get_robust_list, __rseq_offset), checked against the calling
+ * thread at the probe: a glibc whose layout does not match is refused
+ * with one line naming what did not match, never guessed at.
+ *
+ * The pool.  A block is given back when its vthread ends and handed to
+ * the next one (a LIFO list under a mutex) -- not freed: glibc frees a
+ * thread's malloc cache (tcache) and detaches its arena only in its own
+ * thread-exit path, which we cannot call, so freeing a block would leak
+ * the cache with every vthread; kept, the cache serves the next one, as
+ * a carrier's serves its vthreads.  What must not leak from one vthread
+ * to the next is reset: as a vthread ends (weft__tls_end, on its own
+ * block) C++ thread_local destructors run (__call_tls_dtors), then the
+ * pthread key destructors (up to PTHREAD_DESTRUCTOR_ITERATIONS rounds,
+ * as glibc's thread exit), then every key's value is cleared and its
+ * locale set back to the global one; as a reused block starts
+ * (weft__tls_start) every module's TLS except libc's goes back to its
+ * initial image -- libc's keeps its malloc cache and arena, errno is
+ * zeroed.  Pooled blocks stay for the process's life (a runtime started
+ * again reuses them), as glibc's stack cache keeps its threads' blocks:
+ * as many as own-TLS vthreads were alive at once, about 5 KiB each plus
+ * what their malloc caches hold.
+ *
+ * The switch.  weft__tp_set: wrfsbase where the CPU and kernel allow user
+ * space to write the fs base (AT_HWCAP2's FSGSBASE bit, Linux 5.9+), a
+ * few cycles; else arch_prctl(ARCH_SET_FS), a system call (about 1 us on
+ * a VM) -- at each switch to or from an own-TLS vthread, so there the
+ * price is real and weft-bench micro's switch-tls line shows it.  The
+ * system call is made inline (no errno: errno is TLS, and the write would
+ * land in whichever block is current).
+ *
+ * What it cannot do, said where asked: sanitizer builds keep their
+ * per-thread state in TLS (ASan's fake stacks, TSan's thread state), so
+ * there weft__tls_probe answers -ENOTSUP; so it does on a glibc without
+ * the symbols above.  Known gaps, in weft.h: a module dlopen'd with
+ * initial-exec TLS while own-TLS vthreads live is not initialised in
+ * their blocks (glibc does it only for the threads it lists);
+ * pthread_getattr_np(pthread_self()) reports no stack; a robust or PI
+ * mutex's owner is the fake tid, which the kernel does not know.
+ *
+ * Threads: the probe runs once (pthread_once); get and put take the pool's
+ * lock; start and end run on the vthread, on its own block.
+ */
+#define _GNU_SOURCE
+#include "arch.h"
+
+#include <asm/prctl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <locale.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef HWCAP2_FSGSBASE
+#define HWCAP2_FSGSBASE (1 << 1)
+#endif
+
+#define TID_BASE 0x00800000u
+#define TID_SPAN (0x3fffffffu - TID_BASE)
+#define HDR_COPY_LO 0x18 /* tcbhead_t: after tcb, dtv, self */
+#define HDR_COPY_HI 0x80 /* ... up to the rtld save area */
+#define KEYS_MAX 1024    /* PTHREAD_KEYS_MAX */
+#define KEY_ROUNDS 4     /* PTHREAD_DESTRUCTOR_ITERATIONS */
+#define SPECIFIC_N 32    /* struct pthread's specific[] */
+
+int weft__tls_fsgsbase;
+
+struct key_struct { /* glibc's struct pthread_key_struct (checked at the probe) */
+    uintptr_t seq;
+    void (*destr)(void *);
+};
+
+static struct {
+    pthread_once_t once;
+    int state; /* 0, or -ENOTSUP */
+    void *(*allocate)(void *);
+    void (*deallocate)(void *, bool);
+    void (*ctype_init)(void);
+    void (*call_tls_dtors)(void);
+    const struct key_struct *keys;
+    size_t off_tid, off_specific, off_robust, off_rseq;
+    intptr_t robust_futex_offset;
+    int have_rseq;
+    /* the pool */
+    pthread_mutex_t lock;
+    void **free;
+    size_t nfree, cap;
+    _Atomic size_t made;
+} T = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline char *tp_self(void) {
+    char *tp;
+    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    return tp;
+}
+
+void *weft__tp_get(void) { return tp_self(); }
+
+void weft__tp_set(void *tp) {
+    if (weft__tls_fsgsbase) {
+        __asm__ volatile("wrfsbase %0" ::"r"(tp) : "memory");
+        return;
+    }
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "0"((long)SYS_arch_prctl), "D"((long)ARCH_SET_FS), "S"(tp)
+                     : "rcx", "r11", "memory");
+    (void)ret; /* cannot fail for a mapped user address */
+}
+
+static const uint32_t *desc(const char *name) { return dlvsym(RTLD_DEFAULT, name, "GLIBC_PRIVATE"); }
+
+static void refuse(const char *what) {
+    fprintf(stderr, "weft: own TLS for vthreads is not available: %s; vthreads asking for it are refused "
+                    "(-ENOTSUP)\n", what);
+    T.state = -ENOTSUP;
+}
+
+static void probe(void) {
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+    /* (no line: a sanitizer build is told in weft.h and the README) */
+    T.state = -ENOTSUP;
+    return;
+#else
+    weft__tls_fsgsbase = (getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE) != 0;
+    T.allocate = (void *(*)(void *))dlvsym(RTLD_DEFAULT, "_dl_allocate_tls", "GLIBC_PRIVATE");
+    T.deallocate = (void (*)(void *, bool))dlvsym(RTLD_DEFAULT, "_dl_deallocate_tls", "GLIBC_PRIVATE");
+    T.ctype_init = (void (*)(void))dlvsym(RTLD_DEFAULT, "__ctype_init", "GLIBC_PRIVATE");
+    T.call_tls_dtors = (void (*)(void))dlvsym(RTLD_DEFAULT, "__call_tls_dtors", "GLIBC_PRIVATE");
+    T.keys = dlvsym(RTLD_DEFAULT, "__pthread_keys", "GLIBC_PRIVATE");
+    const uint32_t *tid = desc("_thread_db_pthread_tid"), *spec = desc("_thread_db_pthread_specific");
+    const uint32_t *kseq = desc("_thread_db_pthread_key_struct_seq"), *kdes = desc("_thread_db_pthread_key_struct_destr");
+    const uint32_t *ksz = desc("_thread_db_sizeof_pthread_key_struct"), *psz = desc("_thread_db_sizeof_pthread");
+    if (!T.allocate || !T.deallocate || !T.ctype_init || !T.keys || !tid || !spec || !kseq || !kdes || !ksz || !psz)
+        return refuse("this C library does not export what it needs (_dl_allocate_tls, __pthread_keys, "
+                      "the _thread_db_ descriptions: glibc 2.35+)");
+    char *tp = tp_self();
+    T.off_tid = tid[2];
+    T.off_specific = spec[2];
+    if (tid[0] != 32 || *(int *)(tp + T.off_tid) != (int)syscall(SYS_gettid))
+        return refuse("glibc's thread descriptor does not hold the tid where _thread_db_pthread_tid says");
+    if (spec[0] != 64 * SPECIFIC_N || kseq[2] != 0 || kdes[2] != sizeof(uintptr_t) || ksz[0] != sizeof(struct key_struct) ||
+        T.off_specific + 8 * SPECIFIC_N > psz[0])
+        return refuse("glibc's pthread key layout is not the one this weft was written for");
+    void *head = NULL;
+    size_t len = 0;
+    if (syscall(SYS_get_robust_list, 0, &head, &len) != 0 || !head || (char *)head < tp ||
+        (size_t)((char *)head - tp) + 3 * sizeof(void *) > psz[0])
+        return refuse("the robust mutex list is not in glibc's thread descriptor");
+    T.off_robust = (size_t)((char *)head - tp);
+    T.robust_futex_offset = ((intptr_t *)head)[1];
+    extern __attribute__((weak)) const ptrdiff_t __rseq_offset;
+    extern __attribute__((weak)) const unsigned int __rseq_size;
+    if (&__rseq_offset && &__rseq_size && __rseq_size >= 8) {
+        T.have_rseq = 1;
+        T.off_rseq = (size_t)__rseq_offset;
+    }
+    T.state = 0;
+#endif
+}
+
+int weft__tls_probe(void) {
+    pthread_once(&T.once, probe);
+    return T.state;
+}
+
+/* Fills in what _dl_allocate_tls leaves to the thread library. */
+static void tcb_fill(char *tp) {
+    char *me = tp_self();
+    ((void **)tp)[0] = tp; /* tcb */
+    ((void **)tp)[2] = tp; /* self */
+    memcpy(tp + HDR_COPY_LO, me + HDR_COPY_LO, HDR_COPY_HI - HDR_COPY_LO);
+    void **rh = (void **)(tp + T.off_robust);
+    rh[0] = rh;                              /* list: empty */
+    ((intptr_t *)rh)[1] = T.robust_futex_offset; /* futex_offset */
+    rh[2] = NULL;                            /* list_op_pending */
+}
+
+void *weft__tls_get(int *reused) {
+    pthread_mutex_lock(&T.lock);
+    void *tp = T.nfree ? T.free[--T.nfree] : NULL;
+    pthread_mutex_unlock(&T.lock);
+    if (tp) {
+        *reused = 1;
+        return tp;
+    }
+    tp = T.allocate(NULL);
+    if (!tp) return NULL;
+    tcb_fill(tp);
+    atomic_fetch_add_explicit(&T.made, 1, memory_order_relaxed);
+    *reused = 0;
+    return tp;
+}
+
+void weft__tls_put(void *tp) {
+    pthread_mutex_lock(&T.lock);
+    if (T.nfree == T.cap) {
+        size_t cap = T.cap ? T.cap * 2 : 64;
+        void **f = realloc(T.free, cap * sizeof *f);
+        if (!f) { /* cannot keep it: free it (its malloc cache is lost) */
+            pthread_mutex_unlock(&T.lock);
+            for (int i = 1; i < SPECIFIC_N; i++) free(((void **)((char *)tp + T.off_specific))[i]);
+            T.deallocate(tp, true);
+            atomic_fetch_sub_explicit(&T.made, 1, memory_order_relaxed);
+            return;
+        }
+        T.free = f;
+        T.cap = cap;
+    }
+    T.free[T.nfree++] = tp;
+    pthread_mutex_unlock(&T.lock);
+}
+
+size_t weft__tls_blocks(void) { return atomic_load_explicit(&T.made, memory_order_relaxed); }
+
+/* ---- on the vthread, on its own block ------------------------------------- */
+
+struct reinit {
+    const char *errno_at; /* libc's block holds errno: it is kept */
+};
+
+static int reinit_module(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    const struct reinit *ri = arg;
+    char *data = info->dlpi_tls_data; /* this thread's block of the module, if it has one */
+    if (!info->dlpi_tls_modid || !data) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_TLS) continue;
+        if (ri->errno_at >= data && ri->errno_at < data + ph->p_memsz) return 0; /* libc's */
+        memcpy(data, (const char *)(info->dlpi_addr + ph->p_vaddr), ph->p_filesz);
+        memset(data + ph->p_filesz, 0, ph->p_memsz - ph->p_filesz);
+    }
+    return 0;
+}
+
+void weft__tls_start(uint64_t id, int reused) {
+    char *tp = tp_self();
+    *(int *)(tp + T.off_tid) = (int)(TID_BASE + (uint32_t)(id % TID_SPAN));
+    if (T.have_rseq) ((int32_t *)(tp + T.off_rseq))[1] = -1; /* cpu_id: not registered */
+    if (reused) {
+        struct reinit ri = {.errno_at = (const char *)&errno};
+        dl_iterate_phdr(reinit_module, &ri);
+        errno = 0;
+    } else {
+        T.ctype_init();
+    }
+}
+
+void weft__tls_end(void) {
+    if (T.call_tls_dtors) T.call_tls_dtors();
+    for (int round = 0; round < KEY_ROUNDS; round++) {
+        int called = 0;
+        for (unsigned k = 0; k < KEYS_MAX; k++) {
+            uintptr_t seq = __atomic_load_n(&T.keys[k].seq, __ATOMIC_ACQUIRE);
+            void (*d)(void *) = T.keys[k].destr;
+            if (!(seq & 1) || !d) continue;
+            void *v = pthread_getspecific(k);
+            if (!v) continue;
+            pthread_setspecific(k, NULL);
+            d(v);
+            called = 1;
+        }
+        if (!called) break;
+    }
+    /* what is left (keys without a destructor, or past the rounds) is not
+     * the next vthread's */
+    for (unsigned k = 0; k < KEYS_MAX; k++)
+        if ((__atomic_load_n(&T.keys[k].seq, __ATOMIC_ACQUIRE) & 1) && pthread_getspecific(k)) pthread_setspecific(k, NULL);
+    uselocale(LC_GLOBAL_LOCALE);
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+void weft__tls_fork_prepare(void) { pthread_mutex_lock(&T.lock); }
+void weft__tls_fork_parent(void) { pthread_mutex_unlock(&T.lock); }
+void weft__tls_fork_child(void) { pthread_mutex_init(&T.lock, NULL); }
