@@ -85,7 +85,9 @@
  * see the old carrier's errno -- whatever another vthread left there.  So a
  * hooked call that may park pins its vthread to its carrier for the call's
  * length (weft__pin_begin: the wake goes to that carrier's mailbox) and
- * sets errno after the park, on that carrier.  Pinning only across hooked
+ * sets errno after the park, on that carrier -- unless the vthread has
+ * its own TLS (weft_thread_opts.own_tls): its errno is in its own block,
+ * wherever it resumes, so it is not pinned.  Pinning only across hooked
  * calls (not for the vthread's life) keeps work stealing for everything
  * else; what it does not cover is foreign code that keeps errno's address
  * across a call back into weft's own API that parks (a callback doing

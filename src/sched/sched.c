@@ -1949,7 +1949,8 @@ weft_thread *weft_self(void) { return weft__handle(weft__self()); }
  * its CAS on the park word won, which orders them (enqueue_pinned). */
 int weft__pin_begin(void) {
     weft_thread *self = weft__self();
-    if (!self || (self->flags & WEFT__F_PINNED)) return 0;
+    /* (own TLS: its errno is in its own block, wherever it resumes) */
+    if (!self || (self->flags & WEFT__F_PINNED) || self->tls) return 0;
     self->home = self->carrier;
     self->flags |= WEFT__F_PINNED;
     return 1;

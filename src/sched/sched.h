@@ -618,7 +618,8 @@ const weft_thread *weft__carrier_running(const weft__carrier *c); /* racy read *
 
 /* The calling vthread resumes on its current carrier after every park
  * until weft__pin_end(the returned value): hook.c, around a hooked call
- * that may park (errno's address must not change under foreign code). */
+ * that may park (errno's address must not change under foreign code).
+ * A vthread with its own TLS is not pinned (0): its errno goes with it. */
 int weft__pin_begin(void);
 void weft__pin_end(int pinned_here);
 
