@@ -868,6 +868,8 @@ typedef struct weft_stats {
     uint64_t hogs;      /* hog events: vthreads that computed past the threshold */
     uint64_t spares;    /* spare carriers the monitor has made (they last until weft_shutdown) */
     uint64_t compensating; /* spare carriers active now, compensating for stalls */
+    uint64_t tls_blocks;   /* own TLS blocks made (weft_thread_opts.own_tls): in use and pooled */
+    uint64_t tls_block_bytes; /* the bytes of one: static TLS and thread control block */
 } weft_stats;
 
 /*

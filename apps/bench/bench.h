@@ -105,7 +105,8 @@ enum {
     MICRO_SELECT = 1 << 7,
     MICRO_HOOK = 1 << 8,
     MICRO_LOCAL = 1 << 9,
-    MICRO_ALL = (1 << 10) - 1,
+    MICRO_SWITCH_TLS = 1 << 10,
+    MICRO_ALL = (1 << 11) - 1,
 };
 
 typedef struct bench_opts {

@@ -7,6 +7,12 @@
  *                   --rounds times (5,000,000): ns_per_switch = wall / all
  *                   yields.  Compare: peers boost-context (jump_fcontext)
  *                   and go-gosched.
+ *   switch-tls      the same with both vthreads having their own TLS
+ *                   (weft_thread_opts.own_tls): every switch also sets the
+ *                   fs base (fs_base: wrfsbase, or arch_prctl where the CPU
+ *                   or kernel lacks FSGSBASE); ns_over_switch is the
+ *                   difference from the switch line of the same run, and
+ *                   tls_block_bytes what each such vthread's block takes.
  *   spawn-join      a vthread spawns -n (1,000,000) trivial vthreads (each
  *                   increments an atomic) and joins them, 1000 at a time;
  *                   the round runs twice and the second is reported
@@ -37,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -122,7 +129,11 @@ static void *yielder(void *arg) {
     return NULL;
 }
 
-static int micro_switch(const bench_opts *o, bench_report *rep) {
+/* ns per switch of the last "switch" run, for switch-tls's difference */
+static double last_switch_ns;
+
+static int switch_run(const bench_opts *o, bench_report *rep, int own_tls) {
+    const char *name = own_tls ? "switch-tls" : "switch";
     int r = micro_init(1);
     if (r < 0) return r;
     yield_run y = {.rounds = o->rounds ? o->rounds : SWITCH_DEFAULT_ROUNDS};
@@ -131,27 +142,50 @@ static int micro_switch(const bench_opts *o, bench_report *rep) {
     weft_stats_get(&s0);
     cpu_usage_get(&u0);
     weft_thread *a, *b;
-    weft_thread_opts aa = {.name = "yield-a"}, ab = {.name = "yield-b"};
-    if ((r = spawn_or_say(&a, yielder, &y, &aa)) < 0) return r;
+    weft_thread_opts aa = {.name = "yield-a", .own_tls = own_tls ? 1 : -1},
+                     ab = {.name = "yield-b", .own_tls = own_tls ? 1 : -1};
+    if ((r = spawn_or_say(&a, yielder, &y, &aa)) < 0) {
+        if (r == -ENOTSUP) { /* a sanitizer build, or a C library tls.c does not know: said, not failed */
+            weft_shutdown();
+            bench_result res;
+            br_init(&res, name, "weft");
+            br_set(&res, "status", "unsupported");
+            return report_add_weft(rep, &res);
+        }
+        return r;
+    }
     if ((r = spawn_or_say(&b, yielder, &y, &ab)) < 0) return r;
     int64_t dl = cap_deadline(o);
-    if ((r = join_capped(a, dl, "switch")) < 0 || (r = join_capped(b, dl, "switch")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
+    if ((r = join_capped(a, dl, name)) < 0 || (r = join_capped(b, dl, name)) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
     weft_stats_get(&s1);
     cpu_usage_get(&u1);
     weft_shutdown();
 
     double wall = (double)(y.t1 - y.t0) / 1e9;
     long switches = 2 * y.rounds;
+    double ns = wall * 1e9 / (double)switches;
     bench_result res;
-    br_init(&res, "switch", "weft");
+    br_init(&res, name, "weft");
     br_set(&res, "status", "ok");
     br_setl(&res, "switches", switches);
     br_setf(&res, "wall_s", 3, wall);
-    br_setf(&res, "ns_per_switch", 2, wall * 1e9 / (double)switches);
+    br_setf(&res, "ns_per_switch", 2, ns);
+    if (own_tls) {
+        /* how the fs base is written: wrfsbase where AT_HWCAP2 says the
+         * CPU and kernel allow it (FSGSBASE, bit 1), else a system call */
+        br_set(&res, "fs_base", "%s", (getauxval(AT_HWCAP2) & 2) ? "wrfsbase" : "arch_prctl");
+        br_setl(&res, "tls_block_bytes", (long long)s1.tls_block_bytes);
+        if (last_switch_ns > 0) br_setf(&res, "ns_over_switch", 2, ns - last_switch_ns);
+    } else {
+        last_switch_ns = ns;
+    }
     put_stats_delta(&res, &s0, &s1);
     br_set_cpu(&res, &u0, &u1);
     return report_add_weft(rep, &res);
 }
+
+static int micro_switch(const bench_opts *o, bench_report *rep) { return switch_run(o, rep, 0); }
+static int micro_switch_tls(const bench_opts *o, bench_report *rep) { return switch_run(o, rep, 1); }
 
 /* ------------------------------------------------------------------------ */
 /* spawn-join                                                                */
@@ -735,6 +769,7 @@ int exp_micro(const bench_opts *o, bench_report *rep) {
         int (*run)(const bench_opts *, bench_report *);
     } benches[] = {
         {MICRO_SWITCH, "switch", micro_switch},
+        {MICRO_SWITCH_TLS, "switch-tls", micro_switch_tls},
         {MICRO_SPAWN_JOIN, "spawn-join", micro_spawn_join},
         {MICRO_PINGPONG, "pingpong", micro_pingpong_same},
         {MICRO_PINGPONG_CROSS, "pingpong-cross", micro_pingpong_cross},

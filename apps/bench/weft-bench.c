@@ -31,6 +31,7 @@
  *                Article: thread-per-task 18.77 s, cached pool 11.52 s,
  *                virtual threads 2.62 s.  Peers: sleep-tasks.
  *   micro        switch (weft_yield between two vthreads on one carrier),
+ *                switch-tls (the same with their own TLS blocks),
  *                spawn-join (spawn and join trivial vthreads, 1000 at a
  *                time), pingpong (weft_park/weft_unpark hand-off) and
  *                pingpong-cross (the same, pinned to two carriers).  Each
@@ -195,9 +196,10 @@ static void usage(FILE *f) {
           "               fixed:K|cached|virtual-executor]  (the last three: weft's executors)\n"
           "               [--stack-kib K] [--spawner vthread|platform]\n"
           "               N tasks that each sleep, all waited for: wall_s, user_s, sys_s, peak_rss_mib\n"
-          "  micro        [--only switch|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
+          "  micro        [--only switch|switch-tls|spawn-join|pingpong|pingpong-cross|chan-pingpong|\n"
           "               chan-buffered|mutex|select|hook|local[,...]] [--rounds R] [-n N]\n"
           "               switch: 2 vthreads yield R (5000000) times each on 1 carrier;\n"
+          "               switch-tls: the same, each with its own TLS (ns_over_switch, fs_base);\n"
           "               spawn-join: N (1000000) trivial vthreads, joined 1000 at a time, 2 rounds;\n"
           "               pingpong: park/unpark hand-off, R (2000000) round trips;\n"
           "               pingpong-cross: the same pinned to 2 carriers, R (100000) round trips;\n"
@@ -302,7 +304,7 @@ static int parse_only(const char *arg, int *bits) {
         {"pingpong", MICRO_PINGPONG}, {"pingpong-cross", MICRO_PINGPONG_CROSS},
         {"chan-pingpong", MICRO_CHAN}, {"chan-buffered", MICRO_CHAN_BUF},
         {"mutex", MICRO_MUTEX}, {"select", MICRO_SELECT}, {"hook", MICRO_HOOK},
-        {"local", MICRO_LOCAL},
+        {"local", MICRO_LOCAL}, {"switch-tls", MICRO_SWITCH_TLS},
     };
     char buf[256];
     snprintf(buf, sizeof buf, "%s", arg);

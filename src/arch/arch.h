@@ -221,6 +221,9 @@ void weft__tls_end(void);
 /* Blocks made and not freed (pooled ones included: they stay for the
  * process's life). */
 size_t weft__tls_blocks(void);
+/* The bytes of one block: its static TLS and TCB, as ld.so lays them out
+ * (the DTV, a few dozen bytes, apart); 0 before a successful probe. */
+size_t weft__tls_block_bytes(void);
 /* Fork: the pool's lock. */
 void weft__tls_fork_prepare(void);
 void weft__tls_fork_parent(void);
@@ -228,8 +231,12 @@ void weft__tls_fork_child(void);
 /* The calling thread's thread pointer (%fs:0), and setting it: wrfsbase
  * where weft__tls_fsgsbase (probed), else arch_prctl. */
 void *weft__tp_get(void);
-void weft__tp_set(void *tp);
 extern int weft__tls_fsgsbase;
+void weft__tp_set_syscall(void *tp); /* (inline: errno is TLS, it is not written) */
+static inline void weft__tp_set(void *tp) {
+    if (__builtin_expect(weft__tls_fsgsbase, 1)) __asm__ volatile("wrfsbase %0" ::"r"(tp) : "memory");
+    else weft__tp_set_syscall(tp);
+}
 
 /* ---- sanitizer and valgrind hooks -------------------------------------- */
 

@@ -126,6 +126,7 @@ static struct {
     void (*deallocate)(void *, bool);
     void (*ctype_init)(void);
     void (*call_tls_dtors)(void);
+    size_t block_bytes; /* _dl_get_tls_static_info: static TLS and TCB, one block */
     const struct key_struct *keys;
     size_t off_tid, off_specific, off_robust, off_rseq;
     intptr_t robust_futex_offset;
@@ -145,11 +146,7 @@ static inline char *tp_self(void) {
 
 void *weft__tp_get(void) { return tp_self(); }
 
-void weft__tp_set(void *tp) {
-    if (weft__tls_fsgsbase) {
-        __asm__ volatile("wrfsbase %0" ::"r"(tp) : "memory");
-        return;
-    }
+void weft__tp_set_syscall(void *tp) {
     long ret;
     __asm__ volatile("syscall"
                      : "=a"(ret)
@@ -178,6 +175,12 @@ static void probe(void) {
     T.ctype_init = (void (*)(void))dlvsym(RTLD_DEFAULT, "__ctype_init", "GLIBC_PRIVATE");
     T.call_tls_dtors = (void (*)(void))dlvsym(RTLD_DEFAULT, "__call_tls_dtors", "GLIBC_PRIVATE");
     T.keys = dlvsym(RTLD_DEFAULT, "__pthread_keys", "GLIBC_PRIVATE");
+    void (*static_info)(size_t *, size_t *) =
+        (void (*)(size_t *, size_t *))dlvsym(RTLD_DEFAULT, "_dl_get_tls_static_info", "GLIBC_PRIVATE");
+    if (static_info) {
+        size_t align = 0;
+        static_info(&T.block_bytes, &align);
+    }
     const uint32_t *tid = desc("_thread_db_pthread_tid"), *spec = desc("_thread_db_pthread_specific");
     const uint32_t *kseq = desc("_thread_db_pthread_key_struct_seq"), *kdes = desc("_thread_db_pthread_key_struct_destr");
     const uint32_t *ksz = desc("_thread_db_sizeof_pthread_key_struct"), *psz = desc("_thread_db_sizeof_pthread");
@@ -262,6 +265,8 @@ void weft__tls_put(void *tp) {
 }
 
 size_t weft__tls_blocks(void) { return atomic_load_explicit(&T.made, memory_order_relaxed); }
+
+size_t weft__tls_block_bytes(void) { return T.state == 0 ? T.block_bytes : 0; }
 
 /* ---- on the vthread, on its own block ------------------------------------- */
 

@@ -24,4 +24,6 @@ void weft_stats_get(weft_stats *s) {
     s->compensating = c.compensating;
     s->carriers = n;
     weft__stacks_counts(&s->stacks, &s->stack_bytes_reserved);
+    s->tls_blocks = weft__tls_blocks();
+    s->tls_block_bytes = weft__tls_block_bytes();
 }

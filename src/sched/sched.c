@@ -1158,15 +1158,23 @@ static inline void check_canary(weft_thread *t) {
  * (arch/tls.c), or NULL, the carrier's own.  On a block, weft's own
  * thread-locals are the block's copies: the carrier and its window are
  * written there, so that weft's code the vthread runs finds them as on
- * the carrier.  Nothing between this and the switch reads a thread-local
- * (the canary at %fs:0x28 is the same in every block). */
+ * the carrier.  They are initial-exec, at the same offset from every
+ * thread pointer (tls_off_*, taken once), so they are written through the
+ * block's address before the fs base changes: no access through %fs waits
+ * on the new base.  Nothing between this and the switch reads a
+ * thread-local (the canary at %fs:0x28 is the same in every block). */
+static ptrdiff_t tls_off_carrier, tls_off_window;
+__attribute__((constructor)) static void tls_offsets(void) { /* (at load: one thread) */
+    tls_off_carrier = (char *)&tls_carrier - (char *)weft__tp_get();
+    tls_off_window = (char *)&weft__tls_window - (char *)weft__tp_get();
+}
 __attribute__((noinline)) static void tp_switch_slow(weft__carrier *c, void *tp) {
+    if (tp) {
+        *(weft__carrier **)((char *)tp + tls_off_carrier) = c;
+        *(void *const **)((char *)tp + tls_off_window) = c->tls_window;
+    }
     weft__tp_set(tp ? tp : c->tp_own);
     c->tp_cur = tp;
-    if (tp) {
-        tls_carrier = c;
-        weft__tls_window = c->tls_window;
-    }
 }
 static inline __attribute__((always_inline)) void tp_switch(weft__carrier *c, void *tp) {
     if (__builtin_expect(tp != c->tp_cur, 0)) tp_switch_slow(c, tp);
@@ -2263,6 +2271,7 @@ void *weft__carrier_main(void *arg) {
     c->tls_window = weft__tls_window; /* (set by the attach) */
     c->tp_own = weft__tp_get();
     c->tp_cur = NULL;
+
     if (!c->win) perr = -ENOMEM;
     else atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);
     c->start_err = perr;
