@@ -64,7 +64,9 @@
  *                            or vthread-locals (weft_local_get / _set: a
  *                            pthread_key_t that follows the vthread);
  *      code that needs C TLS itself (a library keeping __thread state across
- *                            blocking calls): spawn it with weft_thread_opts.pinned.
+ *                            blocking calls): spawn it with
+ *                            weft_thread_opts.own_tls ("Own TLS", below),
+ *                            or weft_thread_opts.pinned.
  *  - Vthreads are not preempted: one that computes holds its carrier until
  *    it blocks or yields.  What that carrier alone would have run next -- a
  *    vthread it woke, one that yielded, a due timer -- is moved to another
@@ -167,6 +169,12 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               included).
  *   trace       deterministic mode: a file that gets one line per
  *               scheduling decision; default $WEFT_TRACE (unset: none).
+ *   own_tls     every vthread gets its own TLS block ("Own TLS", below)
+ *               unless its weft_thread_opts.own_tls is negative: 1 on, -1
+ *               off; default $WEFT_OWN_TLS (1 on, 0 off), else off.  Where
+ *               blocks cannot be made (a sanitizer build, a C library
+ *               that is not glibc 2.35+ on x86-64) one line on stderr says
+ *               so and vthreads run without.
  *   console     the live console's Unix socket (see "The live console"
  *               under "Observe"): a path, or "1" for the default path
  *               /tmp/weft-<uid>/<pid>.sock; default $WEFT_CONSOLE (unset,
@@ -274,7 +282,8 @@ typedef struct weft_runtime_opts {
  *  - __thread / thread_local variables are the carrier's: a vthread may
  *    read another's value after a blocking call (weft/local.h has
  *    vthread-locals and scoped values), and a recursive or error-checking
- *    pthread mutex takes the carrier thread for its owner.
+ *    pthread mutex takes the carrier thread for its owner -- unless the
+ *    vthread has its own TLS ("Own TLS", below).
  * Such a call that holds its carrier past pin_threshold_ns is reported and
  * compensated for by a spare carrier (The monitor, below), up to
  * max_compensate (256); at that bound the waiting work waits for a stall to
@@ -282,6 +291,43 @@ typedef struct weft_runtime_opts {
  * its own carrier (errno, above): a waiter for that mutex that blocks that
  * carrier waits for good.  Hold no foreign lock across a blocking call, or
  * use weft_mutex.
+ *
+ * Own TLS (weft_thread_opts.own_tls, weft_runtime_opts.own_tls,
+ * $WEFT_OWN_TLS; x86-64 with glibc 2.35+).  A vthread with its own TLS
+ * runs with a static TLS block and thread control block of its own, made
+ * as glibc makes a thread's and set as the thread pointer (the fs base)
+ * at every switch to it.  Then wherever it runs, these are its own:
+ * __thread / thread_local variables (initialised, and C++ thread_local
+ * destructors run when it ends), errno (so hooked calls need not pin it
+ * to its carrier), pthread_self(), pthread keys (their destructors run as
+ * it ends, on it), the owner of recursive and error-checking pthread
+ * mutexes and of stdio's FILE locks, uselocale's locale, malloc's
+ * per-thread cache.  The price: a block of static TLS and TCB (about 4.3
+ * KiB with glibc 2.36; weft_stats.tls_block_bytes), kept in a pool for
+ * the process's life once made (as many as such vthreads were alive at
+ * once), and at each switch to or from such a vthread a write of the fs
+ * base: one wrfsbase instruction where the CPU and kernel allow it
+ * (FSGSBASE, Linux 5.9+), else an arch_prctl system call -- microseconds
+ * on a VM whose hypervisor traps the write (weft-bench micro: switch-tls).
+ * A vthread that ends gives its block to the next: that one starts with
+ * every module's __thread variables at their initial values, errno 0, no
+ * key values, the global locale.  Rules and limits:
+ *  - pthread_self() names the vthread, not a kernel thread: pthread_kill()
+ *    and pthread_setaffinity_np() on it fail (ESRCH);
+ *    pthread_setname_np(pthread_self()) names its carrier, and
+ *    pthread_getattr_np(pthread_self()) describes the main thread's stack,
+ *    not the vthread's; gettid() is its carrier's.  raise() and abort()
+ *    reach the thread that runs them.
+ *  - Locks that wait in futex(2) still hold the carrier while they wait
+ *    (see above); own TLS makes their owner right, not their wait a park.
+ *  - PI and robust pthread mutexes record a thread id the kernel does not
+ *    know: a contended PI mutex and a robust mutex whose owner dies do not
+ *    work on such a vthread.  Use normal, recursive or error-checking ones.
+ *  - A module dlopen'd while such vthreads live, whose TLS is initial-exec
+ *    (static), is not set up in their blocks: dlopen libraries that use
+ *    __thread with the default (dynamic) model, as -fPIC builds do.
+ *  - Sanitizer builds (ASan, TSan) keep their per-thread state in TLS:
+ *    there own TLS is refused (-ENOTSUP, or the runtime's line).
  *
  * Signal handlers.  Inside a signal handler, on any thread, every hooked
  * function is the C library's: it goes to the kernel and, like libc's,
@@ -383,6 +429,11 @@ WEFT_API int weft_hook_active(void);
  *   pinned      run only on the carrier it first runs on (for code that
  *               keeps C thread-locals across blocking calls).
  *   daemon      weft_shutdown does not wait for it.
+ *   own_tls     1: a TLS block and thread control block of its own
+ *               ("Own TLS", below); -1: not, whatever the runtime's
+ *               default; 0: the runtime's default
+ *               (weft_runtime_opts.own_tls).  weft_spawn fails with
+ *               -ENOTSUP where blocks cannot be made (sanitizer builds).
  *   group       run only on this carrier group's carriers.  NULL: the
  *               spawning vthread's own group (a vthread of a group keeps
  *               its children in it, as Java's custom schedulers do for

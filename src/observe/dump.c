@@ -371,6 +371,7 @@ static void one(weft__stack *s, void *ctx) {
     int why = __atomic_load_n(&t->why, __ATOMIC_RELAXED);
     unsigned gid = __atomic_load_n(&t->grp_id, __ATOMIC_RELAXED); /* its carrier group, 0: the default */
     unsigned scoped_n = atomic_load_explicit(&t->scoped_n, memory_order_relaxed);
+    int own_tls = __atomic_load_n(&t->tls, __ATOMIC_RELAXED) != NULL; /* its own TLS block (arch/tls.c) */
     /* acquire: c may be a spare the monitor made after the walk began
      * (sched.c's enter) */
     weft__carrier *c = __atomic_load_n(&t->carrier, __ATOMIC_ACQUIRE);
@@ -404,6 +405,7 @@ static void one(weft__stack *s, void *ctx) {
         /* how many scoped-value keys it sees bound -- never their values,
          * which may be secrets (a token, a user) */
         put(o, ",\"scoped_bindings\":%u", scoped_n);
+        if (own_tls) put(o, ",\"own_tls\":true");
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (parked) {
             put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(why));
@@ -427,6 +429,7 @@ static void one(weft__stack *s, void *ctx) {
         uint64_t tsc = atomic_load_explicit(&t->task_scope, memory_order_relaxed);
         if (tsc) put(o, "(scope #%" PRIu64 ") ", tsc);
         if (scoped_n) put(o, "[%u scoped binding%s] ", scoped_n, scoped_n == 1 ? "" : "s");
+        if (own_tls) put(o, "[own TLS] ");
         if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
         else if (parked) {
             if (why == WEFT__WHY_SLEEP && until)

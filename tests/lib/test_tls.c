@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <locale.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -249,6 +250,7 @@ TEST(pthread_self_keys_and_their_destructors_are_the_vthreads) {
         CHECK(!pthread_equal(selves[0][i], pthread_self()));
         for (int j = 0; j < i; j++) CHECK(!pthread_equal(selves[0][i], selves[0][j]));
     }
+    CHECK_EQ(pthread_kill(selves[0][0], 0), ESRCH); /* no kernel thread by that name */
     pthread_key_delete(key_d);
 }
 
@@ -415,6 +417,34 @@ TEST(hooked_calls_keep_errno_without_pinning) {
     CHECK_EQ(atomic_load(&hk_wrong), 0);
     close(p[0]);
     close(p[1]);
+}
+
+/* ---- the dump says which vthreads have their own TLS ---------------------- */
+
+static atomic_int dump_done;
+static void *parked_own(void *arg) {
+    (void)arg;
+    while (!atomic_load(&dump_done)) weft_sleep(1000000);
+    return NULL;
+}
+
+TEST(the_dump_shows_own_tls) {
+    NEED_OWN_TLS();
+    weft_runtime_opts cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_thread *a, *b;
+    weft_thread_opts oa = {.name = "with-own", .own_tls = 1}, ob = {.name = "without", .own_tls = -1};
+    CHECK_EQ(weft_spawn(&a, parked_own, NULL, &oa), 0);
+    CHECK_EQ(weft_spawn(&b, parked_own, NULL, &ob), 0);
+    char *d = dump_showing(WEFT_DUMP_TEXT, "\"with-own\" [own TLS] sleeping", "\"without\" sleeping", NULL);
+    free(d);
+    d = dump_showing(WEFT_DUMP_JSON, "\"own_tls\":true", NULL);
+    char *first = strstr(d, "\"own_tls\":true");
+    CHECK(strstr(first + 1, "\"own_tls\":true") == NULL); /* only the one */
+    free(d);
+    atomic_store(&dump_done, 1);
+    join(a);
+    join(b);
 }
 
 /* ---- where it cannot work --------------------------------------------------- */
