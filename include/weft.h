@@ -267,6 +267,21 @@ typedef struct weft_runtime_opts {
  *  - poll and select on any number of fds make no file of their own (at
  *    the fd limit they work as libc's); select takes sets larger than
  *    FD_SETSIZE, as the kernel does.
+ * Locks too: libweft defines pthread_mutex_lock, _timedlock, _clocklock
+ * and _unlock, pthread_cond_wait, _timedwait, _clockwait, _signal and
+ * _broadcast, and C11's mtx_lock, mtx_timedlock, mtx_unlock, cnd_wait,
+ * cnd_timedwait, cnd_signal and cnd_broadcast (so C++'s std::mutex and
+ * std::condition_variable).  Hooks on, a vthread that waits for such a
+ * mutex, or on such a condition variable, parks; a wake reaches its waiter
+ * whichever side -- vthread or kernel thread -- waits and wakes.  The
+ * mutex's owner, recursion count and errors stay the C library's (an
+ * error-checking mutex's EDEADLK, a recursive one's count: right per
+ * vthread with own TLS, below).  These waits are not cancelled by
+ * weft_cancel (a lock cannot fail with ECANCELED) and are not
+ * pthread_cancel points; a condition variable may wake a waiter
+ * spuriously, as POSIX allows.  PI, priority-protected, robust and
+ * process-shared mutexes, and process-shared condition variables, are the
+ * C library's as ever.
  * On a platform thread every hooked function is the C library's (one
  * exception, on the epoll backend: a listening socket a vthread accepted
  * on is O_NONBLOCK underneath, and a platform thread's accept on it still
@@ -276,9 +291,10 @@ typedef struct weft_runtime_opts {
  *  - calls the C library makes internally (stdio's read under fgets or
  *    fread, printf's write, popen's and system's waits), and those of a
  *    statically linked C library;
- *  - locks weft did not write (pthread mutexes, condition variables,
- *    rwlocks, semaphores, barriers, C11 mtx/cnd, C++ std::mutex, glibc's
- *    internal locks): they end in futex(2), which holds the carrier;
+ *  - the other locks weft did not write (rwlocks, semaphores, barriers,
+ *    glibc's internal locks -- stdio's, malloc's), and the mutexes above
+ *    when the hooks are off: they end in futex(2), which holds the
+ *    carrier;
  *  - __thread / thread_local variables are the carrier's: a vthread may
  *    read another's value after a blocking call (weft/local.h has
  *    vthread-locals and scoped values), and a recursive or error-checking
@@ -287,10 +303,9 @@ typedef struct weft_runtime_opts {
  * Such a call that holds its carrier past pin_threshold_ns is reported and
  * compensated for by a spare carrier (The monitor, below), up to
  * max_compensate (256); at that bound the waiting work waits for a stall to
- * end.  A vthread holding a pthread mutex across a hooked call resumes on
- * its own carrier (errno, above): a waiter for that mutex that blocks that
- * carrier waits for good.  Hold no foreign lock across a blocking call, or
- * use weft_mutex.
+ * end.  With the hooks off, a vthread holding a pthread mutex across a
+ * blocking call, and a waiter for that mutex blocking its carrier, can
+ * wait for good: turn the hooks on, or use weft_mutex.
  *
  * Own TLS (weft_thread_opts.own_tls, weft_runtime_opts.own_tls,
  * $WEFT_OWN_TLS; x86-64 with glibc 2.35+).  A vthread with its own TLS
@@ -318,8 +333,8 @@ typedef struct weft_runtime_opts {
  *    pthread_getattr_np(pthread_self()) describes the main thread's stack,
  *    not the vthread's; gettid() is its carrier's.  raise() and abort()
  *    reach the thread that runs them.
- *  - Locks that wait in futex(2) still hold the carrier while they wait
- *    (see above); own TLS makes their owner right, not their wait a park.
+ *  - Own TLS makes a lock's owner right, not its wait a park: that is the
+ *    hooks' (above), for pthread and C11 mutexes and condition variables.
  *  - PI and robust pthread mutexes record a thread id the kernel does not
  *    know: a contended PI mutex and a robust mutex whose owner dies do not
  *    work on such a vthread.  Use normal, recursive or error-checking ones.

@@ -218,6 +218,9 @@ void weft__tls_start(uint64_t id, int reused);
 /* On the context as it ends, on its block: thread_local and pthread key
  * destructors (they may block), keys cleared, the global locale. */
 void weft__tls_end(void);
+/* The tid glibc records as the calling thread's (a mutex's owner): an own
+ * block's fake one, else the kernel thread's. */
+int weft__tls_tid(void);
 /* Blocks made and not freed (pooled ones included: they stay for the
  * process's life). */
 size_t weft__tls_blocks(void);

@@ -264,6 +264,13 @@ void weft__tls_put(void *tp) {
     pthread_mutex_unlock(&T.lock);
 }
 
+int weft__tls_tid(void) {
+    /* (the probe's offset; a sanitizer build, or a C library the probe
+     * refused, has no own TLS: the kernel's tid is the thread's there) */
+    if (weft__tls_probe() == 0) return *(const int *)(tp_self() + T.off_tid);
+    return (int)syscall(SYS_gettid);
+}
+
 size_t weft__tls_blocks(void) { return atomic_load_explicit(&T.made, memory_order_relaxed); }
 
 size_t weft__tls_block_bytes(void) { return T.state == 0 ? T.block_bytes : 0; }

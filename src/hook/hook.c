@@ -167,6 +167,10 @@ static inline int hooked(void) {
     return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth && weft__self() != NULL;
 }
 
+/* (locks.c) */
+int weft__hook_here(void) { return hooked(); }
+int weft__hook_on(void) { return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth; }
+
 static inline ssize_t fail(int e) {
     errno = e;
     return -1;

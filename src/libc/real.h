@@ -47,6 +47,8 @@
 #endif
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <threads.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -98,7 +100,24 @@
     X(int, getaddrinfo,                                                                                \
       (const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res),    \
       (node, service, hints, res))                                                                     \
-    X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old), (sig, act, old))
+    X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old), (sig, act, old))     \
+    X(int, pthread_mutex_lock, (pthread_mutex_t * m), (m))                                             \
+    X(int, pthread_mutex_timedlock, (pthread_mutex_t * m, const struct timespec *t), (m, t))           \
+    X(int, pthread_mutex_clocklock, (pthread_mutex_t * m, clockid_t k, const struct timespec *t),      \
+      (m, k, t))                                                                                       \
+    X(int, pthread_mutex_unlock, (pthread_mutex_t * m), (m))                                           \
+    X(int, pthread_cond_wait, (pthread_cond_t * c, pthread_mutex_t *m), (c, m))                        \
+    X(int, pthread_cond_timedwait, (pthread_cond_t * c, pthread_mutex_t *m, const struct timespec *t), \
+      (c, m, t))                                                                                       \
+    X(int, pthread_cond_clockwait,                                                                     \
+      (pthread_cond_t * c, pthread_mutex_t *m, clockid_t k, const struct timespec *t), (c, m, k, t))   \
+    X(int, pthread_cond_signal, (pthread_cond_t * c), (c))                                             \
+    X(int, pthread_cond_broadcast, (pthread_cond_t * c), (c))                                          \
+    X(int, mtx_lock, (mtx_t * m), (m))                                                                 \
+    X(int, mtx_timedlock, (mtx_t *restrict m, const struct timespec *restrict t), (m, t))              \
+    X(int, cnd_wait, (cnd_t * c, mtx_t *m), (c, m))                                                    \
+    X(int, cnd_timedwait, (cnd_t *restrict c, mtx_t *restrict m, const struct timespec *restrict t),   \
+      (c, m, t))
 
 #define WEFT__REAL_PTR(ret, name, params, args) ret(*name) params;
 typedef struct weft__libc_t {
@@ -153,6 +172,19 @@ WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 #define close(...) weft__libc.close(__VA_ARGS__)
 #define getaddrinfo(...) weft__libc.getaddrinfo(__VA_ARGS__)
 #define sigaction(...) weft__libc.sigaction(__VA_ARGS__)
+#define pthread_mutex_lock(...) weft__libc.pthread_mutex_lock(__VA_ARGS__)
+#define pthread_mutex_timedlock(...) weft__libc.pthread_mutex_timedlock(__VA_ARGS__)
+#define pthread_mutex_clocklock(...) weft__libc.pthread_mutex_clocklock(__VA_ARGS__)
+#define pthread_mutex_unlock(...) weft__libc.pthread_mutex_unlock(__VA_ARGS__)
+#define pthread_cond_wait(...) weft__libc.pthread_cond_wait(__VA_ARGS__)
+#define pthread_cond_timedwait(...) weft__libc.pthread_cond_timedwait(__VA_ARGS__)
+#define pthread_cond_clockwait(...) weft__libc.pthread_cond_clockwait(__VA_ARGS__)
+#define pthread_cond_signal(...) weft__libc.pthread_cond_signal(__VA_ARGS__)
+#define pthread_cond_broadcast(...) weft__libc.pthread_cond_broadcast(__VA_ARGS__)
+#define mtx_lock(...) weft__libc.mtx_lock(__VA_ARGS__)
+#define mtx_timedlock(...) weft__libc.mtx_timedlock(__VA_ARGS__)
+#define cnd_wait(...) weft__libc.cnd_wait(__VA_ARGS__)
+#define cnd_timedwait(...) weft__libc.cnd_timedwait(__VA_ARGS__)
 #endif
 
 /*

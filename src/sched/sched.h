@@ -80,6 +80,8 @@ enum {
     WEFT__WHY_BLOCKING,
     WEFT__WHY_EXECUTOR,
     WEFT__WHY_ASYNC, /* a dispatcher of completion handlers, idle */
+    WEFT__WHY_PMUTEX, /* a lock weft did not write: pthread_mutex_lock, mtx_lock (hook/locks.c) */
+    WEFT__WHY_PCOND,  /* ... pthread_cond_wait, cnd_wait */
     WEFT__WHY_COUNT
 };
 
