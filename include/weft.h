@@ -269,19 +269,23 @@ typedef struct weft_runtime_opts {
  *    FD_SETSIZE, as the kernel does.
  * Locks too: libweft defines pthread_mutex_lock, _timedlock, _clocklock
  * and _unlock, pthread_cond_wait, _timedwait, _clockwait, _signal and
- * _broadcast, and C11's mtx_lock, mtx_timedlock, mtx_unlock, cnd_wait,
+ * _broadcast, C11's mtx_lock, mtx_timedlock, mtx_unlock, cnd_wait,
  * cnd_timedwait, cnd_signal and cnd_broadcast (so C++'s std::mutex and
- * std::condition_variable).  Hooks on, a vthread that waits for such a
- * mutex, or on such a condition variable, parks; a wake reaches its waiter
+ * std::condition_variable), sem_wait, sem_timedwait, sem_clockwait and
+ * sem_post, and pthread_rwlock_rdlock, _wrlock, their timed and clock
+ * forms and _unlock.  Hooks on, a vthread that waits for such a lock, or
+ * on such a condition variable or semaphore, parks; a wake reaches its waiter
  * whichever side -- vthread or kernel thread -- waits and wakes.  The
  * mutex's owner, recursion count and errors stay the C library's (an
  * error-checking mutex's EDEADLK, a recursive one's count: right per
- * vthread with own TLS, below).  These waits are not cancelled by
+ * vthread with own TLS, below; without it the owner is the carrier, and
+ * an error-checking mutex relocked by its holder waits rather than answer
+ * EDEADLK, which could be another vthread's on that carrier).  These waits are not cancelled by
  * weft_cancel (a lock cannot fail with ECANCELED) and are not
  * pthread_cancel points; a condition variable may wake a waiter
  * spuriously, as POSIX allows.  PI, priority-protected, robust and
- * process-shared mutexes, and process-shared condition variables, are the
- * C library's as ever.
+ * process-shared mutexes, and process-shared condition variables,
+ * semaphores (sem_open's too) and rwlocks, are the C library's as ever.
  * On a platform thread every hooked function is the C library's (one
  * exception, on the epoll backend: a listening socket a vthread accepted
  * on is O_NONBLOCK underneath, and a platform thread's accept on it still
@@ -291,9 +295,8 @@ typedef struct weft_runtime_opts {
  *  - calls the C library makes internally (stdio's read under fgets or
  *    fread, printf's write, popen's and system's waits), and those of a
  *    statically linked C library;
- *  - the other locks weft did not write (rwlocks, semaphores, barriers,
- *    glibc's internal locks -- stdio's, malloc's), and the mutexes above
- *    when the hooks are off: they end in futex(2), which holds the
+ *  - the other locks weft did not write (barriers, glibc's internal locks
+ *    -- stdio's, malloc's), and the locks above when the hooks are off: they end in futex(2), which holds the
  *    carrier;
  *  - __thread / thread_local variables are the carrier's: a vthread may
  *    read another's value after a blocking call (weft/local.h has

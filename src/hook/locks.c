@@ -6,7 +6,9 @@
  * What.  pthread_mutex_lock, _timedlock, _clocklock and _unlock;
  * pthread_cond_wait, _timedwait, _clockwait, _signal and _broadcast;
  * mtx_lock, mtx_timedlock, mtx_unlock, cnd_wait, cnd_timedwait,
- * cnd_signal and cnd_broadcast -- defined here, with default visibility,
+ * cnd_signal and cnd_broadcast; sem_wait, sem_timedwait, sem_clockwait and
+ * sem_post; pthread_rwlock_rdlock, _wrlock, their timed and clock forms,
+ * and _unlock -- defined here, with default visibility,
  * in front of the C library's, as hook.c's are (its top comment: how a
  * program's calls reach them, the table of the C library's own in
  * libc/real.h).  With the hooks off each is the C library's after a load
@@ -18,9 +20,10 @@
  * woken, it tries again (a woken waiter may lose to a newcomer, as with
  * glibc's own mutex).  The owner, the count of a recursive mutex, the
  * errors are the C library's own: trylock took it.  An error-checking
- * mutex the caller already holds answers EDEADLK (the owner field names
- * the calling thread: the vthread's own with own TLS, else its carrier's
- * -- weft.h, "Own TLS").  Every unlock, by any thread, with hooks on,
+ * mutex the caller already holds answers EDEADLK when the vthread has its
+ * own TLS (weft.h, "Own TLS"): the owner glibc records is then the
+ * vthread.  Without, it is the carrier, which other vthreads share: a
+ * relock then waits, rather than tell another vthread's wait EDEADLK.  Every unlock, by any thread, with hooks on,
  * wakes one waiter of that address after the C library's unlock (only a
  * vthread waits there, and weft_shutdown turns the hooks off once the
  * last one that is not a daemon has ended); the C library's unlock itself
@@ -52,8 +55,10 @@
  * What it does not do.  A wait here is not a cancellation point for
  * pthread_cancel, and weft_cancel does not end it (a lock cannot fail
  * with ECANCELED): a cancelled vthread's deadline, if any, does.  glibc's
- * internal locks (stdio's, malloc's), rwlocks, semaphores and barriers
- * still wait in futex(2) (issue 26).  Hooks turned on while a platform
+ * internal locks (stdio's, malloc's) and barriers still wait in futex(2)
+ * (issue 26).  Semaphores and rwlocks wait as a mutex does, with their
+ * try as the lot's `still` (below); a process-shared one (sem_open's,
+ * pshared) is the C library's.  Hooks turned on while a platform
  * thread waits in the C library's condition variable: its signal still
  * reaches it (above); one waiting in glibc's mutex is woken by glibc.
  */
@@ -67,6 +72,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <threads.h>
 #include <time.h>
 
@@ -83,6 +89,14 @@
 #define WREFS_MONOTONIC 2
 
 #define SPINS 64
+
+/* The calling vthread has its own TLS: the owner glibc records is it, not
+ * its carrier (without, a "self-deadlock" may be another vthread's hold on
+ * the same carrier: that one waits, it is not told EDEADLK). */
+static int own_tls(void) {
+    weft_thread *t = weft__self();
+    return t && t->tls;
+}
 
 static int mutex_kind(const pthread_mutex_t *m) { return __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED); }
 
@@ -112,7 +126,7 @@ static int vt_lock(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs
     for (int spins = 0;;) {
         int r = pthread_mutex_trylock(m);
         if (r != EBUSY) return r;
-        if ((mutex_kind(m) & KIND_TYPE_MASK) == PTHREAD_MUTEX_ERRORCHECK &&
+        if ((mutex_kind(m) & KIND_TYPE_MASK) == PTHREAD_MUTEX_ERRORCHECK && own_tls() &&
             __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == weft__tls_tid())
             return EDEADLK;
         if (spins++ < SPINS) {
@@ -213,6 +227,130 @@ HOOK_API int pthread_cond_signal(pthread_cond_t *c) {
 HOOK_API int pthread_cond_broadcast(pthread_cond_t *c) {
     if (!(cond_wrefs(c) & WREFS_PSHARED)) weft__lot_wake(c, INT_MAX);
     return weft__libc.pthread_cond_broadcast(c);
+}
+
+/* ---- semaphores and rwlocks: a try, then the lot ------------------------- *
+ * Their waits are the same shape: the C library's try, a short spin, then
+ * a lot wait whose `still` is the try itself, made after the record is
+ * queued (lot.h): taken there, the wait is over. */
+
+typedef int (*try_fn)(void *obj); /* 0, busy, or another error */
+struct attempt {
+    try_fn try;
+    int busy, got, err;
+};
+static int still_busy(const void *key, void *arg) {
+    struct attempt *a = arg;
+    int r = a->try((void *)key);
+    if (r == a->busy) return 1;
+    a->got = 1;
+    a->err = r;
+    return 0;
+}
+
+static int lot_acquire(void *obj, try_fn try, int busy, clockid_t clk, const struct timespec *abs, int why) {
+    int64_t deadline = -1;
+    for (int spins = 0;;) {
+        int r = try(obj);
+        if (r != busy) return r;
+        if (spins++ < SPINS) {
+            weft__cpu_relax();
+            continue;
+        }
+        if (deadline < 0 && (deadline = deadline_of(clk, abs)) < 0) return EINVAL;
+        struct attempt a = {try, busy, 0, 0};
+        weft__lot_waiter lw;
+        if (weft__lot_enter(&lw, obj, still_busy, &a) != 0) {
+            if (a.got) return a.err;
+        } else if (weft__lot_park(&lw, deadline, why, obj) == -ETIMEDOUT) {
+            r = try(obj); /* a last try */
+            return r == busy ? ETIMEDOUT : r;
+        }
+        spins = 0;
+    }
+}
+
+/* glibc's sem_t (its new_sem: a 64-bit value+waiters word, then `private`,
+ * FUTEX_PRIVATE_FLAG for a semaphore of one process) */
+static int sem_private(const sem_t *s) { return __atomic_load_n(&((const int *)(const void *)s)[2], __ATOMIC_RELAXED) == 128; }
+static int sem_try(void *s) { return sem_trywait(s) == 0 ? 0 : errno; }
+
+static int lot_sem(const sem_t *s) { return weft__hook_here() && sem_private(s); }
+static int sem_result(int r) {
+    if (r == 0) return 0;
+    errno = r;
+    return -1;
+}
+
+HOOK_API int sem_wait(sem_t *s) {
+    if (!lot_sem(s)) return weft__libc.sem_wait(s);
+    return sem_result(lot_acquire(s, sem_try, EAGAIN, CLOCK_REALTIME, NULL, WEFT__WHY_PSEM));
+}
+
+HOOK_API int sem_timedwait(sem_t *restrict s, const struct timespec *restrict abs) {
+    if (!lot_sem(s)) return weft__libc.sem_timedwait(s, abs);
+    return sem_result(lot_acquire(s, sem_try, EAGAIN, CLOCK_REALTIME, abs, WEFT__WHY_PSEM));
+}
+
+HOOK_API int sem_clockwait(sem_t *restrict s, clockid_t clk, const struct timespec *restrict abs) {
+    if (!lot_sem(s)) return weft__libc.sem_clockwait(s, clk, abs);
+    return sem_result(lot_acquire(s, sem_try, EAGAIN, clk, abs, WEFT__WHY_PSEM));
+}
+
+/* A post wakes one of the lot's waiters whatever the hooks say (as a
+ * condition variable's signal). */
+HOOK_API int sem_post(sem_t *s) {
+    int r = weft__libc.sem_post(s);
+    if (r == 0 && sem_private(s)) weft__lot_wake(s, 1);
+    return r;
+}
+
+/* rwlocks: glibc's __shared marks a process-shared one; __cur_writer its
+ * writer's tid (the owner question of the mutexes above: told only with
+ * own TLS) */
+static int rw_try_rd(void *rw) { return pthread_rwlock_tryrdlock(rw); }
+static int rw_try_wr(void *rw) { return pthread_rwlock_trywrlock(rw); }
+
+static int lot_rw(const pthread_rwlock_t *rw) {
+    return weft__hook_here() && !__atomic_load_n(&rw->__data.__shared, __ATOMIC_RELAXED);
+}
+static int rw_lock(pthread_rwlock_t *rw, int wr, clockid_t clk, const struct timespec *abs) {
+    if (own_tls() && __atomic_load_n(&rw->__data.__cur_writer, __ATOMIC_RELAXED) == weft__tls_tid()) return EDEADLK;
+    return lot_acquire(rw, wr ? rw_try_wr : rw_try_rd, EBUSY, clk, abs, WEFT__WHY_PRWLOCK);
+}
+
+HOOK_API int pthread_rwlock_rdlock(pthread_rwlock_t *rw) {
+    if (!lot_rw(rw)) return weft__libc.pthread_rwlock_rdlock(rw);
+    return rw_lock(rw, 0, CLOCK_REALTIME, NULL);
+}
+HOOK_API int pthread_rwlock_wrlock(pthread_rwlock_t *rw) {
+    if (!lot_rw(rw)) return weft__libc.pthread_rwlock_wrlock(rw);
+    return rw_lock(rw, 1, CLOCK_REALTIME, NULL);
+}
+HOOK_API int pthread_rwlock_timedrdlock(pthread_rwlock_t *restrict rw, const struct timespec *restrict abs) {
+    if (!lot_rw(rw)) return weft__libc.pthread_rwlock_timedrdlock(rw, abs);
+    return rw_lock(rw, 0, CLOCK_REALTIME, abs);
+}
+HOOK_API int pthread_rwlock_timedwrlock(pthread_rwlock_t *restrict rw, const struct timespec *restrict abs) {
+    if (!lot_rw(rw)) return weft__libc.pthread_rwlock_timedwrlock(rw, abs);
+    return rw_lock(rw, 1, CLOCK_REALTIME, abs);
+}
+HOOK_API int pthread_rwlock_clockrdlock(pthread_rwlock_t *restrict rw, clockid_t clk, const struct timespec *restrict abs) {
+    if (!lot_rw(rw)) return weft__libc.pthread_rwlock_clockrdlock(rw, clk, abs);
+    return rw_lock(rw, 0, clk, abs);
+}
+HOOK_API int pthread_rwlock_clockwrlock(pthread_rwlock_t *restrict rw, clockid_t clk, const struct timespec *restrict abs) {
+    if (!lot_rw(rw)) return weft__libc.pthread_rwlock_clockwrlock(rw, clk, abs);
+    return rw_lock(rw, 1, clk, abs);
+}
+
+/* Every waiter of the lock is woken (readers may all go in; the rest wait
+ * again): with hooks on, as for a mutex. */
+HOOK_API int pthread_rwlock_unlock(pthread_rwlock_t *rw) {
+    int r = weft__libc.pthread_rwlock_unlock(rw);
+    if (r == 0 && weft__hook_on() && !__atomic_load_n(&rw->__data.__shared, __ATOMIC_RELAXED))
+        weft__lot_wake(rw, INT_MAX);
+    return r;
 }
 
 /* ---- C11 ------------------------------------------------------------------ *

@@ -48,6 +48,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <threads.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -117,7 +118,22 @@
     X(int, mtx_timedlock, (mtx_t *restrict m, const struct timespec *restrict t), (m, t))              \
     X(int, cnd_wait, (cnd_t * c, mtx_t *m), (c, m))                                                    \
     X(int, cnd_timedwait, (cnd_t *restrict c, mtx_t *restrict m, const struct timespec *restrict t),   \
-      (c, m, t))
+      (c, m, t))                                                                                       \
+    X(int, sem_wait, (sem_t * s), (s))                                                                 \
+    X(int, sem_timedwait, (sem_t *restrict s, const struct timespec *restrict t), (s, t))              \
+    X(int, sem_clockwait, (sem_t *restrict s, clockid_t k, const struct timespec *restrict t), (s, k, t)) \
+    X(int, sem_post, (sem_t * s), (s))                                                                 \
+    X(int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))                                         \
+    X(int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))                                         \
+    X(int, pthread_rwlock_timedrdlock, (pthread_rwlock_t *restrict l, const struct timespec *restrict t), \
+      (l, t))                                                                                          \
+    X(int, pthread_rwlock_timedwrlock, (pthread_rwlock_t *restrict l, const struct timespec *restrict t), \
+      (l, t))                                                                                          \
+    X(int, pthread_rwlock_clockrdlock,                                                                 \
+      (pthread_rwlock_t *restrict l, clockid_t k, const struct timespec *restrict t), (l, k, t))       \
+    X(int, pthread_rwlock_clockwrlock,                                                                 \
+      (pthread_rwlock_t *restrict l, clockid_t k, const struct timespec *restrict t), (l, k, t))       \
+    X(int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))
 
 #define WEFT__REAL_PTR(ret, name, params, args) ret(*name) params;
 typedef struct weft__libc_t {
@@ -185,6 +201,17 @@ WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 #define mtx_timedlock(...) weft__libc.mtx_timedlock(__VA_ARGS__)
 #define cnd_wait(...) weft__libc.cnd_wait(__VA_ARGS__)
 #define cnd_timedwait(...) weft__libc.cnd_timedwait(__VA_ARGS__)
+#define sem_wait(...) weft__libc.sem_wait(__VA_ARGS__)
+#define sem_timedwait(...) weft__libc.sem_timedwait(__VA_ARGS__)
+#define sem_clockwait(...) weft__libc.sem_clockwait(__VA_ARGS__)
+#define sem_post(...) weft__libc.sem_post(__VA_ARGS__)
+#define pthread_rwlock_rdlock(...) weft__libc.pthread_rwlock_rdlock(__VA_ARGS__)
+#define pthread_rwlock_wrlock(...) weft__libc.pthread_rwlock_wrlock(__VA_ARGS__)
+#define pthread_rwlock_timedrdlock(...) weft__libc.pthread_rwlock_timedrdlock(__VA_ARGS__)
+#define pthread_rwlock_timedwrlock(...) weft__libc.pthread_rwlock_timedwrlock(__VA_ARGS__)
+#define pthread_rwlock_clockrdlock(...) weft__libc.pthread_rwlock_clockrdlock(__VA_ARGS__)
+#define pthread_rwlock_clockwrlock(...) weft__libc.pthread_rwlock_clockwrlock(__VA_ARGS__)
+#define pthread_rwlock_unlock(...) weft__libc.pthread_rwlock_unlock(__VA_ARGS__)
 #endif
 
 /*

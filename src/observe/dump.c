@@ -108,7 +108,8 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
 static const char *why_name(int why) {
     static const char *names[WEFT__WHY_COUNT] = {"",      "sleep",  "join", "park",      "io",        "mutex",  "cond", "semaphore", "rwlock",
                                                       "latch", "once",   "channel send", "channel receive", "select", "future", "scope", "blocking", "executor", "async completions",
-                                                      "pthread mutex", "pthread condition variable"};
+                                                      "pthread mutex", "pthread condition variable", "POSIX semaphore",
+                                                      "pthread rwlock"};
     return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
 }
 
@@ -177,7 +178,7 @@ static const char *why_call_name(int why) {
         "", "weft_sleep", "weft_join", "weft_park", "I/O", "weft_mutex_lock", "weft_cond_wait",
         "weft_sem_acquire", "weft_rwlock", "weft_latch_await", "weft_once", "weft_chan_send", "weft_chan_recv",
         "weft_select", "weft_future_get", "weft_scope_join", "weft_blocking", "an executor's wait",
-        "async completions", "pthread_mutex_lock", "pthread_cond_wait"};
+        "async completions", "pthread_mutex_lock", "pthread_cond_wait", "sem_wait", "pthread_rwlock"};
     return why >= 0 && why < WEFT__WHY_COUNT ? names[why] : "?";
 }
 

@@ -82,6 +82,8 @@ enum {
     WEFT__WHY_ASYNC, /* a dispatcher of completion handlers, idle */
     WEFT__WHY_PMUTEX, /* a lock weft did not write: pthread_mutex_lock, mtx_lock (hook/locks.c) */
     WEFT__WHY_PCOND,  /* ... pthread_cond_wait, cnd_wait */
+    WEFT__WHY_PSEM,   /* ... sem_wait */
+    WEFT__WHY_PRWLOCK, /* ... pthread_rwlock_rdlock, _wrlock */
     WEFT__WHY_COUNT
 };
 

@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -340,6 +341,104 @@ TEST(c11_mtx_and_cnd_park) {
     CHECK_EQ(s.pinned, 0); /* a wait in futex(2) would have held the one carrier */
     cnd_destroy(&cc);
     mtx_destroy(&cm);
+}
+
+/* ---- semaphores and rwlocks ------------------------------------------------ */
+
+static sem_t sem;
+static atomic_int sem_got;
+static void *sem_taker(void *arg) {
+    int n = (int)(intptr_t)arg;
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(sem_wait(&sem), 0);
+        atomic_fetch_add(&sem_got, 1);
+    }
+    return NULL;
+}
+static void *sem_timed(void *arg) { /* every post taken: a timed wait times out */
+    (void)arg;
+    struct timespec t = abs_in(CLOCK_REALTIME, 10);
+    errno = 0;
+    CHECK_EQ(sem_timedwait(&sem, &t), -1);
+    CHECK_EQ(errno, ETIMEDOUT);
+    return NULL;
+}
+static void *sem_kt_poster(void *arg) {
+    int n = (int)(intptr_t)arg;
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(sem_post(&sem), 0);
+        if (i % 64 == 0) usleep(100); /* (a kernel thread: really sleeps) so takers wait */
+    }
+    return NULL;
+}
+
+TEST(sem_wait_parks_and_a_kernel_threads_post_wakes_it) {
+    DET_SKIP("a kernel thread posts in real time");
+    start(1, 0);
+    CHECK_EQ(sem_init(&sem, 0, 0), 0);
+    int takers = 50, each = SCALE(200);
+    weft_thread *t[50];
+    for (int i = 0; i < takers; i++) CHECK_EQ(weft_spawn(&t[i], sem_taker, (void *)(intptr_t)each, NULL), 0);
+    weft_thread *b;
+    atomic_store(&bystander_stop, 0);
+    CHECK_EQ(weft_spawn(&b, bystander, NULL, NULL), 0);
+    pthread_t kt;
+    CHECK_EQ(pthread_create(&kt, NULL, sem_kt_poster, (void *)(intptr_t)(takers * each)), 0);
+    CHECK_EQ(pthread_join(kt, NULL), 0);
+    for (int i = 0; i < takers; i++) join(t[i]);
+    atomic_store(&bystander_stop, 1);
+    join(b);
+    CHECK_EQ(atomic_load(&sem_got), takers * each);
+    join(go(sem_timed, NULL));
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.pinned, 0);
+    CHECK_EQ(sem_destroy(&sem), 0);
+}
+
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int readers_in, writer_in, rw_bad;
+static void *rw_writer(void *arg) {
+    int n = (int)(intptr_t)arg;
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(pthread_rwlock_wrlock(&rw), 0);
+        if (atomic_fetch_add(&writer_in, 1) != 0 || atomic_load(&readers_in) != 0) atomic_fetch_add(&rw_bad, 1);
+        usleep(200); /* parks holding it */
+        atomic_fetch_sub(&writer_in, 1);
+        CHECK_EQ(pthread_rwlock_unlock(&rw), 0);
+        weft_yield();
+    }
+    return NULL;
+}
+static void *rw_reader(void *arg) {
+    int n = (int)(intptr_t)arg;
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(pthread_rwlock_rdlock(&rw), 0);
+        atomic_fetch_add(&readers_in, 1);
+        if (atomic_load(&writer_in) != 0) atomic_fetch_add(&rw_bad, 1);
+        weft_yield(); /* others read meanwhile */
+        atomic_fetch_sub(&readers_in, 1);
+        CHECK_EQ(pthread_rwlock_unlock(&rw), 0);
+    }
+    struct timespec t = abs_in(CLOCK_REALTIME, 10);
+    CHECK_EQ(pthread_rwlock_rdlock(&rw), 0);
+    CHECK_EQ(pthread_rwlock_timedwrlock(&rw, &t), ETIMEDOUT); /* itself a reader */
+    CHECK_EQ(pthread_rwlock_unlock(&rw), 0);
+    return NULL;
+}
+
+TEST(rwlock_readers_and_writers_park_on_one_carrier) {
+    start(1, 0);
+    weft_thread *w[4], *r[40];
+    int n = SCALE(100);
+    for (int i = 0; i < 4; i++) CHECK_EQ(weft_spawn(&w[i], rw_writer, (void *)(intptr_t)n, NULL), 0);
+    for (int i = 0; i < 40; i++) CHECK_EQ(weft_spawn(&r[i], rw_reader, (void *)(intptr_t)n, NULL), 0);
+    for (int i = 0; i < 4; i++) join(w[i]);
+    for (int i = 0; i < 40; i++) join(r[i]);
+    CHECK_EQ(atomic_load(&rw_bad), 0);
+    weft_stats s;
+    weft_stats_get(&s);
+    CHECK_EQ(s.pinned, 0);
 }
 
 /* ---- the dump names the wait -------------------------------------------- */
