@@ -270,9 +270,11 @@ static int lot_acquire(void *obj, try_fn try, int busy, clockid_t clk, const str
     }
 }
 
-/* glibc's sem_t (its new_sem: a 64-bit value+waiters word, then `private`,
- * FUTEX_PRIVATE_FLAG for a semaphore of one process) */
-static int sem_private(const sem_t *s) { return __atomic_load_n(&((const int *)(const void *)s)[2], __ATOMIC_RELAXED) == 128; }
+/* glibc's sem_t (its new_sem: a 64-bit value+waiters word, then `private`:
+ * its FUTEX_PRIVATE, 0, for a semaphore of one process; FUTEX_SHARED, 128,
+ * for a process-shared one -- read off sem_init(&s, 0 / 1, 0) on glibc
+ * 2.36; the test that shows a wait parks fails on a mistake here) */
+static int sem_private(const sem_t *s) { return __atomic_load_n(&((const int *)(const void *)s)[2], __ATOMIC_RELAXED) == 0; }
 static int sem_try(void *s) { return sem_trywait(s) == 0 ? 0 : errno; }
 
 static int lot_sem(const sem_t *s) { return weft__hook_here() && sem_private(s); }
