@@ -285,7 +285,9 @@ typedef struct weft_runtime_opts {
  * pthread_cancel points; a condition variable may wake a waiter
  * spuriously, as POSIX allows.  PI, priority-protected, robust and
  * process-shared mutexes, and process-shared condition variables,
- * semaphores (sem_open's too) and rwlocks, are the C library's as ever.
+ * semaphores (sem_open's too) and rwlocks, are the C library's as ever;
+ * so are all of them in a ThreadSanitizer build, where TSan intercepts
+ * them itself (ahead of a shared libweft) and these are not built.
  * On a platform thread every hooked function is the C library's (one
  * exception, on the epoll backend: a listening socket a vthread accepted
  * on is O_NONBLOCK underneath, and a platform thread's accept on it still

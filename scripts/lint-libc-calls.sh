@@ -13,7 +13,10 @@
 # defines the table, WEFT__HOOKED_FUNCS in real.h, expanded here by the
 # compiler's preprocessor -- not from a second list.  EXEMPT is the source,
 # or a comma-separated list of them (src/hook/hook.c,src/hook/locks.c),
-# whose objects define the interposers: the only ones allowed to name them.  Registered by cmake/lint-hook.cmake.
+# whose objects define the interposers: the only ones allowed to name them.
+# $LINT_CPPFLAGS: what the build defines that decides the list
+# (-D__SANITIZE_THREAD__=1 in a TSan build, whose list has no locks).
+# Registered by cmake/lint-hook.cmake.
 set -euo pipefail
 if [[ $# -lt 5 ]]; then
   echo "usage: $0 CC REAL_H NM EXEMPT OBJECT..." >&2
@@ -34,7 +37,7 @@ is_exempt() {
 # the expansion of the list, one line, between two markers, after the
 # system headers real.h includes
 names=$(printf '#define WEFT__NAME(ret, name, params, args) name\nweft_lint_names: WEFT__HOOKED_FUNCS(WEFT__NAME) :weft_lint_names\n' |
-  "$cc" -E -P -DWEFT__NO_LIBC_REWRITE -include "$real_h" -x c - |
+  "$cc" -E -P -DWEFT__NO_LIBC_REWRITE ${LINT_CPPFLAGS:-} -include "$real_h" -x c - |
   sed -n 's/^weft_lint_names: \(.*\) :weft_lint_names$/\1/p' | tr -s ' \t' '\n\n' | grep -E '^[A-Za-z_][A-Za-z0-9_]*$' || true)
 count=$(printf '%s\n' "$names" | grep -c . || true)
 if [[ $count -lt 1 ]]; then

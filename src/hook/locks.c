@@ -52,6 +52,9 @@
  * here: pthread_cond_destroy finds it as it was initialised.  Its clock
  * (pthread_condattr_setclock) is read from glibc's __wrefs word, bit 1.
  *
+ * ThreadSanitizer builds leave all this out (libc/real.h, WEFT__LOCK_FUNCS):
+ * TSan intercepts these functions itself, ahead of a shared libweft.
+ *
  * What it does not do.  A wait here is not a cancellation point for
  * pthread_cancel, and weft_cancel does not end it (a lock cannot fail
  * with ECANCELED): a cancelled vthread's deadline, if any, does.  glibc's
@@ -75,6 +78,10 @@
 #include <semaphore.h>
 #include <threads.h>
 #include <time.h>
+
+/* ThreadSanitizer builds: not built (libc/real.h says why); the locks are
+ * the C library's, through TSan's interceptors, and block as ever */
+#ifndef WEFT_TSAN
 
 #define HOOK_API __attribute__((visibility("default"), noinline))
 
@@ -403,3 +410,5 @@ HOOK_API int cnd_timedwait(cnd_t *restrict c, mtx_t *restrict m, const struct ti
 HOOK_API int cnd_signal(cnd_t *c) { return thrd_of(pthread_cond_signal((pthread_cond_t *)(void *)c)); }
 
 HOOK_API int cnd_broadcast(cnd_t *c) { return thrd_of(pthread_cond_broadcast((pthread_cond_t *)(void *)c)); }
+
+#endif /* !WEFT_TSAN */

@@ -59,6 +59,15 @@
 #include <time.h>
 #include <unistd.h>
 
+/* (arch.h's WEFT_TSAN, which this floor cannot include) */
+#if defined(__SANITIZE_THREAD__)
+#define WEFT__LIBC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT__LIBC_TSAN 1
+#endif
+#endif
+
 /* X(return type, name, parameters, arguments): every interposed function */
 #define WEFT__HOOKED_FUNCS(X)                                                                          \
     X(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n))                                      \
@@ -101,7 +110,19 @@
     X(int, getaddrinfo,                                                                                \
       (const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res),    \
       (node, service, hints, res))                                                                     \
-    X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old), (sig, act, old))     \
+    X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old), (sig, act, old)) \
+    WEFT__LOCK_FUNCS(X)
+
+/* The locks (hook/locks.c), in the list but in ThreadSanitizer builds:
+ * TSan intercepts them itself, and a shared libweft sits behind its
+ * interceptors in the lookup order -- weft's own lock calls, through the
+ * table, would pass it by and its view of every weft lock would be lost
+ * (a race reported on weft's own state, under its own mutex).  There the
+ * lock interposers are not built and weft calls the locks directly. */
+#ifdef WEFT__LIBC_TSAN
+#define WEFT__LOCK_FUNCS(X)
+#else
+#define WEFT__LOCK_FUNCS(X) \
     X(int, pthread_mutex_lock, (pthread_mutex_t * m), (m))                                             \
     X(int, pthread_mutex_timedlock, (pthread_mutex_t * m, const struct timespec *t), (m, t))           \
     X(int, pthread_mutex_clocklock, (pthread_mutex_t * m, clockid_t k, const struct timespec *t),      \
@@ -134,6 +155,7 @@
     X(int, pthread_rwlock_clockwrlock,                                                                 \
       (pthread_rwlock_t *restrict l, clockid_t k, const struct timespec *restrict t), (l, k, t))       \
     X(int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))
+#endif
 
 #define WEFT__REAL_PTR(ret, name, params, args) ret(*name) params;
 typedef struct weft__libc_t {
@@ -188,6 +210,7 @@ WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 #define close(...) weft__libc.close(__VA_ARGS__)
 #define getaddrinfo(...) weft__libc.getaddrinfo(__VA_ARGS__)
 #define sigaction(...) weft__libc.sigaction(__VA_ARGS__)
+#ifndef WEFT__LIBC_TSAN
 #define pthread_mutex_lock(...) weft__libc.pthread_mutex_lock(__VA_ARGS__)
 #define pthread_mutex_timedlock(...) weft__libc.pthread_mutex_timedlock(__VA_ARGS__)
 #define pthread_mutex_clocklock(...) weft__libc.pthread_mutex_clocklock(__VA_ARGS__)
@@ -213,6 +236,7 @@ WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 #define pthread_rwlock_clockwrlock(...) weft__libc.pthread_rwlock_clockwrlock(__VA_ARGS__)
 #define pthread_rwlock_unlock(...) weft__libc.pthread_rwlock_unlock(__VA_ARGS__)
 #endif
+#endif
 
 /*
  * A handler of weft's own that must run at once, under ThreadSanitizer
@@ -230,14 +254,6 @@ WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
  */
 #include <signal.h>
 int weft__sigaction_now(int sig, const struct sigaction *sa, struct sigaction *old);
-/* (arch.h's WEFT_TSAN, which this floor cannot include) */
-#if defined(__SANITIZE_THREAD__)
-#define WEFT__LIBC_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT__LIBC_TSAN 1
-#endif
-#endif
 #ifdef WEFT__LIBC_TSAN
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -16,6 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/* ThreadSanitizer builds do not build the lock interposers (libc/real.h):
+ * TSan intercepts these functions itself, ahead of a shared libweft. */
+static void no_tsan(void) {
+    if (TEST_TSAN) SKIP("ThreadSanitizer build: the lock interposers are not built (TSan intercepts the locks itself)");
+}
+
 /* The runtime with the hooks on and no monitor: no stall is compensated,
  * so a waiter that held its carrier in futex(2) instead of parking would
  * hold it for good -- with one carrier nothing else would run, and the
@@ -23,6 +29,7 @@
  * (a loaded machine makes those: a thread preempted inside a lock's few
  * instructions), is what these tests stand on. */
 static void start(int carriers, int own_tls) {
+    no_tsan();
     weft_runtime_opts cfg = {.carriers = carriers, .hook = WEFT_HOOK_ON, .own_tls = own_tls ? 1 : 0,
                              .pin_threshold_ns = -1};
     CHECK_EQ(weft_init(&cfg), 0);
@@ -166,6 +173,7 @@ static void *kt_role(void *arg) { return vt_role(arg); }
 
 TEST(vthreads_and_kernel_threads_share_a_pthread_mutex_and_cond) {
     DET_SKIP("kernel threads wait in real time");
+    no_tsan();
     /* the monitor on (its pinned events are the figure printed below); the
      * tests above show that the waits park */
     weft_runtime_opts cfg = {.carriers = 2, .hook = WEFT_HOOK_ON};
