@@ -155,9 +155,9 @@ void weft__tp_set_syscall(void *tp) {
     (void)ret; /* cannot fail for a mapped user address */
 }
 
-static const uint32_t *desc(const char *name) { return dlvsym(RTLD_DEFAULT, name, "GLIBC_PRIVATE"); }
+__attribute__((unused)) static const uint32_t *desc(const char *name) { return dlvsym(RTLD_DEFAULT, name, "GLIBC_PRIVATE"); }
 
-static void refuse(const char *what) {
+__attribute__((unused)) static void refuse(const char *what) {
     fprintf(stderr, "weft: own TLS for vthreads is not available: %s; vthreads asking for it are refused "
                     "(-ENOTSUP)\n", what);
     T.state = -ENOTSUP;
