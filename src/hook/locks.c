@@ -16,7 +16,7 @@
  *
  * A mutex.  Hooks on and the caller a vthread: the C library's trylock,
  * a short spin, then a wait in the parking lot (sync/lot.h) keyed by the
- * mutex's address, for as long as the mutex's lock word says it is held;
+ * mutex's address, unless a trylock made after it queued takes the mutex;
  * woken, it tries again (a woken waiter may lose to a newcomer, as with
  * glibc's own mutex).  The owner, the count of a recursive mutex, the
  * errors are the C library's own: trylock took it.  An error-checking
@@ -126,29 +126,57 @@ static int64_t deadline_of(clockid_t clk, const struct timespec *abs) {
     return left > INT64_MAX - t ? 0 : t + left;
 }
 
-/* A vthread's lock of m (hooks on, a kind the lot serves), until deadline
- * (0: none): 0, ETIMEDOUT, or the C library's error. */
-static int vt_lock(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) {
-    int64_t deadline = -1; /* not computed yet: the first try needs none */
+/* Every wait here has one shape: the C library's try, a short spin, then a
+ * lot wait whose `still` is the try itself, made after the record is
+ * queued (lot.h): taken there, the wait is over. */
+typedef int (*try_fn)(void *obj); /* 0, busy, or another error */
+struct attempt {
+    try_fn try;
+    int busy, got, err;
+};
+static int still_busy(const void *key, void *arg) {
+    struct attempt *a = arg;
+    int r = a->try((void *)key);
+    if (r == a->busy) return 1;
+    a->got = 1;
+    a->err = r;
+    return 0;
+}
+
+static int lot_acquire(void *obj, try_fn try, int busy, clockid_t clk, const struct timespec *abs, int why) {
+    int64_t deadline = -1;
     for (int spins = 0;;) {
-        int r = pthread_mutex_trylock(m);
-        if (r != EBUSY) return r;
-        if ((mutex_kind(m) & KIND_TYPE_MASK) == PTHREAD_MUTEX_ERRORCHECK && own_tls() &&
-            __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == weft__tls_tid())
-            return EDEADLK;
+        int r = try(obj);
+        if (r != busy) return r;
         if (spins++ < SPINS) {
             weft__cpu_relax();
             continue;
         }
         if (deadline < 0 && (deadline = deadline_of(clk, abs)) < 0) return EINVAL;
+        struct attempt a = {try, busy, 0, 0};
         weft__lot_waiter lw;
-        if (weft__lot_enter(&lw, m, still_locked, NULL) == 0 &&
-            weft__lot_park(&lw, deadline, WEFT__WHY_PMUTEX, m) == -ETIMEDOUT) {
-            r = pthread_mutex_trylock(m); /* a last try, as glibc's timed lock */
-            return r == EBUSY ? ETIMEDOUT : r;
+        if (weft__lot_enter(&lw, obj, still_busy, &a) != 0) {
+            if (a.got) return a.err;
+        } else if (weft__lot_park(&lw, deadline, why, obj) == -ETIMEDOUT) {
+            r = try(obj); /* a last try */
+            return r == busy ? ETIMEDOUT : r;
         }
         spins = 0;
     }
+}
+
+static int mutex_try(void *m) { return pthread_mutex_trylock(m); }
+
+/* A vthread's lock of m (hooks on, a kind the lot serves), until abs on
+ * clk (NULL: none): 0, ETIMEDOUT, EDEADLK, or the C library's error. */
+static int vt_lock(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) {
+    int r = pthread_mutex_trylock(m);
+    if (r != EBUSY) return r;
+    /* its own (it stays so while we wait): told at once, with own TLS */
+    if ((mutex_kind(m) & KIND_TYPE_MASK) == PTHREAD_MUTEX_ERRORCHECK && own_tls() &&
+        __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == weft__tls_tid())
+        return EDEADLK;
+    return lot_acquire(m, mutex_try, EBUSY, clk, abs, WEFT__WHY_PMUTEX);
 }
 
 /* Whether the lot serves this caller's lock of m. */
@@ -236,46 +264,7 @@ HOOK_API int pthread_cond_broadcast(pthread_cond_t *c) {
     return weft__libc.pthread_cond_broadcast(c);
 }
 
-/* ---- semaphores and rwlocks: a try, then the lot ------------------------- *
- * Their waits are the same shape: the C library's try, a short spin, then
- * a lot wait whose `still` is the try itself, made after the record is
- * queued (lot.h): taken there, the wait is over. */
-
-typedef int (*try_fn)(void *obj); /* 0, busy, or another error */
-struct attempt {
-    try_fn try;
-    int busy, got, err;
-};
-static int still_busy(const void *key, void *arg) {
-    struct attempt *a = arg;
-    int r = a->try((void *)key);
-    if (r == a->busy) return 1;
-    a->got = 1;
-    a->err = r;
-    return 0;
-}
-
-static int lot_acquire(void *obj, try_fn try, int busy, clockid_t clk, const struct timespec *abs, int why) {
-    int64_t deadline = -1;
-    for (int spins = 0;;) {
-        int r = try(obj);
-        if (r != busy) return r;
-        if (spins++ < SPINS) {
-            weft__cpu_relax();
-            continue;
-        }
-        if (deadline < 0 && (deadline = deadline_of(clk, abs)) < 0) return EINVAL;
-        struct attempt a = {try, busy, 0, 0};
-        weft__lot_waiter lw;
-        if (weft__lot_enter(&lw, obj, still_busy, &a) != 0) {
-            if (a.got) return a.err;
-        } else if (weft__lot_park(&lw, deadline, why, obj) == -ETIMEDOUT) {
-            r = try(obj); /* a last try */
-            return r == busy ? ETIMEDOUT : r;
-        }
-        spins = 0;
-    }
-}
+/* ---- semaphores and rwlocks ------------------------------------------------ */
 
 /* glibc's sem_t (its new_sem: a 64-bit value+waiters word, then `private`:
  * its FUTEX_PRIVATE, 0, for a semaphore of one process; FUTEX_SHARED, 128,
