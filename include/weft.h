@@ -175,6 +175,11 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               blocks cannot be made (a sanitizer build, a C library
  *               that is not glibc 2.35+ on x86-64) one line on stderr says
  *               so and vthreads run without.
+ *   trap        the system call trap ("The system call trap", below): 1
+ *               on, -1 off; default $WEFT_TRAP (1 on, 0 off), else off.
+ *               It needs the hooks on; where it cannot be had (the hooks
+ *               off, a kernel before 5.11, a sanitizer build) one line on
+ *               stderr says so and the runtime runs without it.
  *   console     the live console's Unix socket (see "The live console"
  *               under "Observe"): a path, or "1" for the default path
  *               /tmp/weft-<uid>/<pid>.sock; default $WEFT_CONSOLE (unset,
@@ -232,6 +237,7 @@ typedef struct weft_runtime_opts {
     const char *trace;
     const char *console;
     int own_tls;
+    int trap;
 } weft_runtime_opts;
 
 /*
@@ -348,6 +354,40 @@ typedef struct weft_runtime_opts {
  *    __thread with the default (dynamic) model, as -fPIC builds do.
  *  - Sanitizer builds (ASan, TSan) keep their per-thread state in TLS:
  *    there own TLS is refused (-ENOTSUP, or the runtime's line).
+ *
+ * The system call trap (weft_runtime_opts.trap, $WEFT_TRAP; Linux 5.11+,
+ * x86-64).  The hooks see a call only when it comes through the PLT; the
+ * C library makes most of its own system calls directly -- stdio's read
+ * and write (fgets, fread, getline, fwrite, fflush, printf), the waits
+ * of popen, pclose and system, its internal locks' futex waits -- as do
+ * libraries that make raw system calls, and each of those held its
+ * carrier.  With the trap on, every system call a vthread's code makes
+ * outside weft traps (Linux's syscall user dispatch: a SIGSYS on the
+ * vthread's own stack) and weft makes it instead: one that a hook stands
+ * for goes through that hook and parks if it would block; a futex wait
+ * and a blocking wait4 run on the blocking pool while the vthread parks;
+ * every other call is made as it is.  weft's own system calls are not
+ * trapped.  weft_stats.trapped counts the trapped calls.  Rules and
+ * limits:
+ *  - The price of a trapped call is a signal's delivery and return (about
+ *    2 us on a VM; weft-bench micro: trap): the PLT hooks stay the fast
+ *    path, the trap is the net under them.  Calls through the PLT are
+ *    not trapped, nor calls inside a signal handler.
+ *  - stdio FILEs and other state of the C library shared between vthreads
+ *    need own TLS (above): its locks are recursive, and without own TLS
+ *    two vthreads on one carrier are one owner to them.
+ *  - A trapped futex wait holds a blocking-pool thread while it waits
+ *    (WEFT_BLOCKING_MAX, 64 by default; past it the waits queue, and a
+ *    wake that comes first makes the queued wait return at once).  PI
+ *    futexes are made as they are: they block the carrier.
+ *  - A vthread that creates a kernel thread (pthread_create) runs
+ *    untrapped from that call to its next hooked call.  fork, vfork (made
+ *    as a fork), posix_spawn, popen and system work as they would.
+ *  - SIGSYS is weft's while the trap is on: a program must not install
+ *    its own SIGSYS handler or keep SIGSYS blocked on a vthread (weft
+ *    unblocks it).  A program that uses seccomp's SECCOMP_RET_TRAP should
+ *    leave the trap off.
+ *  - Sanitizer builds refuse it: their runtimes make raw system calls.
  *
  * Signal handlers.  Inside a signal handler, on any thread, every hooked
  * function is the C library's: it goes to the kernel and, like libc's,
@@ -941,6 +981,7 @@ typedef struct weft_stats {
     uint64_t compensating; /* spare carriers active now, compensating for stalls */
     uint64_t tls_blocks;   /* own TLS blocks made (weft_thread_opts.own_tls): in use and pooled */
     uint64_t tls_block_bytes; /* the bytes of one: static TLS and thread control block */
+    uint64_t trapped;         /* system calls the trap caught (weft_runtime_opts.trap), since load */
 } weft_stats;
 
 /*

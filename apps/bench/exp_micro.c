@@ -524,10 +524,14 @@ static int micro_pingpong_cross(const bench_opts *o, bench_report *rep) { return
  * 1-carrier runtime, four ways in one run: the system calls themselves
  * (syscall(2): the floor), write/read with hooks off (the pass-through
  * every program linking weft pays), with hooks on (the non-blocking first
- * attempt: pwritev2/preadv2 RWF_NOWAIT), and weft_write/weft_read.
+ * attempt: pwritev2/preadv2 RWF_NOWAIT), weft_write/weft_read, and --
+ * "trap" -- the system calls themselves again with the hooks and the
+ * system call trap on (weft_runtime_opts.trap): each traps, and the
+ * hooks' write and read make it (what a call the C library makes on its
+ * own costs, against "on": the same work reached through the PLT).
  */
-enum { HOOK_SYSCALL, HOOK_OFF, HOOK_ON, HOOK_WEFT, HOOK_MODES };
-static const char *const hook_mode_name[HOOK_MODES] = {"syscall", "off", "on", "weft"};
+enum { HOOK_SYSCALL, HOOK_OFF, HOOK_ON, HOOK_WEFT, HOOK_TRAP, HOOK_MODES };
+static const char *const hook_mode_name[HOOK_MODES] = {"syscall", "off", "on", "weft", "trap"};
 
 typedef struct hook_run {
     int mode;
@@ -545,6 +549,7 @@ static void *hook_body(void *arg) {
         ssize_t w, r;
         switch (h->mode) {
         case HOOK_SYSCALL:
+        case HOOK_TRAP:
             w = syscall(SYS_write, h->fd[1], &c, 1);
             r = syscall(SYS_read, h->fd[0], &c, 1);
             break;
@@ -568,12 +573,16 @@ static void *hook_body(void *arg) {
 static int micro_hook(const bench_opts *o, bench_report *rep) {
     long rounds = o->rounds ? o->rounds : 1000000;
     for (int mode = 0; mode < HOOK_MODES; mode++) {
-        weft_runtime_opts cfg = {.carriers = 1, .hook = mode == HOOK_ON ? WEFT_HOOK_ON : WEFT_HOOK_OFF};
+        weft_runtime_opts cfg = {.carriers = 1,
+                                 .hook = mode == HOOK_ON || mode == HOOK_TRAP ? WEFT_HOOK_ON : WEFT_HOOK_OFF,
+                                 .trap = mode == HOOK_TRAP ? 1 : -1};
         int r = weft_init(&cfg);
         if (r < 0) {
             fprintf(stderr, "weft-bench: weft_init: %s\n", strerror(-r));
             return r;
         }
+        weft_stats s0, s1;
+        weft_stats_get(&s0);
         hook_run h = {.mode = mode, .rounds = rounds};
         if (pipe(h.fd) != 0) {
             r = -errno;
@@ -585,6 +594,7 @@ static int micro_hook(const bench_opts *o, bench_report *rep) {
         if ((r = spawn_or_say(&t, hook_body, &h, &a)) < 0) return r;
         if ((r = join_capped(t, cap_deadline(o), "hook")) < 0) return r == -ETIMEDOUT ? EXP_LEAVE_NOW : r;
         int active = weft_hook_active();
+        weft_stats_get(&s1);
         weft_shutdown();
         close(h.fd[0]);
         close(h.fd[1]);
@@ -594,6 +604,7 @@ static int micro_hook(const bench_opts *o, bench_report *rep) {
         br_set(&res, "status", "%s", h.err ? "failed" : "ok");
         br_set(&res, "mode", "%s", hook_mode_name[mode]);
         br_setl(&res, "hooks_active", active);
+        br_setl(&res, "trapped", (long)(s1.trapped - s0.trapped));
         br_setl(&res, "pairs", rounds);
         br_setf(&res, "wall_s", 3, h.wall_s);
         br_setf(&res, "ns_per_write_read", 1, h.wall_s * 1e9 / (double)rounds);

@@ -241,6 +241,19 @@ static inline void weft__tp_set(void *tp) {
     else weft__tp_set_syscall(tp);
 }
 
+/* ---- the system call trap (sud_x86_64.S; hook/trap.c) ------------------ */
+
+/* The range the kernel never traps (the restorer's rt_sigreturn), the
+ * restorer itself, and a trapped clone made again (sud_x86_64.S says
+ * how the child gets back to the program). */
+extern const char weft__sud_range_lo[], weft__sud_range_hi[];
+void weft__sud_restorer(void);
+long weft__sud_clone(long nr, const long args[6], const long long *gregs, int keep_sp);
+/* Syscall user dispatch for the calling thread, sel its selector byte
+ * (0 allow, 1 trap); 0 or -errno (-EINVAL: a kernel before 5.11). */
+int weft__sud_arm(unsigned char *sel);
+void weft__sud_disarm(void);
+
 /* ---- sanitizer and valgrind hooks -------------------------------------- */
 
 

@@ -25,3 +25,23 @@ void *weft__ctx_make(void *hi, void (*entry)(void *, void *), void *arg) {
     *--sp = (uint64_t)0x1F80u | ((uint64_t)0x037Fu << 32);
     return sp;
 }
+
+/* The system call trap's registration (arch.h; hook/trap.c says what it is
+ * for).  The kernel lets through a call whose return address lies in
+ * [lo, lo + len): the restorer's syscall and the byte after it. */
+#include <errno.h>
+#include <sys/prctl.h>
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_ON 1
+#define PR_SYS_DISPATCH_OFF 0
+#endif
+
+int weft__sud_arm(unsigned char *sel) {
+    unsigned long lo = (unsigned long)weft__sud_range_lo;
+    unsigned long len = (unsigned long)(weft__sud_range_hi - weft__sud_range_lo) + 1;
+    if (prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, lo, len, sel) != 0) return -errno;
+    return 0;
+}
+
+void weft__sud_disarm(void) { prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0); }

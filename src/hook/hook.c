@@ -119,6 +119,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 /* the hooked functions: exported from libweft.so and libweft-hook.so.
  * Never inlined into one another: the fortified and large-file names call
@@ -141,14 +142,15 @@ static void wrap_installed(void);
 /* set by preload.c's constructor in libweft-hook.so: on unless told not */
 __attribute__((visibility("hidden"))) int weft__hook_preloaded;
 
+int weft__hook_wanted(int cfg_hook) {
+    if (cfg_hook == WEFT_HOOK_ON) return 1;
+    if (cfg_hook == WEFT_HOOK_OFF) return 0;
+    const char *v = getenv("WEFT_HOOK");
+    return v && *v ? strcmp(v, "0") != 0 : weft__hook_preloaded;
+}
+
 void weft__hook_start(int cfg_hook) {
-    int on;
-    if (cfg_hook == WEFT_HOOK_ON) on = 1;
-    else if (cfg_hook == WEFT_HOOK_OFF) on = 0;
-    else {
-        const char *v = getenv("WEFT_HOOK");
-        on = v && *v ? strcmp(v, "0") != 0 : weft__hook_preloaded;
-    }
+    int on = weft__hook_wanted(cfg_hook);
     if (on) wrap_installed(); /* handlers weft has not seen (signal handlers, below) */
     atomic_store(&hook_on, on);
 }
@@ -352,30 +354,35 @@ static ssize_t hook_rw(int dir, int fd, const struct iovec *iov, int cnt, off_t 
 }
 
 HOOK_API ssize_t read(int fd, void *buf, size_t n) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.read(fd, buf, n);
     struct iovec v = {buf, n};
     return as_libc(hook_rw(RD, fd, &v, 1, -1));
 }
 
 HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.write(fd, buf, n);
     struct iovec v = {(void *)buf, n};
     return as_libc(hook_rw(WR, fd, &v, 1, -1));
 }
 
 HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.readv(fd, iov, cnt);
     if (cnt < 0 || cnt > IOV_MAX) return fail(EINVAL);
     return as_libc(hook_rw(RD, fd, iov, cnt, -1));
 }
 
 HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.writev(fd, iov, cnt);
     if (cnt < 0 || cnt > IOV_MAX) return fail(EINVAL);
     return as_libc(hook_rw(WR, fd, iov, cnt, -1));
 }
 
 HOOK_API ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.pread(fd, buf, n, off);
     if (off < 0) return fail(EINVAL); /* preadv2's -1 would mean "the file position" */
     struct iovec v = {buf, n};
@@ -383,6 +390,7 @@ HOOK_API ssize_t pread(int fd, void *buf, size_t n, off_t off) {
 }
 
 HOOK_API ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.pwrite(fd, buf, n, off);
     if (off < 0) return fail(EINVAL);
     struct iovec v = {(void *)buf, n};
@@ -463,16 +471,19 @@ static ssize_t recv_common(int fd, void *buf, size_t n, int flags, struct sockad
 }
 
 HOOK_API ssize_t recv(int fd, void *buf, size_t n, int flags) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.recv(fd, buf, n, flags);
     return as_libc(recv_common(fd, buf, n, flags, NULL, NULL));
 }
 
 HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *sl) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.recvfrom(fd, buf, n, flags, sa, sl);
     return as_libc(recv_common(fd, buf, n, flags, sa, sl));
 }
 
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.recvmsg(fd, m, flags);
     if (!m) return fail(EFAULT);
     sock_wait w = {fd, POLLIN, flags, -1, 0};
@@ -558,6 +569,7 @@ static ssize_t send_common(int fd, const struct msghdr *m0, int flags) {
 }
 
 HOOK_API ssize_t send(int fd, const void *buf, size_t n, int flags) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.send(fd, buf, n, flags);
     struct iovec v = {(void *)buf, n};
     struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
@@ -565,6 +577,7 @@ HOOK_API ssize_t send(int fd, const void *buf, size_t n, int flags) {
 }
 
 HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t sl) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.sendto(fd, buf, n, flags, sa, sl);
     struct iovec v = {(void *)buf, n};
     struct msghdr m = {.msg_name = (void *)sa, .msg_namelen = sa ? sl : 0, .msg_iov = &v, .msg_iovlen = 1};
@@ -572,6 +585,7 @@ HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int flags, const stru
 }
 
 HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.sendmsg(fd, m, flags);
     if (!m) return fail(EFAULT);
     if (m->msg_iovlen > IOV_MAX) return fail(EMSGSIZE);
@@ -616,6 +630,7 @@ static int platform_accept(int fd, struct sockaddr *sa, socklen_t *sl, int flags
 }
 
 HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
+    TRAP_SCOPE;
     if (!hooked()) return platform_accept(fd, sa, sl, flags, weft__libc.accept4(fd, sa, sl, flags));
     int nb = user_nonblock(fd);
     if (nb < 0) return (int)fail(-nb);
@@ -631,11 +646,13 @@ HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
 }
 
 HOOK_API int accept(int fd, struct sockaddr *sa, socklen_t *sl) {
+    TRAP_SCOPE;
     if (!hooked()) return platform_accept(fd, sa, sl, 0, weft__libc.accept(fd, sa, sl));
     return accept4(fd, sa, sl, 0);
 }
 
 HOOK_API int connect(int fd, const struct sockaddr *sa, socklen_t sl) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.connect(fd, sa, sl);
     int nb = user_nonblock(fd);
     if (nb < 0) return (int)fail(-nb);
@@ -738,6 +755,7 @@ static int poll_wait(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *m
 }
 
 HOOK_API int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    TRAP_SCOPE;
     if (!hooked() || timeout == 0) return weft__libc.poll(fds, n, timeout);
     int r = weft__libc.poll(fds, n, 0);
     if (r != 0) return r;
@@ -745,6 +763,7 @@ HOOK_API int poll(struct pollfd *fds, nfds_t n, int timeout) {
 }
 
 HOOK_API int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m) {
+    TRAP_SCOPE;
     if (!hooked() || (ts && ts->tv_sec == 0 && ts->tv_nsec == 0)) return weft__libc.ppoll(fds, n, ts, m);
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)) return (int)fail(EINVAL);
     static const struct timespec zero = {0, 0};
@@ -786,16 +805,19 @@ HOOK_API int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts
 _Static_assert(sizeof(off64_t) == sizeof(off_t), "pread64 is pread only where off_t is 64 bits");
 
 HOOK_API ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
+    TRAP_SCOPE;
     if (n > buflen) __chk_fail();
     return read(fd, buf, n);
 }
 
 HOOK_API ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen) {
+    TRAP_SCOPE;
     if (n > buflen) __chk_fail();
     return pread(fd, buf, n, off);
 }
 
 HOOK_API ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen) {
+    TRAP_SCOPE;
     if (n > buflen) __chk_fail();
     return pread(fd, buf, n, (off_t)off);
 }
@@ -805,6 +827,7 @@ HOOK_API ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return prea
 HOOK_API ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return pwrite(fd, buf, n, (off_t)off); }
 
 HOOK_API ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
+    TRAP_SCOPE;
     if (n > buflen) __chk_fail();
     return recv(fd, buf, n, flags);
 }
@@ -816,11 +839,13 @@ HOOK_API ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int 
 }
 
 HOOK_API int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen) {
+    TRAP_SCOPE;
     if (fdslen / sizeof *fds < n) __chk_fail();
     return poll(fds, n, timeout);
 }
 
 HOOK_API int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m, size_t fdslen) {
+    TRAP_SCOPE;
     if (fdslen / sizeof *fds < n) __chk_fail();
     return ppoll(fds, n, ts, m);
 }
@@ -896,6 +921,7 @@ static int select_common(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t d
 }
 
 HOOK_API int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv) {
+    TRAP_SCOPE;
     if (!hooked() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0)) return weft__libc.select(nfds, rs, ws, es, tv);
     if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) return (int)fail(EINVAL);
     /* a tv_usec of a second or more counts as whole seconds, as glibc's */
@@ -917,6 +943,7 @@ HOOK_API int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval
 }
 
 HOOK_API int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec *ts, const sigset_t *m) {
+    TRAP_SCOPE;
     if (!hooked() || (ts && ts->tv_sec == 0 && ts->tv_nsec == 0)) return weft__libc.pselect(nfds, rs, ws, es, ts, m);
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)) return (int)fail(EINVAL);
     return (int)as_libc(select_common(nfds, rs, ws, es, ts_deadline(ts), m));
@@ -946,11 +973,13 @@ static int epoll_common(int ep, struct epoll_event *ev, int max, int timeout, co
 }
 
 HOOK_API int epoll_wait(int ep, struct epoll_event *ev, int max, int timeout) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.epoll_wait(ep, ev, max, timeout);
     return (int)as_libc(epoll_common(ep, ev, max, timeout, NULL));
 }
 
 HOOK_API int epoll_pwait(int ep, struct epoll_event *ev, int max, int timeout, const sigset_t *m) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.epoll_pwait(ep, ev, max, timeout, m);
     return (int)as_libc(epoll_common(ep, ev, max, timeout, m));
 }
@@ -985,6 +1014,7 @@ static int64_t ts_ns(const struct timespec *ts) {
 }
 
 HOOK_API int nanosleep(const struct timespec *req, struct timespec *rem) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.nanosleep(req, rem);
     if (!req) return (int)fail(EFAULT);
     if (!ts_valid(req)) return (int)fail(EINVAL);
@@ -996,6 +1026,7 @@ HOOK_API int nanosleep(const struct timespec *req, struct timespec *rem) {
 }
 
 HOOK_API int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem) {
+    TRAP_SCOPE;
     if (!hooked() || (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME && clk != CLOCK_BOOTTIME && clk != CLOCK_TAI))
         return weft__libc.clock_nanosleep(clk, flags, req, rem);
     if (!req) return EFAULT;
@@ -1017,12 +1048,14 @@ HOOK_API int clock_nanosleep(clockid_t clk, int flags, const struct timespec *re
 }
 
 HOOK_API int usleep(useconds_t us) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.usleep(us);
     int r = sleep_until(weft_now() + (int64_t)us * 1000, "usleep");
     return r == 0 ? 0 : (int)fail(-r);
 }
 
 HOOK_API unsigned sleep(unsigned s) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.sleep(s);
     int64_t dl = weft_now() + (int64_t)s * 1000000000;
     int r = sleep_until(dl, "sleep");
@@ -1037,6 +1070,7 @@ HOOK_API unsigned sleep(unsigned s) {
 /* ------------------------------------------------------------------------ */
 
 HOOK_API int fsync(int fd) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.fsync(fd);
     int pin = weft__pin_begin();
     int r = weft_fsync(fd);
@@ -1045,6 +1079,7 @@ HOOK_API int fsync(int fd) {
 }
 
 HOOK_API int fdatasync(int fd) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.fdatasync(fd);
     int pin = weft__pin_begin();
     int r = weft_fdatasync(fd);
@@ -1053,6 +1088,7 @@ HOOK_API int fdatasync(int fd) {
 }
 
 HOOK_API int close(int fd) {
+    TRAP_SCOPE;
     /* On any thread while hooks are on: weft_close ends the hooked calls
      * in flight on fd and forgets what the epoll backend knew of it. */
     if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || sig_depth || !weft__running())
@@ -1078,6 +1114,7 @@ static void *gai_run(void *arg) {
 }
 
 HOOK_API int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res) {
+    TRAP_SCOPE;
     if (!hooked()) return weft__libc.getaddrinfo(node, service, hints, res);
     gai_job j = {node, service, hints, res, 0, 0};
     int pin = weft__pin_begin();
@@ -1088,6 +1125,71 @@ HOOK_API int getaddrinfo(const char *node, const char *service, const struct add
     }
     if (j.ret == EAI_SYSTEM) errno = j.err;
     return j.ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* a trapped system call (trap.c)                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A system call the C library made on its own (stdio's read, ...), or that
+ * code made without the C library, trapped on a carrier: the interposer
+ * that stands for it does its work, as if the call had come through the
+ * PLT.  The kernel's arguments are the C library's, but for these: recv
+ * and send are recvfrom and sendto (NULL addresses); select and pselect
+ * are pselect6, whose sixth argument is {the mask, its size}; ppoll and
+ * epoll_pwait carry the mask's size, which the interposers do not need.
+ * The kernel's pselect6 writes the time left back, which the interposer
+ * does not (glibc's select reads it back, so a trapped select's timeval
+ * is left as it was: POSIX allows either).  clock_nanosleep returns its
+ * error; the others -1 and errno.
+ */
+int weft__hook_trapped(long nr, const long a[6], long *ret) {
+    long r;
+    switch (nr) {
+    case SYS_read: r = read((int)a[0], (void *)a[1], (size_t)a[2]); break;
+    case SYS_write: r = write((int)a[0], (const void *)a[1], (size_t)a[2]); break;
+    case SYS_readv: r = readv((int)a[0], (const struct iovec *)a[1], (int)a[2]); break;
+    case SYS_writev: r = writev((int)a[0], (const struct iovec *)a[1], (int)a[2]); break;
+    case SYS_pread64: r = pread((int)a[0], (void *)a[1], (size_t)a[2], (off_t)a[3]); break;
+    case SYS_pwrite64: r = pwrite((int)a[0], (const void *)a[1], (size_t)a[2], (off_t)a[3]); break;
+    case SYS_recvfrom:
+        r = recvfrom((int)a[0], (void *)a[1], (size_t)a[2], (int)a[3], (struct sockaddr *)a[4], (socklen_t *)a[5]);
+        break;
+    case SYS_sendto:
+        r = sendto((int)a[0], (const void *)a[1], (size_t)a[2], (int)a[3], (const struct sockaddr *)a[4],
+                   (socklen_t)a[5]);
+        break;
+    case SYS_recvmsg: r = recvmsg((int)a[0], (struct msghdr *)a[1], (int)a[2]); break;
+    case SYS_sendmsg: r = sendmsg((int)a[0], (const struct msghdr *)a[1], (int)a[2]); break;
+    case SYS_accept: r = accept((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2]); break;
+    case SYS_accept4: r = accept4((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2], (int)a[3]); break;
+    case SYS_connect: r = connect((int)a[0], (const struct sockaddr *)a[1], (socklen_t)a[2]); break;
+    case SYS_poll: r = poll((struct pollfd *)a[0], (nfds_t)a[1], (int)a[2]); break;
+    case SYS_ppoll:
+        r = ppoll((struct pollfd *)a[0], (nfds_t)a[1], (const struct timespec *)a[2], (const sigset_t *)a[3]);
+        break;
+    case SYS_select:
+        r = select((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3], (struct timeval *)a[4]);
+        break;
+    case SYS_pselect6: {
+        const sigset_t *m = a[5] ? *(const sigset_t *const *)a[5] : NULL;
+        r = pselect((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3], (const struct timespec *)a[4], m);
+        break;
+    }
+    case SYS_epoll_wait: r = epoll_wait((int)a[0], (struct epoll_event *)a[1], (int)a[2], (int)a[3]); break;
+    case SYS_epoll_pwait:
+        r = epoll_pwait((int)a[0], (struct epoll_event *)a[1], (int)a[2], (int)a[3], (const sigset_t *)a[4]);
+        break;
+    case SYS_nanosleep: r = nanosleep((const struct timespec *)a[0], (struct timespec *)a[1]); break;
+    case SYS_clock_nanosleep:
+        r = clock_nanosleep((clockid_t)a[0], (int)a[1], (const struct timespec *)a[2], (struct timespec *)a[3]);
+        *ret = -r;
+        return 1;
+    default: return 0;
+    }
+    *ret = r < 0 ? -errno : r;
+    return 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1159,22 +1261,30 @@ static plain_fn _Atomic sig_plain[_NSIG];
 static info_fn _Atomic sig_info[_NSIG];
 static atomic_flag sig_lock = ATOMIC_FLAG_INIT;
 
+/* (the system call trap, trap.c: a handler runs untrapped -- its hooked
+ * calls go to the C library anyway -- and whatever it interrupted gets
+ * its selector back, so that the C library's rt_sigreturn that follows
+ * traps exactly when the interrupted code was the program's) */
 static void tramp_plain(int sig) {
+    unsigned char trap_o = weft__sud_allow();
     sig_depth++;
     atomic_signal_fence(memory_order_seq_cst);
     plain_fn h = atomic_load_explicit(&sig_plain[sig], memory_order_acquire);
     if (h) h(sig);
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
+    weft__sud_restore(trap_o);
 }
 
 static void tramp_info(int sig, siginfo_t *si, void *uc) {
+    unsigned char trap_o = weft__sud_allow();
     sig_depth++;
     atomic_signal_fence(memory_order_seq_cst);
     info_fn h = atomic_load_explicit(&sig_info[sig], memory_order_acquire);
     if (h) h(sig, si, uc);
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
+    weft__sud_restore(trap_o);
 }
 
 SIG_NOSAN static void sig_table_lock(sigset_t *saved) {

@@ -10,11 +10,36 @@
  * weft_shutdown: off */
 void weft__hook_start(int cfg_hook);
 void weft__hook_stop(void);
+/* what weft__hook_start(cfg_hook) will decide: 1 on, 0 off */
+int weft__hook_wanted(int cfg_hook);
 
 /* For the interposers of locks.c: the hooks are on and the caller is a
  * vthread, not in a signal handler (a call may park); the hooks are on and
  * the caller not in a handler (any thread). */
 int weft__hook_here(void);
 int weft__hook_on(void);
+
+/* The system call trap (trap.c): switched on for a runtime by weft_init
+ * (cfg->trap), after the hooks; 1 on, 0 off (asked to be off, or the
+ * kernel or build cannot: said on stderr), -errno.  Off again at
+ * weft_shutdown. */
+int weft__trap_start(int cfg_trap, int hooks_on);
+void weft__trap_stop(void);
+/* hook.c: a trapped system call nr that one of its interposers stands
+ * for, made through that interposer: 1 and *ret (a result or -errno), or
+ * 0 (not one of them: the caller makes it as it is). */
+int weft__hook_trapped(long nr, const long a[6], long *ret);
+
+/* An interposer runs weft's code: its system calls are not trapped
+ * (trap.c's selector, libc/real.h); on the way out the program's code
+ * traps again -- and a vthread whose trap was let off for one call
+ * (trap.c: sud[1]) is armed again here. */
+static inline void weft__trap_scope_end(unsigned char *o) {
+    unsigned char *s = weft__sud_sel;
+    if (!s) return;
+    if (*o) s[0] = 1;
+    else if (__builtin_expect(s[1], 0)) s[1] = 0, s[0] = 1;
+}
+#define TRAP_SCOPE unsigned char weft_trap_o_ __attribute__((cleanup(weft__trap_scope_end))) = weft__sud_allow()
 
 #endif /* WEFT_HOOK_H */

@@ -185,21 +185,25 @@ static int lot_lock(const pthread_mutex_t *m) {
 }
 
 HOOK_API int pthread_mutex_lock(pthread_mutex_t *m) {
+    TRAP_SCOPE;
     if (!lot_lock(m)) return weft__libc.pthread_mutex_lock(m);
     return vt_lock(m, CLOCK_REALTIME, NULL);
 }
 
 HOOK_API int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *abs) {
+    TRAP_SCOPE;
     if (!lot_lock(m)) return weft__libc.pthread_mutex_timedlock(m, abs);
     return vt_lock(m, CLOCK_REALTIME, abs);
 }
 
 HOOK_API int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) {
+    TRAP_SCOPE;
     if (!lot_lock(m)) return weft__libc.pthread_mutex_clocklock(m, clk, abs);
     return vt_lock(m, clk, abs);
 }
 
 HOOK_API int pthread_mutex_unlock(pthread_mutex_t *m) {
+    TRAP_SCOPE;
     int r = weft__libc.pthread_mutex_unlock(m);
     /* a recursive mutex still held, or taken again at once: its holder's
      * unlock wakes (lot.h: the wake's fence and look come after the store) */
@@ -237,16 +241,19 @@ static clockid_t cond_clock(const pthread_cond_t *c) {
 }
 
 HOOK_API int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
+    TRAP_SCOPE;
     if (!lot_cond(c)) return weft__libc.pthread_cond_wait(c, m);
     return lot_cond_wait(c, m, CLOCK_REALTIME, NULL);
 }
 
 HOOK_API int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs) {
+    TRAP_SCOPE;
     if (!lot_cond(c)) return weft__libc.pthread_cond_timedwait(c, m, abs);
     return lot_cond_wait(c, m, cond_clock(c), abs);
 }
 
 HOOK_API int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) {
+    TRAP_SCOPE;
     if (!lot_cond(c)) return weft__libc.pthread_cond_clockwait(c, m, clk, abs);
     return lot_cond_wait(c, m, clk, abs);
 }
@@ -260,6 +267,7 @@ HOOK_API int pthread_cond_signal(pthread_cond_t *c) {
 }
 
 HOOK_API int pthread_cond_broadcast(pthread_cond_t *c) {
+    TRAP_SCOPE;
     if (!(cond_wrefs(c) & WREFS_PSHARED)) weft__lot_wake(c, INT_MAX);
     return weft__libc.pthread_cond_broadcast(c);
 }
@@ -281,16 +289,19 @@ static int sem_result(int r) {
 }
 
 HOOK_API int sem_wait(sem_t *s) {
+    TRAP_SCOPE;
     if (!lot_sem(s)) return weft__libc.sem_wait(s);
     return sem_result(lot_acquire(s, sem_try, EAGAIN, CLOCK_REALTIME, NULL, WEFT__WHY_PSEM));
 }
 
 HOOK_API int sem_timedwait(sem_t *restrict s, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     if (!lot_sem(s)) return weft__libc.sem_timedwait(s, abs);
     return sem_result(lot_acquire(s, sem_try, EAGAIN, CLOCK_REALTIME, abs, WEFT__WHY_PSEM));
 }
 
 HOOK_API int sem_clockwait(sem_t *restrict s, clockid_t clk, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     if (!lot_sem(s)) return weft__libc.sem_clockwait(s, clk, abs);
     return sem_result(lot_acquire(s, sem_try, EAGAIN, clk, abs, WEFT__WHY_PSEM));
 }
@@ -298,6 +309,7 @@ HOOK_API int sem_clockwait(sem_t *restrict s, clockid_t clk, const struct timesp
 /* A post wakes one of the lot's waiters whatever the hooks say (as a
  * condition variable's signal). */
 HOOK_API int sem_post(sem_t *s) {
+    TRAP_SCOPE;
     int r = weft__libc.sem_post(s);
     if (r == 0 && sem_private(s)) weft__lot_wake(s, 1);
     return r;
@@ -318,26 +330,32 @@ static int rw_lock(pthread_rwlock_t *rw, int wr, clockid_t clk, const struct tim
 }
 
 HOOK_API int pthread_rwlock_rdlock(pthread_rwlock_t *rw) {
+    TRAP_SCOPE;
     if (!lot_rw(rw)) return weft__libc.pthread_rwlock_rdlock(rw);
     return rw_lock(rw, 0, CLOCK_REALTIME, NULL);
 }
 HOOK_API int pthread_rwlock_wrlock(pthread_rwlock_t *rw) {
+    TRAP_SCOPE;
     if (!lot_rw(rw)) return weft__libc.pthread_rwlock_wrlock(rw);
     return rw_lock(rw, 1, CLOCK_REALTIME, NULL);
 }
 HOOK_API int pthread_rwlock_timedrdlock(pthread_rwlock_t *restrict rw, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     if (!lot_rw(rw)) return weft__libc.pthread_rwlock_timedrdlock(rw, abs);
     return rw_lock(rw, 0, CLOCK_REALTIME, abs);
 }
 HOOK_API int pthread_rwlock_timedwrlock(pthread_rwlock_t *restrict rw, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     if (!lot_rw(rw)) return weft__libc.pthread_rwlock_timedwrlock(rw, abs);
     return rw_lock(rw, 1, CLOCK_REALTIME, abs);
 }
 HOOK_API int pthread_rwlock_clockrdlock(pthread_rwlock_t *restrict rw, clockid_t clk, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     if (!lot_rw(rw)) return weft__libc.pthread_rwlock_clockrdlock(rw, clk, abs);
     return rw_lock(rw, 0, clk, abs);
 }
 HOOK_API int pthread_rwlock_clockwrlock(pthread_rwlock_t *restrict rw, clockid_t clk, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     if (!lot_rw(rw)) return weft__libc.pthread_rwlock_clockwrlock(rw, clk, abs);
     return rw_lock(rw, 1, clk, abs);
 }
@@ -345,6 +363,7 @@ HOOK_API int pthread_rwlock_clockwrlock(pthread_rwlock_t *restrict rw, clockid_t
 /* Every waiter of the lock is woken (readers may all go in; the rest wait
  * again): with hooks on, as for a mutex. */
 HOOK_API int pthread_rwlock_unlock(pthread_rwlock_t *rw) {
+    TRAP_SCOPE;
     int r = weft__libc.pthread_rwlock_unlock(rw);
     if (r == 0 && weft__hook_on() && !__atomic_load_n(&rw->__data.__shared, __ATOMIC_RELAXED))
         weft__lot_wake(rw, INT_MAX);
@@ -371,12 +390,14 @@ static int thrd_of(int e) {
 }
 
 HOOK_API int mtx_lock(mtx_t *m) {
+    TRAP_SCOPE;
     pthread_mutex_t *pm = (pthread_mutex_t *)(void *)m;
     if (!lot_lock(pm)) return weft__libc.mtx_lock(m);
     return thrd_of(vt_lock(pm, CLOCK_REALTIME, NULL));
 }
 
 HOOK_API int mtx_timedlock(mtx_t *restrict m, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     pthread_mutex_t *pm = (pthread_mutex_t *)(void *)m;
     if (!lot_lock(pm)) return weft__libc.mtx_timedlock(m, abs);
     return thrd_of(vt_lock(pm, CLOCK_REALTIME, abs)); /* TIME_UTC: the real-time clock */
@@ -385,12 +406,14 @@ HOOK_API int mtx_timedlock(mtx_t *restrict m, const struct timespec *restrict ab
 HOOK_API int mtx_unlock(mtx_t *m) { return thrd_of(pthread_mutex_unlock((pthread_mutex_t *)(void *)m)); }
 
 HOOK_API int cnd_wait(cnd_t *c, mtx_t *m) {
+    TRAP_SCOPE;
     pthread_cond_t *pc = (pthread_cond_t *)(void *)c;
     if (!lot_cond(pc)) return weft__libc.cnd_wait(c, m);
     return thrd_of(lot_cond_wait(pc, (pthread_mutex_t *)(void *)m, CLOCK_REALTIME, NULL));
 }
 
 HOOK_API int cnd_timedwait(cnd_t *restrict c, mtx_t *restrict m, const struct timespec *restrict abs) {
+    TRAP_SCOPE;
     pthread_cond_t *pc = (pthread_cond_t *)(void *)c;
     if (!lot_cond(pc)) return weft__libc.cnd_timedwait(c, m, abs);
     return thrd_of(lot_cond_wait(pc, (pthread_mutex_t *)(void *)m, CLOCK_REALTIME, abs));

@@ -206,6 +206,11 @@ ssize_t weft__sys_exec(weft__ioreq *rq);
  * them: weft__io_drain, weft__io_stop); forgets them in a fork child. */
 ssize_t weft__pool_exec(weft__ioreq *rq);
 void weft__pool_stop(void);
+/* weft_blocking for the system call trap's handler (hook/trap.c): never
+ * creates a thread in the caller -- the spawner does, which
+ * weft__pool_spawner_start starts (0 or -errno) when the trap goes on. */
+int weft__pool_call(void *(*fn)(void *), void *arg);
+int weft__pool_spawner_start(void);
 void weft__pool_fork_child(void);
 
 #endif /* WEFT_IO_H */

@@ -32,7 +32,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef struct pool_job {
@@ -58,7 +60,12 @@ static struct {
     pool_job *head, *tail;
     int threads, idle, claimed, max, stopping;
     pthread_cond_t gone;
-} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER};
+    /* the spawner (weft__pool_call): threads it is to start, whether it runs */
+    int spawn_want, spawner;
+    pthread_t spawner_th;
+    pthread_cond_t spawn_cond;
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER,
+       .spawn_cond = PTHREAD_COND_INITIALIZER};
 
 static void *pool_main(void *unused) {
     pthread_mutex_lock(&P.lock);
@@ -96,7 +103,71 @@ leave:
     return NULL;
 }
 
-static int pool_submit(pool_job *j) {
+static int start_thread(void) {
+    pthread_t th;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    int e = pthread_create(&th, &a, pool_main, NULL);
+    pthread_attr_destroy(&a);
+    if (e == 0) pthread_setname_np(th, "weft-blocking");
+    return e;
+}
+
+/*
+ * The spawner.  A submission from the system call trap's handler
+ * (hook/trap.c, weft__pool_call) must not create a thread itself: the code
+ * the trap interrupted may hold the C library's malloc locks -- seen: a
+ * futex wait on malloc's list_lock, trapped while its new arena's mutex
+ * was held, whose handler's pthread_create then waited on that very mutex
+ * in calloc, for good.  So such a submission that needs one more thread
+ * counts it in spawn_want, and this thread, started outside any handler
+ * (weft__pool_spawner_start, when the trap goes on), creates it.  A
+ * creation that fails is tried again every 10 ms, said once: the job waits
+ * in the queue meanwhile (a thread that finishes takes it too).
+ */
+static void *spawner_main(void *unused) {
+    int told = 0;
+    pthread_mutex_lock(&P.lock);
+    for (;;) {
+        while (!P.spawn_want && !P.stopping) pthread_cond_wait(&P.spawn_cond, &P.lock);
+        if (P.stopping) break;
+        pthread_mutex_unlock(&P.lock);
+        int e = start_thread();
+        pthread_mutex_lock(&P.lock);
+        if (e == 0) {
+            P.spawn_want--;
+            continue;
+        }
+        if (!told++)
+            fprintf(stderr, "weft: the blocking pool cannot start a thread (%s): a trapped wait is queued until "
+                            "one can\n", strerror(e));
+        pthread_mutex_unlock(&P.lock);
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&P.lock);
+    }
+    P.spawner = 0;
+    pthread_mutex_unlock(&P.lock);
+    return unused;
+}
+
+int weft__pool_spawner_start(void) {
+    pthread_mutex_lock(&P.lock);
+    int e = 0;
+    if (!P.spawner) {
+        e = pthread_create(&P.spawner_th, NULL, spawner_main, NULL);
+        if (e == 0) {
+            P.spawner = 1;
+            pthread_setname_np(P.spawner_th, "weft-spawner");
+        }
+    }
+    pthread_mutex_unlock(&P.lock);
+    return -e;
+}
+
+static int pool_submit(pool_job *j, int nogrow) {
     pthread_mutex_lock(&P.lock);
     if (P.stopping) {
         pthread_mutex_unlock(&P.lock);
@@ -119,6 +190,11 @@ static int pool_submit(pool_job *j) {
     } else if (P.threads < P.max) {
         P.threads++; /* counted now, started below */
         grow = 1;
+        if (nogrow && P.spawner) { /* (the spawner, above) */
+            P.spawn_want++;
+            pthread_cond_signal(&P.spawn_cond);
+            grow = 0;
+        }
     }
     pthread_mutex_unlock(&P.lock);
     if (!grow) return 0;
@@ -127,17 +203,8 @@ static int pool_submit(pool_job *j) {
      * carrier's submission would wait for it in the mutex -- a carrier
      * blocked in a futex, which the monitor reports as pinned (seen:
      * 200 getaddrinfo at once from hooked libpq connects). */
-    pthread_t th;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 256 * 1024);
-    int e = pthread_create(&th, &a, pool_main, NULL);
-    pthread_attr_destroy(&a);
-    if (e == 0) {
-        pthread_setname_np(th, "weft-blocking");
-        return 0;
-    }
+    int e = start_thread();
+    if (e == 0) return 0;
     pthread_mutex_lock(&P.lock);
     P.threads--;
     pthread_cond_broadcast(&P.gone); /* pool_stop counts threads */
@@ -159,7 +226,7 @@ static void pool_run(pool_job *j) {
     atomic_store_explicit(&j->op.done, 0, memory_order_relaxed);
 }
 
-int weft_blocking(void *(*fn)(void *), void *arg, void **result) {
+static int blocking(void *(*fn)(void *), void *arg, void **result, int nogrow) {
     if (!fn) return -EINVAL;
     if (!weft_self()) {
         void *r = fn(arg);
@@ -168,17 +235,21 @@ int weft_blocking(void *(*fn)(void *), void *arg, void **result) {
     }
     pool_job j = {.fn = fn, .arg = arg};
     pool_run(&j);
-    int r = pool_submit(&j);
+    int r = pool_submit(&j, nogrow);
     if (r < 0) return r;
     weft__iop_wait(&j.op, 0, NULL);
     if (result) *result = j.result;
     return 0;
 }
 
+int weft_blocking(void *(*fn)(void *), void *arg, void **result) { return blocking(fn, arg, result, 0); }
+
+int weft__pool_call(void *(*fn)(void *), void *arg) { return blocking(fn, arg, NULL, 1); }
+
 ssize_t weft__pool_exec(weft__ioreq *rq) {
     pool_job j = {.rq = rq};
     pool_run(&j);
-    int r = pool_submit(&j);
+    int r = pool_submit(&j, 0);
     if (r < 0) return r;
     /* a file operation in flight cannot be taken back: wait it out */
     int w = weft__iop_wait(&j.op, 0, NULL);
@@ -190,6 +261,14 @@ void weft__pool_stop(void) {
     pthread_mutex_lock(&P.lock);
     P.stopping = 1;
     pthread_cond_broadcast(&P.cond);
+    pthread_cond_broadcast(&P.spawn_cond);
+    int spawner = P.spawner;
+    pthread_t sth = P.spawner_th;
+    pthread_mutex_unlock(&P.lock);
+    if (spawner) pthread_join(sth, NULL); /* (it may be starting one: counted in threads) */
+    pthread_mutex_lock(&P.lock);
+    P.threads -= P.spawn_want; /* counted, never started */
+    P.spawn_want = 0;
     while (P.threads > 0) pthread_cond_wait(&P.gone, &P.lock);
     P.stopping = 0;
     P.idle = P.claimed = 0;
@@ -201,6 +280,8 @@ void weft__pool_fork_child(void) {
     P.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     P.cond = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     P.gone = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    P.spawn_cond = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     P.head = P.tail = NULL;
     P.threads = P.idle = P.claimed = P.stopping = 0;
+    P.spawn_want = P.spawner = 0;
 }

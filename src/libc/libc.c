@@ -65,6 +65,10 @@ WEFT__HOOKED_FUNCS(STUB)
 __attribute__((visibility("hidden"))) weft__libc_t weft__libc = {WEFT__HOOKED_FUNCS(STUB_INIT)};
 #undef STUB_INIT
 
+/* (real.h: the carrier's trap selector; set by sched on a carrier that traps) */
+__thread __attribute__((tls_model("initial-exec"), visibility("hidden"))) unsigned char *weft__sud_sel;
+__attribute__((visibility("hidden"))) unsigned long long weft__sud_trapped;
+
 int weft__sigaction_now(int sig, const struct sigaction *sa, struct sigaction *old) {
 #ifdef WEFT__LIBC_TSAN
     static int (*fn)(int, const struct sigaction *, struct sigaction *);

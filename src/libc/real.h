@@ -179,62 +179,94 @@ typedef void (*weft__jump_fn)(struct __jmp_buf_tag *, int);
 extern WEFT__LIBC_HIDDEN weft__jump_fn weft__libc_jump[WEFT__J_N];
 WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 
+/*
+ * The system call trap's selector (hook/trap.c).  A carrier whose runtime
+ * traps the system calls its vthreads' foreign code makes (syscall user
+ * dispatch) has a selector byte the kernel reads at every system call:
+ * 1 (BLOCK) while a vthread runs code that is not weft's, and the call
+ * traps; 0 (ALLOW) while weft's own code runs.  weft__sud_sel points at
+ * the calling carrier's byte (NULL on any other thread, and on a carrier
+ * of a runtime that does not trap).  The library's calls through the table
+ * below are weft's own, whatever called into weft: WEFT__ALLOWED lets
+ * each through untrapped and puts the byte back after it -- a load and a
+ * branch where nothing traps.  The call cannot park (it is the C
+ * library's), so the byte it puts back is the same carrier's.
+ */
+extern __thread __attribute__((tls_model("initial-exec"), visibility("hidden"))) unsigned char *weft__sud_sel;
+/* system calls trapped so far, all carriers (__atomic; weft_stats.trapped) */
+extern __attribute__((visibility("hidden"))) unsigned long long weft__sud_trapped;
+static inline unsigned char weft__sud_allow(void) {
+    unsigned char *s = weft__sud_sel, o = 0;
+    if (s && (o = *s)) *(volatile unsigned char *)s = 0;
+    return o;
+}
+static inline void weft__sud_restore(unsigned char o) {
+    if (o) *(volatile unsigned char *)weft__sud_sel = o;
+}
+#define WEFT__ALLOWED(call)                                                                            \
+    __extension__({                                                                                    \
+        unsigned char weft_sud_o_ = weft__sud_allow();                                                 \
+        __typeof__(call) weft_sud_r_ = (call);                                                         \
+        weft__sud_restore(weft_sud_o_);                                                                \
+        weft_sud_r_;                                                                                   \
+    })
+
 #ifndef WEFT__NO_LIBC_REWRITE /* libc.c and hook.c name the functions themselves */
-#define read(...) weft__libc.read(__VA_ARGS__)
-#define write(...) weft__libc.write(__VA_ARGS__)
-#define readv(...) weft__libc.readv(__VA_ARGS__)
-#define writev(...) weft__libc.writev(__VA_ARGS__)
-#define pread(...) weft__libc.pread(__VA_ARGS__)
-#define pwrite(...) weft__libc.pwrite(__VA_ARGS__)
-#define recv(...) weft__libc.recv(__VA_ARGS__)
-#define send(...) weft__libc.send(__VA_ARGS__)
-#define recvfrom(...) weft__libc.recvfrom(__VA_ARGS__)
-#define sendto(...) weft__libc.sendto(__VA_ARGS__)
-#define recvmsg(...) weft__libc.recvmsg(__VA_ARGS__)
-#define sendmsg(...) weft__libc.sendmsg(__VA_ARGS__)
-#define accept(...) weft__libc.accept(__VA_ARGS__)
-#define accept4(...) weft__libc.accept4(__VA_ARGS__)
-#define connect(...) weft__libc.connect(__VA_ARGS__)
-#define poll(...) weft__libc.poll(__VA_ARGS__)
-#define ppoll(...) weft__libc.ppoll(__VA_ARGS__)
-#define select(...) weft__libc.select(__VA_ARGS__)
-#define pselect(...) weft__libc.pselect(__VA_ARGS__)
-#define epoll_wait(...) weft__libc.epoll_wait(__VA_ARGS__)
-#define epoll_pwait(...) weft__libc.epoll_pwait(__VA_ARGS__)
-#define nanosleep(...) weft__libc.nanosleep(__VA_ARGS__)
-#define clock_nanosleep(...) weft__libc.clock_nanosleep(__VA_ARGS__)
-#define usleep(...) weft__libc.usleep(__VA_ARGS__)
-#define sleep(...) weft__libc.sleep(__VA_ARGS__)
-#define fsync(...) weft__libc.fsync(__VA_ARGS__)
-#define fdatasync(...) weft__libc.fdatasync(__VA_ARGS__)
-#define close(...) weft__libc.close(__VA_ARGS__)
-#define getaddrinfo(...) weft__libc.getaddrinfo(__VA_ARGS__)
-#define sigaction(...) weft__libc.sigaction(__VA_ARGS__)
+#define read(...) WEFT__ALLOWED(weft__libc.read(__VA_ARGS__))
+#define write(...) WEFT__ALLOWED(weft__libc.write(__VA_ARGS__))
+#define readv(...) WEFT__ALLOWED(weft__libc.readv(__VA_ARGS__))
+#define writev(...) WEFT__ALLOWED(weft__libc.writev(__VA_ARGS__))
+#define pread(...) WEFT__ALLOWED(weft__libc.pread(__VA_ARGS__))
+#define pwrite(...) WEFT__ALLOWED(weft__libc.pwrite(__VA_ARGS__))
+#define recv(...) WEFT__ALLOWED(weft__libc.recv(__VA_ARGS__))
+#define send(...) WEFT__ALLOWED(weft__libc.send(__VA_ARGS__))
+#define recvfrom(...) WEFT__ALLOWED(weft__libc.recvfrom(__VA_ARGS__))
+#define sendto(...) WEFT__ALLOWED(weft__libc.sendto(__VA_ARGS__))
+#define recvmsg(...) WEFT__ALLOWED(weft__libc.recvmsg(__VA_ARGS__))
+#define sendmsg(...) WEFT__ALLOWED(weft__libc.sendmsg(__VA_ARGS__))
+#define accept(...) WEFT__ALLOWED(weft__libc.accept(__VA_ARGS__))
+#define accept4(...) WEFT__ALLOWED(weft__libc.accept4(__VA_ARGS__))
+#define connect(...) WEFT__ALLOWED(weft__libc.connect(__VA_ARGS__))
+#define poll(...) WEFT__ALLOWED(weft__libc.poll(__VA_ARGS__))
+#define ppoll(...) WEFT__ALLOWED(weft__libc.ppoll(__VA_ARGS__))
+#define select(...) WEFT__ALLOWED(weft__libc.select(__VA_ARGS__))
+#define pselect(...) WEFT__ALLOWED(weft__libc.pselect(__VA_ARGS__))
+#define epoll_wait(...) WEFT__ALLOWED(weft__libc.epoll_wait(__VA_ARGS__))
+#define epoll_pwait(...) WEFT__ALLOWED(weft__libc.epoll_pwait(__VA_ARGS__))
+#define nanosleep(...) WEFT__ALLOWED(weft__libc.nanosleep(__VA_ARGS__))
+#define clock_nanosleep(...) WEFT__ALLOWED(weft__libc.clock_nanosleep(__VA_ARGS__))
+#define usleep(...) WEFT__ALLOWED(weft__libc.usleep(__VA_ARGS__))
+#define sleep(...) WEFT__ALLOWED(weft__libc.sleep(__VA_ARGS__))
+#define fsync(...) WEFT__ALLOWED(weft__libc.fsync(__VA_ARGS__))
+#define fdatasync(...) WEFT__ALLOWED(weft__libc.fdatasync(__VA_ARGS__))
+#define close(...) WEFT__ALLOWED(weft__libc.close(__VA_ARGS__))
+#define getaddrinfo(...) WEFT__ALLOWED(weft__libc.getaddrinfo(__VA_ARGS__))
+#define sigaction(...) WEFT__ALLOWED(weft__libc.sigaction(__VA_ARGS__))
 #ifndef WEFT__LIBC_TSAN
-#define pthread_mutex_lock(...) weft__libc.pthread_mutex_lock(__VA_ARGS__)
-#define pthread_mutex_timedlock(...) weft__libc.pthread_mutex_timedlock(__VA_ARGS__)
-#define pthread_mutex_clocklock(...) weft__libc.pthread_mutex_clocklock(__VA_ARGS__)
-#define pthread_mutex_unlock(...) weft__libc.pthread_mutex_unlock(__VA_ARGS__)
-#define pthread_cond_wait(...) weft__libc.pthread_cond_wait(__VA_ARGS__)
-#define pthread_cond_timedwait(...) weft__libc.pthread_cond_timedwait(__VA_ARGS__)
-#define pthread_cond_clockwait(...) weft__libc.pthread_cond_clockwait(__VA_ARGS__)
-#define pthread_cond_signal(...) weft__libc.pthread_cond_signal(__VA_ARGS__)
-#define pthread_cond_broadcast(...) weft__libc.pthread_cond_broadcast(__VA_ARGS__)
-#define mtx_lock(...) weft__libc.mtx_lock(__VA_ARGS__)
-#define mtx_timedlock(...) weft__libc.mtx_timedlock(__VA_ARGS__)
-#define cnd_wait(...) weft__libc.cnd_wait(__VA_ARGS__)
-#define cnd_timedwait(...) weft__libc.cnd_timedwait(__VA_ARGS__)
-#define sem_wait(...) weft__libc.sem_wait(__VA_ARGS__)
-#define sem_timedwait(...) weft__libc.sem_timedwait(__VA_ARGS__)
-#define sem_clockwait(...) weft__libc.sem_clockwait(__VA_ARGS__)
-#define sem_post(...) weft__libc.sem_post(__VA_ARGS__)
-#define pthread_rwlock_rdlock(...) weft__libc.pthread_rwlock_rdlock(__VA_ARGS__)
-#define pthread_rwlock_wrlock(...) weft__libc.pthread_rwlock_wrlock(__VA_ARGS__)
-#define pthread_rwlock_timedrdlock(...) weft__libc.pthread_rwlock_timedrdlock(__VA_ARGS__)
-#define pthread_rwlock_timedwrlock(...) weft__libc.pthread_rwlock_timedwrlock(__VA_ARGS__)
-#define pthread_rwlock_clockrdlock(...) weft__libc.pthread_rwlock_clockrdlock(__VA_ARGS__)
-#define pthread_rwlock_clockwrlock(...) weft__libc.pthread_rwlock_clockwrlock(__VA_ARGS__)
-#define pthread_rwlock_unlock(...) weft__libc.pthread_rwlock_unlock(__VA_ARGS__)
+#define pthread_mutex_lock(...) WEFT__ALLOWED(weft__libc.pthread_mutex_lock(__VA_ARGS__))
+#define pthread_mutex_timedlock(...) WEFT__ALLOWED(weft__libc.pthread_mutex_timedlock(__VA_ARGS__))
+#define pthread_mutex_clocklock(...) WEFT__ALLOWED(weft__libc.pthread_mutex_clocklock(__VA_ARGS__))
+#define pthread_mutex_unlock(...) WEFT__ALLOWED(weft__libc.pthread_mutex_unlock(__VA_ARGS__))
+#define pthread_cond_wait(...) WEFT__ALLOWED(weft__libc.pthread_cond_wait(__VA_ARGS__))
+#define pthread_cond_timedwait(...) WEFT__ALLOWED(weft__libc.pthread_cond_timedwait(__VA_ARGS__))
+#define pthread_cond_clockwait(...) WEFT__ALLOWED(weft__libc.pthread_cond_clockwait(__VA_ARGS__))
+#define pthread_cond_signal(...) WEFT__ALLOWED(weft__libc.pthread_cond_signal(__VA_ARGS__))
+#define pthread_cond_broadcast(...) WEFT__ALLOWED(weft__libc.pthread_cond_broadcast(__VA_ARGS__))
+#define mtx_lock(...) WEFT__ALLOWED(weft__libc.mtx_lock(__VA_ARGS__))
+#define mtx_timedlock(...) WEFT__ALLOWED(weft__libc.mtx_timedlock(__VA_ARGS__))
+#define cnd_wait(...) WEFT__ALLOWED(weft__libc.cnd_wait(__VA_ARGS__))
+#define cnd_timedwait(...) WEFT__ALLOWED(weft__libc.cnd_timedwait(__VA_ARGS__))
+#define sem_wait(...) WEFT__ALLOWED(weft__libc.sem_wait(__VA_ARGS__))
+#define sem_timedwait(...) WEFT__ALLOWED(weft__libc.sem_timedwait(__VA_ARGS__))
+#define sem_clockwait(...) WEFT__ALLOWED(weft__libc.sem_clockwait(__VA_ARGS__))
+#define sem_post(...) WEFT__ALLOWED(weft__libc.sem_post(__VA_ARGS__))
+#define pthread_rwlock_rdlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_rdlock(__VA_ARGS__))
+#define pthread_rwlock_wrlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_wrlock(__VA_ARGS__))
+#define pthread_rwlock_timedrdlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_timedrdlock(__VA_ARGS__))
+#define pthread_rwlock_timedwrlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_timedwrlock(__VA_ARGS__))
+#define pthread_rwlock_clockrdlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_clockrdlock(__VA_ARGS__))
+#define pthread_rwlock_clockwrlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_clockwrlock(__VA_ARGS__))
+#define pthread_rwlock_unlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_unlock(__VA_ARGS__))
 #endif
 #endif
 

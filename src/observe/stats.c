@@ -25,5 +25,6 @@ void weft_stats_get(weft_stats *s) {
     s->carriers = n;
     weft__stacks_counts(&s->stacks, &s->stack_bytes_reserved);
     s->tls_blocks = weft__tls_blocks();
+    s->trapped = __atomic_load_n(&weft__sud_trapped, __ATOMIC_RELAXED);
     s->tls_block_bytes = weft__tls_block_bytes();
 }

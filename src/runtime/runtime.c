@@ -289,6 +289,11 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
         own_tls = 0;
     }
     R.own_tls = (int)own_tls;
+    /* the system call trap (hook/trap.c): before the carriers, which each
+     * arm it on their own thread */
+    r = weft__trap_start(cfg ? cfg->trap : 0, weft__hook_wanted(cfg ? cfg->hook : 0));
+    if (r < 0) goto fail2;
+    R.trap = r > 0;
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
     R.pin_log = pin_log != 0;
@@ -369,7 +374,8 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
                                    .hook = cfg ? cfg->hook : 0,
                                    .pin_threshold_ns = thr, .max_compensate = maxc ? (int)maxc : -1,
                                    .deterministic = det ? WEFT_DET_ON : WEFT_DET_OFF,
-                                   .deterministic_seed = det_seed, .own_tls = R.own_tls ? 1 : -1};
+                                   .deterministic_seed = det_seed, .own_tls = R.own_tls ? 1 : -1,
+                                   .trap = R.trap ? 1 : -1};
     weft__hook_start(cfg ? cfg->hook : 0);
     R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
@@ -442,6 +448,7 @@ void weft_shutdown(void) {
      * carrier (plat_waking); a few microseconds at most */
     while (atomic_load(&R.plat_waking) > 0) sched_yield();
     weft__hook_stop(); /* the vthreads left are daemons: abandoned */
+    weft__trap_stop();
     weft__console_stop(); /* its snapshots read the carriers: it ends first */
     /* the blocking pool's threads wake vthreads: they end before carriers do */
     weft__io_drain();

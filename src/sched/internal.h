@@ -73,6 +73,13 @@ struct weft__carrier {
                                      * NULL: the carrier's own (tp_own) */
     void *tp_own;                   /* the carrier thread's own thread pointer */
     void *const *tls_window;        /* its window's slots: what weft__tls_window holds on it */
+    /* the system call trap (hook/trap.c): sud[0] the selector the kernel
+     * reads (1: trap, while a vthread runs code not weft's), sud[1] "arm
+     * again at the next hook's return" (trap.c); saved in and restored from
+     * the vthread at every switch.  sud_sel: sud, or NULL where the
+     * runtime does not trap (what weft__sud_sel holds on this carrier) */
+    _Alignas(2) unsigned char sud[2];
+    unsigned char *sud_sel;
 #ifdef WEFT_TSAN
     _Atomic int yq_lock;            /* the gate also as a lock: 1 owner in, 2 monitor */
 #endif
@@ -167,6 +174,7 @@ struct weft__rt {
     int64_t pin_threshold;     /* ns; < 0: no stall detection */
     int max_comp;              /* spares active at once, at most; 0: none */
     int own_tls;               /* every vthread has its own TLS unless its attr says no (weft_runtime_opts.own_tls) */
+    int trap;                  /* carriers trap their vthreads' system calls (hook/trap.c; weft_runtime_opts.trap) */
     int pin_log;               /* log lines on stderr */
     int yq_stealable;          /* the monitor may take a yield FIFO (membarrier, or TSan's lock) */
     _Atomic int nactive;       /* spares active now */
@@ -191,7 +199,8 @@ extern __attribute__((visibility("hidden"))) _Alignas(4096) struct weft__rt weft
 
 static inline long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts,
                   uint32_t val3) {
-    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, val3);
+    /* (weft's own wait: untrapped, libc/real.h) */
+    return WEFT__ALLOWED(syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, val3));
 }
 
 /* Waits while *addr == val, until deadline (absolute CLOCK_MONOTONIC ns;

@@ -1163,15 +1163,17 @@ static inline void check_canary(weft_thread *t) {
  * block's address before the fs base changes: no access through %fs waits
  * on the new base.  Nothing between this and the switch reads a
  * thread-local (the canary at %fs:0x28 is the same in every block). */
-static ptrdiff_t tls_off_carrier, tls_off_window;
+static ptrdiff_t tls_off_carrier, tls_off_window, tls_off_sud;
 __attribute__((constructor)) static void tls_offsets(void) { /* (at load: one thread) */
     tls_off_carrier = (char *)&tls_carrier - (char *)weft__tp_get();
     tls_off_window = (char *)&weft__tls_window - (char *)weft__tp_get();
+    tls_off_sud = (char *)&weft__sud_sel - (char *)weft__tp_get();
 }
 __attribute__((noinline)) static void tp_switch_slow(weft__carrier *c, void *tp) {
     if (tp) {
         *(weft__carrier **)((char *)tp + tls_off_carrier) = c;
         *(void *const **)((char *)tp + tls_off_window) = c->tls_window;
+        *(unsigned char **)((char *)tp + tls_off_sud) = c->sud_sel;
     }
     weft__tp_set(tp ? tp : c->tp_own);
     c->tp_cur = tp;
@@ -1183,6 +1185,8 @@ static inline __attribute__((always_inline)) void tp_switch(weft__carrier *c, vo
 /* Sets up `next` to run on c; called just before switching to it. */
 static inline void enter(weft__carrier *c, weft_thread *next) {
     tp_switch(c, next->tls);
+    /* the trap's selector as next left it (internal.h: sud) */
+    __builtin_memcpy(c->sud, &next->sud, 2);
     /* a release store (on x86 a plain mov): weft_dump reads it from
      * other threads and then reads c, which another thread may have made
      * (a spare, made by the monitor) -- the release passes on what this
@@ -1207,6 +1211,11 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
  * `op` for the next context to finish.  Returns when self is resumed. */
 static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
     check_canary(self);
+    /* its trap selector, for enter() when it runs again; weft's own code
+     * from here to the switch (enter's thread pointer write may be a
+     * system call) */
+    __builtin_memcpy(&self->sud, c->sud, 2);
+    c->sud[0] = 0;
     c->pending_op = op; /* (c->pending = self: gate_in) */
     void *to_sp;
 #ifdef WEFT_ASAN
@@ -1225,6 +1234,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
 #endif
     } else { /* (c->cur is NULL: gate_in) */
         tp_switch(c, NULL);
+        c->sud[1] = 0; /* (sud[0]: above) the sched context is weft's own code */
         to_sp = c->sched_sp;
 #ifdef WEFT_ASAN
         bottom = c->asan_bottom;
@@ -1514,8 +1524,16 @@ static void vthread_start(void *arg, void *carrier) {
         weft__carrier *c = carrier;
         tls_carrier = c;
         weft__tls_window = c->tls_window;
+        weft__sud_sel = c->sud_sel;
     }
+    /* its function is the program's code: trapped, where the runtime traps
+     * (hook/trap.c); weft's code from its return on */
+    if (((weft__carrier *)carrier)->sud_sel) ((weft__carrier *)carrier)->sud[0] = 1;
     self->result = self->fn(self->arg);
+    {
+        weft__carrier *c = weft__carrier_self();
+        if (c) c->sud[0] = c->sud[1] = 0;
+    }
     if (__builtin_expect(self->scopes != NULL, 0)) { /* scopes left open: a structure violation */
         void (*h)(weft_thread *) = atomic_load_explicit(&weft__scopes_left_hook, memory_order_acquire);
         if (h) h(self);
@@ -1779,6 +1797,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->result = NULL;
     t->tls = tls;
     t->tls_reused = (uint8_t)tls_reused;
+    t->sud = 0;
     /* (release: a late caller racing to reap the slot's last vthread, which
      * takes join_lock and reads this, then sees the generation it bumped) */
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_release);
@@ -2271,6 +2290,24 @@ void *weft__carrier_main(void *arg) {
     c->tls_window = weft__tls_window; /* (set by the attach) */
     c->tp_own = weft__tp_get();
     c->tp_cur = NULL;
+    /* the system call trap (hook/trap.c), where the runtime traps: this
+     * thread's selector, registered with the kernel; probed by weft_init,
+     * so a refusal here is a kernel that changed its mind -- said, and this
+     * carrier runs untrapped */
+    c->sud[0] = c->sud[1] = 0;
+    c->sud_sel = NULL;
+    if (R.trap) {
+        int e = weft__sud_arm(c->sud);
+        if (e == 0) {
+            c->sud_sel = c->sud;
+            sigset_t sys; /* never blocked here: the kernel kills a thread whose forced SIGSYS is */
+            sigemptyset(&sys);
+            sigaddset(&sys, SIGSYS);
+            pthread_sigmask(SIG_UNBLOCK, &sys, NULL);
+        }
+        else fprintf(stderr, "weft: carrier %d: syscall user dispatch refused (%s): its vthreads' system calls are not trapped\n", c->index, strerror(-e));
+    }
+    weft__sud_sel = c->sud_sel;
 
     if (!c->win) perr = -ENOMEM;
     else atomic_store_explicit(&c->poller, weft__poller_new(c->index, &perr), memory_order_release);

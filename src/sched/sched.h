@@ -203,6 +203,7 @@ struct weft_thread {
      * whether the block served a vthread before (weft__tls_start) */
     void *tls;
     uint8_t tls_reused;
+    uint16_t sud;                    /* its carrier's sud[] while it is off-CPU (internal.h) */
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");

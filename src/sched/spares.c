@@ -272,7 +272,7 @@ static void at_bound(int need, int active, int64_t now) {
     said = now;
     fprintf(stderr,
             "weft: %d carrier(s) stalled and all %d spare carriers busy (max_compensate): runnable vthreads wait "
-            "until a stall ends; raise WEFT_MAX_COMPENSATE, or make the blocking calls park (WEFT_HOOK=1)\n",
+            "until a stall ends; raise WEFT_MAX_COMPENSATE, or make the blocking calls park (WEFT_HOOK=1; WEFT_TRAP=1 for the C library's own)\n",
             need, active);
 }
 

@@ -1,0 +1,107 @@
+/*
+ * The two pieces of the system call trap (hook/trap.c) that must be
+ * written in assembly, x86-64 System V.
+ *
+ * weft__sud_restorer: a SIGSYS handler's return.  Syscall user dispatch
+ * (prctl PR_SET_SYSCALL_USER_DISPATCH) traps every system call made
+ * outside one range of addresses while the carrier's selector byte says
+ * BLOCK -- rt_sigreturn too.  The handler puts the selector back to BLOCK
+ * before it returns (the interrupted code is the program's), so the
+ * rt_sigreturn that ends it must be made from inside the range: this
+ * restorer is the range (weft__sud_range_lo .. _hi), and trap.c installs
+ * it as the handler's sa_restorer with the raw rt_sigaction (glibc's
+ * sigaction puts its own restorer in, which lies outside).
+ *
+ * weft__sud_clone: a trapped clone, clone3 or fork made again from the
+ * handler.  The parent returns here with the result, like any call.  The
+ * child comes back from the kernel on the stack the call gave it (or, for
+ * a fork, on a copy of the parent's) but inside this function, not where
+ * the program called clone: it takes the registers the program had at the
+ * trap from the signal frame's gregs (which it can still read: a fork's
+ * copy of memory, or a vfork's parent that waits until the child has
+ * exec'd or exited) and jumps to the instruction after the program's own
+ * syscall with rax 0, as the kernel would have returned it there.  The
+ * child has no syscall user dispatch of its own (the kernel clears it in
+ * a new task), so nothing it does traps.  trap.c calls this only where
+ * the child cannot race its parent for the frame (see there).
+ */
+    .text
+
+    .globl  weft__sud_range_lo
+    .hidden weft__sud_range_lo
+    .globl  weft__sud_range_hi
+    .hidden weft__sud_range_hi
+    .globl  weft__sud_restorer
+    .hidden weft__sud_restorer
+    .type   weft__sud_restorer, @function
+    .p2align 4
+weft__sud_range_lo:
+weft__sud_restorer:
+    /* (no CFI: like glibc's __restore_rt, the frame is the kernel's) */
+    movl    $15, %eax           /* __NR_rt_sigreturn */
+    syscall
+weft__sud_range_hi:             /* the address after the syscall: the kernel checks that one */
+    hlt
+    .size   weft__sud_restorer, . - weft__sud_restorer
+
+/* long weft__sud_clone(long nr, const long args[6], const long long *gregs, int keep_sp)
+ * args: rdi, rsi, rdx, r10, r8, r9 of the call; gregs: the signal frame's
+ * (REG_* order of <sys/ucontext.h>); keep_sp: the child keeps the stack
+ * pointer the kernel gave it (the call named a stack), else takes gregs'. */
+    .globl  weft__sud_clone
+    .hidden weft__sud_clone
+    .type   weft__sud_clone, @function
+    .p2align 4
+weft__sud_clone:
+    .cfi_startproc
+    pushq   %rbx
+    .cfi_adjust_cfa_offset 8
+    pushq   %r12
+    .cfi_adjust_cfa_offset 8
+    pushq   %r13
+    .cfi_adjust_cfa_offset 8
+    movq    %rdx, %r12          /* gregs: kept by the kernel across the call */
+    movl    %ecx, %r13d         /* keep_sp */
+    movq    %rdi, %rax
+    movq    %rsi, %rbx
+    movq    0(%rbx), %rdi
+    movq    8(%rbx), %rsi
+    movq    16(%rbx), %rdx
+    movq    24(%rbx), %r10
+    movq    32(%rbx), %r8
+    movq    40(%rbx), %r9
+    syscall
+    testq   %rax, %rax
+    jz      1f
+    popq    %r13
+    .cfi_adjust_cfa_offset -8
+    popq    %r12
+    .cfi_adjust_cfa_offset -8
+    popq    %rbx
+    .cfi_adjust_cfa_offset -8
+    ret
+1:  /* the child */
+    movq    %r12, %r11
+    testl   %r13d, %r13d
+    jnz     2f
+    movq    15*8(%r11), %rsp    /* REG_RSP */
+2:  movq    0*8(%r11), %r8
+    movq    1*8(%r11), %r9
+    movq    2*8(%r11), %r10
+    movq    4*8(%r11), %r12
+    movq    5*8(%r11), %r13
+    movq    6*8(%r11), %r14
+    movq    7*8(%r11), %r15
+    movq    8*8(%r11), %rdi
+    movq    9*8(%r11), %rsi
+    movq    10*8(%r11), %rbp
+    movq    11*8(%r11), %rbx
+    movq    12*8(%r11), %rdx
+    movq    16*8(%r11), %rcx    /* REG_RIP: after the program's syscall, as the kernel leaves rcx */
+    movq    17*8(%r11), %r11    /* REG_EFL: as the kernel leaves r11 */
+    xorl    %eax, %eax
+    jmp     *%rcx
+    .cfi_endproc
+    .size   weft__sud_clone, . - weft__sud_clone
+
+    .section .note.GNU-stack,"",@progbits

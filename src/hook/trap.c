@@ -1,0 +1,337 @@
+/*
+ * The system call trap: the blocking calls foreign code makes without the
+ * PLT park too.
+ *
+ * Why.  The interposers (hook.c, locks.c) see a call only when it comes
+ * through the PLT.  The C library makes most of its own system calls
+ * directly: stdio's read and write (fgets, fread, fwrite, getline,
+ * fflush), the waits of popen/pclose/system, and the futex waits of its
+ * internal locks; so do libraries that make raw system calls.  Each of
+ * those held its carrier until the kernel returned ("pinned"), and enough
+ * of them deadlocked a program whose waits were for a vthread.
+ *
+ * How.  Linux's syscall user dispatch (prctl PR_SET_SYSCALL_USER_DISPATCH,
+ * 5.11): a thread names a selector byte; at each of its system calls made
+ * from outside one range of addresses, the kernel reads the byte, and
+ * when it says BLOCK (1) the call is not made: SIGSYS is raised at the
+ * instruction after the syscall, with the call's registers.  I chose it
+ * over a seccomp filter: seccomp cannot tell weft's own calls from the
+ * program's (both come from the C library's code), cannot be undone, and
+ * is inherited by every thread the program makes; dispatch is per thread,
+ * switched by a byte that weft owns, at the cost of one store per switch.
+ *
+ * The selector (one per carrier: weft__carrier.sud, named to the kernel
+ * at the carrier's start; weft__sud_sel points at it on that thread):
+ *  - 1 while a vthread runs the program's code: from its function's start
+ *    (sched.c, vthread_start), after every interposer's return
+ *    (TRAP_SCOPE, hook.h), after this handler's return;
+ *  - 0 while weft's own code runs: inside the interposers and this
+ *    handler, the sched context, every call the library makes through the
+ *    table (libc/real.h's WEFT__ALLOWED: a carrier's eventfd, weft's own
+ *    locks), and its own futex waits;
+ *  - saved in the vthread at every switch and given back when it runs
+ *    again (sched.c: switch_to, enter), so a vthread that parked inside
+ *    weft's API called from the program's code comes back trapped, on
+ *    whichever carrier.
+ * weft's API called from the program runs with the selector the program
+ * had (1): the few system calls it makes itself (mmap for a stack, a
+ * ring's enter) trap and are made here as they are.  None of them is one
+ * that parks (below), so this changes their cost, not what they do.
+ *
+ * The handler (SIGSYS, SA_SIGINFO | SA_NODEFER, on the vthread's own
+ * stack, never an altstack): selector to 0, then by the call's number:
+ *  - one an interposer stands for (hook.c, weft__hook_trapped: read,
+ *    write, recvfrom, poll, nanosleep ...): that interposer's work, which
+ *    parks the vthread if the call would block (and is the C library's
+ *    call when it may not park: not a vthread, in a signal handler);
+ *  - futex WAIT / WAIT_BITSET, private or shared: the value is checked
+ *    here (EAGAIN if it moved); else a blocking-pool thread makes the
+ *    very same wait and the vthread parks until it returns.  A proxy and
+ *    not a parking lot keyed by address: the wake may come from any
+ *    thread -- a carrier, the program's own pthread, another process on a
+ *    shared futex -- and only the kernel sees all of them, so the wait has
+ *    to be the kernel's.  The pool is bounded (WEFT_BLOCKING_MAX, 64):
+ *    past it the waits queue (a wake before the queued wait starts makes
+ *    that wait return EAGAIN, which every futex user retries on: nothing
+ *    is lost).  PI futexes (LOCK_PI ...) are made as they are;
+ *  - wait4 without WNOHANG (pclose, system, waitpid): one try with
+ *    WNOHANG, then the same proxy;
+ *  - rt_sigprocmask and sigaltstack: the frame's uc_sigmask / uc_stack,
+ *    which the rt_sigreturn that ends the handler puts in place (a mask
+ *    set here directly would be undone by it).  SIGSYS itself is never
+ *    blocked: the kernel kills a thread whose forced SIGSYS is blocked;
+ *  - rt_sigreturn (the C library's restorer, ending a program's handler
+ *    that interrupted its trapped code): made again from weft's restorer,
+ *    which lies in the range the kernel lets through;
+ *  - clone, clone3, fork, vfork: weft__sud_clone (arch) makes the call
+ *    and sends the child straight back to the program's instruction with
+ *    the program's registers.  A vfork is made as a fork (its child would
+ *    run on the stack that holds this handler's frame).  A clone that
+ *    shares memory without waiting for the child (a pthread_create) would
+ *    race its child for the frame: it is made again at the program's own
+ *    instruction with the selector 0 for that one call, and sud[1] arms
+ *    the vthread again at its next interposer's return;
+ *  - anything else: made here as it is (getpid, mmap, openat ...).
+ * Then selector to 1, errno as it was, the result in rax.  The handler
+ * returns through weft__sud_restorer (arch: sud_x86_64.S), whose
+ * rt_sigreturn is the one call the range lets through.
+ *
+ * Migration.  A vthread that parked in the handler may resume on another
+ * carrier (one with its own TLS; the others are pinned for the call, as
+ * in every interposer).  rt_sigreturn then restores the frame's altstack
+ * and mask on the thread it runs on: the frame gets that carrier's own
+ * before the return.
+ *
+ * Where it cannot work, said once on stderr and the runtime runs without
+ * it: a kernel before 5.11 (EINVAL), a sanitizer build (ASan and TSan make
+ * raw system calls from their own runtimes, which would trap into
+ * instrumented code while they hold their own locks).  A program that
+ * installs its own SIGSYS handler replaces this one: the next trapped
+ * call then kills it or goes to the program's handler; the trap is for
+ * programs that leave SIGSYS alone (seccomp users do not).
+ */
+#define _GNU_SOURCE
+#include "../arch/arch.h"
+#include "../io/io.h"
+#include "../sched/sched.h"
+#include "hook.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#ifndef SYS_USER_DISPATCH
+#define SYS_USER_DISPATCH 2 /* si_code of a dispatch SIGSYS */
+#endif
+
+static _Atomic int trap_on;
+
+/* The kernel's sigaction (glibc's puts its own restorer in). */
+struct ksigaction {
+    void (*handler)(int, siginfo_t *, void *);
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+#define KSA_RESTORER 0x04000000UL
+
+static long raw(long nr, const long a[6]) {
+    long r = syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    return r < 0 ? -errno : r;
+}
+
+/* ---- the proxied waits --------------------------------------------------- */
+
+typedef struct proxy_job {
+    long nr;
+    long a[6];
+    long ret;
+} proxy_job;
+
+static void *proxy_run(void *arg) {
+    proxy_job *j = arg;
+    j->ret = raw(j->nr, j->a);
+    return NULL;
+}
+
+/* The call made by a blocking-pool thread while the vthread parks (pinned
+ * for it, as the interposers' waits are: its errno and the C library's
+ * per-thread state stay on one carrier); as it is where it cannot park. */
+static long proxied(long nr, const long a[6]) {
+    if (!weft__hook_here()) return raw(nr, a);
+    proxy_job j = {.nr = nr};
+    memcpy(j.a, a, sizeof j.a);
+    int pin = weft__pin_begin();
+    int r = weft__pool_call(proxy_run, &j); /* (never a thread made here: pool.c's spawner) */
+    weft__pin_end(pin);
+    return r < 0 ? raw(nr, a) : j.ret;
+}
+
+static long trapped_futex(const long a[6]) {
+    int cmd = (int)a[1] & FUTEX_CMD_MASK;
+    if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET) return raw(SYS_futex, a);
+    const _Atomic uint32_t *u = (const _Atomic uint32_t *)a[0];
+    if (!u || ((uintptr_t)u & 3)) return raw(SYS_futex, a); /* (the kernel's EFAULT / EINVAL) */
+    if (atomic_load(u) != (uint32_t)a[2]) return -EAGAIN;
+    return proxied(SYS_futex, a);
+}
+
+static long trapped_wait4(const long a[6]) {
+    if ((int)a[2] & WNOHANG || !weft__hook_here()) return raw(SYS_wait4, a);
+    long b[6] = {a[0], a[1], a[2] | WNOHANG, a[3], 0, 0};
+    long r = raw(SYS_wait4, b);
+    if (r != 0) return r;
+    return proxied(SYS_wait4, a);
+}
+
+/* ---- the signal state the frame restores -------------------------------- */
+
+/* (the kernel's masks are 8 bytes -- a[3] says so -- not glibc's 128-byte
+ * sigset_t: glibc's own callers pass 8-byte buffers (internal_sigset_t),
+ * and the frame's uc_sigmask holds only 8 bytes that mean anything) */
+static long trapped_sigmask(ucontext_t *uc, const long a[6]) {
+    int how = (int)a[0];
+    const uint64_t *set = (const uint64_t *)a[1];
+    uint64_t *old = (uint64_t *)a[2];
+    if ((size_t)a[3] != sizeof(uint64_t)) return -EINVAL;
+    uint64_t cur, next;
+    memcpy(&cur, &uc->uc_sigmask, sizeof cur);
+    next = cur;
+    if (set) {
+        uint64_t s = *set; /* (may fault, as the kernel's copy may: a program's bug either way) */
+        if (how == SIG_BLOCK) next |= s;
+        else if (how == SIG_UNBLOCK) next &= ~s;
+        else if (how == SIG_SETMASK) next = s;
+        else return -EINVAL;
+        /* never blocked: SIGKILL, SIGSTOP, and SIGSYS (the trap's own: see the top) */
+        next &= ~((1ULL << (SIGKILL - 1)) | (1ULL << (SIGSTOP - 1)) | (1ULL << (SIGSYS - 1)));
+    }
+    if (old) *old = cur;
+    memcpy(&uc->uc_sigmask, &next, sizeof next);
+    return 0;
+}
+
+static long trapped_altstack(ucontext_t *uc, const long a[6]) {
+    long r = raw(SYS_sigaltstack, a); /* on this thread, now; the frame then says the same */
+    sigaltstack(NULL, &uc->uc_stack);
+    return r;
+}
+
+/* ---- clone and its kin --------------------------------------------------- */
+
+/* 1: made again at the program's instruction, untrapped (see the top). */
+static int clone_again(unsigned long flags, unsigned long stack) {
+    return (flags & CLONE_VM) && (!(flags & CLONE_VFORK) || !stack);
+}
+
+static long trapped_clone(long nr, const long a[6], ucontext_t *uc, int *again) {
+    const long long *g = (const long long *)uc->uc_mcontext.gregs;
+    if (nr == SYS_fork) return weft__sud_clone(SYS_fork, a, g, 0);
+    if (nr == SYS_vfork) {
+        const long f[6] = {SIGCHLD, 0, 0, 0, 0, 0};
+        return weft__sud_clone(SYS_clone, f, g, 0);
+    }
+    unsigned long flags, stack;
+    if (nr == SYS_clone3) {
+        struct clone_args ca = {0};
+        size_t n = (size_t)a[1] < sizeof ca ? (size_t)a[1] : sizeof ca;
+        if (!a[0] || n < 64) return raw(nr, a); /* (the kernel's EFAULT / EINVAL) */
+        memcpy(&ca, (const void *)a[0], n);
+        flags = (unsigned long)ca.flags;
+        stack = (unsigned long)ca.stack;
+    } else {
+        flags = (unsigned long)a[0];
+        stack = (unsigned long)a[1];
+    }
+    if (clone_again(flags, stack)) {
+        *again = 1;
+        return 0;
+    }
+    return weft__sud_clone(nr, a, g, stack != 0);
+}
+
+/* ---- the handler ---------------------------------------------------------- */
+
+static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
+    ucontext_t *uc = ucv;
+    unsigned char *sel = weft__sud_sel;
+    if (si->si_code != SYS_USER_DISPATCH || !sel) {
+        /* not ours (a seccomp filter's): as if there were no handler */
+        struct ksigaction dfl = {(void (*)(int, siginfo_t *, void *))(void (*)(void))SIG_DFL, 0, NULL, 0};
+        syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8);
+        syscall(SYS_tgkill, getpid(), gettid(), SIGSYS); /* fatal on the way out, as it would have been */
+        return;
+    }
+    sel[0] = 0;
+    int saved_errno = errno;
+    greg_t *g = uc->uc_mcontext.gregs;
+    long nr = si->si_syscall;
+    const long a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
+    long r = 0;
+    int again = 0, resume_at_restorer = 0;
+    __atomic_fetch_add(&weft__sud_trapped, 1, __ATOMIC_RELAXED); /* (weft_stats.trapped) */
+    switch (nr) {
+    case SYS_rt_sigreturn: resume_at_restorer = 1; break;
+    case SYS_rt_sigprocmask: r = trapped_sigmask(uc, a); break;
+    case SYS_sigaltstack: r = trapped_altstack(uc, a); break;
+    case SYS_clone:
+    case SYS_clone3:
+    case SYS_fork:
+    case SYS_vfork: r = trapped_clone(nr, a, uc, &again); break;
+    case SYS_futex: r = trapped_futex(a); break;
+    case SYS_wait4: r = trapped_wait4(a); break;
+    default:
+        if (!weft__hook_trapped(nr, a, &r)) r = raw(nr, a);
+    }
+    unsigned char *now = weft__sud_sel;
+    if (now != sel) { /* resumed on another carrier: its altstack and mask */
+        sigaltstack(NULL, &uc->uc_stack);
+        uint64_t m;
+        if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, NULL, &m, sizeof m) == 0) {
+            m &= ~(1ULL << (SIGSYS - 1));
+            memcpy(&uc->uc_sigmask, &m, sizeof m);
+        }
+    }
+    if (resume_at_restorer) {
+        g[REG_RIP] = (greg_t)(uintptr_t)weft__sud_restorer;
+        now[0] = 1;
+    } else if (again) {
+        g[REG_RIP] -= 2; /* the syscall instruction: 0f 05 */
+        g[REG_RAX] = nr;
+        now[1] = 1; /* armed again at the next interposer's return */
+    } else {
+        g[REG_RAX] = r;
+        now[0] = 1;
+    }
+    errno = saved_errno;
+}
+
+/* ---- on and off ----------------------------------------------------------- */
+
+int weft__trap_start(int cfg_trap, int hooks_on) {
+    long on = 0;
+    if (cfg_trap) on = cfg_trap > 0;
+    else {
+        const char *v = getenv("WEFT_TRAP");
+        on = v && *v && strcmp(v, "0") != 0;
+    }
+    if (!on) return 0;
+    if (!hooks_on) {
+        fprintf(stderr, "weft: the system call trap was asked for, but the hooks are off (WEFT_HOOK, "
+                        "weft_runtime_opts.hook): it parks through them, so it stays off\n");
+        return 0;
+    }
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+    fprintf(stderr, "weft: the system call trap was asked for, but a sanitizer build cannot have it (its runtime's "
+                    "own system calls would trap): calls the C library makes itself hold their carriers\n");
+    return 0;
+#else
+    /* the kernel's support, asked of this thread and given back */
+    unsigned char probe = 0;
+    int e = weft__sud_arm(&probe);
+    if (e < 0) {
+        fprintf(stderr, "weft: the system call trap was asked for, but this kernel refuses syscall user dispatch "
+                        "(%s; Linux 5.11+): calls the C library makes itself hold their carriers\n",
+                strerror(-e));
+        return 0;
+    }
+    weft__sud_disarm();
+    if ((e = weft__pool_spawner_start()) < 0) return e;
+    struct ksigaction sa = {on_sigsys, SA_SIGINFO | SA_NODEFER | KSA_RESTORER, weft__sud_restorer, 0};
+    if (syscall(SYS_rt_sigaction, SIGSYS, &sa, NULL, 8) != 0) return -errno;
+    atomic_store(&trap_on, 1);
+    return 1;
+#endif
+}
+
+void weft__trap_stop(void) { atomic_store(&trap_on, 0); }
