@@ -144,16 +144,17 @@ static void *proxy_run(void *arg) {
     return NULL;
 }
 
-/* The call made by a blocking-pool thread while the vthread parks (pinned
- * for it, as the interposers' waits are: its errno and the C library's
- * per-thread state stay on one carrier); as it is where it cannot park. */
+/* The call made by a blocking-pool thread while the vthread parks; as it
+ * is where it cannot park.  Not pinned: the result comes back in rax, not
+ * errno, and a vthread that waits for a lock of the C library's while it
+ * holds another (malloc's arena mutex, seen) must be free to resume on any
+ * carrier -- pinned, a carrier whose own code then wanted that arena would
+ * wait for a vthread that only it could run. */
 static long proxied(long nr, const long a[6]) {
     if (!weft__hook_here()) return raw(nr, a);
     proxy_job j = {.nr = nr};
     memcpy(j.a, a, sizeof j.a);
-    int pin = weft__pin_begin();
     int r = weft__pool_call(proxy_run, &j); /* (never a thread made here: pool.c's spawner) */
-    weft__pin_end(pin);
     return r < 0 ? raw(nr, a) : j.ret;
 }
 

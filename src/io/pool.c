@@ -121,8 +121,10 @@ static int start_thread(void) {
  * the trap interrupted may hold the C library's malloc locks -- seen: a
  * futex wait on malloc's list_lock, trapped while its new arena's mutex
  * was held, whose handler's pthread_create then waited on that very mutex
- * in calloc, for good.  So such a submission that needs one more thread
- * counts it in spawn_want, and this thread, started outside any handler
+ * in calloc, for good; and an interposer the handler calls may submit
+ * too (a pipe's read on the epoll backend, seen the same way).  So while
+ * the spawner runs, every submission that needs one more thread counts it
+ * in spawn_want, and this thread, started outside any handler
  * (weft__pool_spawner_start, when the trap goes on), creates it.  A
  * creation that fails is tried again every 10 ms, said once: the job waits
  * in the queue meanwhile (a thread that finishes takes it too).
@@ -190,7 +192,7 @@ static int pool_submit(pool_job *j, int nogrow) {
     } else if (P.threads < P.max) {
         P.threads++; /* counted now, started below */
         grow = 1;
-        if (nogrow && P.spawner) { /* (the spawner, above) */
+        if ((nogrow || P.spawner) && P.spawner) { /* (the spawner, above: every growth while it runs) */
             P.spawn_want++;
             pthread_cond_signal(&P.spawn_cond);
             grow = 0;
