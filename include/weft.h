@@ -369,11 +369,13 @@ typedef struct weft_runtime_opts {
  * every other call is made as it is.  weft's own system calls are not
  * trapped.  weft_stats.trapped counts the trapped calls.  Rules and
  * limits:
- *  - The price of a trapped call is a signal's delivery and return (3.6
- *    to 3.7 us more than the same call through the PLT hook on a 2-core
- *    VM, 2026-12-04; weft-bench micro --only hook, mode trap): the PLT
- *    hooks stay the fast path, the trap is the net under them.  Calls through the PLT are
- *    not trapped, nor calls inside a signal handler.
+ *  - The price of a trapped call is a signal's delivery and return: 3.3
+ *    us more than the same call through the PLT hook on a 2-core VM
+ *    (2026-12-05, weft-bench micro --only hook, mode trap), of which the
+ *    kernel's bare trap takes 3.1 us (mode trap-floor: a SIGSYS handler
+ *    that only makes the call).  The PLT hooks stay the fast path, the
+ *    trap is the net under them.  Calls through the PLT are not trapped,
+ *    nor calls inside a signal handler.
  *  - stdio FILEs and other state of the C library shared between vthreads
  *    need own TLS (above): its locks are recursive, and without own TLS
  *    two vthreads on one carrier are one owner to them.

@@ -528,10 +528,17 @@ static int micro_pingpong_cross(const bench_opts *o, bench_report *rep) { return
  * "trap" -- the system calls themselves again with the hooks and the
  * system call trap on (weft_runtime_opts.trap): each traps, and the
  * hooks' write and read make it (what a call the C library makes on its
- * own costs, against "on": the same work reached through the PLT).
+ * own costs, against "on": the same work reached through the PLT), and
+ * "trap-floor" -- the kernel's part of that: the same system calls on a
+ * plain thread (no runtime) that this file arms for syscall user dispatch
+ * itself, with a SIGSYS handler that only makes the call and returns (a
+ * restorer of its own in the range the kernel lets through, as weft's).
+ * No trap can cost less than trap-floor on the machine; "trap" minus
+ * "trap-floor" is what weft's handler adds.  ns_per_call_over_syscall:
+ * (this mode's pair - the syscall mode's pair) / 2, one call's extra.
  */
-enum { HOOK_SYSCALL, HOOK_OFF, HOOK_ON, HOOK_WEFT, HOOK_TRAP, HOOK_MODES };
-static const char *const hook_mode_name[HOOK_MODES] = {"syscall", "off", "on", "weft", "trap"};
+enum { HOOK_SYSCALL, HOOK_OFF, HOOK_ON, HOOK_WEFT, HOOK_TRAP, HOOK_FLOOR, HOOK_MODES };
+static const char *const hook_mode_name[HOOK_MODES] = {"syscall", "off", "on", "weft", "trap", "trap-floor"};
 
 typedef struct hook_run {
     int mode;
@@ -540,6 +547,83 @@ typedef struct hook_run {
     int err;
     double wall_s;
 } hook_run;
+
+#if defined(__x86_64__) && defined(__linux__)
+/*
+ * The floor's handler and restorer.  The range [fl_begin, fl_end) is what
+ * the kernel lets through: the restorer's rt_sigreturn and fl_sys, the
+ * handler's own system call (the selector stays 1 throughout: nothing
+ * outside the range makes a call while the floor runs).
+ */
+extern char weft_bench_fl_begin[], weft_bench_fl_end[], weft_bench_fl_restorer[];
+long weft_bench_fl_sys(long nr, long a, long b, long c);
+__asm__(".text\n"
+        ".globl weft_bench_fl_begin\n.hidden weft_bench_fl_begin\nweft_bench_fl_begin:\n"
+        ".globl weft_bench_fl_restorer\n.hidden weft_bench_fl_restorer\nweft_bench_fl_restorer:\n"
+        "  mov $15, %eax\n  syscall\n  hlt\n"
+        ".globl weft_bench_fl_sys\n.hidden weft_bench_fl_sys\nweft_bench_fl_sys:\n"
+        "  mov %rdi, %rax\n  mov %rsi, %rdi\n  mov %rdx, %rsi\n  mov %rcx, %rdx\n  syscall\n  ret\n"
+        ".globl weft_bench_fl_end\n.hidden weft_bench_fl_end\nweft_bench_fl_end:\n");
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <ucontext.h>
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#endif
+#ifndef PR_SYS_DISPATCH_OFF
+#define PR_SYS_DISPATCH_OFF 0
+#define PR_SYS_DISPATCH_ON 1
+#endif
+
+struct fl_ksigaction {
+    void (*handler)(int, siginfo_t *, void *);
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+
+static void fl_on_sigsys(int sig, siginfo_t *si, void *ucv) {
+    (void)sig;
+    greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
+    g[REG_RAX] = weft_bench_fl_sys(si->si_syscall, g[REG_RDI], g[REG_RSI], g[REG_RDX]);
+}
+
+/* R write+read pairs trapped on this thread; -errno where the kernel refuses. */
+static int hook_floor(hook_run *h) {
+    static volatile unsigned char sel;
+    struct fl_ksigaction sa = {fl_on_sigsys, SA_SIGINFO | SA_NODEFER | 0x04000000UL /* SA_RESTORER */,
+                               (void (*)(void))(void *)weft_bench_fl_restorer, 0},
+                         old;
+    if (syscall(SYS_rt_sigaction, SIGSYS, &sa, &old, 8) != 0) return -errno;
+    sel = 0;
+    int r = 0;
+    if (prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, (unsigned long)weft_bench_fl_begin,
+              (unsigned long)(weft_bench_fl_end - weft_bench_fl_begin), &sel) != 0)
+        r = -errno;
+    else {
+        char c = 'x';
+        int64_t t0 = weft_now(); /* vDSO: no system call */
+        sel = 1;
+        for (long i = 0; i < h->rounds && !h->err; i++) {
+            long w = syscall(SYS_write, h->fd[1], &c, 1);
+            long rd = syscall(SYS_read, h->fd[0], &c, 1);
+            if (w != 1 || rd != 1) h->err = errno ? errno : EIO;
+        }
+        sel = 0;
+        h->wall_s = (double)(weft_now() - t0) / 1e9;
+        prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
+    }
+    syscall(SYS_rt_sigaction, SIGSYS, &old, NULL, 8);
+    return r;
+}
+#else
+static int hook_floor(hook_run *h) {
+    (void)h;
+    return -ENOTSUP;
+}
+#endif
+
 
 static void *hook_body(void *arg) {
     hook_run *h = arg;
@@ -570,9 +654,48 @@ static void *hook_body(void *arg) {
     return NULL;
 }
 
+/* The floor on a plain thread of its own (no runtime, nothing else armed). */
+static void *hook_floor_thread(void *arg) {
+    hook_run *h = arg;
+    int r = hook_floor(h);
+    if (r < 0 && !h->err) h->err = -r;
+    return NULL;
+}
+
+static int micro_hook_floor(long rounds, double syscall_pair_ns, bench_report *rep) {
+    hook_run h = {.mode = HOOK_FLOOR, .rounds = rounds};
+    if (pipe(h.fd) != 0) return -errno;
+    pthread_t th;
+    int r = pthread_create(&th, NULL, hook_floor_thread, &h);
+    if (r == 0) pthread_join(th, NULL);
+    else h.err = r;
+    close(h.fd[0]);
+    close(h.fd[1]);
+    bench_result res;
+    char e[32];
+    br_init(&res, "hook", "weft");
+    br_set(&res, "status", "%s", h.err == ENOTSUP || h.err == EINVAL ? "unsupported" : h.err ? "failed" : "ok");
+    br_set(&res, "mode", "%s", hook_mode_name[HOOK_FLOOR]);
+    br_setl(&res, "pairs", rounds);
+    if (!h.err) {
+        double pair = h.wall_s * 1e9 / (double)rounds;
+        br_setf(&res, "wall_s", 3, h.wall_s);
+        br_setf(&res, "ns_per_write_read", 1, pair);
+        br_setf(&res, "ns_per_call_over_syscall", 1, (pair - syscall_pair_ns) / 2);
+    } else
+        br_set(&res, "err", "%s", errno_name(-h.err, e, sizeof e));
+    return report_add_weft(rep, &res);
+}
+
 static int micro_hook(const bench_opts *o, bench_report *rep) {
     long rounds = o->rounds ? o->rounds : 1000000;
+    double syscall_pair_ns = 0;
     for (int mode = 0; mode < HOOK_MODES; mode++) {
+        if (mode == HOOK_FLOOR) {
+            int r = micro_hook_floor(rounds, syscall_pair_ns, rep);
+            if (r < 0) return r;
+            continue;
+        }
         weft_runtime_opts cfg = {.carriers = 1,
                                  .hook = mode == HOOK_ON || mode == HOOK_TRAP ? WEFT_HOOK_ON : WEFT_HOOK_OFF,
                                  .trap = mode == HOOK_TRAP ? 1 : -1};
@@ -607,7 +730,10 @@ static int micro_hook(const bench_opts *o, bench_report *rep) {
         br_setl(&res, "trapped", (long)(s1.trapped - s0.trapped));
         br_setl(&res, "pairs", rounds);
         br_setf(&res, "wall_s", 3, h.wall_s);
-        br_setf(&res, "ns_per_write_read", 1, h.wall_s * 1e9 / (double)rounds);
+        double pair = h.wall_s * 1e9 / (double)rounds;
+        if (mode == HOOK_SYSCALL) syscall_pair_ns = pair;
+        br_setf(&res, "ns_per_write_read", 1, pair);
+        br_setf(&res, "ns_per_call_over_syscall", 1, (pair - syscall_pair_ns) / 2);
         if (h.err) br_set(&res, "err", "%s", errno_name(-h.err, e, sizeof e));
         if ((r = report_add_weft(rep, &res)) < 0) return r;
     }
