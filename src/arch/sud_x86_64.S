@@ -34,15 +34,58 @@
     .globl  weft__sud_restorer
     .hidden weft__sud_restorer
     .type   weft__sud_restorer, @function
+
+/*
+ * The restorer's call frame information describes the kernel's signal
+ * frame, so that an unwinder (the dump's, libdw; gdb) walks from the
+ * handler on into the code the trap interrupted -- the program's frames,
+ * where a trapped wait's call site is.  At the restorer the stack pointer
+ * is the frame's ucontext (the handler's return popped pretcode), whose
+ * mcontext gregs start 40 bytes in (uc_flags, uc_link, uc_stack), in
+ * <sys/ucontext.h>'s REG_* order: so the caller's CFA is its saved rsp
+ * (gregs[15]) and each register is saved at 40 + 8 * its REG_ index.
+ * The description starts one byte early (the nop): an unwinder looks a
+ * return address up at address - 1.  Offsets are written as two-byte
+ * SLEB128s (valid for 0 to 8191).
+ */
+#define UC_GREG(i) (40 + 8 * (i))
+    .macro cfi_saved dwarf_reg, greg
+    .cfi_escape 0x10, \dwarf_reg, 3, 0x77, (UC_GREG(\greg) & 0x7f) | 0x80, UC_GREG(\greg) >> 7
+    .endm
+
     .p2align 4
+    .cfi_startproc simple
+    .cfi_signal_frame
+    /* DW_CFA_def_cfa_expression: *(rsp + gregs[REG_RSP]) */
+    .cfi_escape 0x0f, 4, 0x77, (UC_GREG(15) & 0x7f) | 0x80, UC_GREG(15) >> 7, 0x06
+    cfi_saved 8, 0    /* r8 */
+    cfi_saved 9, 1
+    cfi_saved 10, 2
+    cfi_saved 11, 3
+    cfi_saved 12, 4
+    cfi_saved 13, 5
+    cfi_saved 14, 6
+    cfi_saved 15, 7   /* r15 */
+    cfi_saved 5, 8    /* rdi */
+    cfi_saved 4, 9    /* rsi */
+    cfi_saved 6, 10   /* rbp */
+    cfi_saved 3, 11   /* rbx */
+    cfi_saved 1, 12   /* rdx */
+    cfi_saved 0, 13   /* rax */
+    cfi_saved 2, 14   /* rcx */
+    cfi_saved 16, 16  /* rip: the return address column */
+weft__sud_sigframe:              /* (a name for the frame in backtraces) */
+    nop
 weft__sud_range_lo:
 weft__sud_restorer:
-    /* (no CFI: like glibc's __restore_rt, the frame is the kernel's) */
     movl    $15, %eax           /* __NR_rt_sigreturn */
     syscall
 weft__sud_range_hi:             /* the address after the syscall: the kernel checks that one */
     hlt
+    .cfi_endproc
     .size   weft__sud_restorer, . - weft__sud_restorer
+    .type   weft__sud_sigframe, @function
+    .size   weft__sud_sigframe, . - weft__sud_sigframe
 
 /* long weft__sud_clone(long nr, const long args[6], const long long *gregs, int keep_sp)
  * args: rdi, rsi, rdx, r10, r8, r9 of the call; gregs: the signal frame's

@@ -38,7 +38,13 @@
  *    the kernel updates only the registered one, the carrier's; so
  *    sched_getcpu asks the kernel instead of reading a stale 0;
  *  - ctype's per-thread table pointers: __ctype_init, on the block, as a
- *    new thread runs it (weft__tls_start).
+ *    new thread runs it (weft__tls_start);
+ *  - the descriptor's links in glibc's thread lists
+ *    (_thread_db_pthread_list): linked to themselves, in no list.  A fork
+ *    from a vthread with its own TLS makes that block the child's only
+ *    thread, and glibc's fork child unlinks it from the list it was on
+ *    and adds it to the running ones: left zero, that unlink wrote
+ *    through a NULL pointer (seen: bash under weft-run, SIGSEGV at 0x8).
  * The offsets come from glibc's own descriptions (the _thread_db_*
  * symbols, get_robust_list, __rseq_offset), checked against the calling
  * thread at the probe: a glibc whose layout does not match is refused
@@ -128,7 +134,7 @@ static struct {
     void (*call_tls_dtors)(void);
     size_t block_bytes; /* _dl_get_tls_static_info: static TLS and TCB, one block */
     const struct key_struct *keys;
-    size_t off_tid, off_specific, off_robust, off_rseq;
+    size_t off_tid, off_specific, off_robust, off_rseq, off_list;
     intptr_t robust_futex_offset;
     int have_rseq;
     /* the pool */
@@ -184,7 +190,9 @@ static void probe(void) {
     const uint32_t *tid = desc("_thread_db_pthread_tid"), *spec = desc("_thread_db_pthread_specific");
     const uint32_t *kseq = desc("_thread_db_pthread_key_struct_seq"), *kdes = desc("_thread_db_pthread_key_struct_destr");
     const uint32_t *ksz = desc("_thread_db_sizeof_pthread_key_struct"), *psz = desc("_thread_db_sizeof_pthread");
-    if (!T.allocate || !T.deallocate || !T.ctype_init || !T.keys || !tid || !spec || !kseq || !kdes || !ksz || !psz)
+    const uint32_t *lst = desc("_thread_db_pthread_list");
+    if (!T.allocate || !T.deallocate || !T.ctype_init || !T.keys || !tid || !spec || !kseq || !kdes || !ksz || !psz ||
+        !lst)
         return refuse("this C library does not export what it needs (_dl_allocate_tls, __pthread_keys, "
                       "the _thread_db_ descriptions: glibc 2.35+)");
     char *tp = tp_self();
@@ -195,6 +203,11 @@ static void probe(void) {
     if (spec[0] != 64 * SPECIFIC_N || kseq[2] != 0 || kdes[2] != sizeof(uintptr_t) || ksz[0] != sizeof(struct key_struct) ||
         T.off_specific + 8 * SPECIFIC_N > psz[0])
         return refuse("glibc's pthread key layout is not the one this weft was written for");
+    /* the thread list's links: a list_t {next, prev}, linked in a list */
+    T.off_list = lst[2];
+    void **ln = (void **)(tp + T.off_list);
+    if (lst[0] != 128 || T.off_list + 2 * sizeof(void *) > psz[0] || !ln[0] || ((void **)ln[0])[1] != ln)
+        return refuse("glibc's thread descriptor does not hold its list links where _thread_db_pthread_list says");
     void *head = NULL;
     size_t len = 0;
     if (syscall(SYS_get_robust_list, 0, &head, &len) != 0 || !head || (char *)head < tp ||
@@ -223,6 +236,8 @@ static void tcb_fill(char *tp) {
     ((void **)tp)[0] = tp; /* tcb */
     ((void **)tp)[2] = tp; /* self */
     memcpy(tp + HDR_COPY_LO, me + HDR_COPY_LO, HDR_COPY_HI - HDR_COPY_LO);
+    void **ln = (void **)(tp + T.off_list);
+    ln[0] = ln[1] = ln; /* list: linked to itself (below, "fork") */
     void **rh = (void **)(tp + T.off_robust);
     rh[0] = rh;                              /* list: empty */
     ((intptr_t *)rh)[1] = T.robust_futex_offset; /* futex_offset */

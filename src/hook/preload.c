@@ -22,9 +22,24 @@
  *
  * exit() from main (or a return from it) runs the atexit handlers on the
  * vthread, with the runtime still up: they may block in hooked calls too.
+ *
+ * What a foreign main gets that weft's own vthreads ask for (weft.h, "Own
+ * TLS" and "The system call trap"), unless the environment says otherwise:
+ *  - its own TLS (WEFT_OWN_TLS=0 leaves it out): the program's __thread
+ *    variables, errno, and the owner of its recursive locks and FILEs are
+ *    main's, not the carrier's, and its hooked calls need no errno pin;
+ *  - the system call trap (WEFT_TRAP=0 leaves it out), with the hooks:
+ *    the calls the C library makes itself (stdio's read, its locks' futex
+ *    waits, popen's wait) park too.
+ * A sanitizer build has neither (each says why where it is asked for by
+ * name; a default it cannot keep is left out quietly), nor can its
+ * libweft-hook.so be preloaded into an uninstrumented program anyway.
+ * main is marked foreign for the dump and weft-top.
  */
 #define _GNU_SOURCE
 #include "weft.h"
+#include "../sched/sched.h"
+#include "hook.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -49,7 +64,14 @@ static struct {
 
 static void *main_vthread(void *unused) {
     (void)unused;
+    weft_thread *me = weft__self();
+    if (me) atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
     return (void *)(intptr_t)M.main(M.argc, M.argv, M.envp);
+}
+
+static int env_unset(const char *name) {
+    const char *v = getenv(name);
+    return !v || !*v;
 }
 
 static size_t main_stack_size(void) {
@@ -65,14 +87,27 @@ static int main_on_vthread(int argc, char **argv, char **envp) {
     M.argc = argc;
     M.argv = argv;
     M.envp = envp;
-    int r = weft_init(NULL);
+    weft_runtime_opts cfg = {0};
+#if !defined(WEFT_ASAN) && !defined(WEFT_TSAN)
+    if (env_unset("WEFT_TRAP") && weft__hook_wanted(0)) cfg.trap = 1;
+#endif
+    int r = weft_init(&cfg);
     if (r < 0 && r != -EALREADY) {
         fprintf(stderr, "weft-hook: the runtime cannot start (%s): main runs on its own thread\n", strerror(-r));
         return M.main(argc, argv, envp);
     }
     weft_thread_opts a = {.name = "main", .stack_size = main_stack_size()};
+#if !defined(WEFT_ASAN) && !defined(WEFT_TSAN)
+    if (env_unset("WEFT_OWN_TLS")) a.own_tls = 1;
+#endif
     weft_thread *t;
     r = weft_spawn(&t, main_vthread, NULL, &a);
+    if (r == -ENOTSUP && a.own_tls > 0) {
+        fprintf(stderr, "weft-hook: this C library cannot give main a TLS block of its own: main uses its "
+                        "carriers' TLS\n");
+        a.own_tls = 0;
+        r = weft_spawn(&t, main_vthread, NULL, &a);
+    }
     if (r < 0) {
         fprintf(stderr, "weft-hook: cannot start main as a vthread (%s): main runs on its own thread\n",
                 strerror(-r));

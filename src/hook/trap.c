@@ -261,6 +261,25 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     long r = 0;
     int again = 0, resume_at_restorer = 0;
     __atomic_fetch_add(&weft__sud_trapped, 1, __ATOMIC_RELAXED); /* (weft_stats.trapped) */
+    /* what the dump and weft-top show of it (sched.h: foreign code): the
+     * call, the program's syscall instruction (the address after it, as a
+     * return address: what the symbolizer takes), the first argument; the
+     * previous ones given back at the end (a program's handler that
+     * interrupted a trapped call and traps itself nests) */
+    weft_thread *me = weft__self();
+    uint16_t prev_call = 0;
+    const void *prev_pc = NULL;
+    uint64_t prev_arg = 0;
+    if (me) {
+        prev_call = atomic_load_explicit(&me->trap_call, memory_order_relaxed);
+        prev_pc = atomic_load_explicit(&me->trap_pc, memory_order_relaxed);
+        prev_arg = atomic_load_explicit(&me->trap_arg, memory_order_relaxed);
+        atomic_store_explicit(&me->trap_pc, (const void *)(uintptr_t)g[REG_RIP], memory_order_relaxed);
+        atomic_store_explicit(&me->trap_arg, (uint64_t)a[0], memory_order_relaxed);
+        atomic_store_explicit(&me->trap_call, (uint16_t)(nr + 1), memory_order_release);
+        atomic_store_explicit(&me->trap_count, atomic_load_explicit(&me->trap_count, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    }
     switch (nr) {
     case SYS_rt_sigreturn: resume_at_restorer = 1; break;
     case SYS_rt_sigprocmask: r = trapped_sigmask(uc, a); break;
@@ -273,6 +292,11 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     case SYS_wait4: r = trapped_wait4(a); break;
     default:
         if (!weft__hook_trapped(nr, a, &r)) r = raw(nr, a);
+    }
+    if (me) {
+        atomic_store_explicit(&me->trap_call, prev_call, memory_order_relaxed);
+        atomic_store_explicit(&me->trap_pc, prev_pc, memory_order_relaxed);
+        atomic_store_explicit(&me->trap_arg, prev_arg, memory_order_relaxed);
     }
     unsigned char *now = weft__sud_sel;
     if (now != sel) { /* resumed on another carrier: its altstack and mask */

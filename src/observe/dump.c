@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct out {
@@ -153,6 +154,7 @@ typedef struct vrec {
     int why;          /* parked: WEFT__WHY_*, else -1 */
     int op;           /* io: IOR_*, else -1 */
     const char *call; /* the blocking call (a function's name or a table's) */
+    int trap;         /* parked inside a trapped system call: its number + 1, else 0 */
     const char *sfile; /* its call site */
     int sline;
     const char *sfunc;
@@ -267,13 +269,22 @@ static const weft__sym_frame *user_frame(const weft__sym *s) {
     return &s->f[0];
 }
 
-static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n) {
+/* 1 if s lies in the C library (libc.so.6), by its file's name. */
+static int in_libc(const weft__sym *s) {
+    const char *b = s->module ? strrchr(s->module, '/') : NULL;
+    b = b ? b + 1 : s->module;
+    return b && !strncmp(b, "libc.so", 7);
+}
+
+static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n, int trapped) {
     const char *bf = (const char *)(uintptr_t)ld(&t->block_file);
     int bl = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
-    int outside = -1; /* the first frame outside weft */
+    /* the first frame outside weft -- and, for a trapped call, outside the
+     * C library too: stdio's read under fgets is the program's fgets */
+    int outside = -1;
     for (int i = 0; i < n && outside < 0; i++) {
         const weft__sym *s = weft__sym_get(pcs[i]);
-        if (!s->weft && s->n) outside = i;
+        if (!s->weft && s->n && !(trapped && in_libc(s))) outside = i;
     }
     r->sfile = NULL;
     r->sline = 0;
@@ -358,6 +369,78 @@ short_of_memory:
     o->short_of_memory = 1;
 }
 
+/*
+ * Foreign code.  What the trap is making for a vthread (sched.h: trap_call,
+ * trap_pc, trap_arg, written by hook/trap.c): the call's name, what its
+ * first argument is to it (a futex word's address, an fd, a pid), and the
+ * program's syscall instruction it came from -- in the C library mostly
+ * ("__lll_lock_wait_private+0x2b (libc.so.6)"), the stack showing whose
+ * call it made.
+ */
+typedef struct trapped {
+    int call; /* number + 1; 0: none */
+    uint64_t arg;
+    uintptr_t pc;
+} trapped;
+
+static const char *trap_call_name(int call, char *buf, size_t cap) {
+    const char *n = weft__syscall_name(call - 1);
+    if (n) return n;
+    snprintf(buf, cap, "system call %d", call - 1);
+    return buf;
+}
+
+/* What the first argument is, by call: "futex", "fd", "pid" or NULL. */
+static const char *trap_arg_kind(int call) {
+    switch (call - 1) {
+    case SYS_futex: return "futex";
+    case SYS_wait4: return "pid";
+    case SYS_read: case SYS_write: case SYS_readv: case SYS_writev: case SYS_pread64: case SYS_pwrite64:
+    case SYS_recvfrom: case SYS_sendto: case SYS_recvmsg: case SYS_sendmsg: case SYS_accept: case SYS_accept4:
+    case SYS_connect: case SYS_epoll_pwait:
+#ifdef SYS_epoll_wait
+    case SYS_epoll_wait:
+#endif
+        return "fd";
+    default: return NULL;
+    }
+}
+
+static void put_trapped(out *o, const trapped *tr) {
+    char nb[32];
+    const char *name = trap_call_name(tr->call, nb, sizeof nb), *kind = trap_arg_kind(tr->call);
+    const weft__sym *s = tr->pc ? weft__sym_get(tr->pc) : NULL;
+    const weft__sym_frame *f = s && s->n ? &s->f[s->n - 1] : NULL;
+    const char *mod = s && s->module ? strrchr(s->module, '/') : NULL;
+    mod = mod ? mod + 1 : s ? s->module : NULL;
+    if (o->json) {
+        put(o, ",\"trapped\":{\"call\":");
+        put_str_json(o, name);
+        put(o, ",\"nr\":%d", tr->call - 1);
+        if (kind && !strcmp(kind, "futex")) put_hex_json(o, "futex", (uintptr_t)tr->arg);
+        else if (kind) put(o, ",\"%s\":%d", kind, (int)tr->arg);
+        put_hex_json(o, "pc", tr->pc);
+        if (f && f->func) {
+            put(o, ",\"function\":");
+            put_str_json(o, f->func);
+            put_hex_json(o, "offset", f->off);
+        }
+        if (s && s->module) {
+            put(o, ",\"module\":");
+            put_str_json(o, s->module);
+        }
+        put(o, "}");
+        return;
+    }
+    put(o, " in trapped %s (", name);
+    if (kind && !strcmp(kind, "futex")) put(o, "futex 0x%" PRIx64 ", ", tr->arg);
+    else if (kind) put(o, "%s %d, ", kind, (int)tr->arg);
+    if (f && f->func) put(o, "from %s+0x%" PRIxPTR, f->func, f->off);
+    else put(o, "from 0x%" PRIxPTR, tr->pc);
+    if (mod) put(o, " in %s", mod);
+    put(o, ")");
+}
+
 static void one(weft__stack *s, void *ctx) {
     out *o = ctx;
     weft_thread *t = (weft_thread *)s;
@@ -374,6 +457,13 @@ static void one(weft__stack *s, void *ctx) {
     unsigned gid = __atomic_load_n(&t->grp_id, __ATOMIC_RELAXED); /* its carrier group, 0: the default */
     unsigned scoped_n = atomic_load_explicit(&t->scoped_n, memory_order_relaxed);
     int own_tls = __atomic_load_n(&t->tls, __ATOMIC_RELAXED) != NULL; /* its own TLS block (arch/tls.c) */
+    int foreign = atomic_load_explicit(&t->foreign, memory_order_relaxed);
+    uint64_t ntrapped = atomic_load_explicit(&t->trap_count, memory_order_relaxed);
+    trapped tr = {.call = atomic_load_explicit(&t->trap_call, memory_order_acquire)};
+    if (tr.call) {
+        tr.pc = (uintptr_t)atomic_load_explicit(&t->trap_pc, memory_order_relaxed);
+        tr.arg = atomic_load_explicit(&t->trap_arg, memory_order_relaxed);
+    }
     /* acquire: c may be a spare the monitor made after the walk began
      * (sched.c's enter) */
     weft__carrier *c = __atomic_load_n(&t->carrier, __ATOMIC_ACQUIRE);
@@ -391,7 +481,20 @@ static void one(weft__stack *s, void *ctx) {
         r.op = atomic_load_explicit(&t->block_op, memory_order_relaxed);
         fd = atomic_load_explicit(&t->block_fd, memory_order_relaxed);
     }
-    if (parked) site_of(&r, t, pcs, n);
+    if (!parked) tr.call = 0; /* (shown for a wait only) */
+    if (parked) site_of(&r, t, pcs, n, tr.call != 0);
+    if (tr.call) { /* the trapped call is the call it waits in */
+        /* a futex wait or wait4 is made by a blocking-pool thread (trap.c):
+         * "io" is how the vthread waits for that thread, not what for */
+        if (why == WEFT__WHY_IO && (tr.call - 1 == SYS_futex || tr.call - 1 == SYS_wait4)) {
+            why = WEFT__WHY_BLOCKING;
+            r.why = why;
+            r.op = -1;
+        }
+        r.trap = tr.call;
+        r.call = weft__syscall_name(tr.call - 1);
+        if (!r.call) r.call = "a system call";
+    }
     char cb[96];
     const char *call = parked ? call_label(r.call, cb, sizeof cb) : NULL;
     o->count++;
@@ -408,11 +511,14 @@ static void one(weft__stack *s, void *ctx) {
          * which may be secrets (a token, a user) */
         put(o, ",\"scoped_bindings\":%u", scoped_n);
         if (own_tls) put(o, ",\"own_tls\":true");
+        if (foreign) put(o, ",\"foreign\":true");
+        if (ntrapped) put(o, ",\"trapped_calls\":%" PRIu64, ntrapped);
         if (running) put(o, ",\"carrier\":%d", weft__carrier_index(c));
         if (parked) {
             put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(why));
             put_str_json(o, call);
             if (r.op >= 0) put(o, ",\"fd\":%d", fd);
+            if (tr.call) put_trapped(o, &tr);
             put(o, ",\"since_ns\":%" PRId64, age_of(since));
             if (until) put(o, ",\"until_ns\":%" PRId64, left_of(until));
             put_site_json(o, &r);
@@ -432,6 +538,8 @@ static void one(weft__stack *s, void *ctx) {
         if (tsc) put(o, "(scope #%" PRIu64 ") ", tsc);
         if (scoped_n) put(o, "[%u scoped binding%s] ", scoped_n, scoped_n == 1 ? "" : "s");
         if (own_tls) put(o, "[own TLS] ");
+        if (foreign) put(o, "[foreign] ");
+        if (ntrapped) put(o, "[%" PRIu64 " trapped call%s] ", ntrapped, ntrapped == 1 ? "" : "s");
         if (running) put(o, "running on carrier %d\n", weft__carrier_index(c));
         else if (parked) {
             if (why == WEFT__WHY_SLEEP && until)
@@ -439,7 +547,8 @@ static void one(weft__stack *s, void *ctx) {
                     (double)age_of(since) / 1e9);
             else
                 put(o, "parked on %s for %.3f s", why_name(why), (double)age_of(since) / 1e9);
-            put(o, " in %s", call);
+            if (tr.call) put_trapped(o, &tr);
+            else put(o, " in %s", call);
             if (r.op >= 0) put(o, " (fd %d)", fd);
             put_site_text(o, &r);
             put(o, "\n");
@@ -472,6 +581,7 @@ static int rec_key_cmp(const vrec *a, const vrec *b, const uintptr_t *pool) {
     if (a->why != b->why) return a->why < b->why ? -1 : 1;
     if (a->op != b->op) return a->op < b->op ? -1 : 1;
     if ((d = str_cmp(a->call, b->call))) return d;
+    if (a->trap != b->trap) return a->trap < b->trap ? -1 : 1;
     if ((d = str_cmp(a->sfile, b->sfile))) return d;
     if (a->sline != b->sline) return a->sline < b->sline ? -1 : 1;
     if (a->n != b->n) return a->n < b->n ? -1 : 1;
@@ -531,6 +641,7 @@ static void groups(out *o) {
             if (r->why >= 0) {
                 put(o, ",\"waiting_on\":\"%s\",\"call\":", why_name(r->why));
                 put_str_json(o, call);
+                if (r->trap) put(o, ",\"trapped\":true");
                 put_site_json(o, r);
             }
             put(o, ",\"ids\":[");
@@ -545,7 +656,7 @@ static void groups(out *o) {
         } else {
             put(o, "%zu vthread%s %s", g[k].count, g[k].count == 1 ? "" : "s", r->state);
             if (r->why >= 0) {
-                put(o, " on %s in %s", why_name(r->why), call);
+                put(o, " on %s in %s%s", why_name(r->why), r->trap ? "trapped " : "", call);
                 put_site_text(o, r);
             }
             put(o, ":");

@@ -1798,6 +1798,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->tls = tls;
     t->tls_reused = (uint8_t)tls_reused;
     t->sud = 0;
+    atomic_store_explicit(&t->foreign, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->trap_call, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->trap_count, 0, memory_order_relaxed);
     /* (release: a late caller racing to reap the slot's last vthread, which
      * takes join_lock and reads this, then sees the generation it bumped) */
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_release);

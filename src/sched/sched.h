@@ -204,6 +204,17 @@ struct weft_thread {
     void *tls;
     uint8_t tls_reused;
     uint16_t sud;                    /* its carrier's sud[] while it is off-CPU (internal.h) */
+    /* foreign code (for the dump and weft-top; written by the vthread,
+     * read racily): 1 if libweft-hook.so started it to run a program weft
+     * did not compile (hook/preload.c: main); the system call the trap is
+     * making for it now (hook/trap.c: its number + 1, 0 none), the
+     * program's syscall instruction and first argument (a futex's address,
+     * an fd, a pid); and how many of its calls have trapped */
+    _Atomic uint8_t foreign;
+    _Atomic uint16_t trap_call;
+    _Atomic(const void *) trap_pc;
+    _Atomic uint64_t trap_arg;
+    _Atomic uint64_t trap_count;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");

@@ -329,6 +329,22 @@ TEST(fork_from_vthread) {
     exercise_runtime(); /* the parent's runtime goes on */
 }
 
+/* The same from a vthread with its own TLS (arch/tls.c): the child's only
+ * thread runs on that block, and glibc's fork moves the block's thread
+ * descriptor onto its list of running threads (seen: it crashed there
+ * when the block's list links were left zero -- bash under weft-run). */
+TEST(fork_from_an_own_tls_vthread) {
+    if (TEST_SANITIZED) SKIP("sanitizer build: own TLS is refused there (test_tls says why)");
+    weft_thread *t;
+    char *err;
+    weft_thread_opts o = {.own_tls = 1};
+    CHECK_EQ(weft_spawn(&t, fork_in_vthread, (void *)0, &o), 0);
+    CHECK_EQ(weft_join(t, (void **)&err), 0);
+    if (!(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0)) fprintf(stderr, "child stderr:\n%s\n", err);
+    check_exited_0(child_status);
+    exercise_runtime();
+}
+
 TEST(fork_from_vthread_child_returning_is_stopped) {
     weft_thread *t;
     char *err;

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -452,6 +453,42 @@ static void *untrapped_body(void *arg) {
     CHECK_EQ(syscall(SYS_getppid), (long)getppid());
     CHECK_EQ(trapped(), t0);
     return NULL;
+}
+
+/* ---- the dump names a trapped wait ------------------------------------------ */
+
+static _Atomic uint32_t dump_word;
+static void *dump_futex_waiter(void *arg) {
+    (void)arg;
+    while (atomic_load(&dump_word) == 0) syscall(SYS_futex, &dump_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    return NULL;
+}
+
+/* A vthread parked in a trapped futex wait: the dump says so, with the
+ * word's address and the instruction the call came from, in text and in
+ * JSON (what weft-top reads); and counts the vthread's trapped calls. */
+TEST(the_dump_shows_a_trapped_futex_wait) {
+    DET_SKIP("a platform thread wakes in real time");
+    start();
+    weft_thread *t;
+    weft_thread_opts o = {.name = "in-futex"};
+    CHECK_EQ(weft_spawn(&t, dump_futex_waiter, NULL, &o), 0);
+    char text[96], json[96];
+    snprintf(text, sizeof text, "in trapped futex (futex 0x%" PRIxPTR ", from ", (uintptr_t)&dump_word);
+    snprintf(json, sizeof json, "\"trapped\":{\"call\":\"futex\",\"nr\":%d,\"futex\":\"0x%" PRIxPTR "\"",
+             (int)SYS_futex, (uintptr_t)&dump_word);
+    /* the site: the program's frame, past the C library's syscall() */
+    char *d = dump_showing(WEFT_DUMP_TEXT, "\"in-futex\" [1 trapped call] parked on blocking", text,
+                           "test_trap.c", "(dump_futex_waiter)", NULL);
+    char *l = strstr(d, "\"in-futex\"");
+    printf("%.*s\n", (int)strcspn(l, "\n"), l);
+    CHECK(strstr(d, "1 vthread parked on blocking in trapped futex at ") != NULL); /* its group */
+    free(d);
+    d = dump_showing(WEFT_DUMP_JSON, json, "\"trapped_calls\":1", NULL);
+    free(d);
+    atomic_store(&dump_word, 1); /* a platform thread's wake */
+    syscall(SYS_futex, &dump_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    join(t);
 }
 
 TEST(the_trap_stays_off_without_the_hooks_and_by_default) {
