@@ -15,9 +15,12 @@
  * The screen: plain ANSI escapes, no curses (the alternate screen, the
  * cursor hidden, raw keys).  Each snapshot (one a second) is parsed
  * (apps/common/json.c) and drawn: the header (pid, program, uptime, carriers, I/O
- * backend, vthreads by state, totals and rates), one row per carrier (busy
+ * backend, vthreads by state, totals and rates; where the program runs
+ * foreign code, how many vthreads are foreign, have their own TLS or wait
+ * in a trapped call, and the trapped calls' rate), one row per carrier (busy
  * %, runnable, switches, steals and parks per second, what it runs), the
- * vthreads grouped by call site, scopes, executors and their queues,
+ * vthreads grouped by call site (a wait inside a trapped call as "trapped
+ * futex", at the program's frame that made it), scopes, executors and their queues,
  * pinned and hog events, and the slowest sleepers -- each section cut to
  * what the terminal's height leaves, saying how many rows it left out.
  * Rates are differences between consecutive snapshots over the console's
@@ -415,7 +418,7 @@ static void fmt_rate(char *b, size_t cap, double v) {
 #define MAXC 1024
 typedef struct prevc {
     int have;
-    double switches, steals, parks;
+    double switches, steals, parks, trapped;
     double c_switches[MAXC], c_steals[MAXC], c_parks[MAXC];
     int c_have[MAXC];
 } prevc;
@@ -451,6 +454,7 @@ static const char *site_label(const json *v, char *b, size_t cap) {
 }
 
 #define LABEL 256
+#define WHY 40 /* "trapped " and a system call's name */
 
 static void draw(screen *s, const json *root, prevc *pv) {
     const json *con = json_get(root, "weft_console"), *dump = json_get(root, "weft_dump");
@@ -462,12 +466,12 @@ static void draw(screen *s, const json *root, prevc *pv) {
     fmt_dur(up, sizeof up, json_num(json_get(con, "uptime_ns"), 0));
     /* vthreads by state, and parked ones by what they wait on */
     const json *vts = json_get(dump, "vthreads");
-    int nrun = 0, nrunnable = 0, nparked = 0, nnew = 0, nother = 0;
+    int nrun = 0, nrunnable = 0, nparked = 0, nnew = 0, nother = 0, nown = 0, nforeign = 0, nintrap = 0;
     size_t nv = vts ? vts->n : 0;
     site *sites = calloc(nv + 1, sizeof *sites);
     const json **sleepers = calloc(nv + 1, sizeof *sleepers);
-    char *labels = calloc(nv + 1, LABEL);
-    if (!sites || !sleepers || !labels) die("out of memory");
+    char *labels = calloc(nv + 1, LABEL), *whybuf = calloc(nv + 1, WHY);
+    if (!sites || !sleepers || !labels || !whybuf) die("out of memory");
     int nsites = 0, nsleep = 0;
     char whys[512] = "";
     struct { const char *why; int n; } wc[32];
@@ -481,6 +485,18 @@ static void draw(screen *s, const json *root, prevc *pv) {
         else nother++;
         const char *why = json_str(json_get(v, "waiting_on"), strcmp(state, "parked") ? state : "?");
         const char *where = site_label(v, labels + (size_t)nsites * LABEL, LABEL);
+        nown += json_get(v, "own_tls") != NULL;
+        nforeign += json_get(v, "foreign") != NULL;
+        /* a wait inside a call the system call trap made for the vthread:
+         * the call is what it waits in ("trapped futex"), its site the
+         * program's frame (the dump's) */
+        const json *tr = json_get(v, "trapped");
+        if (tr) {
+            char *w = whybuf + (size_t)nsites * WHY;
+            snprintf(w, WHY, "trapped %s", json_str(json_get(tr, "call"), "?"));
+            why = w;
+            nintrap++;
+        }
         if (!strcmp(state, "parked")) {
             int i;
             for (i = 0; i < nwc && strcmp(wc[i].why, why); i++) {
@@ -533,6 +549,16 @@ static void draw(screen *s, const json *root, prevc *pv) {
     pv->switches = sw;
     pv->steals = stl;
     pv->parks = pk;
+    /* foreign code (weft-run, the system call trap, own TLS): said when
+     * there is any */
+    double trp = json_num(json_get(st, "trapped"), 0);
+    if (nforeign || nown || trp > 0) {
+        fmt_rate(b1, sizeof b1, rates ? (trp - pv->trapped) * 1e9 / window : -1);
+        line(s, "foreign code: %d vthread%s foreign, %d with own TLS, %d parked in trapped calls; trapped calls "
+                "%.0f (%s/s)",
+             nforeign, nforeign == 1 ? "" : "s", nown, nintrap, trp, b1);
+    }
+    pv->trapped = trp;
     line(s, "%s", "");
 
     /* carriers: the console's counters joined to the dump's states */
@@ -667,6 +693,7 @@ static void draw(screen *s, const json *root, prevc *pv) {
     }
     pv->have = 1;
     free(labels);
+    free(whybuf);
     free(sites);
     free(sleepers);
 }

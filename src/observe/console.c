@@ -343,11 +343,11 @@ static void header(sbuf *b, sample *s, const sample *prev, int64_t started_at) {
            ",\"peak\":%" PRIu64 ",\"switches\":%" PRIu64 ",\"steals\":%" PRIu64 ",\"parks\":%" PRIu64
            ",\"pinned\":%" PRIu64 ",\"hogs\":%" PRIu64 ",\"carriers\":%" PRIu64 ",\"spares\":%" PRIu64
            ",\"compensating\":%" PRIu64 ",\"stacks\":%" PRIu64 ",\"stack_bytes_reserved\":%" PRIu64
-           "},\n  \"carrier_counters\":[",
+           ",\"trapped\":%" PRIu64 ",\"tls_blocks\":%" PRIu64 "},\n  \"carrier_counters\":[",
            now, now - started_at, prev->t ? s->t - prev->t : 0,
            weft_io_backend() == WEFT_IO_URING ? "io_uring" : "epoll", weft__injected(), st.started, st.live,
            st.peak, st.switches, st.steals, st.parks, st.pinned, st.hogs, st.carriers, st.spares,
-           st.compensating, st.stacks, st.stack_bytes_reserved);
+           st.compensating, st.stacks, st.stack_bytes_reserved, st.trapped, st.tls_blocks);
     int first = 1;
     for (int k = 0; k < WEFT__MAX_CARRIERS; k++) {
         s->cpu[k] = -1;

@@ -294,6 +294,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     r = weft__trap_start(cfg ? cfg->trap : 0, weft__hook_wanted(cfg ? cfg->hook : 0));
     if (r < 0) goto fail2;
     R.trap = r > 0;
+    r = 0; /* (1 said "on": left in r, it kept the console and the monitor from starting) */
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
     R.pin_log = pin_log != 0;

@@ -648,6 +648,85 @@ __attribute__((sentinel)) static char *capture_showing(const char *srv, ...) {
     }
 }
 
+/* weft-top on a program weft did not compile, run by weft-run with a
+ * console: its main is foreign, has its own TLS, and waits in fgets --
+ * stdio's own read(2), which the system call trap makes for it -- so
+ * weft-top counts it in its "foreign code" line and lists the wait as
+ * "trapped read" at the program's fgets (the dump's JSON: "foreign",
+ * "own_tls", "trapped":{"call":"read","fd":0}). */
+TEST(top_shows_a_foreign_program_waiting_in_a_trapped_call) {
+    NEED_APPS();
+#ifndef WEFT_RUN_PATH
+    SKIP("built without weft-run");
+#else
+    if (TEST_SANITIZED) SKIP("sanitizer build: no own TLS or trap there, nor a preloadable libweft-hook.so");
+    char sock[64];
+    snprintf(sock, sizeof sock, "/tmp/weft-test-foreign-%d.sock", (int)getpid());
+    unlink(sock);
+    char con[96];
+    snprintf(con, sizeof con, "WEFT_CONSOLE=%s", sock);
+    int in[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    const char *argv[] = {WEFT_RUN_PATH, "--carriers", "1", WEFT_FOREIGN_FGETS_PATH, NULL};
+    const char *env[] = {con, "WEFT_TRAP", "WEFT_OWN_TLS", "WEFT_HOOK", NULL};
+    launch l;
+    launch_opts o = {.in = LAUNCH_FD, .in_fd = in[0], .out = LAUNCH_PIPE, .env = env, .deathsig = SIGKILL};
+    CHECK_EQ(launch_start(&l, (char *const *)argv, &o), 0);
+    close(in[0]);
+    if (!launch_wait_line(&l, "ready", now_ms() + IO_TIMEOUT_MS)) FAIL("the program did not say ready");
+    /* its snapshot, taken again until main is in its trapped read */
+    int64_t until = now_ms() + IO_TIMEOUT_MS;
+    const json *main_v = NULL;
+    json_doc *d = NULL;
+    char *out = NULL;
+    for (;;) {
+        int st;
+        out = run_top(&st, "--once", "--json", sock, NULL);
+        const json *root;
+        char err[160];
+        if (WIFEXITED(st) && !WEXITSTATUS(st) && (d = json_parse(out, strlen(out), &root, err, sizeof err))) {
+            const json *vts = json_path(root, "weft_dump.vthreads");
+            for (const json *v = vts ? vts->first : NULL; v; v = v->next)
+                if (!strcmp(json_str(json_get(v, "name"), ""), "main") && json_get(v, "trapped")) main_v = v;
+            if (main_v) break;
+            json_free(d);
+            d = NULL;
+        }
+        if (now_ms() > until) FAIL("main never showed a trapped wait:\n%s", out);
+        free(out);
+        sleep_ms(50);
+    }
+    CHECK(json_get(main_v, "foreign") != NULL);
+    CHECK(json_get(main_v, "own_tls") != NULL);
+    CHECK(json_num(json_get(main_v, "trapped_calls"), 0) >= 1);
+    const json *tr = json_get(main_v, "trapped");
+    CHECK(!strcmp(json_str(json_get(tr, "call"), ""), "read"));
+    CHECK_EQ((int)json_num(json_get(tr, "fd"), -1), 0);
+    CHECK(strstr(json_str(json_get(main_v, "site"), ""), "foreign_fgets.c:") != NULL);
+    json_free(d);
+    free(out);
+    /* the screen, drawn once */
+    int st;
+    out = run_top(&st, "--once", sock, NULL);
+    printf("%s", out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(out, "foreign code: 1 vthread foreign, 1 with own TLS, 1 parked in trapped calls") != NULL);
+    CHECK(strstr(out, "trapped read") != NULL);
+    CHECK(strstr(out, "foreign_fgets.c:") != NULL);
+    free(out);
+    /* a line, and it ends as it should (launch_wait_line ended "ready" with
+     * a NUL in the buffer, and nothing came after it: start it afresh) */
+    l.len = 0;
+    l.buf[0] = '\0';
+    CHECK_EQ(write(in[1], "go\n", 3), 3);
+    close(in[1]);
+    if (!launch_wait_line(&l, "got go", now_ms() + IO_TIMEOUT_MS)) FAIL("the program did not read its line");
+    CHECK_EQ(launch_reap(&l, IO_TIMEOUT_MS), 1);
+    CHECK(WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0);
+    launch_close(&l);
+#endif
+}
+
 TEST(top_renders_in_tmux) {
     NEED_APPS();
     if (sh("command -v tmux >/dev/null 2>&1") != 0) SKIP("tmux is not installed (scripts/deps.sh installs it)");

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/futex.h>
@@ -489,6 +490,35 @@ TEST(the_dump_shows_a_trapped_futex_wait) {
     atomic_store(&dump_word, 1); /* a platform thread's wake */
     syscall(SYS_futex, &dump_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     join(t);
+}
+
+/* With the trap on, the rest of the runtime starts as ever: the console
+ * (its socket is there) and the monitor (it sees a vthread that computes
+ * and holds its carrier: a hog event).  weft_init's "on" from the trap's
+ * start once kept both from starting. */
+static atomic_int hog_seen;
+static void *hog_body(void *arg) {
+    (void)arg;
+    weft_stats s;
+    do weft_stats_get(&s);
+    while (s.hogs == 0); /* computes, never switching, until the monitor has seen it */
+    atomic_store(&hog_seen, 1);
+    return NULL;
+}
+
+TEST(the_console_and_the_monitor_run_with_the_trap) {
+    no_sanitizer();
+    char sock[64];
+    snprintf(sock, sizeof sock, "/tmp/weft-test-trap-%d.sock", (int)getpid());
+    unlink(sock);
+    weft_runtime_opts cfg = {.carriers = 1, .hook = WEFT_HOOK_ON, .trap = 1, .console = sock};
+    CHECK_EQ(weft_init(&cfg), 0);
+    if (!join(go(probe_body, NULL))) SKIP("this kernel has no syscall user dispatch (Linux 5.11+)");
+    struct stat st;
+    CHECK_EQ(stat(sock, &st), 0);
+    CHECK(S_ISSOCK(st.st_mode));
+    join(go(hog_body, NULL)); /* (the test's timeout fails it if no monitor ever looks) */
+    CHECK(atomic_load(&hog_seen));
 }
 
 TEST(the_trap_stays_off_without_the_hooks_and_by_default) {
