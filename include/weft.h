@@ -171,12 +171,15 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               scheduling decision; default $WEFT_TRACE (unset: none).
  *   own_tls     every vthread gets its own TLS block ("Own TLS", below)
  *               unless its weft_thread_opts.own_tls is negative: 1 on, -1
- *               off; default $WEFT_OWN_TLS (1 on, 0 off), else off.  Where
+ *               off; default $WEFT_OWN_TLS (1 on, 0 off), else off
+ *               (libweft-hook.so gives the program's main its own unless
+ *               WEFT_OWN_TLS is set).  Where
  *               blocks cannot be made (a sanitizer build, a C library
  *               that is not glibc 2.35+ on x86-64) one line on stderr says
  *               so and vthreads run without.
  *   trap        the system call trap ("The system call trap", below): 1
- *               on, -1 off; default $WEFT_TRAP (1 on, 0 off), else off.
+ *               on, -1 off; default $WEFT_TRAP (1 on, 0 off), else off
+ *               -- on in libweft-hook.so with the hooks.
  *               It needs the hooks on; where it cannot be had (the hooks
  *               off, a kernel before 5.11, a sanitizer build) one line on
  *               stderr says so and the runtime runs without it.
