@@ -10,7 +10,11 @@
  *   switch-tls      the same with both vthreads having their own TLS
  *                   (weft_thread_opts.own_tls): every switch also sets the
  *                   fs base (fs_base: wrfsbase, or arch_prctl where the CPU
- *                   or kernel lacks FSGSBASE); ns_over_switch is the
+ *                   or kernel lacks FSGSBASE); ns_fs_write is one such
+ *                   write alone (the fs base set to its own value, on the
+ *                   calling thread, the same way): no switch to a vthread
+ *                   with its own TLS can cost less over a plain switch than
+ *                   one of those on the machine; ns_over_switch is the
  *                   difference from the switch line of the same run, and
  *                   tls_block_bytes what each such vthread's block takes.
  *   spawn-join      a vthread spawns -n (1,000,000) trivial vthreads (each
@@ -132,6 +136,27 @@ static void *yielder(void *arg) {
 /* ns per switch of the last "switch" run, for switch-tls's difference */
 static double last_switch_ns;
 
+/* ns per write of the fs base, the way sched writes it for a vthread with
+ * its own TLS (arch/tls.c): wrfsbase where AT_HWCAP2 allows it, else
+ * arch_prctl(ARCH_SET_FS) -- here with the base it has, so nothing
+ * changes; n writes.  -1: not x86-64, or the base cannot be read. */
+static double fs_write_ns(long n) {
+#if defined(__x86_64__)
+    int fsgs = (getauxval(AT_HWCAP2) & 2) != 0;
+    unsigned long base = 0;
+    if (syscall(SYS_arch_prctl, 0x1003 /* ARCH_GET_FS */, &base) != 0) return -1;
+    int64_t t0 = weft_now();
+    for (long i = 0; i < n; i++) {
+        if (fsgs) __asm__ volatile(".byte 0xf3, 0x48, 0x0f, 0xae, 0xd0" /* wrfsbase %rax */ ::"a"(base) : "memory");
+        else syscall(SYS_arch_prctl, 0x1002 /* ARCH_SET_FS */, base);
+    }
+    return (double)(weft_now() - t0) / (double)n;
+#else
+    (void)n;
+    return -1;
+#endif
+}
+
 static int switch_run(const bench_opts *o, bench_report *rep, int own_tls) {
     const char *name = own_tls ? "switch-tls" : "switch";
     int r = micro_init(1);
@@ -176,6 +201,9 @@ static int switch_run(const bench_opts *o, bench_report *rep, int own_tls) {
         br_set(&res, "fs_base", "%s", (getauxval(AT_HWCAP2) & 2) ? "wrfsbase" : "arch_prctl");
         br_setl(&res, "tls_block_bytes", (long long)s1.tls_block_bytes);
         if (last_switch_ns > 0) br_setf(&res, "ns_over_switch", 2, ns - last_switch_ns);
+        /* (a system call's worth of writes is enough to time: 200,000) */
+        double fw = fs_write_ns((getauxval(AT_HWCAP2) & 2) ? 20000000L : 200000L);
+        if (fw >= 0) br_setf(&res, "ns_fs_write", 2, fw);
     } else {
         last_switch_ns = ns;
     }

@@ -507,6 +507,7 @@ static void *hog_body(void *arg) {
 }
 
 TEST(the_console_and_the_monitor_run_with_the_trap) {
+    DET_SKIP("deterministic mode has no monitor");
     no_sanitizer();
     char sock[64];
     snprintf(sock, sizeof sock, "/tmp/weft-test-trap-%d.sock", (int)getpid());
