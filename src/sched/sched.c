@@ -1528,9 +1528,10 @@ static void vthread_start(void *arg, void *carrier) {
     }
     /* its function is the program's code: trapped, where the runtime traps
      * (hook/trap.c); weft's code from its return on */
-    if (((weft__carrier *)carrier)->sud_sel) ((weft__carrier *)carrier)->sud[0] = 1;
+    int trapping = ((weft__carrier *)carrier)->sud_sel != NULL; /* (every carrier, or none) */
+    if (trapping) ((weft__carrier *)carrier)->sud[0] = 1;
     self->result = self->fn(self->arg);
-    {
+    if (trapping) { /* (fn may have moved it: the carrier it ends on) */
         weft__carrier *c = weft__carrier_self();
         if (c) c->sud[0] = c->sud[1] = 0;
     }
