@@ -1186,7 +1186,7 @@ static inline __attribute__((always_inline)) void tp_switch(weft__carrier *c, vo
 static inline void enter(weft__carrier *c, weft_thread *next) {
     tp_switch(c, next->tls);
     /* the trap's selector as next left it (internal.h: sud) */
-    __builtin_memcpy(c->sud, &next->sud, 2);
+    if (c->sud_sel) __builtin_memcpy(c->sud, &next->sud, 2); /* (all 0 where nothing traps) */
     /* a release store (on x86 a plain mov): weft_dump reads it from
      * other threads and then reads c, which another thread may have made
      * (a spare, made by the monitor) -- the release passes on what this
@@ -1214,8 +1214,10 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
     /* its trap selector, for enter() when it runs again; weft's own code
      * from here to the switch (enter's thread pointer write may be a
      * system call) */
-    __builtin_memcpy(&self->sud, c->sud, 2);
-    c->sud[0] = 0;
+    if (c->sud_sel) {
+        __builtin_memcpy(&self->sud, c->sud, 2);
+        c->sud[0] = 0;
+    }
     c->pending_op = op; /* (c->pending = self: gate_in) */
     void *to_sp;
 #ifdef WEFT_ASAN
@@ -1234,7 +1236,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
 #endif
     } else { /* (c->cur is NULL: gate_in) */
         tp_switch(c, NULL);
-        c->sud[1] = 0; /* (sud[0]: above) the sched context is weft's own code */
+        if (c->sud_sel) c->sud[1] = 0; /* (sud[0]: above) the sched context is weft's own code */
         to_sp = c->sched_sp;
 #ifdef WEFT_ASAN
         bottom = c->asan_bottom;
