@@ -9,9 +9,12 @@
  *   read     each reads one line from its own pipe with read(2) (the PLT
  *            hook; the reference for the others' wall time)
  *   fgets    the same through fdopen + fgets: stdio's own read
+ *   read-socket  read(2) as in read, on a socket pair (getline's reference)
  *   getline  the same on a socket pair, through getline
- *   fwrite   each fwrites 256 KiB (four pipes' worth) into its own pipe and
- *            fflushes; the other vthread drains them all after 300 ms
+ *   write    each write(2)s 256 KiB (four pipes' worth) into its own pipe;
+ *            the other vthread drains them all after 300 ms (fwrite's
+ *            reference)
+ *   fwrite   the same through fdopen + fwrite + fflush
  *   popen    each popen()s "echo line", fgets, pclose (wait4); N/10 of them
  * Without the trap (WEFT_TRAP unset), stdio's calls hold their carriers:
  * fgets with 1,000 vthreads on 2 carriers never ends (the filler gets no
@@ -104,6 +107,22 @@ static void *writer_fwrite(void *arg) {
     return NULL;
 }
 
+static void *writer_write(void *arg) {
+    job *j = arg;
+    static char data[CHUNK];
+    memset(data, 'x', sizeof data);
+    size_t put = 0;
+    while (put < sizeof data) {
+        ssize_t w = write(j->wfd, data + put, sizeof data - put);
+        if (w <= 0) break;
+        put += (size_t)w;
+    }
+    j->ok = put == sizeof data;
+    close(j->wfd);
+    j->wfd = -1;
+    return NULL;
+}
+
 static void *runner_popen(void *arg) {
     job *j = arg;
     FILE *p = popen("echo 'the quick brown fox jumps over the lazy vthread'", "r");
@@ -142,12 +161,14 @@ static int run_mode(const char *mode) {
     void *(*fn)(void *) = NULL;
     int sock = 0, drain = 0, fill = 1, n = n_threads;
     if (!strcmp(mode, "read")) fn = reader_read;
+    else if (!strcmp(mode, "read-socket")) fn = reader_read, sock = 1;
     else if (!strcmp(mode, "fgets")) fn = reader_fgets;
     else if (!strcmp(mode, "getline")) fn = reader_getline, sock = 1;
+    else if (!strcmp(mode, "write")) fn = writer_write, drain = 1;
     else if (!strcmp(mode, "fwrite")) fn = writer_fwrite, drain = 1;
     else if (!strcmp(mode, "popen")) fn = runner_popen, fill = 0, n = n_threads / 10 ? n_threads / 10 : 1;
     else {
-        fprintf(stderr, "stdio_park: unknown mode '%s' (read, fgets, getline, fwrite, popen)\n", mode);
+        fprintf(stderr, "stdio_park: unknown mode '%s' (read, read-socket, fgets, getline, write, fwrite, popen)\n", mode);
         return 2;
     }
     int saved_n = n_threads;
@@ -201,7 +222,7 @@ typedef struct args {
 
 static int body(void *p) {
     args *a = p;
-    static const char *all[] = {"read", "fgets", "getline", "fwrite", "popen"};
+    static const char *all[] = {"read", "fgets", "read-socket", "getline", "write", "fwrite", "popen"};
     int rc = 0;
     if (a->argc == 0)
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) rc |= run_mode(all[i]);

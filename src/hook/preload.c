@@ -28,7 +28,8 @@
  *  - its own TLS (WEFT_OWN_TLS=0 leaves it out): the program's __thread
  *    variables, errno, and the owner of its recursive locks and FILEs are
  *    main's, not the carrier's, and its hooked calls need no errno pin;
- *  - the system call trap (WEFT_TRAP=0 leaves it out), with the hooks:
+ *  - the system call trap (WEFT_TRAP=0 leaves it out), with the hooks and
+ *    own TLS (it traps only vthreads that have their own: hook/trap.c):
  *    the calls the C library makes itself (stdio's read, its locks' futex
  *    waits, popen's wait) park too.
  * A sanitizer build has neither (each says why where it is asked for by
@@ -89,7 +90,8 @@ static int main_on_vthread(int argc, char **argv, char **envp) {
     M.envp = envp;
     weft_runtime_opts cfg = {0};
 #if !defined(WEFT_ASAN) && !defined(WEFT_TSAN)
-    if (env_unset("WEFT_TRAP") && weft__hook_wanted(0)) cfg.trap = 1;
+    const char *ot = getenv("WEFT_OWN_TLS");
+    if (env_unset("WEFT_TRAP") && !(ot && !strcmp(ot, "0")) && weft__hook_wanted(0)) cfg.trap = 1;
 #endif
     int r = weft_init(&cfg);
     if (r < 0 && r != -EALREADY) {

@@ -76,6 +76,21 @@
  * returns through weft__sud_restorer (arch: sud_x86_64.S), whose
  * rt_sigreturn is the one call the range lets through.
  *
+ * Whom it traps: only vthreads with their own TLS (arch/tls.c; the runtime
+ * turns it on for every vthread when the trap is on, unless told not to,
+ * and then keeps the trap off).  The C library knows the owner of its
+ * internal recursive locks by the thread pointer -- stdio's list_all_lock,
+ * which every fopen, fdopen and fclose takes, and each FILE's lock -- and
+ * reads it before it waits.  On the carrier's TLS, a vthread that parked
+ * in that wait and resumed on another carrier set the lock's owner to the
+ * first carrier, where another vthread then took the lock "recursively",
+ * and the two updated its count at once from two carriers (seen:
+ * stdio_park getline hung about one run in ten, list_all_lock's count at
+ * -1 and 64 blocking-pool threads waiting on it for good).  Before the
+ * trap that wait held the carrier, so no other vthread ran on it.  A
+ * vthread spawned with weft_thread_opts.own_tls = -1 is not trapped: its
+ * calls are made as they are, as without the trap.
+ *
  * Migration.  A vthread that parked in the handler may resume on another
  * carrier (one with its own TLS; the others are pinned for the call, as
  * in every interposer).  rt_sigreturn then restores the frame's altstack

@@ -229,8 +229,13 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     bad |= weft__env_long("WEFT_SPIN_US", 0, INT64_MAX / 1000, "a spin in us (0 or more)", &spin_us) < 0;
     bad |= weft__env_long("WEFT_PIN_LOG", LONG_MIN, LONG_MAX, "an integer (0: off)", &pin_log) < 0;
     long own_tls = 0;
-    if (cfg && cfg->own_tls) own_tls = cfg->own_tls > 0;
-    else bad |= weft__env_long("WEFT_OWN_TLS", 0, 1, "0 or 1 (own TLS for every vthread)", &own_tls) < 0;
+    int own_tls_said = 0; /* cfg or the environment said on or off (the trap's default, below) */
+    if (cfg && cfg->own_tls) own_tls = cfg->own_tls > 0, own_tls_said = 1;
+    else {
+        int e = weft__env_long("WEFT_OWN_TLS", 0, 1, "0 or 1 (own TLS for every vthread)", &own_tls);
+        bad |= e < 0;
+        own_tls_said = e > 0;
+    }
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     if (stack < 1024 * 1024) stack = 1024 * 1024; /* sanitizers need deeper stacks */
 #endif
@@ -295,6 +300,19 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     if (r < 0) goto fail2;
     R.trap = r > 0;
     r = 0; /* (1 said "on": left in r, it kept the console and the monitor from starting) */
+    /* the trap traps only vthreads with their own TLS (hook/trap.c, "Whom
+     * it traps"): it turns own TLS on for every vthread unless that was
+     * said off, and where there can be none it stays off */
+    if (R.trap && !R.own_tls) {
+        if (!own_tls_said && weft__tls_probe() == 0) R.own_tls = 1;
+        else {
+            fprintf(stderr, "weft: the system call trap traps only vthreads with their own TLS, and %s: it stays "
+                            "off\n", own_tls_said ? "own TLS was turned off (WEFT_OWN_TLS, weft_runtime_opts.own_tls)"
+                                                  : "this C library cannot give it");
+            weft__trap_stop();
+            R.trap = 0;
+        }
+    }
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
     R.pin_log = pin_log != 0;

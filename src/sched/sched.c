@@ -1530,7 +1530,9 @@ static void vthread_start(void *arg, void *carrier) {
     }
     /* its function is the program's code: trapped, where the runtime traps
      * (hook/trap.c); weft's code from its return on */
-    int trapping = ((weft__carrier *)carrier)->sud_sel != NULL; /* (every carrier, or none) */
+    /* (every carrier traps, or none; and only a vthread with its own TLS
+     * is trapped: hook/trap.c, "Whom it traps") */
+    int trapping = ((weft__carrier *)carrier)->sud_sel != NULL && self->tls != NULL;
     if (trapping) ((weft__carrier *)carrier)->sud[0] = 1;
     self->result = self->fn(self->arg);
     if (trapping) { /* (fn may have moved it: the carrier it ends on) */

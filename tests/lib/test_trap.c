@@ -446,6 +446,72 @@ TEST(fgets_stress_on_two_carriers) {
     join(go(fgets_rounds, (void *)(intptr_t)SCALE(200)));
 }
 
+/* fopen and fclose take the C library's list_all_lock, a recursive lock
+ * that knows its owner by the thread pointer; contended, its futex wait
+ * traps and parks.  Many vthreads opening and closing on two carriers: a
+ * vthread that resumed on the other carrier after that wait once made the
+ * lock's owner the carrier it left, another vthread there entered it
+ * "recursively", and its count, updated from both carriers at once, went
+ * to -1 -- every later fopen waited for good (stdio_park getline hung one
+ * run in ten).  With the trap, vthreads have their own TLS, the owner is
+ * the vthread, and this ends. */
+static atomic_long opens_ok;
+static void *open_close_body(void *arg) {
+    int n = (int)(intptr_t)arg;
+    for (int i = 0; i < n; i++) {
+        FILE *f = fopen("/dev/null", "w");
+        CHECK(f != NULL);
+        CHECK(fputs("x", f) >= 0);
+        CHECK_EQ(fclose(f), 0);
+        atomic_fetch_add(&opens_ok, 1);
+        if (i % 8 == 0) weft_yield();
+    }
+    return NULL;
+}
+
+TEST(fopen_fclose_from_many_vthreads_on_two_carriers) {
+    start_n(2, 0);
+    enum { V = 200 };
+    int n = SCALE(100);
+    atomic_store(&opens_ok, 0);
+    weft_thread *t[V];
+    for (int i = 0; i < V; i++) t[i] = go(open_close_body, (void *)(intptr_t)n);
+    for (int i = 0; i < V; i++) join(t[i]);
+    CHECK_EQ(atomic_load(&opens_ok), (long)V * n);
+}
+
+/* Whom the trap traps: with it on, vthreads have their own TLS by
+ * default and their calls trap; one spawned without (own_tls -1) runs as
+ * without the trap; and with own TLS turned off for all the trap stays
+ * off (one line on stderr says why). */
+static void *tls_and_trapped_body(void *arg) {
+    (void)arg;
+    static __thread int mine;
+    mine = 1;
+    unsigned long long t0 = trapped();
+    CHECK_EQ(syscall(SYS_getppid), (long)getppid());
+    return (void *)(uintptr_t)(trapped() > t0);
+}
+
+TEST(the_trap_traps_only_vthreads_with_their_own_tls) {
+    start();
+    weft_thread *t;
+    void *r;
+    CHECK_EQ(weft_spawn(&t, tls_and_trapped_body, NULL, NULL), 0);
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == (void *)1); /* the runtime's default: own TLS, trapped */
+    weft_thread_opts no = {.own_tls = -1};
+    CHECK_EQ(weft_spawn(&t, tls_and_trapped_body, NULL, &no), 0);
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == NULL); /* the carrier's TLS: not trapped */
+    weft_shutdown();
+    weft_runtime_opts off = {.carriers = 1, .hook = WEFT_HOOK_ON, .trap = 1, .own_tls = -1};
+    CHECK_EQ(weft_init(&off), 0);
+    CHECK_EQ(weft_spawn(&t, tls_and_trapped_body, NULL, NULL), 0);
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK(r == NULL);
+}
+
 /* ---- where it is off ----------------------------------------------------------- */
 
 static void *untrapped_body(void *arg) {
@@ -479,7 +545,7 @@ TEST(the_dump_shows_a_trapped_futex_wait) {
     snprintf(json, sizeof json, "\"trapped\":{\"call\":\"futex\",\"nr\":%d,\"futex\":\"0x%" PRIxPTR "\"",
              (int)SYS_futex, (uintptr_t)&dump_word);
     /* the site: the program's frame, past the C library's syscall() */
-    char *d = dump_showing(WEFT_DUMP_TEXT, "\"in-futex\" [1 trapped call] parked on blocking", text,
+    char *d = dump_showing(WEFT_DUMP_TEXT, "\"in-futex\" [own TLS] [1 trapped call] parked on blocking", text,
                            "test_trap.c", "(dump_futex_waiter)", NULL);
     char *l = strstr(d, "\"in-futex\"");
     printf("%.*s\n", (int)strcspn(l, "\n"), l);
