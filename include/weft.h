@@ -179,7 +179,11 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               so and vthreads run without.
  *   trap        the system call trap ("The system call trap", below): 1
  *               on, -1 off; default $WEFT_TRAP (1 on, 0 off), else off
- *               -- on in libweft-hook.so with the hooks.
+ *               -- on in libweft-hook.so with the hooks.  It traps only
+ *               vthreads with their own TLS (the C library knows its
+ *               internal locks' owners by the thread pointer), so it
+ *               turns own_tls on unless that was said off; then it stays
+ *               off, said on stderr.
  *               It needs the hooks on; where it cannot be had (the hooks
  *               off, a kernel before 5.11, a sanitizer build) one line on
  *               stderr says so and the runtime runs without it.
