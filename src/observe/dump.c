@@ -269,13 +269,6 @@ static const weft__sym_frame *user_frame(const weft__sym *s) {
     return &s->f[0];
 }
 
-/* 1 if s lies in the C library (libc.so.6), by its file's name. */
-static int in_libc(const weft__sym *s) {
-    const char *b = s->module ? strrchr(s->module, '/') : NULL;
-    b = b ? b + 1 : s->module;
-    return b && !strncmp(b, "libc.so", 7);
-}
-
 static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n, int trapped) {
     const char *bf = (const char *)(uintptr_t)ld(&t->block_file);
     int bl = (int)__atomic_load_n((int *)&t->block_line, __ATOMIC_RELAXED);
@@ -284,7 +277,7 @@ static void site_of(vrec *r, weft_thread *t, const uintptr_t *pcs, int n, int tr
     int outside = -1;
     for (int i = 0; i < n && outside < 0; i++) {
         const weft__sym *s = weft__sym_get(pcs[i]);
-        if (!s->weft && s->n && !(trapped && in_libc(s))) outside = i;
+        if (!s->weft && s->n && !(trapped && weft__pc_in_libc(pcs[i]))) outside = i;
     }
     r->sfile = NULL;
     r->sline = 0;

@@ -238,6 +238,11 @@ static uintptr_t module_base(uintptr_t a) {
     return dladdr((void *)a, &di) ? (uintptr_t)di.dli_fbase : 0;
 }
 
+int weft__pc_in_libc(uintptr_t pc) {
+    uintptr_t b = module_base(pc);
+    return b && b == module_base((uintptr_t)&__errno_location);
+}
+
 /* ---- naming a frame ------------------------------------------------------------ */
 
 static int dladdr_symbolize(uintptr_t pc, char *buf, size_t cap) {

@@ -69,6 +69,10 @@ int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max);
  * knows nothing of pc, answers with fallback (dladdr's names). */
 int weft__sym_name(uintptr_t pc, char *buf, size_t cap, int (*fallback)(uintptr_t, char *, size_t));
 
+/* 1 if code address pc lies in the C library's module (the one that holds
+ * __errno_location; monitor.c, which finds call sites the same way). */
+int weft__pc_in_libc(uintptr_t pc);
+
 /* The unwinder: "libdw", or "frame pointers" where libdw's could not be
  * set up; and how many stacks since the lock was taken libdw could not
  * walk past their first frame (walked by the frame-pointer chain). */
