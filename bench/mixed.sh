@@ -24,7 +24,7 @@
 #   LOAD_CARRIERS=1  weft-load's carriers
 #   WEFT_HTTPD, WEFT_LOAD   the binaries (default build-release/apps/...)
 # The monitor's hog lines (the shared job holds its carriers between yields that find
-# nothing else queued) are switched off (WEFT_PIN_LOG=0): they would only fill stderr.
+# nothing else queued) are switched off (WEFT_MONITOR=off): they would only fill stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -45,7 +45,7 @@ for mode in none shared group; do
     args+=(--cpu-job "$mode")
     [ -n "${JOB_VTHREADS:-}" ] && args+=(--cpu-job-vthreads "$JOB_VTHREADS")
   fi
-  WEFT_PIN_LOG=0 "$httpd" "${args[@]}" >"$tmp/out" 2>"$tmp/err" &
+  WEFT_MONITOR=off "$httpd" "${args[@]}" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
   for _ in $(seq 100); do grep -q listening "$tmp/out" && break; sleep 0.05; done
   port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$tmp/out")

@@ -949,7 +949,9 @@ WEFT_API int weft_io_backend(void);
  * one event:
  *   - it is counted (weft_stats.pinned or .hogs) and shown by weft_dump on
  *     its carrier's line until it ends;
- *   - one line goes to stderr (unless $WEFT_PIN_LOG=0), as Java's
+ *   - one line goes to stderr once it has lasted a second -- at once
+ *     with $WEFT_MONITOR=log, never with off: a program's stderr is its
+ *     own, and a short stall is weft's business -- as Java's
  *     -Djdk.tracePinnedThreads, e.g.
  *       weft: pinned: vthread #12 "worker" blocked in nanosleep (syscall 35)
  *       on carrier 0 for 20 ms, at fetch+0x4f (/usr/bin/app+0x1234) <- ...
@@ -966,7 +968,8 @@ WEFT_API int weft_io_backend(void);
  *     weft_shutdown.  At the bound -- every spare allowed busy, carriers
  *     stalled, vthreads waiting -- nothing more is started: the waiting
  *     work runs when a stall ends, and one line says so on stderr (once a
- *     second at most, unless $WEFT_PIN_LOG=0): "weft: 2 carrier(s) stalled
+ *     second at most, once the bound has held a second -- at once with
+ *     $WEFT_MONITOR=log, never with off): "weft: 2 carrier(s) stalled
  *     and all 4 spare carriers busy (max_compensate): ...".  Go adds
  *     threads up to 10,000 and then stops the program; Loom compensates up
  *     to 256 and lets the work wait.  A vthread pinned to

@@ -30,7 +30,7 @@
  *
  * Configuration.  A field of weft_runtime_opts that is 0 falls back to its
  * environment variable (WEFT_CARRIERS, WEFT_STACK_SIZE,
- * WEFT_PIN_THRESHOLD_MS, WEFT_MAX_COMPENSATE, WEFT_SPIN_US, WEFT_PIN_LOG;
+ * WEFT_PIN_THRESHOLD_MS, WEFT_MAX_COMPENSATE, WEFT_SPIN_US, WEFT_MONITOR;
  * the io layer reads WEFT_IO, det.c WEFT_DETERMINISTIC), then to its
  * default; a value that is not a number or out of its range fails
  * weft_init with -EINVAL and a line naming it.  R.started_with keeps what
@@ -209,7 +209,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
      * number, or out of its range, fails weft_init with -EINVAL and a line
      * naming it (weft__env_long), as $WEFT_DETERMINISTIC's does -- a
      * typo must not quietly run the default. */
-    long nl = sysconf(_SC_NPROCESSORS_ONLN), ms = 0, maxc = 0, spin_us = SPIN_NS / 1000, pin_log = 1;
+    long nl = sysconf(_SC_NPROCESSORS_ONLN), ms = 0, maxc = 0, spin_us = SPIN_NS / 1000;
     if (nl < 1) nl = 1;
     if (nl > WEFT__MAX_CARRIERS) nl = WEFT__MAX_CARRIERS;
     size_t stack = 256 * 1024;
@@ -227,7 +227,19 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
                                         "a number of spare carriers (0 or less: none)", &maxc)) < 0)
         bad = 1;
     bad |= weft__env_long("WEFT_SPIN_US", 0, INT64_MAX / 1000, "a spin in us (0 or more)", &spin_us) < 0;
-    bad |= weft__env_long("WEFT_PIN_LOG", LONG_MIN, LONG_MAX, "an integer (0: off)", &pin_log) < 0;
+    /* the monitor's lines: every stall (log), none (off), or by default
+     * only those that last a second -- a program's stderr is its own
+     * (weft-run runs programs that compare it) */
+    int pin_log = WEFT__MONLOG_LONG;
+    const char *monv = getenv("WEFT_MONITOR");
+    if (monv && *monv) {
+        if (!strcmp(monv, "log")) pin_log = WEFT__MONLOG_ALL;
+        else if (!strcmp(monv, "off")) pin_log = WEFT__MONLOG_OFF;
+        else if (strcmp(monv, "default") != 0) {
+            fprintf(stderr, "weft: WEFT_MONITOR=%s is not log, default or off\n", monv);
+            bad = 1;
+        }
+    }
     long own_tls = 0;
     int own_tls_said = 0; /* cfg or the environment said on or off (the trap's default, below) */
     if (cfg && cfg->own_tls) own_tls = cfg->own_tls > 0, own_tls_said = 1;
@@ -315,7 +327,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     }
     R.pin_threshold = thr;
     R.max_comp = thr < 0 ? 0 : maxc;
-    R.pin_log = pin_log != 0;
+    R.pin_log = pin_log;
     atomic_store(&R.stop, 0);
     atomic_store(&R.g0.nidle, 0);
     atomic_store(&R.g0.nspinning, 0);

@@ -51,6 +51,13 @@
 
 #define SPIN_NS 50000 /* how long an idle carrier looks for work before sleeping ($WEFT_SPIN_US) */
 #define PIN_THRESHOLD_NS 20000000 /* a vthread holding its carrier this long is a stall (default) */
+/* The monitor's lines on stderr ($WEFT_MONITOR; R.pin_log).  A stall is
+ * counted, shown by the dump and compensated at every level; its lines are
+ * written at once (ALL), only once it has lasted MONLOG_LONG_NS (LONG, the
+ * default: a program's stderr is its own, and a short stall is weft's
+ * business), or never (OFF).  The same goes for the bound's line. */
+enum { WEFT__MONLOG_OFF, WEFT__MONLOG_LONG, WEFT__MONLOG_ALL };
+#define MONLOG_LONG_NS 1000000000
 
 struct weft__carrier {
     /* owned by the carrier's OS thread; the first cache line is all the
@@ -117,6 +124,7 @@ struct weft__carrier {
     int64_t mon_last;               /* its last look */
     int64_t mon_from;               /* the look before mon_since's: mon_seen was reached after it */
     int mon_stuck;                  /* its last look found no progress */
+    int stall_said;                 /* the open stall's line was written (WEFT__MONLOG_LONG: once it lasts) */
     int64_t mon_cpu0;               /* the thread's CPU time at the first look that saw no progress; -1 */
     clockid_t cpuclk;               /* the carrier thread's CPU clock */
     int cpuclk_ok;
@@ -175,7 +183,7 @@ struct weft__rt {
     int max_comp;              /* spares active at once, at most; 0: none */
     int own_tls;               /* every vthread has its own TLS unless its attr says no (weft_runtime_opts.own_tls) */
     int trap;                  /* carriers trap their vthreads' system calls (hook/trap.c; weft_runtime_opts.trap) */
-    int pin_log;               /* log lines on stderr */
+    int pin_log;               /* the monitor's lines on stderr: WEFT__MONLOG_* ($WEFT_MONITOR) */
     int yq_stealable;          /* the monitor may take a yield FIFO (membarrier, or TSan's lock) */
     _Atomic int nactive;       /* spares active now */
     _Atomic uint64_t n_pinned, n_hogs;

@@ -266,9 +266,12 @@ static int idle_taker(void) {
  * for is behind them.  (Go's sysmon adds threads up to 10,000 and then
  * stops the program; Loom's scheduler compensates up to 256 and then lets
  * the work wait.  weft lets it wait, and says so.) */
+static int64_t bound_since; /* when the bound was first met, in the run of looks that meet it; 0 */
 static void at_bound(int need, int active, int64_t now) {
     static int64_t said;
-    if (!R.pin_log || (said && now - said < 1000000000)) return;
+    if (!bound_since) bound_since = now;
+    if (R.pin_log == WEFT__MONLOG_OFF || (said && now - said < 1000000000)) return;
+    if (R.pin_log == WEFT__MONLOG_LONG && now - bound_since < MONLOG_LONG_NS) return;
     said = now;
     fprintf(stderr,
             "weft: %d carrier(s) stalled and all %d spare carriers busy (max_compensate): runnable vthreads wait "
@@ -307,6 +310,7 @@ static int compensate(int need, int waiting, int64_t now) {
         return 1;
     }
     if (need > active && waiting && !idle_taker()) at_bound(need, active, now);
+    else bound_since = 0;
     for (; active > need; active--) {
         weft__carrier *pick = NULL;
         for (int i = n - 1; i >= R.n; i--) {
@@ -372,13 +376,33 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
     atomic_store_explicit(&v->stall_vid, vid, memory_order_relaxed);
     atomic_store_explicit(&v->stall, info.kind, memory_order_release);
     atomic_fetch_add(info.kind == WEFT__STALL_PINNED ? &R.n_pinned : &R.n_hogs, 1);
-    if (R.pin_log)
+    v->stall_said = R.pin_log == WEFT__MONLOG_ALL;
+    if (v->stall_said)
         weft__stall_log(1, info.kind, vid, name, v->index, info.sysno, now - v->mon_since, info.site);
+}
+
+/* WEFT__MONLOG_LONG: an open stall's first line, once it has lasted, from
+ * what stall_begin published */
+static void stall_said_late(weft__carrier *v, int64_t now) {
+    int64_t since = atomic_load_explicit(&v->stall_since, memory_order_relaxed);
+    if (v->stall_said || R.pin_log != WEFT__MONLOG_LONG || now - since < MONLOG_LONG_NS) return;
+    v->stall_said = 1;
+    uint64_t nw[4], sw[WEFT__SITE_WORDS];
+    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
+    for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&v->stall_site[i], memory_order_relaxed);
+    char name[32], site[sizeof sw];
+    memcpy(name, nw, 32);
+    name[31] = 0;
+    memcpy(site, sw, sizeof site);
+    site[sizeof site - 1] = 0;
+    weft__stall_log(1, atomic_load_explicit(&v->stall, memory_order_relaxed), atomic_load(&v->stall_vid), name,
+                    v->index, atomic_load(&v->stall_sysno), now - since, site);
 }
 
 static void stall_end(weft__carrier *v, int64_t now) {
     int kind = atomic_exchange(&v->stall, WEFT__STALL_NONE);
-    if (!kind || !R.pin_log) return;
+    if (!kind || !v->stall_said) return;
+    v->stall_said = 0;
     uint64_t nw[4];
     for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
     char name[32];
@@ -469,7 +493,10 @@ static void mon_look(weft__carrier *v, int64_t now, int fresh, mon_tally *m) {
             }
         }
         int stall = atomic_load_explicit(&v->stall, memory_order_relaxed) != 0;
-        if (stall) m->stalled++;
+        if (stall) {
+            m->stalled++;
+            stall_said_late(v, now);
+        }
         /* A spare is called for once v may have held its vthread for the
          * threshold -- since mon_from, which is before its last progress
          * -- not only once the stall is proven (since mon_since, up to a

@@ -41,9 +41,12 @@
 #endif
 
 /* 2 carriers; hooks on or off through the environment (WEFT_HOOK), which
- * the runtime reads at weft_init. */
+ * the runtime reads at weft_init; every pinned event on stderr
+ * (WEFT_MONITOR=log: by default only those of a second), for
+ * check_pinned_lines. */
 static void runtime_start(int hooks) {
     CHECK_EQ(setenv("WEFT_HOOK", hooks ? "1" : "0", 1), 0);
+    CHECK_EQ(setenv("WEFT_MONITOR", "log", 1), 0);
     weft_runtime_opts c = {.carriers = 2};
     CHECK_EQ(weft_init(&c), 0);
 }

@@ -170,6 +170,7 @@ static int pinned_in_waiting_call(const char *log) {
 }
 
 TEST(fortified_calls_park) {
+    setenv("WEFT_MONITOR", "log", 1); /* every pinned event's line (by default only those of a second) */
     start(1, WEFT_HOOK_ON);
     fcap_begin();
     for (int k = 0; k < F_KINDS; k++) {

@@ -48,6 +48,11 @@ static char *cap_end(void) {
     return b;
 }
 
+/* These tests read every line the monitor writes: $WEFT_MONITOR=log for
+ * the whole program (by default only stalls of a second or more are
+ * written: default_monitor_writes_only_long_stalls). */
+__attribute__((constructor)) static void monitor_writes_every_line(void) { setenv("WEFT_MONITOR", "log", 1); }
+
 /* Lines of s containing every one of the strings after it (NULL ends them). */
 __attribute__((sentinel)) static int count_lines(const char *s, ...) {
     int count = 0;
@@ -512,7 +517,7 @@ TEST(monitor_off_when_threshold_negative) {
     free(log);
 }
 
-TEST(env_threshold_off_and_log_off) {
+TEST(env_threshold_off_and_monitor_off) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
     /* $WEFT_PIN_THRESHOLD_MS=-1: off, as a negative field */
     setenv("WEFT_PIN_THRESHOLD_MS", "-1", 1);
@@ -524,9 +529,9 @@ TEST(env_threshold_off_and_log_off) {
     CHECK_EQ(st.pinned, 0);
     CHECK_EQ(st.spares, 0);
     weft_shutdown();
-    /* $WEFT_PIN_LOG=0: counted and compensated, not logged */
+    /* $WEFT_MONITOR=off: counted and compensated, not logged */
     unsetenv("WEFT_PIN_THRESHOLD_MS");
-    setenv("WEFT_PIN_LOG", "0", 1);
+    setenv("WEFT_MONITOR", "off", 1);
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
     run_seen_stall(1);
@@ -537,7 +542,76 @@ TEST(env_threshold_off_and_log_off) {
     CHECK_EQ(atomic_load(&ran_during), 1);
     CHECK_EQ(count_lines(log, "weft:", (char *)NULL), 0);
     free(log);
-    unsetenv("WEFT_PIN_LOG");
+    setenv("WEFT_MONITOR", "log", 1);
+}
+
+/* Every stall line of log says a held time of at least ms ("for N ms",
+ * "after N ms"): 1 if so.  The number of such lines in *lines. */
+static int lines_all_at_least(const char *log, long ms, int *lines) {
+    int ok = 1;
+    *lines = 0;
+    for (const char *l = log; (l = strstr(l, "weft: ")); l++) {
+        size_t len = strcspn(l, "\n");
+        if (!memmem(l, len, "pinned:", 7) && !memmem(l, len, "hog:", 4)) continue;
+        (*lines)++;
+        const char *n = memmem(l, len, " for ", 5);
+        const char *a = memmem(l, len, " after ", 7);
+        long held = n ? strtol(n + 5, NULL, 10) : a ? strtol(a + 7, NULL, 10) : -1;
+        if (held < ms) ok = 0;
+    }
+    return ok;
+}
+
+/* By default ($WEFT_MONITOR unset) a stall is counted and compensated as
+ * ever, but written to stderr only once it has lasted a second: a short
+ * one leaves a program's stderr alone; a long one is said, with its end. */
+TEST(default_monitor_writes_only_long_stalls) {
+    DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
+    unsetenv("WEFT_MONITOR");
+    weft_runtime_opts cfg = {.carriers = 1};
+    CHECK_EQ(weft_init(&cfg), 0);
+    cap_begin();
+    /* a short stall: the sleeper stops as soon as it was counted */
+    run_seen_stall(1);
+    weft_stats st;
+    stats(&st);
+    uint64_t short_events = st.pinned;
+    /* a long one: 50 ms naps until its line is out (or 15 s) */
+    reset_flags();
+    weft_thread *s;
+    weft_thread_opts sa = {.name = "long"};
+    CHECK_EQ(weft_spawn(&s, monitor_test_sleeper, (void *)(intptr_t)50, &sa), 0);
+    char seen[8192];
+    size_t n = 0;
+    for (int i = 0; i < 15000 && !(n && memmem(seen, n, "\"long\" blocked in", 17)); i++) {
+        ssize_t k = read(cap_pipe[0], seen + n, sizeof seen - 1 - n);
+        if (k > 0) n += (size_t)k;
+        else usleep(1000);
+    }
+    seen[n] = 0;
+    atomic_store(&sl_flag, 1);
+    CHECK_EQ(weft_join(s, NULL), 0);
+    usleep(50 * 1000); /* the end line */
+    char *rest = cap_end();
+    stats(&st);
+    weft_shutdown();
+    setenv("WEFT_MONITOR", "log", 1);
+    size_t rl = strlen(rest);
+    char *log = malloc(n + rl + 1);
+    CHECK(log != NULL);
+    memcpy(log, seen, n);
+    memcpy(log + n, rest, rl + 1);
+    free(rest);
+    fputs(seen, stderr); /* (cap_end echoed only the rest) */
+    CHECK(short_events >= 1);
+    CHECK(st.pinned >= short_events + 1);
+    int lines = 0;
+    CHECK(lines_all_at_least(log, 1000, &lines)); /* no line for a stall under a second */
+    CHECK_EQ(count_lines(log, "weft: pinned:", "\"long\"", "blocked in nanosleep", "at monitor_test_sleeper+0x",
+                         (char *)NULL),
+             1);
+    CHECK_EQ(count_lines(log, "weft: pinned:", "\"long\"", "released carrier 0 after", (char *)NULL), 1);
+    free(log);
 }
 
 /* ---- several carriers ----------------------------------------------------------- */
@@ -571,7 +645,7 @@ TEST(every_carrier_pinned_still_runs_others) {
     CHECK_EQ(weft_join(r, NULL), 0);
     int retired = await_retired();
     char *log = cap_end();
-    unsetenv("WEFT_PIN_LOG");
+    setenv("WEFT_MONITOR", "log", 1);
     CHECK(got);
     CHECK(mid.compensating >= 1);
     CHECK(mid.pinned >= 2);
@@ -733,10 +807,10 @@ static void stress_round(int carriers, int rounds) {
 
 TEST(stress_short_stalls_and_spawn_storms) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    if (!getenv("WEFT_TEST_PIN_LOG")) setenv("WEFT_PIN_LOG", "0", 1);
+    if (!getenv("WEFT_TEST_PIN_LOG")) setenv("WEFT_MONITOR", "off", 1);
     stress_round(1, SCALE(200) + 20);
     stress_round(2, SCALE(200) + 20);
-    unsetenv("WEFT_PIN_LOG");
+    setenv("WEFT_MONITOR", "log", 1);
 }
 
 /* weft_shutdown while a spare compensates; the runtime starts again after. */
@@ -748,7 +822,7 @@ static void *daemon_forever(void *a) {
 
 TEST(shutdown_while_compensating) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    setenv("WEFT_PIN_LOG", "0", 1);
+    setenv("WEFT_MONITOR", "off", 1);
     for (int round = 0; round < 3; round++) {
         weft_runtime_opts cfg = {.carriers = 1};
         CHECK_EQ(weft_init(&cfg), 0);
@@ -771,14 +845,14 @@ TEST(shutdown_while_compensating) {
         stats(&st);
         CHECK_EQ(st.carriers, 0);
     }
-    unsetenv("WEFT_PIN_LOG");
+    setenv("WEFT_MONITOR", "log", 1);
 }
 
 /* fork() after spares were made: the child has none of the parent's
  * carriers, and its fresh runtime starts with no spare. */
 TEST(fork_after_compensation) {
     DET_SKIP("needs the monitor (off in the mode: stalls are real time)");
-    setenv("WEFT_PIN_LOG", "0", 1);
+    setenv("WEFT_MONITOR", "off", 1);
     weft_runtime_opts cfg = {.carriers = 1};
     CHECK_EQ(weft_init(&cfg), 0);
     reset_flags();
@@ -818,5 +892,5 @@ TEST(fork_after_compensation) {
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
-    unsetenv("WEFT_PIN_LOG");
+    setenv("WEFT_MONITOR", "log", 1);
 }

@@ -290,7 +290,7 @@ TEST(bad_environment_fails_init) {
         {"WEFT_CARRIERS", "abc"},           {"WEFT_CARRIERS", "2x"},
         {"WEFT_CARRIERS", "1025"},          {"WEFT_PIN_THRESHOLD_MS", "20ms"},
         {"WEFT_MAX_COMPENSATE", "many"},    {"WEFT_SPIN_US", "-1"},
-        {"WEFT_PIN_LOG", "off"},            {"WEFT_IO", "uring2"},
+        {"WEFT_MONITOR", "loud"},           {"WEFT_IO", "uring2"},
     };
     char said[512];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

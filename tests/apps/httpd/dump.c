@@ -216,7 +216,7 @@ TEST(sigquit_dump_under_load) {
     int errfd = tmp_stderr();
     child_stderr = errfd;
     child_env[0] = "WEFT_DUMP_ON_SIGQUIT=json";
-    child_env[1] = "WEFT_PIN_LOG=0"; /* no monitor line on stderr in the middle of the JSON */
+    child_env[1] = "WEFT_MONITOR=off"; /* no monitor line on stderr in the middle of the JSON */
     server s;
     server_start(&s, d.root, "--model", "virtual", "--delay-ms", "1000", "--max-conns", "1000", NULL);
     dump_under_load(&s, errfd, "/apps/httpd/", "GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -236,7 +236,7 @@ TEST(example_dump_names_frames) {
     int errfd = tmp_stderr();
     child_stderr = errfd;
     child_env[0] = "WEFT_DUMP_ON_SIGQUIT=json";
-    child_env[1] = "WEFT_PIN_LOG=0"; /* no monitor line on stderr in the middle of the JSON */
+    child_env[1] = "WEFT_MONITOR=off"; /* no monitor line on stderr in the middle of the JSON */
     server s;
     const char *argv[] = {WEFT_ECHO_SERVER_PATH, "--delay-ms", "1000", NULL};
     prog_start(&s, argv);
