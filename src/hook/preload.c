@@ -22,6 +22,9 @@
  *
  * exit() from main (or a return from it) runs the atexit handlers on the
  * vthread, with the runtime still up: they may block in hooked calls too.
+ * A child forked from main that returns from main has no runtime to return
+ * to: main_vthread calls exit(status) itself, as the C library would after
+ * main (stdio flushed, atexit handlers run).
  *
  * What a foreign main gets that weft's own vthreads ask for (weft.h, "Own
  * TLS" and "The system call trap"), unless the environment says otherwise:
@@ -67,7 +70,13 @@ static void *main_vthread(void *unused) {
     (void)unused;
     weft_thread *me = weft__self();
     if (me) atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
-    return (void *)(intptr_t)M.main(M.argc, M.argv, M.envp);
+    int st = M.main(M.argc, M.argv, M.envp);
+    /* main returned in a child it forked: no runtime there to return to
+     * (the child has one thread, this one, and no carrier); what the C
+     * library does after main -- exit(status): atexit handlers, stdio
+     * flushed -- is done here */
+    if (!weft__carrier_self()) exit(st);
+    return (void *)(intptr_t)st;
 }
 
 static int env_unset(const char *name) {

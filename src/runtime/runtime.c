@@ -89,6 +89,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static void segv_handler(int sig, siginfo_t *si, void *uctx);
 
@@ -559,12 +561,20 @@ static void sig_default(int sig) {
     sigaction(sig, &sa, NULL);
 }
 
+/* A fault (si_code > 0: the kernel's, at an address) or a sent SIGSEGV
+ * (si_code <= 0: kill, tgkill, raise, sigqueue -- si_addr is no address
+ * then).  Only a fault can be a vthread's stack overflow, and only a fault
+ * repeats when the handler returns; a sent one that nobody else handles
+ * must end the process now, as the kernel's default would: SIG_DFL, and
+ * the signal sent again to this thread, where it stays pending until the
+ * handler returns and the mask it blocked comes off. */
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     weft__carrier *c = tls_carrier;
     /* c->cur is NULL while the scheduler runs on a vthread's stack: the
      * vthread is c->pending then */
     weft_thread *t = c ? (c->cur ? c->cur : c->pending) : NULL;
-    if (t && weft__stack_guard_hit(&t->stk, si->si_addr)) {
+    int sent = si->si_code <= 0;
+    if (!sent && t && weft__stack_guard_hit(&t->stk, si->si_addr)) {
         char b[256], name[32];
         fmt_name(t, name);
         size_t n = 0;
@@ -591,5 +601,8 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
         R.old_segv.sa_handler(sig);
         return;
     }
-    sig_default(SIGSEGV); /* the fault repeats and kills us as usual */
+    if (sent && R.old_segv.sa_handler == SIG_IGN) return; /* ignored, as it would have been */
+    sig_default(SIGSEGV); /* a fault repeats and kills us as usual */
+    /* (untrapped: it may have come while foreign code ran, hook/trap.c) */
+    if (sent) WEFT__ALLOWED(syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGSEGV));
 }

@@ -1,0 +1,132 @@
+/*
+ * weft-run over a program weft did not compile (support/foreign_prog.c):
+ * what the program sees must be what the kernel gives it natively (issue
+ * 27, "Unmodified programs see the kernel's behaviour").  Each test runs
+ * the program both ways, in the same sitting, and checks the behaviour --
+ * how it ended, what it wrote -- against the kernel's, and the two runs
+ * against each other.
+ *
+ * In a sanitizer build the program is instrumented too (the preloaded
+ * library brings the sanitizer's runtime, which an uninstrumented program
+ * cannot host), and the sanitizer would catch a SIGSEGV itself: both runs
+ * get handle_segv=0, so the kernel's default is what both see.
+ */
+#include "harness.h"
+#include "proc.h"
+
+#include "launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define RUN_TIMEOUT_MS (TEST_SANITIZED ? 60000 : 20000)
+
+typedef struct ran {
+    int status;   /* wait status */
+    char *out;    /* stdout, malloc'd */
+    char err[8192]; /* stderr, NUL-terminated (what fit) */
+} ran;
+
+/* Runs foreign_prog MODE, under weft-run (one carrier, so that a stall is
+ * a stall) or natively; fills r.  extra: one more "NAME=VALUE" or NULL. */
+static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
+    const char *argv[6];
+    int n = 0;
+    if (weft) {
+        argv[n++] = WEFT_RUN_PATH;
+        argv[n++] = "--carriers";
+        argv[n++] = "1";
+    }
+    argv[n++] = WEFT_FOREIGN_PROG_PATH;
+    argv[n++] = mode;
+    argv[n] = NULL;
+    char errpath[] = "/tmp/weft-run-err-XXXXXX";
+    int errfd = mkstemp(errpath);
+    CHECK(errfd >= 0);
+    unlink(errpath);
+    const char *env[] = {"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:handle_segv=0",
+                         "TSAN_OPTIONS=handle_segv=0", "WEFT_MONITOR", extra, NULL};
+    launch_opts o = {.out = LAUNCH_PIPE, .err = LAUNCH_FD, .err_fd = errfd, .env = env, .deathsig = SIGKILL,
+                     .alarm_s = RUN_TIMEOUT_MS / 1000};
+    launch l;
+    CHECK_EQ(launch_start(&l, (char *const *)argv, &o), 0);
+    size_t len = 0;
+    r->out = NULL;
+    CHECK_EQ(launch_read_all(&l, now_ms() + RUN_TIMEOUT_MS, &r->out, &len), 0);
+    CHECK_EQ(launch_reap(&l, RUN_TIMEOUT_MS), 1);
+    launch_close(&l);
+    r->status = l.status;
+    ssize_t k = pread(errfd, r->err, sizeof r->err - 1, 0);
+    r->err[k > 0 ? k : 0] = 0;
+    close(errfd);
+    fprintf(stderr, "%s %s: status 0x%x, stdout \"%s\", stderr \"%s\"\n", weft ? "weft-run" : "native", mode,
+            r->status, r->out, r->err);
+}
+
+static int killed_by(const ran *r, int sig) { return WIFSIGNALED(r->status) && WTERMSIG(r->status) == sig; }
+static int exited(const ran *r, int code) { return WIFEXITED(r->status) && WEXITSTATUS(r->status) == code; }
+
+/* A SIGSEGV that was sent -- raise, kill -- is no fault: the process dies
+ * of it as the kernel's default has it (before, weft's overflow handler
+ * restored the default and returned, waiting for a fault to repeat that
+ * never would: the program went on and exited 0).  Ignored, it is
+ * ignored. */
+TEST(a_sent_sigsegv_kills_as_the_kernel_does) {
+    static const char *const modes[] = {"segv-raise", "segv-kill"};
+    for (int i = 0; i < 2; i++) {
+        ran native, weft;
+        run_prog(0, modes[i], NULL, &native);
+        run_prog(1, modes[i], NULL, &weft);
+        CHECK(killed_by(&native, SIGSEGV));
+        CHECK(killed_by(&weft, SIGSEGV));
+        CHECK(strstr(weft.out, "survived") == NULL);
+        free(native.out);
+        free(weft.out);
+    }
+    ran native, weft;
+    run_prog(0, "segv-ignored", NULL, &native);
+    run_prog(1, "segv-ignored", NULL, &weft);
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK(strstr(weft.out, "ignored") != NULL);
+    free(native.out);
+    free(weft.out);
+}
+
+/* A child forked from main that returns from main exits with main's
+ * status, its buffered stdout written -- as exit() after main does -- not
+ * an abort about a vthread's function returning in a child. */
+TEST(a_forked_child_that_returns_from_main_exits_with_its_status) {
+    ran native, weft;
+    run_prog(0, "fork-return", NULL, &native);
+    run_prog(1, "fork-return", NULL, &weft);
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK(strstr(native.out, "child buffered;") != NULL);
+    CHECK(strstr(native.out, "child exited 7") != NULL);
+    CHECK_EQ(strcmp(weft.out, native.out), 0);
+    free(native.out);
+    free(weft.out);
+}
+
+/* The program's stderr is its own: 300 ms of computing (a hog to the
+ * monitor, with one carrier) and a raw 100 ms sleep leave nothing of
+ * weft's there -- only the program's "done".  WEFT_MONITOR=log, asked
+ * for, writes the hog's lines. */
+TEST(nothing_of_wefts_on_the_programs_stderr) {
+    ran native, weft, logged;
+    run_prog(0, "quiet", NULL, &native);
+    run_prog(1, "quiet", NULL, &weft);
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK_EQ(strcmp(native.err, "done\n"), 0);
+    CHECK_EQ(strcmp(weft.err, "done\n"), 0);
+    run_prog(1, "quiet", "WEFT_MONITOR=log", &logged);
+    CHECK(exited(&logged, 0));
+    CHECK(strstr(logged.err, "weft: hog: vthread #") != NULL);
+    free(native.out);
+    free(weft.out);
+    free(logged.out);
+}
