@@ -274,6 +274,13 @@ typedef struct weft_runtime_opts {
  *  - getaddrinfo runs on the blocking pool (weft_blocking);
  *  - close is weft_close: a call in flight on the fd, on any vthread, ends
  *    with EBADF;
+ *  - close and close_range leave weft's own descriptors (a carrier's ring
+ *    and eventfd, the epoll sets, the console's socket) alone, always, on
+ *    any thread: to the program those numbers are not open -- close of one
+ *    answers EBADF, close_range closes the numbers around them -- so a
+ *    close loop over every number, or close_range(3, ~0U, 0), does not
+ *    stop the runtime.  (dup2 and dup3 onto one of them are not stopped:
+ *    a program does that only to a number it opened);
  *  - a vthread resumes on the carrier it parked on while inside a hooked
  *    call, so code that keeps errno's address across the call (glibc's
  *    __errno_location is const) reads the right errno;

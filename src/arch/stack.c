@@ -272,7 +272,7 @@ int weft__stacks_init(size_t default_size) {
         if (S.vma_budget < 0) S.vma_budget = 0;
     }
     S.trim_idle_ns = (int64_t)lull_ms * 1000000;
-    S.pidfd = probe_process_madvise();
+    S.pidfd = weft__fd_own(probe_process_madvise());
     S.inited = 1;
     pthread_mutex_unlock(&S.lock);
     return 0;
@@ -705,7 +705,7 @@ void weft__stacks_fini(void) {
         free(sl);
     }
     free(S.cold);
-    if (S.pidfd >= 0) close(S.pidfd);
+    weft__fd_close_own(S.pidfd);
     /* everything but the lock and seq_counter (seqs stay unique across
      * restarts of the runtime) */
     free(S.depot);
@@ -750,7 +750,7 @@ void weft__stacks_fork_child(void) {
     S.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     if (!S.inited) return;
     /* the parent's pidfd: process_madvise with it would advise the parent */
-    if (S.pidfd >= 0) close(S.pidfd);
+    weft__fd_close_own(S.pidfd);
     S.pidfd = -1;
     /* the slabs stay mapped (a vthread that forked runs on one; a stale
      * handle's descriptor is still readable), their bookkeeping is kept

@@ -1087,8 +1087,20 @@ HOOK_API int fdatasync(int fd) {
     return (int)as_libc(r);
 }
 
+/*
+ * The program's close and close_range leave weft's own descriptors alone
+ * (libc/fds.c): to the program those numbers are not open, and closing
+ * them would stop the runtime (a carrier asleep on a closed ring).  So a
+ * close of one answers EBADF, as the kernel does for a number that is not
+ * open, and a close_range closes the ranges between them.  Always, hooks
+ * on or off, on any thread: one bit test.
+ */
 HOOK_API int close(int fd) {
     TRAP_SCOPE;
+    if (__builtin_expect(weft__fd_owned(fd), 0)) {
+        errno = EBADF;
+        return -1;
+    }
     /* On any thread while hooks are on: weft_close ends the hooked calls
      * in flight on fd and forgets what the epoll backend knew of it. */
     if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || sig_depth || !weft__running())
@@ -1097,6 +1109,27 @@ HOOK_API int close(int fd) {
     int r = weft_close(fd);
     weft__pin_end(pin);
     return (int)as_libc(r);
+}
+
+/* (the C library's close_range is the system call; so is this one's, made
+ * for each run of numbers between weft's) */
+HOOK_API int close_range(unsigned first, unsigned last, int flags) {
+    TRAP_SCOPE;
+    if (first > last) {
+        errno = EINVAL;
+        return -1;
+    }
+    unsigned from = first;
+    for (;;) {
+        int own = weft__fd_next_owned(from, last);
+        unsigned to = own < 0 ? last : (unsigned)own - 1;
+        if (own < 0 || (unsigned)own > from) {
+            long r = syscall(SYS_close_range, from, to, flags);
+            if (r < 0) return -1; /* (errno: the kernel's) */
+        }
+        if (own < 0 || (unsigned)own >= last) return 0;
+        from = (unsigned)own + 1;
+    }
 }
 
 typedef struct gai_job {
@@ -1148,6 +1181,10 @@ int weft__hook_trapped(long nr, const long a[6], long *ret) {
     long r;
     switch (nr) {
     case SYS_read: r = read((int)a[0], (void *)a[1], (size_t)a[2]); break;
+    case SYS_close: r = close((int)a[0]); break;
+#ifdef SYS_close_range
+    case SYS_close_range: r = close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]); break;
+#endif
     case SYS_write: r = write((int)a[0], (const void *)a[1], (size_t)a[2]); break;
     case SYS_readv: r = readv((int)a[0], (const struct iovec *)a[1], (int)a[2]); break;
     case SYS_writev: r = writev((int)a[0], (const struct iovec *)a[1], (int)a[2]); break;

@@ -140,12 +140,12 @@ static fd_ent *ent(int fd) {
 }
 
 static int epoll_start(void) {
-    E.epfd = epoll_create1(EPOLL_CLOEXEC);
+    E.epfd = weft__fd_own(epoll_create1(EPOLL_CLOEXEC));
     return E.epfd < 0 ? -errno : 0;
 }
 
 static void epoll_stop(void) {
-    if (E.epfd >= 0) close(E.epfd);
+    weft__fd_close_own(E.epfd);
     E.epfd = -1;
     for (int i = 0; i < MAX_CHUNKS; i++) {
         fd_ent *c = atomic_load(&E.chunks[i]);
@@ -164,15 +164,15 @@ static struct weft__poller *epoll_new(int index, int *err) {
     }
     pl->base.ops = &weft__io_epoll;
     pl->base.index = index;
-    pl->pfd = epoll_create1(EPOLL_CLOEXEC);
-    pl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pl->pfd = weft__fd_own(epoll_create1(EPOLL_CLOEXEC));
+    pl->efd = weft__fd_own(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     struct epoll_event sh = {.events = EPOLLIN, .data.u64 = 1};
     if (pl->pfd < 0 || pl->efd < 0 || epoll_ctl(pl->pfd, EPOLL_CTL_ADD, pl->efd, &ev) < 0 ||
         epoll_ctl(pl->pfd, EPOLL_CTL_ADD, E.epfd, &sh) < 0) {
         *err = -errno;
-        if (pl->pfd >= 0) close(pl->pfd);
-        if (pl->efd >= 0) close(pl->efd);
+        weft__fd_close_own(pl->pfd);
+        weft__fd_close_own(pl->efd);
         free(pl);
         return NULL;
     }
@@ -181,15 +181,15 @@ static struct weft__poller *epoll_new(int index, int *err) {
 
 static void epoll_free(struct weft__poller *p) {
     epoll_poller *pl = (epoll_poller *)p;
-    close(pl->pfd);
-    close(pl->efd);
+    weft__fd_close_own(pl->pfd);
+    weft__fd_close_own(pl->efd);
     free(pl);
 }
 
 static void epoll_abandon(struct weft__poller *p) {
     epoll_poller *pl = (epoll_poller *)p;
-    close(pl->pfd);
-    close(pl->efd);
+    weft__fd_close_own(pl->pfd);
+    weft__fd_close_own(pl->efd);
 }
 
 /* The shared set is the parent's too: an epoll_ctl on it from the child
@@ -197,7 +197,7 @@ static void epoll_abandon(struct weft__poller *p) {
  * table's chunks (their locks possibly held by threads not here) are kept
  * and a fresh table starts. */
 void weft__epoll_fork_child(void) {
-    if (E.epfd >= 0) close(E.epfd);
+    weft__fd_close_own(E.epfd);
     E.epfd = -1;
     E.grow = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     for (int i = 0; i < MAX_CHUNKS; i++) {

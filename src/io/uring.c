@@ -220,9 +220,11 @@ static struct weft__poller *uring_new(int index, int *err) {
         free(pl);
         return NULL;
     }
-    pl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    weft__fd_own(pl->ring.ring_fd); /* (io_uring_queue_exit closes it: disowned first) */
+    pl->efd = weft__fd_own(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (pl->efd < 0) {
         *err = -errno;
+        weft__fd_disown(pl->ring.ring_fd);
         io_uring_queue_exit(&pl->ring);
         free(pl);
         return NULL;
@@ -246,8 +248,9 @@ static void uring_free(struct weft__poller *p) {
     if (pl->base.index >= 0 && pl->base.index < MAX_RINGS && rings[pl->base.index] == pl)
         rings[pl->base.index] = NULL;
     pthread_mutex_unlock(&rings_lock);
+    weft__fd_disown(pl->ring.ring_fd);
     io_uring_queue_exit(&pl->ring);
-    close(pl->efd);
+    weft__fd_close_own(pl->efd);
     pthread_mutex_destroy(&pl->cancel_lock);
     free(pl->cancels);
     free(pl);
@@ -263,8 +266,8 @@ static void uring_abandon(struct weft__poller *p) {
     munmap(r->sq.sqes, sqe_size * r->sq.ring_entries);
     if (r->cq.ring_ptr && r->cq.ring_ptr != r->sq.ring_ptr) munmap(r->cq.ring_ptr, r->cq.ring_sz);
     munmap(r->sq.ring_ptr, r->sq.ring_sz);
-    close(r->ring_fd);
-    close(pl->efd);
+    weft__fd_close_own(r->ring_fd);
+    weft__fd_close_own(pl->efd);
 }
 
 void weft__uring_fork_child(void) {

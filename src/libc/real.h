@@ -179,6 +179,18 @@ typedef void (*weft__jump_fn)(struct __jmp_buf_tag *, int);
 extern WEFT__LIBC_HIDDEN weft__jump_fn weft__libc_jump[WEFT__J_N];
 WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 
+/* The descriptors weft made for itself (fds.c): set right after making
+ * one (returns fd, so a call can be wrapped; a negative fd is passed
+ * through), cleared by weft__fd_close_own, which closes it; the
+ * interposers of close and close_range leave the set ones alone. */
+WEFT__LIBC_HIDDEN int weft__fd_own(int fd);
+WEFT__LIBC_HIDDEN void weft__fd_disown(int fd);
+WEFT__LIBC_HIDDEN int weft__fd_owned(int fd);
+/* the lowest set number in [from, to], or -1 */
+WEFT__LIBC_HIDDEN int weft__fd_next_owned(unsigned from, unsigned to);
+/* clears fd's bit and closes it (0 or -1 with errno); fd < 0: nothing */
+WEFT__LIBC_HIDDEN int weft__fd_close_own(int fd);
+
 /*
  * The system call trap's selector (hook/trap.c).  A carrier whose runtime
  * traps the system calls its vthreads' foreign code makes (syscall user

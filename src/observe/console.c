@@ -159,7 +159,7 @@ static int64_t mono_ns(void) {
 }
 
 static void con_closefd(int *fd) {
-    if (*fd >= 0) close(*fd);
+    weft__fd_close_own(*fd);
     *fd = -1;
 }
 
@@ -405,7 +405,7 @@ static void unref(int k) {
 }
 
 static void drop_client(int i) {
-    close(C.clients[i].fd);
+    weft__fd_close_own(C.clients[i].fd);
     unref(C.clients[i].snap);
     C.clients[i] = C.clients[--C.nclients];
 }
@@ -526,7 +526,7 @@ static int accept_one(int64_t now) {
             return 0;
         }
     }
-    C.clients[C.nclients++] = (client){.fd = fd, .snap = -1, .read_at = now};
+    C.clients[C.nclients++] = (client){.fd = weft__fd_own(fd), .snap = -1, .read_at = now};
     return 1;
 }
 
@@ -544,7 +544,7 @@ static int tick(sample *s, const sample *prev, int64_t started_at) {
     while (k < CON_MAX_SNAPS && C.snaps[k].refs) k++;
     if (k == CON_MAX_SNAPS) return 0; /* (cannot be: each is younger than the timeout) this one is skipped */
     snap *sn = &C.snaps[k];
-    if (sn->fd < 0 && (sn->fd = memfd_create("weft-console", MFD_CLOEXEC)) < 0) return -errno;
+    if (sn->fd < 0 && (sn->fd = weft__fd_own(memfd_create("weft-console", MFD_CLOEXEC))) < 0) return -errno;
     ssize_t len = build(sn->fd, s, prev, started_at);
     if (len < 0) return (int)len;
     sn->len = (size_t)len;
@@ -660,7 +660,7 @@ static void *console_main(void *unused) {
     for (int k = 0; k < CON_MAX_SNAPS; k++) {
         int fd = C.snaps[k].fd;
         C.snaps[k] = (snap){.fd = -1};
-        if (fd >= 0) close(fd);
+        weft__fd_close_own(fd);
     }
     C.cpu[0] = C.cpu[1] = NULL;
     free(s[0].cpu);
@@ -672,7 +672,7 @@ static void *console_main(void *unused) {
 
 static void console_fork_child(void) {
     if (!C.running) return;
-    for (int i = 0; i < C.nclients; i++) close(C.clients[i].fd);
+    for (int i = 0; i < C.nclients; i++) weft__fd_close_own(C.clients[i].fd);
     C.nclients = 0;
     con_closefd(&C.lfd);
     con_closefd(&C.stop[0]);
@@ -748,7 +748,9 @@ int weft__console_start(const char *path) {
         r = -errno;
         goto fail2;
     }
-    C.lfd = fd;
+    C.lfd = weft__fd_own(fd);
+    weft__fd_own(C.stop[0]);
+    weft__fd_own(C.stop[1]);
     C.dev = st.st_dev;
     C.ino = st.st_ino;
     memcpy(C.path, p, sizeof p);

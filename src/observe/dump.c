@@ -995,8 +995,8 @@ static void sq_fork_child(void) {
     int r = SQ.pipe[0], w = SQ.pipe[1];
     SQ.pipe[1] = -1; /* the handler, still installed, writes nowhere until re-armed */
     SQ.pipe[0] = -1;
-    close(r);
-    close(w);
+    weft__fd_close_own(r);
+    weft__fd_close_own(w);
     SQ.started = 0;
 }
 
@@ -1018,6 +1018,8 @@ int weft_dump_on_signal(int signo, int fd, int format) {
                 r = -errno;
                 goto out;
             }
+            weft__fd_own(SQ.pipe[0]);
+            weft__fd_own(SQ.pipe[1]);
             /* the reader blocks: only the write end is non-blocking */
             fcntl(SQ.pipe[0], F_SETFL, 0);
             pthread_t th;
@@ -1039,8 +1041,8 @@ int weft_dump_on_signal(int signo, int fd, int format) {
             pthread_sigmask(SIG_SETMASK, &prev, NULL);
             pthread_attr_destroy(&a);
             if (e) {
-                close(SQ.pipe[0]);
-                close(SQ.pipe[1]);
+                weft__fd_close_own(SQ.pipe[0]);
+                weft__fd_close_own(SQ.pipe[1]);
                 r = -e;
                 goto out;
             }

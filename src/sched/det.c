@@ -264,7 +264,7 @@ int weft__det_start(uint64_t seed, const char *tr) {
             return -e;
         }
     }
-    D.trace_fd = fd;
+    D.trace_fd = weft__fd_own(fd);
     /* the epoch once per process: a runtime started again goes on from
      * where the last one left the clock (time never runs backwards) */
     if (!clock_set) atomic_store_explicit(&D.clock, WEFT__DET_EPOCH, memory_order_relaxed);
@@ -292,7 +292,7 @@ void weft__det_stop(void) {
     pthread_mutex_unlock(&pw_lock);
     trace("end after %llu steps, vt=%lld", (unsigned long long)D.step,
           (long long)(atomic_load_explicit(&D.clock, memory_order_relaxed) - WEFT__DET_EPOCH));
-    if (D.trace_fd >= 0) close(D.trace_fd);
+    weft__fd_close_own(D.trace_fd);
     D.trace_fd = -1;
     free(D.set);
     D.set = NULL;
@@ -308,7 +308,7 @@ void weft__det_fork_child(void) {
     pw_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     pw_head = NULL; /* other threads' waits: those threads are not in the child */
     atomic_store(&pw_min, INT64_MAX);
-    if (D.trace_fd >= 0) close(D.trace_fd); /* the parent's file: not ours to write */
+    weft__fd_close_own(D.trace_fd); /* the parent's file: not ours to write */
     D.trace_fd = -1;
     D.set = NULL; /* the carrier may have been mid-realloc: leaked, not freed */
     D.n = D.cap = 0;
@@ -534,6 +534,6 @@ _Noreturn void weft__det_deadlock(void) {
         fflush_unlocked(stdout);
         funlockfile(stdout);
     }
-    if (D.trace_fd >= 0) close(D.trace_fd);
+    weft__fd_close_own(D.trace_fd);
     _exit(WEFT__DET_DEADLOCK_EXIT);
 }

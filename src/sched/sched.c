@@ -2218,7 +2218,7 @@ int weft__pcancel_fd(void) {
     if (!tls_pc.enabled || atomic_load_explicit(&tls_pc.shielded, memory_order_relaxed)) return -1;
     int fd = atomic_load_explicit(&tls_pc.efd, memory_order_relaxed);
     if (fd < 0) {
-        fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        fd = weft__fd_own(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
         if (fd < 0) return -1; /* out of descriptors: calls are not interruptible, no worse */
         atomic_store(&tls_pc.efd, fd);
     }
@@ -2227,7 +2227,7 @@ int weft__pcancel_fd(void) {
 
 void weft__pcancel_disable(void) {
     int fd = atomic_exchange(&tls_pc.efd, -1);
-    if (fd >= 0) close(fd);
+    weft__fd_close_own(fd);
     atomic_store(&tls_pc.cancelled, 0);
     tls_pc.enabled = 0;
 }

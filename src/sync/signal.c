@@ -117,11 +117,11 @@ static int relay_locked(void) {
     uint64_t at = weft__runtime_generation();
     if (atomic_load(&S.relay_up) && atomic_load(&S.fork_gen) == gen && atomic_load(&S.relay_at) == at) return 0;
     if (S.efd < 0 || (atomic_load(&S.relay_up) && atomic_load(&S.fork_gen) != gen)) {
-        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        int fd = weft__fd_own(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
         if (fd < 0) return -errno;
         int old = S.efd;
         S.efd = fd;
-        if (old >= 0) close(old);
+        weft__fd_close_own(old);
     }
     weft_thread_opts o = {.name = "signals", .daemon = 1};
     int r = weft_spawn(NULL, relay, NULL, &o);

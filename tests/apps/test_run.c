@@ -130,3 +130,23 @@ TEST(nothing_of_wefts_on_the_programs_stderr) {
     free(weft.out);
     free(logged.out);
 }
+
+/* A program that closes every descriptor it did not open -- close_range
+ * over all of them, or a close loop -- goes on working: weft's own (the
+ * carrier's ring and eventfd, the stack slots' pidfd) are not the
+ * program's to close, and the calls leave them alone (before, the next
+ * sleep hung: the carrier waited on a closed ring). */
+TEST(closing_every_descriptor_leaves_wefts_alone) {
+    static const char *const modes[] = {"close-range", "close-loop"};
+    for (int i = 0; i < 2; i++) {
+        ran native, weft;
+        run_prog(0, modes[i], NULL, &native);
+        run_prog(1, modes[i], NULL, &weft);
+        CHECK(exited(&native, 0));
+        CHECK(exited(&weft, 0));
+        CHECK_EQ(strcmp(native.out, "ok\n"), 0);
+        CHECK_EQ(strcmp(weft.out, "ok\n"), 0);
+        free(native.out);
+        free(weft.out);
+    }
+}

@@ -13,10 +13,16 @@
  *   quiet         computes for 300 ms without a call, sleeps 100 ms through
  *                 the raw system call, then writes "done" on stderr: the
  *                 only thing there
+ *   close-range   close_range(3, ~0U, 0), then sleeps, and reads a pipe that
+ *                 a thread of its own writes to 100 ms later: "ok" if all of
+ *                 it worked
+ *   close-loop    the same after close() on every number from 3 to the
+ *                 descriptor limit
  *
  * Output on stdout; "survived" where the kernel would not have let it.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +35,15 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int late_pipe[2];
+static void *write_late(void *unused) {
+    (void)unused;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (write(late_pipe[1], "abc", 3) != 3) perror("write");
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -78,6 +93,29 @@ int main(int argc, char **argv) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         syscall(SYS_nanosleep, &ts, NULL);
         fputs("done\n", stderr);
+        return 0;
+    }
+    if (!strcmp(mode, "close-range") || !strcmp(mode, "close-loop")) {
+        if (mode[6] == 'r') {
+            if (close_range(3, ~0U, 0) != 0) {
+                perror("close_range");
+                return 2;
+            }
+        } else {
+            for (int fd = 3, n = getdtablesize(); fd < n; fd++) close(fd);
+        }
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        char b[4] = {0};
+        pthread_t th;
+        if (pipe(late_pipe) != 0 || pthread_create(&th, NULL, write_late, NULL) != 0) {
+            perror("pipe");
+            return 2;
+        }
+        ssize_t n = read(late_pipe[0], b, 3); /* empty for 100 ms: it waits */
+        pthread_join(th, NULL);
+        nanosleep(&ts, NULL);
+        printf("%s\n", n == 3 && strcmp(b, "abc") == 0 ? "ok" : "wrong");
         return 0;
     }
     fprintf(stderr, "foreign_prog: unknown mode '%s'\n", mode);
