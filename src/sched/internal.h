@@ -125,6 +125,7 @@ struct weft__carrier {
     int64_t mon_from;               /* the look before mon_since's: mon_seen was reached after it */
     int mon_stuck;                  /* its last look found no progress */
     int stall_said;                 /* the open stall's line was written (WEFT__MONLOG_LONG: once it lasts) */
+    int64_t trim_retried;           /* (its own) the stacks' trim time it last went back for as the last to idle */
     int64_t mon_cpu0;               /* the thread's CPU time at the first look that saw no progress; -1 */
     clockid_t cpuclk;               /* the carrier thread's CPU clock */
     int cpuclk_ok;

@@ -928,7 +928,7 @@ static weft_thread *find_work(weft__carrier *c) {
         flush_live(c);
         uint32_t seq = atomic_load(&c->wake_seq);
         set_idle_bit(g, c->gidx);
-        atomic_fetch_add(&g->nidle, 1);
+        int idle_now = atomic_fetch_add(&g->nidle, 1) + 1;
         if (c->spinning) {
             c->spinning = 0;
             atomic_fetch_sub(&g->nspinning, 1);
@@ -957,8 +957,20 @@ static weft_thread *find_work(weft__carrier *c) {
         /* wake for the idle trim when it falls due (not when it is due
          * already: then the other carriers are busy, and it waits for the
          * next lull) */
-        int64_t trim = weft__stacks_trim_due(&c->stacks);
-        if (trim < min && trim > weft_now()) min = trim;
+        int64_t trim = weft__stacks_trim_due(&c->stacks), tnow = trim != INT64_MAX ? weft_now() : 0;
+        if (trim < min && trim > tnow) min = trim;
+        /* ... except for the last carrier to go idle, once per lull: two
+         * carriers that woke for the same trim at once each saw the other
+         * busy, and went back to sleep with it due -- and nobody trimmed
+         * until the next burst's lull (rss_returned_after_burst, 1 run in
+         * ~10).  Its fetch_add saw the full count: it trims now. */
+        else if (trim != INT64_MAX && trim <= tnow && trim != c->trim_retried && idle_now >= nshared(g) && g->dflt) {
+            c->trim_retried = trim;
+            if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
+            else c->spinning = 1;
+            mon_need();
+            continue;
+        }
         if (pl) {
             /* asleep in the poller: a completion, a kick (its eventfd) or
              * the next timer ends it */
