@@ -423,6 +423,20 @@ typedef struct weft_runtime_opts {
  * SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS -- are left as they are).  A
  * handler may leave by siglongjmp or longjmp: libweft defines those too,
  * and a jump made inside a handler counts it out.
+ *
+ * A handler interrupts a blocking call as the kernel's would -- for a
+ * foreign main under weft-run / libweft-hook.so, the vthread a
+ * process-directed signal is meant for (the kernel gives a program's first
+ * thread first choice): once the program's handler has run, wherever it
+ * ran, a hooked sleep (nanosleep, clock_nanosleep, usleep, sleep), poll,
+ * ppoll, select, pselect or epoll_wait main is parked in ends with EINTR
+ * (nanosleep with the time left), and so does a read, write, recv, send
+ * or accept on a pipe or socket unless the handler has SA_RESTART (then
+ * it goes on, as the kernel restarts it).  The monitor thread carries the
+ * interrupt to the vthread (a handler may not park or lock), so it comes
+ * a moment after the handler, and not in deterministic mode (no monitor).
+ * Not yet: signal masks per vthread (a mask main sets is its carrier's),
+ * signals sent to one thread, and other vthreads than main.
  */
 enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
 

@@ -208,11 +208,23 @@ static int64_t sock_deadline(int fd, int opt) {
     return weft_now() + (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
 }
 
+/* A wait a signal handler may interrupt (sched.c, "Interrupts"): begun
+ * with weft__intr_begin(t, kind), ended here with what the wait returned:
+ * -EINTR where a handler interrupted it (and the vthread is not cancelled
+ * itself), else r. */
+static int intr_result(weft_thread *t, int r) {
+    int sig = weft__intr_end(t);
+    return sig && r == -ECANCELED && !weft_cancelled() ? -EINTR : r;
+}
+
 /* Parks until fd is ready for ev.  A timeout at the call's own deadline dl
  * (a socket timeout) is -EAGAIN, as libc's; the vthread's deadline is
- * -ETIMEDOUT.  Returns >= 0 or -errno. */
+ * -ETIMEDOUT.  A handler without SA_RESTART ends it with -EINTR.  Returns
+ * >= 0 or -errno. */
 static int wait_ready(int fd, int ev, int64_t dl) {
-    int w = weft_poll(fd, ev, dl);
+    weft_thread *t = weft__self();
+    weft__intr_begin(t, WEFT__INTR_RESTART);
+    int w = intr_result(t, weft_poll(fd, ev, dl));
     if (w == -ETIMEDOUT && dl && weft_now() >= dl) return -EAGAIN;
     return w;
 }
@@ -638,7 +650,9 @@ HOOK_API int accept4(int fd, struct sockaddr *sa, socklen_t *sl, int flags) {
     int pin = weft__pin_begin();
     int64_t dl;
     int64_t old = deadline_push(fd, SO_RCVTIMEO, &dl);
-    int r = weft_accept(fd, sa, sl, flags);
+    weft_thread *t = weft__self();
+    weft__intr_begin(t, WEFT__INTR_RESTART);
+    int r = intr_result(t, weft_accept(fd, sa, sl, flags));
     weft_deadline_set(old);
     if (r == -ETIMEDOUT && dl && weft_now() >= dl) r = -EAGAIN;
     weft__pin_end(pin);
@@ -720,9 +734,15 @@ static int wait_any(struct pollfd *fds, nfds_t n, int64_t dl) {
     for (nfds_t i = 0; i < n; i++)
         if (fds[i].fd >= 0) live++, one = i;
     int r;
+    /* (poll and select end with EINTR whatever the handler's flags) */
+    weft_thread *t = weft__self();
+    weft__intr_begin(t, WEFT__INTR_ALWAYS);
     if (live == 0) {
         r = weft__sleep_until_at(dl ? dl : INT64_MAX, "poll", 0);
-        if (r == 0) return 0; /* the sleep ended: timeout */
+        if (r == 0) {
+            weft__intr_end(t);
+            return 0; /* the sleep ended: timeout */
+        }
     } else if (live == 1) {
         r = weft_poll(fds[one].fd, fds[one].events, dl);
         if (r >= 0 || r == -EBADF) {
@@ -732,6 +752,7 @@ static int wait_any(struct pollfd *fds, nfds_t n, int64_t dl) {
     } else {
         r = weft__poll_any(fds, n, dl);
     }
+    r = intr_result(t, r);
     if (r == -ETIMEDOUT && dl && weft_now() >= dl) return 0;
     return r;
 }
@@ -955,7 +976,9 @@ static int epoll_common(int ep, struct epoll_event *ev, int max, int timeout, co
     int64_t dl = ms_deadline(timeout);
     int pin = weft__pin_begin();
     for (;;) {
-        int w = weft_poll(ep, POLLIN, dl);
+        weft_thread *t = weft__self();
+        weft__intr_begin(t, WEFT__INTR_ALWAYS);
+        int w = intr_result(t, weft_poll(ep, POLLIN, dl));
         if (w == -ETIMEDOUT && dl && weft_now() >= dl) {
             r = 0;
             break;
@@ -991,7 +1014,9 @@ HOOK_API int epoll_pwait(int ep, struct epoll_event *ev, int max, int timeout, c
 /* Sleeps until dl (monotonic), pinned; 0 or -ECANCELED / -ETIMEDOUT. */
 static int sleep_until(int64_t dl, const char *what) {
     int pin = weft__pin_begin();
-    int r = weft__sleep_until_at(dl, what, 0);
+    weft_thread *t = weft__self();
+    weft__intr_begin(t, WEFT__INTR_ALWAYS); /* (a sleep ends with EINTR whatever the handler's flags) */
+    int r = intr_result(t, weft__sleep_until_at(dl, what, 0));
     weft__pin_end(pin);
     return r;
 }
@@ -1296,6 +1321,7 @@ typedef void (*info_fn)(int, siginfo_t *, void *);
 
 static plain_fn _Atomic sig_plain[_NSIG];
 static info_fn _Atomic sig_info[_NSIG];
+static _Atomic unsigned char sig_restart[_NSIG]; /* its handler has SA_RESTART (for weft__intr_post) */
 static atomic_flag sig_lock = ATOMIC_FLAG_INIT;
 
 /* (the system call trap, trap.c: a handler runs untrapped -- its hooked
@@ -1310,6 +1336,8 @@ static void tramp_plain(int sig) {
     if (h) h(sig);
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
+    /* the wait a handler interrupts (sched.c, "Interrupts") */
+    if (h) weft__intr_post(sig, atomic_load_explicit(&sig_restart[sig], memory_order_relaxed));
     weft__sud_restore(trap_o);
 }
 
@@ -1321,6 +1349,7 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
     if (h) h(sig, si, uc);
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
+    if (h) weft__intr_post(sig, atomic_load_explicit(&sig_restart[sig], memory_order_relaxed));
     weft__sud_restore(trap_o);
 }
 
@@ -1354,6 +1383,7 @@ SIG_NOSAN static int sigaction_locked(int sig, const struct sigaction *act, stru
     struct sigaction k;
     const struct sigaction *give = act;
     if (act && is_function(act)) {
+        atomic_store_explicit(&sig_restart[sig], (act->sa_flags & SA_RESTART) != 0, memory_order_relaxed);
         k = *act;
         if (act->sa_flags & SA_SIGINFO) {
             atomic_store_explicit(&sig_info[sig], act->sa_sigaction, memory_order_release);

@@ -22,6 +22,10 @@
  *
  * exit() from main (or a return from it) runs the atexit handlers on the
  * vthread, with the runtime still up: they may block in hooked calls too.
+ * A signal whose handler the program installed interrupts main's hooked
+ * wait as the kernel would interrupt its blocking call (sched.c,
+ * "Interrupts": EINTR from a sleep, poll or select, and from a read or
+ * write unless the handler has SA_RESTART).
  * A child forked from main that returns from main has no runtime to return
  * to: main_vthread calls exit(status) itself, as the C library would after
  * main (stdio flushed, atexit handlers run).
@@ -70,7 +74,11 @@ static void *main_vthread(void *unused) {
     (void)unused;
     weft_thread *me = weft__self();
     if (me) atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
+    /* a process-directed signal's handler interrupts main's blocking call,
+     * as the kernel's would (sched.c, "Interrupts") */
+    weft__intr_target_set(me);
     int st = M.main(M.argc, M.argv, M.envp);
+    weft__intr_target_set(NULL);
     /* main returned in a child it forked: no runtime there to return to
      * (the child has one thread, this one, and no carrier); what the C
      * library does after main -- exit(status): atexit handlers, stdio

@@ -176,6 +176,10 @@ struct weft__rt {
     /* the monitor (see "The monitor" above) */
     _Alignas(WEFT__CACHELINE) _Atomic int mon_armed; /* read when a carrier leaves idle; written rarely */
     _Atomic uint32_t mon_word;                        /* its futex: bumped to wake it */
+    /* signals whose handlers ran, for the monitor to interrupt intr_target
+     * with (bit per signal; intr_restart: those with SA_RESTART) */
+    _Atomic uint64_t intr_pending, intr_restart;
+    weft_thread *_Atomic intr_target;
     _Atomic uint32_t mon_up;                          /* it runs (weft_init waits for it) */
     pthread_mutex_t mon_fork;                         /* held through each look; and by fork (see "Fork") */
     pthread_t mon_thread;
@@ -303,6 +307,7 @@ int weft__runtime_start_lazy(void);
 
 /* ---- spares.c: the monitor's life (weft_init, weft_shutdown) ---- */
 void weft__mon_prepare(void); /* before the carriers start */
+void weft__intr_deliver(void); /* the monitor: interrupts posted by handlers (sched.c, "Interrupts") */
 int weft__mon_start(void);    /* after they started: 0 or -errno */
 void weft__mon_stop(void);
 

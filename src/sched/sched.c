@@ -1330,7 +1330,9 @@ uint64_t weft__park_begin(weft__parker **pp, int kind) {
     if (atomic_load_explicit(cancelled, memory_order_relaxed)) return 0;
     *pp = p;
     uint64_t tok = publish_park(self, p, kind);
-    if (atomic_load(cancelled)) {
+    /* (an interrupt: only inside the hooked wait it was meant for, "Interrupts") */
+    if (atomic_load(cancelled) ||
+        (self && __builtin_expect(atomic_load(&self->intr_sig) != 0, 0) && (atomic_load(&self->intr_seq) & 1))) {
         uint64_t e = tok;
         atomic_compare_exchange_strong(&p->word, &e, (tok & ~(uint64_t)0xF) | WEFT__PS_CANCELLED);
         return 0;
@@ -1818,6 +1820,10 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->foreign, 0, memory_order_relaxed);
     atomic_store_explicit(&t->trap_call, 0, memory_order_relaxed);
     atomic_store_explicit(&t->trap_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->intr_kind, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->intr_sig, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) & ~1u,
+                          memory_order_relaxed);
     /* (release: a late caller racing to reap the slot's last vthread, which
      * takes join_lock and reads this, then sees the generation it bumped) */
     atomic_store_explicit(&t->join_state, out ? 0 : 3, memory_order_release);
@@ -2111,6 +2117,71 @@ void weft__on_exit(void (*fn)(void *), void *arg) {
 }
 
 void (*_Atomic weft__cancel_hook)(weft_thread *t);
+
+/*
+ * Interrupts.  A program weft did not write expects a signal to end the
+ * blocking call its thread is in: a handler without SA_RESTART ends a
+ * read with EINTR, and any handler ends a sleep, a poll or a select
+ * (signal(7)); Python's Ctrl-C during time.sleep relies on it.  Under
+ * weft that call parks a vthread, while the kernel runs the handler on
+ * whichever OS thread it picked -- a carrier, the process's first thread
+ * waiting in weft_join -- and the park goes on.  So:
+ *  - the hook's trampoline, after the program's handler, posts the
+ *    signal (weft__intr_post: two atomic ORs and a futex wake of the
+ *    monitor -- async-signal-safe; nothing here may park or lock there);
+ *  - the monitor thread (spares.c's loop, weft__intr_deliver) takes what
+ *    was posted and, if the target vthread is inside a hooked wait (its
+ *    intr_seq odd) of a kind the handler's flags end, stores the signal
+ *    in intr_sig and ends the park as a cancel does (PS_CANCELLED, which
+ *    every hooked wait already undoes cleanly: an I/O operation is
+ *    withdrawn or its completion kept);
+ *  - the vthread's wait returns -ECANCELED, weft__intr_end hands it the
+ *    signal, and the hook answers EINTR.
+ * The Dekker pair is a cancel's: the monitor stores intr_sig, then reads
+ * the parker's word; weft__park_begin publishes the park, then reads
+ * intr_sig -- so a park that begins in between is refused at once.  A
+ * signal stored just as the call ends is taken back (CAS) when intr_seq
+ * has moved, and a park outside a hooked wait never sees one (park_begin
+ * checks intr_seq is odd).  The target is one vthread: a foreign main
+ * (hook/preload.c), which is what the kernel interrupts for a
+ * process-directed signal in a program that has not blocked it -- its
+ * first thread gets first choice.  Masks are not looked at, nor are
+ * signals sent to one thread (pthread_kill): issue 27's per-vthread masks.
+ */
+void weft__intr_target_set(weft_thread *t) { atomic_store(&R.intr_target, t); }
+
+void weft__intr_post(int sig, int restart) {
+    if (sig <= 0 || sig >= 64 || !atomic_load_explicit(&R.intr_target, memory_order_relaxed)) return;
+    uint64_t b = 1ull << sig;
+    if (restart) atomic_fetch_or(&R.intr_restart, b);
+    else atomic_fetch_and(&R.intr_restart, ~b);
+    atomic_fetch_or(&R.intr_pending, b);
+    atomic_fetch_add(&R.mon_word, 1);
+    futex_wake(&R.mon_word, 1);
+}
+
+void weft__intr_deliver(void) {
+    uint64_t pend = atomic_exchange(&R.intr_pending, 0);
+    weft_thread *t = atomic_load(&R.intr_target);
+    if (!pend || !t) return;
+    uint32_t s1 = atomic_load(&t->intr_seq);
+    if (!(s1 & 1)) return; /* not in a hooked wait: the handler ran, the code goes on */
+    int kind = atomic_load_explicit(&t->intr_kind, memory_order_relaxed);
+    uint64_t ends = kind == WEFT__INTR_ALWAYS ? pend : pend & ~atomic_load(&R.intr_restart);
+    if (!ends) return; /* SA_RESTART: the call goes on, as the kernel restarts it */
+    uint8_t sig = (uint8_t)__builtin_ctzll(ends);
+    atomic_store(&t->intr_sig, sig);
+    if (atomic_load(&t->intr_seq) != s1) { /* the call ended meanwhile: not for the next one */
+        uint8_t e = sig;
+        atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
+        return;
+    }
+    uint64_t w = atomic_load(&t->parker.word);
+    unsigned st = WEFT__PW_STATE(w);
+    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w) &&
+        !atomic_load(&t->shielded))
+        weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
+}
 
 void weft__cancel_one(weft_thread *t) {
     atomic_store(&t->cancelled, 1); /* seq_cst: pairs with weft__park_begin */

@@ -215,6 +215,13 @@ struct weft_thread {
     _Atomic(const void *) trap_pc;
     _Atomic uint64_t trap_arg;
     _Atomic uint64_t trap_count;
+    /* a signal interrupting a hooked call (sched.c, "Interrupts"): odd
+     * while the vthread is inside a wait a handler may interrupt, of kind
+     * intr_kind (WEFT__INTR_*; both written by the vthread); intr_sig: the
+     * signal that did (written by the monitor, taken by the vthread) */
+    _Atomic uint32_t intr_seq;
+    _Atomic uint8_t intr_kind;
+    _Atomic uint8_t intr_sig;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -281,6 +288,39 @@ weft__carrier *weft__carrier_self(void);
 
 /* The calling vthread, or NULL. */
 weft_thread *weft__self(void);
+
+/* ---- interrupts (sched.c, "Interrupts") ----------------------------------- */
+
+/* What a signal handler does to a hooked call it interrupts: RESTART
+ * calls go on where the handler had SA_RESTART (read, write, recv, send,
+ * accept on a pipe or socket); ALWAYS calls end with EINTR whatever the
+ * flags (sleeps, poll, select, epoll_wait), as signal(7) lists them. */
+enum { WEFT__INTR_NONE = 0, WEFT__INTR_RESTART = 1, WEFT__INTR_ALWAYS = 2 };
+
+/* The calling vthread t (NULL: nothing) enters / leaves a wait of kind a
+ * handler may interrupt.  end returns the signal that interrupted it (0:
+ * none); the wait then ended -ECANCELED, which the caller reports as
+ * EINTR unless the vthread is cancelled itself. */
+static inline void weft__intr_begin(weft_thread *t, int kind) {
+    if (!t) return;
+    atomic_store_explicit(&t->intr_kind, (uint8_t)kind, memory_order_relaxed);
+    atomic_store(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) + 1); /* odd */
+}
+static inline int weft__intr_end(weft_thread *t) {
+    if (!t) return 0;
+    atomic_store(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) + 1); /* even */
+    return atomic_exchange(&t->intr_sig, 0);
+}
+
+/* From a signal handler (async-signal-safe): the program's handler for
+ * sig has run; restart: it has SA_RESTART.  The monitor then interrupts
+ * the target's hooked wait, if it is in one of a kind the flags end. */
+void weft__intr_post(int sig, int restart);
+
+/* The vthread a process-directed signal interrupts: the kernel's choice
+ * for a program that blocks nothing is its first thread (hook/preload.c
+ * sets its foreign main); NULL: none (weft's own programs). */
+void weft__intr_target_set(weft_thread *t);
 
 /* ---- park primitive ----------------------------------------------------- */
 

@@ -530,6 +530,7 @@ static void *monitor_main(void *unused) {
     for (;;) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) break;
+        if (atomic_load_explicit(&R.intr_pending, memory_order_relaxed)) weft__intr_deliver();
         pthread_mutex_lock(&R.mon_fork);
         int64_t now = weft_now();
         mon_tally m = {.next = INT64_MAX}, gm = {.next = INT64_MAX};

@@ -18,12 +18,26 @@
  *                 it worked
  *   close-loop    the same after close() on every number from 3 to the
  *                 descriptor limit
+ *   alarm-read    SIGALRM's handler (no SA_RESTART) comes 100 ms into a
+ *                 read of an empty pipe: the read ends with EINTR
+ *   alarm-read-restart  the same with SA_RESTART: the read goes on, and
+ *                 returns what a thread of its own writes at 400 ms
+ *   alarm-sleep   SA_RESTART, 100 ms into a 5 s nanosleep: EINTR all the
+ *                 same, with the time left
+ *   alarm-poll    SA_RESTART, 100 ms into a 5 s poll of an empty pipe: EINTR
+ *   alarm-select  the same with select
+ * each prints what the call returned, its errno's name and how many times
+ * the handler ran.
  *
  * Output on stdout; "survived" where the kernel would not have let it.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/select.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -37,10 +51,29 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig) {
+    (void)sig;
+    alarms++;
+}
+
+/* SIGALRM's handler, with or without SA_RESTART, and the alarm in 100 ms */
+static void alarm_in_100ms(int restart) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 0}, {0, 100 * 1000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+static const char *err_name(int e) { return e == EINTR ? "EINTR" : e == 0 ? "0" : strerror(e); }
+
 static int late_pipe[2];
-static void *write_late(void *unused) {
-    (void)unused;
-    struct timespec ts = {0, 100 * 1000 * 1000};
+static void *write_late(void *later) {
+    struct timespec ts = {0, later ? 400 * 1000 * 1000 : 100 * 1000 * 1000};
     nanosleep(&ts, NULL);
     if (write(late_pipe[1], "abc", 3) != 3) perror("write");
     return NULL;
@@ -116,6 +149,44 @@ int main(int argc, char **argv) {
         pthread_join(th, NULL);
         nanosleep(&ts, NULL);
         printf("%s\n", n == 3 && strcmp(b, "abc") == 0 ? "ok" : "wrong");
+        return 0;
+    }
+    if (!strncmp(mode, "alarm-", 6)) {
+        const char *what = mode + 6;
+        int restart = strcmp(what, "read") != 0;
+        if (pipe(late_pipe) != 0) {
+            perror("pipe");
+            return 2;
+        }
+        pthread_t th;
+        int writer = !strcmp(what, "read-restart");
+        if (writer && pthread_create(&th, NULL, write_late, (void *)1) != 0) return 2;
+        alarm_in_100ms(restart);
+        long r;
+        errno = 0;
+        if (!strcmp(what, "read") || !strcmp(what, "read-restart")) {
+            char b[8];
+            r = read(late_pipe[0], b, sizeof b);
+        } else if (!strcmp(what, "sleep")) {
+            struct timespec ts = {5, 0}, rem = {0, 0};
+            r = nanosleep(&ts, &rem);
+            if (r < 0 && (rem.tv_sec > 5 || rem.tv_sec < 3)) printf("time left %lld s: wrong\n", (long long)rem.tv_sec);
+        } else if (!strcmp(what, "poll")) {
+            struct pollfd pf = {.fd = late_pipe[0], .events = POLLIN};
+            r = poll(&pf, 1, 5000);
+        } else if (!strcmp(what, "select")) {
+            fd_set rs;
+            FD_ZERO(&rs);
+            FD_SET(late_pipe[0], &rs);
+            struct timeval tv = {5, 0};
+            r = select(late_pipe[0] + 1, &rs, NULL, NULL, &tv);
+        } else {
+            fprintf(stderr, "foreign_prog: unknown mode '%s'\n", mode);
+            return 2;
+        }
+        int e = errno;
+        if (writer) pthread_join(th, NULL);
+        printf("%s returned %ld errno %s, handler ran %d\n", what, r, r < 0 ? err_name(e) : "0", (int)alarms);
         return 0;
     }
     fprintf(stderr, "foreign_prog: unknown mode '%s'\n", mode);
