@@ -1090,6 +1090,24 @@ HOOK_API unsigned sleep(unsigned s) {
     return left > 0 ? (unsigned)((left + 999999999) / 1000000000) : 0;
 }
 
+/* pause and sigsuspend: the vthread parks until a handler interrupts it
+ * (sched.c, "Interrupts": a foreign main), and they return -1 with EINTR,
+ * as the kernel's.  Before, they blocked the carrier, and the signal --
+ * delivered to whichever thread the kernel picked -- never ended them.
+ * sigsuspend's mask is not put in place for the wait: a vthread's mask is
+ * its carrier's (weft.h, "Signal handlers"). */
+HOOK_API int pause(void) {
+    TRAP_SCOPE;
+    if (!hooked()) return weft__libc.pause();
+    return (int)fail(-sleep_until(INT64_MAX, "pause"));
+}
+
+HOOK_API int sigsuspend(const sigset_t *m) {
+    TRAP_SCOPE;
+    if (!hooked()) return weft__libc.sigsuspend(m);
+    return (int)fail(-sleep_until(INT64_MAX, "sigsuspend"));
+}
+
 /* ------------------------------------------------------------------------ */
 /* files, close, name lookup                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1207,6 +1225,8 @@ int weft__hook_trapped(long nr, const long a[6], long *ret) {
     switch (nr) {
     case SYS_read: r = read((int)a[0], (void *)a[1], (size_t)a[2]); break;
     case SYS_close: r = close((int)a[0]); break;
+    case SYS_pause: r = pause(); break;
+    case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;
 #ifdef SYS_close_range
     case SYS_close_range: r = close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]); break;
 #endif

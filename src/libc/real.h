@@ -104,6 +104,8 @@
       (clk, flags, req, rem))                                                                          \
     X(int, usleep, (useconds_t us), (us))                                                              \
     X(unsigned, sleep, (unsigned s), (s))                                                              \
+    X(int, pause, (void), ())                                                                          \
+    X(int, sigsuspend, (const sigset_t *m), (m))                                                       \
     X(int, fsync, (int fd), (fd))                                                                      \
     X(int, fdatasync, (int fd), (fd))                                                                  \
     X(int, close, (int fd), (fd))                                                                      \
@@ -249,6 +251,8 @@ static inline void weft__sud_restore(unsigned char o) {
 #define clock_nanosleep(...) WEFT__ALLOWED(weft__libc.clock_nanosleep(__VA_ARGS__))
 #define usleep(...) WEFT__ALLOWED(weft__libc.usleep(__VA_ARGS__))
 #define sleep(...) WEFT__ALLOWED(weft__libc.sleep(__VA_ARGS__))
+#define pause() WEFT__ALLOWED(weft__libc.pause())
+#define sigsuspend(...) WEFT__ALLOWED(weft__libc.sigsuspend(__VA_ARGS__))
 #define fsync(...) WEFT__ALLOWED(weft__libc.fsync(__VA_ARGS__))
 #define fdatasync(...) WEFT__ALLOWED(weft__libc.fdatasync(__VA_ARGS__))
 #define close(...) WEFT__ALLOWED(weft__libc.close(__VA_ARGS__))

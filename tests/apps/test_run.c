@@ -157,8 +157,9 @@ TEST(closing_every_descriptor_leaves_wefts_alone) {
 /* A handler that runs while main waits in a blocking call ends the call as
  * the kernel would (signal(7)): a read with EINTR when the handler has no
  * SA_RESTART, and goes on when it has; a sleep, a poll and a select with
- * EINTR whatever the flags.  Before, each went on under weft-run until its
- * timeout (5 s) or for good (the read). */
+ * EINTR whatever the flags, and so do pause and sigsuspend.  Before, each
+ * went on under weft-run until its timeout (5 s) or for good (the read,
+ * pause, sigsuspend). */
 TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
     DET_SKIP("interrupts reach a vthread through the monitor, which the mode does not run");
     static const struct {
@@ -169,6 +170,8 @@ TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
         {"alarm-sleep", "sleep returned -1 errno EINTR, handler ran 1\n"},
         {"alarm-poll", "poll returned -1 errno EINTR, handler ran 1\n"},
         {"alarm-select", "select returned -1 errno EINTR, handler ran 1\n"},
+        {"alarm-pause", "pause returned -1 errno EINTR, handler ran 1\n"},
+        {"alarm-sigsuspend", "sigsuspend returned -1 errno EINTR, handler ran 1\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ran native, weft;

@@ -26,6 +26,8 @@
  *                 same, with the time left
  *   alarm-poll    SA_RESTART, 100 ms into a 5 s poll of an empty pipe: EINTR
  *   alarm-select  the same with select
+ *   alarm-pause   SA_RESTART, then pause(): -1 EINTR once the handler ran
+ *   alarm-sigsuspend  the same with sigsuspend(empty set)
  * each prints what the call returned, its errno's name and how many times
  * the handler ran.
  *
@@ -180,6 +182,12 @@ int main(int argc, char **argv) {
             FD_SET(late_pipe[0], &rs);
             struct timeval tv = {5, 0};
             r = select(late_pipe[0] + 1, &rs, NULL, NULL, &tv);
+        } else if (!strcmp(what, "pause")) {
+            r = pause();
+        } else if (!strcmp(what, "sigsuspend")) {
+            sigset_t none;
+            sigemptyset(&none);
+            r = sigsuspend(&none);
         } else {
             fprintf(stderr, "foreign_prog: unknown mode '%s'\n", mode);
             return 2;
