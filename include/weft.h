@@ -252,7 +252,7 @@ typedef struct weft_runtime_opts {
  * defines read, write, readv, writev, pread, pwrite, recv, send, recvfrom,
  * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
- * sleep, pause, sigsuspend, fsync, fdatasync, close, close_range and
+ * sleep, pause, sigsuspend, kill, fsync, fdatasync, close, close_range and
  * getaddrinfo in front of the C library's -- and the names a build may reach them by instead:
  * _FORTIFY_SOURCE's __read_chk, __pread_chk, __pread64_chk, __recv_chk,
  * __recvfrom_chk, __poll_chk and __ppoll_chk, and _FILE_OFFSET_BITS=64's
@@ -433,7 +433,10 @@ typedef struct weft_runtime_opts {
  * (nanosleep with the time left), and so does a read, write, recv, send
  * or accept on a pipe or socket unless the handler has SA_RESTART (then
  * it goes on, as the kernel restarts it); pause and sigsuspend park until
- * then and return -1 with EINTR (sigsuspend's mask is not put in place).  The monitor thread carries the
+ * then and return -1 with EINTR (sigsuspend's mask is not put in place).
+ * kill(getpid(), sig) from a vthread goes to its own carrier's thread
+ * (SI_USER, as kill's): the handler runs on the vthread before kill
+ * returns, as on a program's only thread.  The monitor thread carries the
  * interrupt to the vthread (a handler may not park or lock), so it comes
  * a moment after the handler, and not in deterministic mode (no monitor).
  * Not yet: signal masks per vthread (a mask main sets is its carrier's),

@@ -1108,6 +1108,34 @@ HOOK_API int sigsuspend(const sigset_t *m) {
     return (int)fail(-sleep_until(INT64_MAX, "sigsuspend"));
 }
 
+/* kill(getpid(), sig) from a vthread: the kernel gives a process-directed
+ * signal to the process's first thread when that one does not block it --
+ * in a program that has one thread, the caller, whose handler has run by
+ * the time kill returns.  Under weft the caller is a vthread and the
+ * kernel's first thread is not its carrier: the handler ran on another
+ * thread, later, with another pthread_self (a foreign program saw its
+ * handler on the calling thread 0 times in 200).  So such a kill goes to
+ * the calling carrier's thread, with what kill would have put in the
+ * siginfo (SI_USER, our pid and uid: rt_tgsigqueueinfo allows it for our
+ * own process), and the handler runs on the vthread before kill returns.
+ * Any other kill -- another process, a group, sig 0, a platform thread --
+ * is the C library's. */
+HOOK_API int kill(pid_t pid, int sig) {
+    TRAP_SCOPE;
+    if (!hooked() || sig <= 0 || sig >= _NSIG) return weft__libc.kill(pid, sig);
+    pid_t me = getpid();
+    if (pid != me) return weft__libc.kill(pid, sig);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = sig;
+    si.si_code = SI_USER;
+    si.si_pid = me;
+    si.si_uid = getuid();
+    /* (no park between the two calls: the carrier is the caller's) */
+    long r = syscall(SYS_rt_tgsigqueueinfo, me, (pid_t)syscall(SYS_gettid), sig, &si);
+    return r < 0 ? -1 : 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* files, close, name lookup                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1226,6 +1254,7 @@ int weft__hook_trapped(long nr, const long a[6], long *ret) {
     case SYS_read: r = read((int)a[0], (void *)a[1], (size_t)a[2]); break;
     case SYS_close: r = close((int)a[0]); break;
     case SYS_pause: r = pause(); break;
+    case SYS_kill: r = kill((pid_t)a[0], (int)a[1]); break;
     case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;
 #ifdef SYS_close_range
     case SYS_close_range: r = close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]); break;

@@ -106,6 +106,7 @@
     X(unsigned, sleep, (unsigned s), (s))                                                              \
     X(int, pause, (void), ())                                                                          \
     X(int, sigsuspend, (const sigset_t *m), (m))                                                       \
+    X(int, kill, (pid_t pid, int sig), (pid, sig))                                                     \
     X(int, fsync, (int fd), (fd))                                                                      \
     X(int, fdatasync, (int fd), (fd))                                                                  \
     X(int, close, (int fd), (fd))                                                                      \
@@ -253,6 +254,7 @@ static inline void weft__sud_restore(unsigned char o) {
 #define sleep(...) WEFT__ALLOWED(weft__libc.sleep(__VA_ARGS__))
 #define pause() WEFT__ALLOWED(weft__libc.pause())
 #define sigsuspend(...) WEFT__ALLOWED(weft__libc.sigsuspend(__VA_ARGS__))
+#define kill(...) WEFT__ALLOWED(weft__libc.kill(__VA_ARGS__))
 #define fsync(...) WEFT__ALLOWED(weft__libc.fsync(__VA_ARGS__))
 #define fdatasync(...) WEFT__ALLOWED(weft__libc.fdatasync(__VA_ARGS__))
 #define close(...) WEFT__ALLOWED(weft__libc.close(__VA_ARGS__))

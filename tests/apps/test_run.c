@@ -185,3 +185,19 @@ TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
         free(weft.out);
     }
 }
+
+/* kill(getpid(), sig) from a program's only thread: the kernel runs the
+ * handler on that thread before kill returns, with si_code SI_USER (before,
+ * under weft-run: on another thread, later -- 0 of 200 on the caller). */
+TEST(kill_of_its_own_process_runs_the_handler_on_the_caller) {
+    ran native, weft;
+    run_prog(0, "kill-self", NULL, &native);
+    run_prog(1, "kill-self", NULL, &weft);
+    static const char want[] = "handler on the calling thread before kill returned: 200 of 200; SI_USER 200\n";
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK_EQ(strcmp(native.out, want), 0);
+    CHECK_EQ(strcmp(weft.out, want), 0);
+    free(native.out);
+    free(weft.out);
+}

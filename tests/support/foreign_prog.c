@@ -30,6 +30,9 @@
  *   alarm-sigsuspend  the same with sigsuspend(empty set)
  * each prints what the call returned, its errno's name and how many times
  * the handler ran.
+ *   kill-self     200 times kill(getpid(), SIGUSR1): how many times the
+ *                 handler had run, on the calling thread (pthread_self), by
+ *                 the time kill returned, and with si_code SI_USER
  *
  * Output on stdout; "survived" where the kernel would not have let it.
  */
@@ -72,6 +75,16 @@ static void alarm_in_100ms(int restart) {
 }
 
 static const char *err_name(int e) { return e == EINTR ? "EINTR" : e == 0 ? "0" : strerror(e); }
+
+static pthread_t usr1_self;
+static volatile sig_atomic_t usr1_runs, usr1_user;
+static void on_usr1(int sig, siginfo_t *si, void *uc) {
+    (void)sig;
+    (void)uc;
+    usr1_self = pthread_self();
+    usr1_runs++;
+    usr1_user += si->si_code == SI_USER && si->si_pid == getpid();
+}
 
 static int late_pipe[2];
 static void *write_late(void *later) {
@@ -151,6 +164,22 @@ int main(int argc, char **argv) {
         pthread_join(th, NULL);
         nanosleep(&ts, NULL);
         printf("%s\n", n == 3 && strcmp(b, "abc") == 0 ? "ok" : "wrong");
+        return 0;
+    }
+    if (!strcmp(mode, "kill-self")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_usr1;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR1, &sa, NULL);
+        int here = 0;
+        for (int i = 0; i < 200; i++) {
+            int before = usr1_runs;
+            kill(getpid(), SIGUSR1);
+            here += usr1_runs == before + 1 && pthread_equal(usr1_self, pthread_self());
+        }
+        printf("handler on the calling thread before kill returned: %d of 200; SI_USER %d\n", here, (int)usr1_user);
         return 0;
     }
     if (!strncmp(mode, "alarm-", 6)) {
