@@ -1378,6 +1378,14 @@ static atomic_flag sig_lock = ATOMIC_FLAG_INIT;
  * calls go to the C library anyway -- and whatever it interrupted gets
  * its selector back, so that the C library's rt_sigreturn that follows
  * traps exactly when the interrupted code was the program's) */
+/* (errno as the handler left it: a trampoline's own calls must not
+ * change what the interrupted code reads) */
+static void intr_post(int sig) {
+    int e = errno;
+    weft__intr_post(sig, atomic_load_explicit(&sig_restart[sig], memory_order_relaxed));
+    errno = e;
+}
+
 static void tramp_plain(int sig) {
     unsigned char trap_o = weft__sud_allow();
     sig_depth++;
@@ -1387,7 +1395,7 @@ static void tramp_plain(int sig) {
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
     /* the wait a handler interrupts (sched.c, "Interrupts") */
-    if (h) weft__intr_post(sig, atomic_load_explicit(&sig_restart[sig], memory_order_relaxed));
+    if (h) intr_post(sig);
     weft__sud_restore(trap_o);
 }
 
@@ -1399,7 +1407,7 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
     if (h) h(sig, si, uc);
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
-    if (h) weft__intr_post(sig, atomic_load_explicit(&sig_restart[sig], memory_order_relaxed));
+    if (h) intr_post(sig);
     weft__sud_restore(trap_o);
 }
 
