@@ -1253,7 +1253,10 @@ int weft__hook_trapped(long nr, const long a[6], long *ret) {
     long r;
     switch (nr) {
     case SYS_read: r = read((int)a[0], (void *)a[1], (size_t)a[2]); break;
-    case SYS_close: r = close((int)a[0]); break;
+    case SYS_close: /* (only weft's own are refused: the rest is made as it is, as before) */
+        if (!weft__fd_owned((int)a[0])) return 0;
+        *ret = -EBADF;
+        return 1;
     case SYS_pause: r = pause(); break;
     case SYS_kill: r = kill((pid_t)a[0], (int)a[1]); break;
     case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;
