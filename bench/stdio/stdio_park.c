@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
     signal(SIGALRM, on_alarm);
     alarm((unsigned)timeout);
     setenv("WEFT_HOOK", "1", 0);
+    setenv("WEFT_MONITOR", "log", 0); /* every pinned event's line: what held a carrier */
     setenv("WEFT_CARRIERS", "2", 0);
     args a = {argc - i, argv + i};
     return weft_main(body, &a);
