@@ -372,12 +372,13 @@ static int parse_models(const http_exp *x, const char *s, char out[MAX_MODELS][3
         if (x->db) /* examples/http_db.c has virtual and pool:N; the Java peers */
             ok = ok || strcmp(t, "java25-virtual") == 0 || strcmp(t, "java17-pool200") == 0 ||
                  strcmp(t, "java25-pool200") == 0;
-        else
-            ok = ok || strcmp(t, "thread") == 0 || strcmp(t, "async") == 0;
+        else /* (tpc: bench/tpc's thread-per-connection server, natively or under weft-run) */
+            ok = ok || strcmp(t, "thread") == 0 || strcmp(t, "async") == 0 || strcmp(t, "tpc") == 0 ||
+                 strcmp(t, "tpc-weft-run") == 0;
         if (!ok || k == MAX_MODELS || strlen(t) >= 32) {
             fprintf(stderr, "weft-bench: --models: bad model '%s' (%s)\n", t,
                     x->db ? "virtual, pool:N, java25-virtual, java17-pool200, java25-pool200"
-                          : "virtual, thread, pool:N, async");
+                          : "virtual, thread, pool:N, async, tpc, tpc-weft-run");
             return -EINVAL;
         }
         snprintf(out[k++], 32, "%s", t);
@@ -418,6 +419,19 @@ static int exp_http(const http_exp *x, const bench_opts *o, bench_report *rep) {
         e = find_prog(pg.httpd, "WEFT_HTTPD", "../httpd/weft-httpd");
         if (e < 0) {
             fprintf(stderr, "weft-bench: no weft-httpd at %s (build the weft-httpd target, or set WEFT_HTTPD)\n", pg.httpd);
+            return e;
+        }
+    }
+    for (int i = 0; i < nmodels && !x->db; i++) {
+        if (strncmp(models[i], "tpc", 3) != 0) continue;
+        if ((e = find_prog(pg.tpc, "WEFT_TPC_SERVER", "../../tpc_server")) < 0) {
+            fprintf(stderr, "weft-bench: no tpc_server at %s (build the tpc_server target, or set WEFT_TPC_SERVER)\n",
+                    pg.tpc);
+            return e;
+        }
+        if (!strcmp(models[i], "tpc-weft-run") && (e = find_prog(pg.weft_run, "WEFT_RUN", "../run/weft-run")) < 0) {
+            fprintf(stderr, "weft-bench: no weft-run at %s (build the weft-run target, or set WEFT_RUN)\n",
+                    pg.weft_run);
             return e;
         }
     }

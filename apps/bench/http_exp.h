@@ -53,6 +53,8 @@ typedef struct progs {
      * PostgreSQL's conninfo and the pool size */
     char http_db[PATH_LEN], peer_sh[PATH_LEN], conninfo[256];
     long db_pool;
+    /* models tpc and tpc-weft-run: bench/tpc's server, and weft-run */
+    char tpc[PATH_LEN], weft_run[PATH_LEN];
 } progs;
 
 /* $env, else REL relative to this executable's directory; 0 or -errno. */

@@ -284,6 +284,20 @@ int server_start(server *s, const progs *pg, const http_exp *x, const char *mode
             argv[a++] = car;
         }
         argv[a++] = (char *)pg->conninfo;
+    } else if (!strncmp(model, "tpc", 3)) {
+        /* bench/tpc: a pthread per connection, natively or under weft-run */
+        if (!strcmp(model, "tpc-weft-run")) {
+            argv[a++] = (char *)pg->weft_run;
+            if (carriers > 0) {
+                argv[a++] = "--carriers";
+                argv[a++] = car;
+            }
+        }
+        argv[a++] = (char *)pg->tpc;
+        argv[a++] = "--port";
+        argv[a++] = "0";
+        argv[a++] = "--delay-ms";
+        argv[a++] = delay;
     } else {
         argv[a++] = (char *)pg->httpd;
         argv[a++] = "--model";
