@@ -292,3 +292,43 @@ TEST(the_thread_per_connection_server_serves_as_natively) {
     }
 }
 #endif
+
+/* Python's Ctrl-C during time.sleep: CPython's SIGINT handler only trips a
+ * flag, and the interpreter raises KeyboardInterrupt when its sleep comes
+ * back with EINTR (PEP 475).  Under weft-run the sleep is a parked
+ * clock_nanosleep, which the handler now interrupts (before: the full
+ * sleep first -- 20 s for time.sleep(20)).  The sleep here is an hour, so
+ * a missing interrupt fails the test by its deadline, not by a clock.
+ * Debian's python3, uninstrumented: not under a sanitizer (the preloaded
+ * library brings the sanitizer's runtime, which it cannot host). */
+TEST(python_ctrl_c_interrupts_time_sleep) {
+    if (TEST_SANITIZED) SKIP("python3 is not instrumented: the sanitizer's preloaded runtime cannot run it");
+    if (access("/usr/bin/python3", X_OK) != 0) SKIP("no /usr/bin/python3");
+    static const char script[] = "import signal, time\n"
+                                 "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                                 "print('ready', flush=True)\n"
+                                 "try:\n"
+                                 "    time.sleep(3600)\n"
+                                 "    print('slept')\n"
+                                 "except KeyboardInterrupt:\n"
+                                 "    print('KeyboardInterrupt')\n";
+    for (int weft = 0; weft < 2; weft++) {
+        const char *argv[] = {WEFT_RUN_PATH, "/usr/bin/python3", "-c", script, NULL};
+        const char *env[] = {"WEFT_MONITOR", "WEFT_DETERMINISTIC", NULL};
+        launch_opts o = {.out = LAUNCH_PIPE, .env = env, .deathsig = SIGKILL, .alarm_s = RUN_TIMEOUT_MS / 1000,
+                         .unblock = 1};
+        launch l;
+        CHECK_EQ(launch_start(&l, (char *const *)(weft ? argv : argv + 1), &o), 0);
+        CHECK(launch_wait_line(&l, "ready", now_ms() + RUN_TIMEOUT_MS) != NULL);
+        sleep_ms(200); /* into the sleep (if not yet, the handler trips first and the sleep ends at once) */
+        CHECK_EQ(kill(l.pid, SIGINT), 0);
+        l.len = 0; /* (launch_wait_line goes on from what it has kept: the ready line) */
+        l.buf[0] = 0;
+        const char *line = launch_wait_line(&l, "KeyboardInterrupt", now_ms() + RUN_TIMEOUT_MS);
+        fprintf(stderr, "%s: \"%s\"\n", weft ? "weft-run" : "native", l.buf);
+        CHECK(line != NULL);
+        CHECK_EQ(launch_reap(&l, RUN_TIMEOUT_MS), 1);
+        launch_close(&l);
+        CHECK(WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0);
+    }
+}
