@@ -163,8 +163,15 @@ TEST(closing_every_descriptor_leaves_wefts_alone) {
  * EINTR whatever the flags, and so do pause and sigsuspend.  Before, each
  * went on under weft-run until its timeout (5 s) or for good (the read,
  * pause, sigsuspend). */
+/* (TSan defers a signal's handler until its thread next enters a call TSan
+ * intercepts.  Under weft-run the kernel gives the signal to the process's
+ * first thread, which waits for main in a raw futex: the handler -- and so
+ * the interrupt -- may come only once main's call is over (seen: the 5 s
+ * sleep ran out, the handler after it).  Per-vthread delivery (issue 27)
+ * puts the handler on main's own carrier.) */
 TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
     DET_SKIP("interrupts reach a vthread through the monitor, which the mode does not run");
+    if (TEST_TSAN) SKIP("TSan defers the handler on the thread the kernel picks (a raw futex wait) past main's call");
     static const struct {
         const char *mode, *want;
     } cases[] = {
@@ -177,18 +184,6 @@ TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
         {"alarm-sigsuspend", "sigsuspend returned -1 errno EINTR, handler ran 1\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        if (TEST_TSAN && !strcmp(cases[i].mode, "alarm-read-restart")) {
-            /* The kernel ran the handler on another OS thread than main's
-             * carrier (its first thread, waiting in weft_join), and with
-             * SA_RESTART nothing links it to main afterwards: TSan rightly
-             * calls the handler's write and main's read of the program's
-             * flag a race, which natively, on one thread, it is not.  Until
-             * signals are delivered to the vthread they are meant for
-             * (issue 27's per-vthread masks), this case runs in the other
-             * builds only. */
-            printf("alarm-read-restart: not under TSan (the handler runs on another thread than main)\n");
-            continue;
-        }
         ran native, weft;
         run_prog(0, cases[i].mode, NULL, &native);
         run_prog(1, cases[i].mode, NULL, &weft);
@@ -279,6 +274,15 @@ TEST(the_thread_per_connection_server_serves_as_natively) {
         r = http_exchange(port, "DELETE / HTTP/1.1\r\nHost: t\r\n\r\n");
         CHECK_EQ(count_of(r, "HTTP/1.1 405 "), 1);
         free(r);
+        if (TEST_TSAN && weft) {
+            /* (the stop by SIGTERM needs the handler to interrupt the
+             * parked accept: not under TSan, which defers the handler on
+             * the thread the kernel picks -- see the interrupts test) */
+            launch_stop(&l, SIGKILL, RUN_TIMEOUT_MS);
+            launch_close(&l);
+            close(errfd);
+            continue;
+        }
         CHECK_EQ(kill(l.pid, SIGTERM), 0);
         CHECK_EQ(launch_reap(&l, RUN_TIMEOUT_MS), 1);
         launch_close(&l);
