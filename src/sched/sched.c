@@ -962,8 +962,8 @@ static weft_thread *find_work(weft__carrier *c) {
         /* ... except for the last carrier to go idle, once per lull: two
          * carriers that woke for the same trim at once each saw the other
          * busy, and went back to sleep with it due -- and nobody trimmed
-         * until the next burst's lull (rss_returned_after_burst, 1 run in
-         * ~10).  Its fetch_add saw the full count: it trims now. */
+         * until the next burst's lull (rss_returned_after_burst failed on
+         * it in a suite).  Its fetch_add saw the full count: it trims now. */
         else if (trim != INT64_MAX && trim <= tnow && trim != c->trim_retried && idle_now >= nshared(g) && g->dflt) {
             c->trim_retried = trim;
             if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
