@@ -381,18 +381,24 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
         weft__stall_log(1, info.kind, vid, name, v->index, info.sysno, now - v->mon_since, info.site);
 }
 
+/* The open stall's vthread name, as stall_begin published it. */
+static void stall_name_read(weft__carrier *v, char name[32]) {
+    uint64_t nw[4];
+    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
+    memcpy(name, nw, 32);
+    name[31] = 0;
+}
+
 /* WEFT__MONLOG_LONG: an open stall's first line, once it has lasted, from
  * what stall_begin published */
 static void stall_said_late(weft__carrier *v, int64_t now) {
     int64_t since = atomic_load_explicit(&v->stall_since, memory_order_relaxed);
     if (v->stall_said || R.pin_log != WEFT__MONLOG_LONG || now - since < MONLOG_LONG_NS) return;
     v->stall_said = 1;
-    uint64_t nw[4], sw[WEFT__SITE_WORDS];
-    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
+    uint64_t sw[WEFT__SITE_WORDS];
     for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&v->stall_site[i], memory_order_relaxed);
     char name[32], site[sizeof sw];
-    memcpy(name, nw, 32);
-    name[31] = 0;
+    stall_name_read(v, name);
     memcpy(site, sw, sizeof site);
     site[sizeof site - 1] = 0;
     weft__stall_log(1, atomic_load_explicit(&v->stall, memory_order_relaxed), atomic_load(&v->stall_vid), name,
@@ -403,11 +409,8 @@ static void stall_end(weft__carrier *v, int64_t now) {
     int kind = atomic_exchange(&v->stall, WEFT__STALL_NONE);
     if (!kind || !v->stall_said) return;
     v->stall_said = 0;
-    uint64_t nw[4];
-    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->stall_name[i], memory_order_relaxed);
     char name[32];
-    memcpy(name, nw, 32);
-    name[31] = 0;
+    stall_name_read(v, name);
     weft__stall_log(0, kind, atomic_load(&v->stall_vid), name, v->index, atomic_load(&v->stall_sysno),
                     now - atomic_load(&v->stall_since), NULL);
 }

@@ -32,6 +32,21 @@ typedef struct ran {
     char err[8192]; /* stderr, NUL-terminated (what fit) */
 } ran;
 
+/* An unlinked file for a child's stderr (its descriptor), and what the
+ * child wrote there, NUL-terminated in buf (what fit); err_read closes it. */
+static int err_file(void) {
+    char path[] = "/tmp/weft-run-err-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    return fd;
+}
+static void err_read(int fd, char *buf, size_t size) {
+    ssize_t k = pread(fd, buf, size - 1, 0);
+    buf[k > 0 ? k : 0] = 0;
+    close(fd);
+}
+
 /* Runs foreign_prog MODE, under weft-run (one carrier, so that a stall is
  * a stall) or natively; fills r.  extra: one more "NAME=VALUE" or NULL. */
 static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
@@ -45,10 +60,7 @@ static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
     argv[n++] = WEFT_FOREIGN_PROG_PATH;
     argv[n++] = mode;
     argv[n] = NULL;
-    char errpath[] = "/tmp/weft-run-err-XXXXXX";
-    int errfd = mkstemp(errpath);
-    CHECK(errfd >= 0);
-    unlink(errpath);
+    int errfd = err_file();
     const char *env[] = {"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:handle_segv=0",
                          "TSAN_OPTIONS=handle_segv=0", "WEFT_MONITOR", extra, NULL};
     launch_opts o = {.out = LAUNCH_PIPE, .err = LAUNCH_FD, .err_fd = errfd, .env = env, .deathsig = SIGKILL,
@@ -61,15 +73,26 @@ static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
     CHECK_EQ(launch_reap(&l, RUN_TIMEOUT_MS), 1);
     launch_close(&l);
     r->status = l.status;
-    ssize_t k = pread(errfd, r->err, sizeof r->err - 1, 0);
-    r->err[k > 0 ? k : 0] = 0;
-    close(errfd);
+    err_read(errfd, r->err, sizeof r->err);
     fprintf(stderr, "%s %s: status 0x%x, stdout \"%s\", stderr \"%s\"\n", weft ? "weft-run" : "native", mode,
             r->status, r->out, r->err);
 }
 
 static int killed_by(const ran *r, int sig) { return WIFSIGNALED(r->status) && WTERMSIG(r->status) == sig; }
 static int exited(const ran *r, int code) { return WIFEXITED(r->status) && WEXITSTATUS(r->status) == code; }
+
+/* MODE natively and under weft-run: both exit 0 having written want. */
+static void both_exit_0_writing(const char *mode, const char *want) {
+    ran native, weft;
+    run_prog(0, mode, NULL, &native);
+    run_prog(1, mode, NULL, &weft);
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK_EQ(strcmp(native.out, want), 0);
+    CHECK_EQ(strcmp(weft.out, want), 0);
+    free(native.out);
+    free(weft.out);
+}
 
 /* A SIGSEGV that was sent -- raise, kill -- is no fault: the process dies
  * of it as the kernel's default has it (before, weft's overflow handler
@@ -143,18 +166,8 @@ TEST(nothing_of_wefts_on_the_programs_stderr) {
  * program's to close, and the calls leave them alone (before, the next
  * sleep hung: the carrier waited on a closed ring). */
 TEST(closing_every_descriptor_leaves_wefts_alone) {
-    static const char *const modes[] = {"close-range", "close-loop"};
-    for (int i = 0; i < 2; i++) {
-        ran native, weft;
-        run_prog(0, modes[i], NULL, &native);
-        run_prog(1, modes[i], NULL, &weft);
-        CHECK(exited(&native, 0));
-        CHECK(exited(&weft, 0));
-        CHECK_EQ(strcmp(native.out, "ok\n"), 0);
-        CHECK_EQ(strcmp(weft.out, "ok\n"), 0);
-        free(native.out);
-        free(weft.out);
-    }
+    both_exit_0_writing("close-range", "ok\n");
+    both_exit_0_writing("close-loop", "ok\n");
 }
 
 /* A handler that runs while main waits in a blocking call ends the call as
@@ -183,33 +196,14 @@ TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
         {"alarm-pause", "pause returned -1 errno EINTR, handler ran 1\n"},
         {"alarm-sigsuspend", "sigsuspend returned -1 errno EINTR, handler ran 1\n"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        ran native, weft;
-        run_prog(0, cases[i].mode, NULL, &native);
-        run_prog(1, cases[i].mode, NULL, &weft);
-        CHECK(exited(&native, 0));
-        CHECK(exited(&weft, 0));
-        CHECK_EQ(strcmp(native.out, cases[i].want), 0);
-        CHECK_EQ(strcmp(weft.out, cases[i].want), 0);
-        free(native.out);
-        free(weft.out);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) both_exit_0_writing(cases[i].mode, cases[i].want);
 }
 
 /* kill(getpid(), sig) from a program's only thread: the kernel runs the
  * handler on that thread before kill returns, with si_code SI_USER (before,
  * under weft-run: on another thread, later -- 0 of 200 on the caller). */
 TEST(kill_of_its_own_process_runs_the_handler_on_the_caller) {
-    ran native, weft;
-    run_prog(0, "kill-self", NULL, &native);
-    run_prog(1, "kill-self", NULL, &weft);
-    static const char want[] = "handler on the calling thread before kill returned: 200 of 200; SI_USER 200\n";
-    CHECK(exited(&native, 0));
-    CHECK(exited(&weft, 0));
-    CHECK_EQ(strcmp(native.out, want), 0);
-    CHECK_EQ(strcmp(weft.out, want), 0);
-    free(native.out);
-    free(weft.out);
+    both_exit_0_writing("kill-self", "handler on the calling thread before kill returned: 200 of 200; SI_USER 200\n");
 }
 
 #ifdef WEFT_TPC_SERVER_PATH
@@ -248,10 +242,7 @@ TEST(the_thread_per_connection_server_serves_as_natively) {
         const char *argv[] = {weft ? WEFT_RUN_PATH : WEFT_TPC_SERVER_PATH, WEFT_TPC_SERVER_PATH, "--delay-ms", "10",
                               NULL};
         const char *const *av = weft ? argv : argv + 1;
-        char errpath[] = "/tmp/weft-tpc-err-XXXXXX";
-        int errfd = mkstemp(errpath);
-        CHECK(errfd >= 0);
-        unlink(errpath);
+        int errfd = err_file();
         /* (not deterministic mode, which the suite's det pass would pass
          * on: SIGTERM reaches a parked accept through the monitor) */
         const char *env[] = {"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "WEFT_MONITOR",
@@ -287,9 +278,7 @@ TEST(the_thread_per_connection_server_serves_as_natively) {
         CHECK_EQ(launch_reap(&l, RUN_TIMEOUT_MS), 1);
         launch_close(&l);
         char err[512];
-        ssize_t k = pread(errfd, err, sizeof err - 1, 0);
-        err[k > 0 ? k : 0] = 0;
-        close(errfd);
+        err_read(errfd, err, sizeof err);
         fprintf(stderr, "%s: status 0x%x, stderr \"%s\"\n", weft ? "weft-run" : "native", l.status, err);
         CHECK(WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0);
         CHECK(strstr(err, "served 4 requests") != NULL);
