@@ -187,6 +187,13 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               It needs the hooks on; where it cannot be had (the hooks
  *               off, a kernel before 5.11, a sanitizer build) one line on
  *               stderr says so and the runtime runs without it.
+ *   virtual_pthreads
+ *               the process's threads are vthreads ("Virtual pthreads",
+ *               below): 1 on, -1 off; default $WEFT_VIRTUAL_PTHREADS (1
+ *               on, 0 off), else off -- on in libweft-hook.so (weft-run
+ *               --threads vthread, its default).  It needs the hooks on
+ *               and own TLS; where there is none (a sanitizer build)
+ *               threads stay the kernel's, said on stderr when asked.
  *   console     the live console's Unix socket (see "The live console"
  *               under "Observe"): a path, or "1" for the default path
  *               /tmp/weft-<uid>/<pid>.sock; default $WEFT_CONSOLE (unset,
@@ -245,6 +252,7 @@ typedef struct weft_runtime_opts {
     const char *console;
     int own_tls;
     int trap;
+    int virtual_pthreads;
 } weft_runtime_opts;
 
 /*
@@ -405,6 +413,35 @@ typedef struct weft_runtime_opts {
  *    unblocks it).  A program that uses seccomp's SECCOMP_RET_TRAP should
  *    leave the trap off.
  *  - Sanitizer builds refuse it: their runtimes make raw system calls.
+ *
+ * Virtual pthreads (weft_runtime_opts.virtual_pthreads,
+ * $WEFT_VIRTUAL_PTHREADS; on under weft-run).  Every thread the process
+ * creates -- pthread_create, C11 thrd_create, C++ std::thread -- is a
+ * vthread with its own TLS (above), so a library that makes threads
+ * inside, or a program weft did not compile, gets vthreads; its pthread_t
+ * is its own TCB, as glibc's.  glibc's thread API behaves as glibc's:
+ * pthread_join (it parks a vthread), _tryjoin_np, _timedjoin_np,
+ * _clockjoin_np, _detach, _exit and thrd_exit (cleanup handlers and C++
+ * destructors run as the stack unwinds), deferred pthread_cancel, _self,
+ * _equal, gettid (0x800000 and up, distinct per thread), _setname_np and
+ * _getname_np (the name weft_dump shows), _getattr_np (its stack), keys
+ * and their destructors; main may leave by pthread_exit, and the process
+ * exits 0 once its last thread has ended.  A stack size asked for above
+ * the runtime's default (stack_size) is honoured; smaller, or glibc's own
+ * default (RLIMIT_STACK), gets the runtime's default.  What stays a
+ * kernel thread, with one line on stderr naming the reason, once per
+ * reason: attributes that set an explicit scheduling policy or priority,
+ * a CPU affinity, a signal mask, or a stack the program provides.  Also
+ * kernel threads, without a line: threads made before weft_init (a
+ * constructor's) or after weft_shutdown, and a clone(2) the program makes
+ * itself.  Not yet: a signal mask per vthread, and pthread_kill or tgkill
+ * of another vthread (ESRCH: its tid is not the kernel's); asynchronous
+ * cancellation; a cancellation acts where a hooked call waits (read,
+ * sleep, poll, accept ...: its EINTR return) and at pthread_testcancel,
+ * not at the C library's other cancellation points.  The cost over a
+ * vthread's: its TLS block (about 4 KiB, allocated in bulk) and a
+ * thread-pointer write at each switch (the own-TLS line of weft-bench
+ * micro).
  *
  * Signal handlers.  Inside a signal handler, on any thread, every hooked
  * function is the C library's: it goes to the kernel and, like libc's,

@@ -1,5 +1,5 @@
 /*
- * weft-run [--carriers N] [--io uring|epoll] [--no-main] [--] PROGRAM [ARG...]
+ * weft-run [--carriers N] [--io uring|epoll] [--threads vthread|kernel] [--no-main] [--] PROGRAM [ARG...]
  *
  * Runs PROGRAM -- any dynamically linked program, weft did not compile it --
  * with libweft-hook.so preloaded: its main runs on a vthread and its
@@ -8,6 +8,9 @@
  * src/hook/preload.c).  All this does is set the environment and exec:
  *   LD_PRELOAD   libweft-hook.so in front of what was there
  *   WEFT_CARRIERS, WEFT_IO   from --carriers, --io
+ *   WEFT_VIRTUAL_PTHREADS    from --threads: 1 (vthread, the default:
+ *                            every thread PROGRAM creates is a vthread,
+ *                            src/hook/threads.c) or 0 (kernel)
  *   WEFT_HOOK_MAIN=0         from --no-main (hooks only: main stays a
  *                            platform thread, so nothing parks until the
  *                            program spawns vthreads itself)
@@ -25,9 +28,11 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: weft-run [--carriers N] [--io uring|epoll] [--no-main] [--] PROGRAM [ARG...]\n"
-            "Runs PROGRAM with libweft-hook.so preloaded: main on a vthread, blocking\n"
-            "libc calls park it.  WEFT_HOOK_LIB overrides the library's path.\n");
+            "usage: weft-run [--carriers N] [--io uring|epoll] [--threads vthread|kernel] [--no-main]\n"
+            "                [--] PROGRAM [ARG...]\n"
+            "Runs PROGRAM with libweft-hook.so preloaded: main and every thread it creates\n"
+            "on vthreads (--threads kernel: its threads stay the kernel's), blocking libc\n"
+            "calls park them.  WEFT_HOOK_LIB overrides the library's path.\n");
 }
 
 /* The library next to an installed weft-run (BINDIR/../LIBDIR, wherever
@@ -69,6 +74,12 @@ int main(int argc, char **argv) {
                 return 2;
             }
             setenv("WEFT_IO", argv[i], 1);
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (strcmp(argv[++i], "vthread") && strcmp(argv[i], "kernel")) {
+                fprintf(stderr, "weft-run: --threads wants vthread or kernel, not '%s'\n", argv[i]);
+                return 2;
+            }
+            setenv("WEFT_VIRTUAL_PTHREADS", strcmp(argv[i], "vthread") ? "0" : "1", 1);
         } else if (strcmp(argv[i], "--no-main") == 0) {
             setenv("WEFT_HOOK_MAIN", "0", 1);
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {

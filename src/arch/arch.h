@@ -221,6 +221,8 @@ void weft__tls_end(void);
 /* The tid glibc records as the calling thread's (a mutex's owner): an own
  * block's fake one, else the kernel thread's. */
 int weft__tls_tid(void);
+/* Block tp's cancellation is enabled (glibc's cancelhandling, bit 0 clear). */
+int weft__tls_cancel_enabled(const void *tp);
 /* Blocks made and not freed (pooled ones included: they stay for the
  * process's life). */
 size_t weft__tls_blocks(void);

@@ -39,6 +39,10 @@
  *    sched_getcpu asks the kernel instead of reading a stale 0;
  *  - ctype's per-thread table pointers: __ctype_init, on the block, as a
  *    new thread runs it (weft__tls_start);
+ *  - the cancellation state (_thread_db_pthread_cancelhandling): 0 --
+ *    enabled, deferred, not cancelled -- as each vthread starts, since a
+ *    block whose last thread left by pthread_exit has EXITING set
+ *    (hook/threads.c runs pthread_exit and cancellation on a block);
  *  - the descriptor's links in glibc's thread lists
  *    (_thread_db_pthread_list): linked to themselves, in no list.  A fork
  *    from a vthread with its own TLS makes that block the child's only
@@ -103,6 +107,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -133,8 +138,13 @@ static struct {
     void (*ctype_init)(void);
     void (*call_tls_dtors)(void);
     size_t block_bytes; /* _dl_get_tls_static_info: static TLS and TCB, one block */
+    size_t block_align, tcb_bytes, stride;
+    /* the slab blocks are carved from ("The blocks' memory") */
+    char *slab;
+    size_t slab_left; /* blocks left in it */
+    size_t populated; /* of those, already populated */
     const struct key_struct *keys;
-    size_t off_tid, off_specific, off_robust, off_rseq, off_list;
+    size_t off_tid, off_specific, off_robust, off_rseq, off_list, off_cancel;
     intptr_t robust_futex_offset;
     int have_rseq;
     /* the pool */
@@ -186,13 +196,14 @@ static void probe(void) {
     if (static_info) {
         size_t align = 0;
         static_info(&T.block_bytes, &align);
+        T.block_align = align < 64 ? 64 : align;
     }
     const uint32_t *tid = desc("_thread_db_pthread_tid"), *spec = desc("_thread_db_pthread_specific");
     const uint32_t *kseq = desc("_thread_db_pthread_key_struct_seq"), *kdes = desc("_thread_db_pthread_key_struct_destr");
     const uint32_t *ksz = desc("_thread_db_sizeof_pthread_key_struct"), *psz = desc("_thread_db_sizeof_pthread");
-    const uint32_t *lst = desc("_thread_db_pthread_list");
+    const uint32_t *lst = desc("_thread_db_pthread_list"), *can = desc("_thread_db_pthread_cancelhandling");
     if (!T.allocate || !T.deallocate || !T.ctype_init || !T.keys || !tid || !spec || !kseq || !kdes || !ksz || !psz ||
-        !lst)
+        !lst || !can)
         return refuse("this C library does not export what it needs (_dl_allocate_tls, __pthread_keys, "
                       "the _thread_db_ descriptions: glibc 2.35+)");
     char *tp = tp_self();
@@ -205,6 +216,14 @@ static void probe(void) {
         return refuse("glibc's pthread key layout is not the one this weft was written for");
     /* the thread list's links: a list_t {next, prev}, linked in a list */
     T.off_list = lst[2];
+    T.tcb_bytes = psz[0];
+    T.stride = (T.block_bytes + 2 * T.block_align - 1) & ~(T.block_align - 1);
+    if (!T.block_bytes || T.tcb_bytes > T.block_bytes || (T.block_align & (T.block_align - 1)))
+        return refuse("glibc's static TLS size does not hold its thread descriptor");
+    T.off_cancel = can[2];
+    if (can[0] != 32 || T.off_cancel + 4 > psz[0])
+        return refuse("glibc's thread descriptor does not hold its cancellation state where "
+                      "_thread_db_pthread_cancelhandling says");
     void **ln = (void **)(tp + T.off_list);
     if (lst[0] != 128 || T.off_list + 2 * sizeof(void *) > psz[0] || !ln[0] || ((void **)ln[0])[1] != ln)
         return refuse("glibc's thread descriptor does not hold its list links where _thread_db_pthread_list says");
@@ -244,16 +263,53 @@ static void tcb_fill(char *tp) {
     rh[2] = NULL;                            /* list_op_pending */
 }
 
+#define SLAB_BLOCKS 1024 /* blocks a slab maps */
+#define POP_BLOCKS 64    /* blocks populated at a time */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* A fresh block's memory (the lock held): the next one of the slab, a
+ * new slab when it is used up; populated POP_BLOCKS at a time.  Returns
+ * the thread pointer -- where the TCB starts, aligned as glibc aligns it
+ * (nptl's allocate_stack) -- or NULL. */
+static char *carve(void) {
+    if (!T.slab_left) {
+        void *p = mmap(NULL, SLAB_BLOCKS * T.stride, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        T.slab = p;
+        T.slab_left = SLAB_BLOCKS;
+        T.populated = 0;
+    }
+    if (!T.populated) {
+        size_t n = T.slab_left < POP_BLOCKS ? T.slab_left : POP_BLOCKS;
+        uintptr_t lo = (uintptr_t)T.slab & ~(uintptr_t)4095, hi = (uintptr_t)T.slab + n * T.stride;
+        /* (failing, the faults come one by one) */
+        (void)madvise((void *)lo, ((hi + 4095) & ~(uintptr_t)4095) - lo, MADV_POPULATE_WRITE);
+        T.populated = n;
+    }
+    char *start = T.slab;
+    T.slab += T.stride;
+    T.slab_left--;
+    T.populated--;
+    return (char *)(((uintptr_t)start + T.stride - T.tcb_bytes) & ~(uintptr_t)(T.block_align - 1));
+}
+
 void *weft__tls_get(int *reused) {
     pthread_mutex_lock(&T.lock);
     void *tp = T.nfree ? T.free[--T.nfree] : NULL;
+    char *mem = tp ? NULL : carve();
     pthread_mutex_unlock(&T.lock);
     if (tp) {
         *reused = 1;
         return tp;
     }
-    tp = T.allocate(NULL);
-    if (!tp) return NULL;
+    if (!mem) return NULL;
+    /* ld.so lays out the static TLS below mem and gives it a DTV (a small
+     * malloc): what nptl's pthread_create does with its stack's top */
+    tp = T.allocate(mem);
+    if (!tp) return NULL; /* (the block is lost: address space, never touched again) */
     tcb_fill(tp);
     atomic_fetch_add_explicit(&T.made, 1, memory_order_relaxed);
     *reused = 0;
@@ -268,7 +324,7 @@ void weft__tls_put(void *tp) {
         if (!f) { /* cannot keep it: free it (its malloc cache is lost) */
             pthread_mutex_unlock(&T.lock);
             for (int i = 1; i < SPECIFIC_N; i++) free(((void **)((char *)tp + T.off_specific))[i]);
-            T.deallocate(tp, true);
+            T.deallocate(tp, false); /* (its DTV; the block is the slab's) */
             atomic_fetch_sub_explicit(&T.made, 1, memory_order_relaxed);
             return;
         }
@@ -284,6 +340,10 @@ int weft__tls_tid(void) {
      * refused, has no own TLS: the kernel's tid is the thread's there) */
     if (weft__tls_probe() == 0) return *(const int *)(tp_self() + T.off_tid);
     return (int)syscall(SYS_gettid);
+}
+
+int weft__tls_cancel_enabled(const void *tp) {
+    return !(__atomic_load_n((const int *)((const char *)tp + T.off_cancel), __ATOMIC_RELAXED) & 1);
 }
 
 size_t weft__tls_blocks(void) { return atomic_load_explicit(&T.made, memory_order_relaxed); }
@@ -315,6 +375,9 @@ void weft__tls_start(uint64_t id, int reused) {
     char *tp = tp_self();
     *(int *)(tp + T.off_tid) = (int)(TID_BASE + (uint32_t)(id % TID_SPAN));
     if (T.have_rseq) ((int32_t *)(tp + T.off_rseq))[1] = -1; /* cpu_id: not registered */
+    /* cancellation enabled, deferred, not cancelled -- a block whose last
+     * thread left by pthread_exit or a cancellation has EXITING set */
+    __atomic_store_n((int *)(tp + T.off_cancel), 0, __ATOMIC_RELAXED);
     if (reused) {
         struct reinit ri = {.errno_at = (const char *)&errno};
         dl_iterate_phdr(reinit_module, &ri);

@@ -212,8 +212,16 @@ static int64_t sock_deadline(int fd, int opt) {
  * with weft__intr_begin(t, kind), ended here with what the wait returned:
  * -EINTR where a handler interrupted it (and the vthread is not cancelled
  * itself), else r. */
+/* (hook.h: set here, on the vthread's own TLS, when a pthread_cancel
+ * ended the wait; the interposer's TRAP_SCOPE acts on it as it returns) */
+WEFT_TLS unsigned char weft__vpt_act;
+/* (the trap's calls: not acted on inside its handler -- the next
+ * interposer's return does) */
+static WEFT_TLS unsigned char in_trap;
+
 static int intr_result(weft_thread *t, int r) {
     int sig = weft__intr_end(t);
+    if (__builtin_expect(sig == WEFT__INTR_CANCEL, 0)) weft__vpt_act = !in_trap;
     return sig && r == -ECANCELED && !weft_cancelled() ? -EINTR : r;
 }
 
@@ -1255,7 +1263,7 @@ HOOK_API int getaddrinfo(const char *node, const char *service, const struct add
  * is left as it was: POSIX allows either).  clock_nanosleep returns its
  * error; the others -1 and errno.
  */
-int weft__hook_trapped(long nr, const long a[6], long *ret) {
+static int hook_trapped(long nr, const long a[6], long *ret) {
     long r;
     switch (nr) {
     case SYS_read: r = read((int)a[0], (void *)a[1], (size_t)a[2]); break;
@@ -1311,6 +1319,13 @@ int weft__hook_trapped(long nr, const long a[6], long *ret) {
     }
     *ret = r < 0 ? -errno : r;
     return 1;
+}
+
+int weft__hook_trapped(long nr, const long a[6], long *ret) {
+    in_trap++;
+    int r = hook_trapped(nr, a, ret);
+    in_trap--;
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */

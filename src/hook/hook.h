@@ -19,6 +19,19 @@ int weft__hook_wanted(int cfg_hook);
 int weft__hook_here(void);
 int weft__hook_on(void);
 
+/* Virtual pthreads (threads.c): switched on for a runtime by weft_init
+ * (cfg->virtual_pthreads; hooks_on: the hooks' decision; stack: the
+ * runtime's default stack size), off at weft_shutdown.  Returns 1 on, 0
+ * off. */
+int weft__threads_start(int cfg, int hooks_on, size_t stack);
+void weft__threads_stop(void);
+/* preload.c: runs the program's main as a virtual pthread's body (a
+ * stop frame for pthread_exit; registered for join and names) */
+int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **argv, char **envp);
+/* TRAP_SCOPE's end, where weft__vpt_act is set: a pthread_cancel that
+ * ended the call's wait is acted on (glibc's pthread_testcancel) */
+void weft__vpt_cancel_point(void);
+
 /* The system call trap (trap.c): switched on for a runtime by weft_init
  * (cfg->trap), after the hooks; 1 on, 0 off (asked to be off, or the
  * kernel or build cannot: said on stderr), -errno.  Off again at
@@ -34,11 +47,16 @@ int weft__hook_trapped(long nr, const long a[6], long *ret);
  * (trap.c's selector, libc/real.h); on the way out the program's code
  * traps again -- and a vthread whose trap was let off for one call
  * (trap.c: sud[1]) is armed again here. */
+extern __thread __attribute__((tls_model("initial-exec"), visibility("hidden"))) unsigned char weft__vpt_act;
 static inline void weft__trap_scope_end(unsigned char *o) {
     unsigned char *s = weft__sud_sel;
-    if (!s) return;
-    if (*o) s[0] = 1;
-    else if (__builtin_expect(s[1], 0)) s[1] = 0, s[0] = 1;
+    if (s) {
+        if (*o) s[0] = 1;
+        else if (__builtin_expect(s[1], 0)) s[1] = 0, s[0] = 1;
+    }
+    /* a pthread_cancel ended this call's wait: acted on as it returns,
+     * once what it allocated is freed (threads.c, "Cancellation") */
+    if (__builtin_expect(weft__vpt_act, 0)) weft__vpt_cancel_point();
 }
 #define TRAP_SCOPE unsigned char weft_trap_o_ __attribute__((cleanup(weft__trap_scope_end))) = weft__sud_allow()
 

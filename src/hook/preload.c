@@ -77,7 +77,8 @@ static void *main_vthread(void *unused) {
     /* a process-directed signal's handler interrupts main's blocking call,
      * as the kernel's would (sched.c, "Interrupts") */
     weft__intr_target_set(me);
-    int st = M.main(M.argc, M.argv, M.envp);
+    /* (as a virtual pthread's body: pthread_exit, join, names; hook/threads.c) */
+    int st = weft__threads_main(M.main, M.argc, M.argv, M.envp);
     weft__intr_target_set(NULL);
     /* main returned in a child it forked: no runtime there to return to
      * (the child has one thread, this one, and no carrier); what the C

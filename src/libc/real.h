@@ -68,6 +68,14 @@
 #endif
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT__LIBC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT__LIBC_ASAN 1
+#endif
+#endif
+
 /* X(return type, name, parameters, arguments): every interposed function */
 #define WEFT__HOOKED_FUNCS(X)                                                                          \
     X(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n))                                      \
@@ -114,7 +122,25 @@
       (const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res),    \
       (node, service, hints, res))                                                                     \
     X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old), (sig, act, old)) \
-    WEFT__LOCK_FUNCS(X)
+    WEFT__LOCK_FUNCS(X)                                                                                \
+    WEFT__THREAD_FUNCS(X)
+
+/* Thread creation and the calls that name a thread (hook/threads.c:
+ * virtual pthreads), but in sanitizer builds: there a vthread cannot have
+ * its own TLS, so threads.c is not built, and the sanitizer's own
+ * pthread_create must see the threads weft makes. */
+#if defined(WEFT__LIBC_TSAN) || defined(WEFT__LIBC_ASAN)
+#define WEFT__THREAD_FUNCS(X)
+#else
+#define WEFT__THREAD_FUNCS(X)                                                                          \
+    X(int, pthread_create, (pthread_t * th, const pthread_attr_t *a, void *(*fn)(void *), void *arg),  \
+      (th, a, fn, arg))                                                                                \
+    X(int, pthread_join, (pthread_t th, void **ret), (th, ret))                                        \
+    X(int, pthread_detach, (pthread_t th), (th))                                                       \
+    X(int, pthread_setname_np, (pthread_t th, const char *name), (th, name))                           \
+    X(int, pthread_getattr_np, (pthread_t th, pthread_attr_t *a), (th, a))                             \
+    X(pid_t, gettid, (void), ())
+#endif
 
 /* The locks (hook/locks.c), in the list but in ThreadSanitizer builds:
  * TSan intercepts them itself, and a shared libweft sits behind its
@@ -285,6 +311,14 @@ static inline void weft__sud_restore(unsigned char o) {
 #define pthread_rwlock_clockrdlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_clockrdlock(__VA_ARGS__))
 #define pthread_rwlock_clockwrlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_clockwrlock(__VA_ARGS__))
 #define pthread_rwlock_unlock(...) WEFT__ALLOWED(weft__libc.pthread_rwlock_unlock(__VA_ARGS__))
+#endif
+#if !defined(WEFT__LIBC_TSAN) && !defined(WEFT__LIBC_ASAN)
+#define pthread_create(...) WEFT__ALLOWED(weft__libc.pthread_create(__VA_ARGS__))
+#define pthread_join(...) WEFT__ALLOWED(weft__libc.pthread_join(__VA_ARGS__))
+#define pthread_detach(...) WEFT__ALLOWED(weft__libc.pthread_detach(__VA_ARGS__))
+#define pthread_setname_np(...) WEFT__ALLOWED(weft__libc.pthread_setname_np(__VA_ARGS__))
+#define pthread_getattr_np(...) WEFT__ALLOWED(weft__libc.pthread_getattr_np(__VA_ARGS__))
+#define gettid() WEFT__ALLOWED(weft__libc.gettid())
 #endif
 #endif
 

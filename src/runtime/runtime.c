@@ -410,6 +410,8 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
                                    .deterministic_seed = det_seed, .own_tls = R.own_tls ? 1 : -1,
                                    .trap = R.trap ? 1 : -1};
     weft__hook_start(cfg ? cfg->hook : 0);
+    R.started_with.virtual_pthreads =
+        weft__threads_start(cfg ? cfg->virtual_pthreads : 0, weft__hook_wanted(cfg ? cfg->hook : 0), stack) ? 1 : -1;
     R.inherit_cfg = 0;
     atomic_store(&R.up, 1);
     pthread_mutex_unlock(&R.init_lock);
@@ -480,6 +482,7 @@ void weft_shutdown(void) {
     /* a platform thread that woke the last of them may still be kicking a
      * carrier (plat_waking); a few microseconds at most */
     while (atomic_load(&R.plat_waking) > 0) sched_yield();
+    weft__threads_stop();
     weft__hook_stop(); /* the vthreads left are daemons: abandoned */
     weft__trap_stop();
     weft__console_stop(); /* its snapshots read the carriers: it ends first */

@@ -1623,6 +1623,13 @@ static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, 
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
+    /* its TLS block goes back with its descriptor, not as it ends: the
+     * block's address is the vthread's pthread_t (hook/threads.c), which
+     * must name no other thread until it is joined or detached */
+    if (t->tls) { /* (no longer the thread pointer: switch_to left it) */
+        weft__tls_put(t->tls);
+        t->tls = NULL;
+    }
     /* every handle of t is stale from here on ("Handles") */
     atomic_store_explicit(&t->gen, weft__gen_next(atomic_load_explicit(&t->gen, memory_order_relaxed)),
                           memory_order_release);
@@ -1632,10 +1639,6 @@ static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, 
 
 static void exit_finish(weft__carrier *c, weft_thread *t) {
     weft__stack_done(&t->stk, t->sp); /* (ASan: its last frames' poison; before t can be reused) */
-    if (t->tls) { /* (no longer the thread pointer: switch_to left it) */
-        weft__tls_put(t->tls);
-        t->tls = NULL;
-    }
     bump(&c->n_finished);
     if (!(t->flags & WEFT__F_DAEMON)) bump(&c->nd_finished);
     live_add(c, -1);
@@ -2147,8 +2150,21 @@ void (*_Atomic weft__cancel_hook)(weft_thread *t);
  * process-directed signal in a program that has not blocked it -- its
  * first thread gets first choice.  Masks are not looked at, nor are
  * signals sent to one thread (pthread_kill): issue 27's per-vthread masks.
+ * A pthread_cancel of a virtual pthread (hook/threads.c) uses the same
+ * path with its own mark, WEFT__INTR_CANCEL, which stays until the hook's
+ * EINTR return acts on it (weft__intr_end keeps it; a signal's post never
+ * replaces it).
  */
 void weft__intr_target_set(weft_thread *t) { atomic_store(&R.intr_target, t); }
+
+/* Ends t's park, if it waits in one a cancel may end. */
+static void intr_wake(weft_thread *t) {
+    uint64_t w = atomic_load(&t->parker.word);
+    unsigned st = WEFT__PW_STATE(w);
+    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w) &&
+        !atomic_load(&t->shielded))
+        weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
+}
 
 void weft__intr_post(int sig, int restart) {
     if (sig <= 0 || sig >= 64 || !atomic_load_explicit(&R.intr_target, memory_order_relaxed)) return;
@@ -2169,18 +2185,20 @@ void weft__intr_deliver(void) {
     int kind = atomic_load_explicit(&t->intr_kind, memory_order_relaxed);
     uint64_t ends = kind == WEFT__INTR_ALWAYS ? pend : pend & ~atomic_load(&R.intr_restart);
     if (!ends) return; /* SA_RESTART: the call goes on, as the kernel restarts it */
-    uint8_t sig = (uint8_t)__builtin_ctzll(ends);
-    atomic_store(&t->intr_sig, sig);
+    uint8_t sig = (uint8_t)__builtin_ctzll(ends), z = 0;
+    /* (one already there -- another signal's, a pthread_cancel's -- stays) */
+    if (!atomic_compare_exchange_strong(&t->intr_sig, &z, sig)) return;
     if (atomic_load(&t->intr_seq) != s1) { /* the call ended meanwhile: not for the next one */
         uint8_t e = sig;
         atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
         return;
     }
-    uint64_t w = atomic_load(&t->parker.word);
-    unsigned st = WEFT__PW_STATE(w);
-    if ((st == WEFT__PS_WAIT_RUN || st == WEFT__PS_WAIT_PARKED) && !WEFT__PW_NOCANCEL(w) &&
-        !atomic_load(&t->shielded))
-        weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
+    intr_wake(t);
+}
+
+void weft__intr_cancel(weft_thread *t) {
+    atomic_store(&t->intr_sig, WEFT__INTR_CANCEL); /* seq_cst: pairs with weft__park_begin */
+    if (atomic_load(&t->intr_seq) & 1) intr_wake(t);
 }
 
 void weft__cancel_one(weft_thread *t) {

@@ -306,10 +306,15 @@ static inline void weft__intr_begin(weft_thread *t, int kind) {
     atomic_store_explicit(&t->intr_kind, (uint8_t)kind, memory_order_relaxed);
     atomic_store(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) + 1); /* odd */
 }
+/* intr_sig's value for a pthread_cancel of a virtual pthread
+ * (hook/threads.c): kept until the hook's EINTR return acts on it */
+#define WEFT__INTR_CANCEL 0xFF
 static inline int weft__intr_end(weft_thread *t) {
     if (!t) return 0;
     atomic_store(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) + 1); /* even */
-    return atomic_exchange(&t->intr_sig, 0);
+    int s = atomic_exchange(&t->intr_sig, 0);
+    if (__builtin_expect(s == WEFT__INTR_CANCEL, 0)) atomic_store(&t->intr_sig, (uint8_t)s); /* (kept) */
+    return s;
 }
 
 /* From a signal handler (async-signal-safe): the program's handler for
@@ -321,6 +326,11 @@ void weft__intr_post(int sig, int restart);
  * for a program that blocks nothing is its first thread (hook/preload.c
  * sets its foreign main); NULL: none (weft's own programs). */
 void weft__intr_target_set(weft_thread *t);
+
+/* Marks t cancelled by pthread_cancel (WEFT__INTR_CANCEL) and ends the
+ * hooked wait it is in, if any; a hooked wait it begins later is refused
+ * at once, until the mark is acted on (hook/threads.c). */
+void weft__intr_cancel(weft_thread *t);
 
 /* ---- park primitive ----------------------------------------------------- */
 

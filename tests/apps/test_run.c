@@ -47,18 +47,25 @@ static void err_read(int fd, char *buf, size_t size) {
     close(fd);
 }
 
-/* Runs foreign_prog MODE, under weft-run (one carrier, so that a stall is
- * a stall) or natively; fills r.  extra: one more "NAME=VALUE" or NULL. */
-static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
-    const char *argv[6];
+/* Runs prog MODE [ARG], under weft-run (with `carriers` carriers: one, so
+ * that a stall is a stall; 0, the default) or natively; fills r.  extra:
+ * one more "NAME=VALUE" or NULL. */
+static void run_path(int weft, int carriers, const char *prog, const char *mode, const char *arg, const char *extra,
+                     ran *r) {
+    const char *argv[8];
+    char cs[16];
     int n = 0;
     if (weft) {
         argv[n++] = WEFT_RUN_PATH;
-        argv[n++] = "--carriers";
-        argv[n++] = "1";
+        if (carriers) {
+            snprintf(cs, sizeof cs, "%d", carriers);
+            argv[n++] = "--carriers";
+            argv[n++] = cs;
+        }
     }
-    argv[n++] = WEFT_FOREIGN_PROG_PATH;
+    argv[n++] = prog;
     argv[n++] = mode;
+    if (arg) argv[n++] = arg;
     argv[n] = NULL;
     int errfd = err_file();
     const char *env[] = {"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:handle_segv=0",
@@ -76,6 +83,10 @@ static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
     err_read(errfd, r->err, sizeof r->err);
     fprintf(stderr, "%s %s: status 0x%x, stdout \"%s\", stderr \"%s\"\n", weft ? "weft-run" : "native", mode,
             r->status, r->out, r->err);
+}
+
+static void run_prog(int weft, const char *mode, const char *extra, ran *r) {
+    run_path(weft, 1, WEFT_FOREIGN_PROG_PATH, mode, NULL, extra, r);
 }
 
 static int killed_by(const ran *r, int sig) { return WIFSIGNALED(r->status) && WTERMSIG(r->status) == sig; }
@@ -324,4 +335,94 @@ TEST(python_ctrl_c_interrupts_time_sleep) {
         launch_close(&l);
         CHECK(WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0);
     }
+}
+
+/* ---- glibc's thread API, each thread a vthread (issue 27, Deliver 1 and 2) ----
+ *
+ * support/foreign_threads.c, natively and under weft-run (its default
+ * carriers: threads move between them), must write the same, and what
+ * glibc's own threads write.  In a sanitizer build a vthread cannot have
+ * its own TLS, so weft-run leaves the program's threads the kernel's:
+ * the same output is asked for all the same. */
+
+static void threads_as_natively(const char *mode, const char *want) {
+    ran native, weft;
+    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, mode, NULL, NULL, &native);
+    run_path(1, 0, WEFT_FOREIGN_THREADS_PATH, mode, NULL, NULL, &weft);
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK_EQ(strcmp(native.out, want), 0);
+    CHECK_EQ(strcmp(weft.out, want), 0);
+    CHECK(strstr(weft.err, "weft") == NULL); /* (no thread was refused) */
+    free(native.out);
+    free(weft.out);
+}
+
+/* Each thread's __thread value, errno, gettid and pthread_self are its
+ * own across a park; pthread_join hands back what the thread returned;
+ * joining oneself is EDEADLK. */
+TEST(threads_join_with_their_own_ids_and_thread_locals) {
+    threads_as_natively("join", "joined 8 of 8 with their values; ids distinct yes; self-join Resource deadlock avoided\n");
+}
+
+/* Detached by attribute, by pthread_detach before and after the end: all
+ * run, and a detached thread cannot be joined. */
+TEST(detached_threads_run_and_cannot_be_joined) {
+    threads_as_natively("detach", "9 detached threads ran; join of a running detached thread: Invalid argument\n");
+}
+
+/* pthread_exit from 5 frames down runs the cleanup handlers innermost
+ * first and hands its value to the joiner; C11 threads' results and
+ * thrd_exit; main's pthread_exit leaves the process running until its
+ * last thread ends, then it exits 0. */
+TEST(pthread_exit_runs_cleanup_handlers_and_main_may_leave_first) {
+    threads_as_natively("exit", "cleanup inner\ncleanup outer\npthread_exit value 77\nthrd results 41 42\n"
+                                "the last thread ends after main left\n");
+}
+
+/* Deferred cancellation of a thread parked in read and in sleep (its
+ * cleanup handler runs, it joins as PTHREAD_CANCELED), and of one that had
+ * cancellation disabled: its sleep runs to the end, and the cancellation
+ * acts once it enables it, at pthread_testcancel. */
+TEST(pthread_cancel_ends_a_parked_thread_through_its_cleanup_handlers) {
+    for (int i = 0; i < 5; i++) /* (the cancel races the thread's park) */
+        threads_as_natively("cancel", "cleanup read\nread: cancelled\ncleanup sleep\nsleep: cancelled\n"
+                                      "disabled: the sleep returned 0\ncleanup re-enabled\ntestcancel: cancelled\n");
+}
+
+/* pthread_setname_np on itself and on another thread; what
+ * pthread_getname_np reads back; ERANGE past 15 bytes or for a small
+ * buffer. */
+TEST(thread_names_are_set_and_read_as_glibc_does) {
+    threads_as_natively("names", "a thread named itself \"self-named\"\nread by another: \"self-named\"\n"
+                                 "renamed: Success, \"sixteen-bytes-x\"; too long: Numerical result out of range; "
+                                 "small buffer: Numerical result out of range\n");
+}
+
+/* pthread_getattr_np's stack holds the caller's frame, in main and in a
+ * thread; a thread asked for with a 2 MiB stack gets at least that, and
+ * can use 1.5 MiB of it. */
+TEST(a_threads_stack_is_the_size_asked_and_getattr_reports_it) {
+    threads_as_natively("attr", "main's stack holds its frame: yes; a 2 MiB thread's: yes\n");
+}
+
+/* A key's destructor runs once for every thread that set a value, on that
+ * thread, as it ends. */
+TEST(key_destructors_run_on_each_thread_as_it_ends) {
+    threads_as_natively("keys", "destructors ran 5 times, 5 on their own thread\n");
+}
+
+/* 40,000 threads alive at once: more than this machine's kernel.pid_max
+ * (32,768) lets a process have, and every one is made and joined under
+ * weft-run.  Natively the count is the kernel's, and only reported (a
+ * machine with a larger pid_max makes them all). */
+TEST(more_threads_at_once_than_the_kernel_allows) {
+    if (TEST_SANITIZED) SKIP("a sanitizer build gives vthreads no TLS of their own: weft-run's threads are the kernel's");
+    ran native, weft;
+    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "many", "40000", NULL, &native);
+    run_path(1, 0, WEFT_FOREIGN_THREADS_PATH, "many", "40000", NULL, &weft);
+    CHECK(exited(&weft, 0));
+    CHECK_EQ(strcmp(weft.out, "all 40000\n"), 0);
+    free(native.out);
+    free(weft.out);
 }

@@ -1,0 +1,724 @@
+/*
+ * Virtual pthreads: a thread a program weft did not write creates --
+ * pthread_create, C11 thrd_create, C++ std::thread (which calls
+ * pthread_create) -- is a vthread with a TLS block of its own, so that a
+ * thread-per-connection server, or CPython, scales as a weft program does
+ * and its thread count is not the kernel's.
+ *
+ * When.  weft_runtime_opts.virtual_pthreads (1 on, -1 off), else
+ * $WEFT_VIRTUAL_PTHREADS (1 on, 0 off), else on in libweft-hook.so
+ * (weft-run --threads vthread, the default) and off in a program linked
+ * with libweft; and only with the hooks on and where a vthread can have
+ * its own TLS (arch/tls.c: glibc 2.35+ on x86-64, not a sanitizer build --
+ * there the interposers are not built at all, as locks.c's are not under
+ * TSan).  Off, each interposer is the C library's after a load and a
+ * branch.  Before weft_init (a constructor's thread) and after
+ * weft_shutdown, threads are the kernel's.
+ *
+ * The handle.  glibc's pthread_t is the address of the thread's
+ * descriptor, its TCB, which is the thread pointer: pthread_self() reads
+ * it from %fs.  A vthread with its own TLS has its own TCB (arch/tls.c),
+ * so pthread_self and pthread_equal need nothing here, and every glibc
+ * function that works on the calling thread's descriptor -- keys,
+ * cleanup handlers, cancellation state, errno, locale -- works on the
+ * vthread's.  What works on another thread's descriptor through the
+ * kernel (join through the tid futex, pthread_kill, the name in
+ * /proc/.../comm, getattr's stack) is done here, from a registry: a hash
+ * from the TCB address to a record (struct vpt) of the thread's weft
+ * handle, its result, and whether it is detached or has ended.  The
+ * record is linked by whichever comes first -- the creator, which reads
+ * the TCB from the new vthread's descriptor, or the new thread itself,
+ * from pthread_self() -- and unlinked by pthread_join, by pthread_detach
+ * of an ended thread, or by the detached thread's own end.  A TCB goes
+ * back to arch/tls.c's pool only when its vthread's descriptor is freed
+ * (sched.c's free_thread: joined, or detached and ended), so a pthread_t
+ * names no other thread while its own can still be joined.
+ *
+ * The stop frame.  pthread_exit and a cancellation unwind the thread's
+ * stack (_Unwind_ForcedUnwind, running C++ destructors and
+ * pthread_cleanup_push handlers) down to the buffer in the descriptor's
+ * cleanup_jmp_buf -- start_thread's setjmp in a kernel thread glibc
+ * made.  A vthread has no start_thread, so its body runs under our own:
+ * body() sets a jump buffer and registers it as the thread's outermost
+ * cancellation buffer with glibc's own __pthread_register_cancel (what the
+ * pthread_cleanup_push macro calls), so glibc's unwinder stops there and
+ * jumps back; the body then ends as the vthread's function returning.
+ * pthread_exit's value is kept in the frame (a __thread pointer: the
+ * vthread's own), since glibc's field for it is not published; a
+ * cancellation's is PTHREAD_CANCELED.  A vthread that is not a virtual
+ * pthread (a weft program's own, or one without its own TLS) has no such
+ * frame: pthread_exit there stops the process with a message rather than
+ * end a carrier.
+ *
+ * Cancellation.  Deferred only.  glibc's pthread_cancel sets bits in the
+ * target's descriptor that every glibc cancellation point then acts on
+ * -- and weft's own code, running on the vthread's TLS, passes such
+ * points (the eventfd write that kicks another ring for an I/O cancel):
+ * an unwind from there leaves an I/O operation in flight on a stack about
+ * to be reused (seen: a ring completion for a stale operation, then a
+ * SIGSEGV).  So the bits are never set from another thread.
+ * pthread_cancel records the request in the record (vpt.cancel) and, if
+ * the target's cancellation is enabled, marks it (sched.c, "Interrupts":
+ * intr_sig = WEFT__INTR_CANCEL, kept until acted on), which ends a hooked
+ * wait it is in (read, sleep, poll, accept ...) and refuses the next one.
+ * The target acts on it itself, in the program's code: as the hooked
+ * call returns (hook.h's TRAP_SCOPE, weft__vpt_cancel_point) and in
+ * pthread_testcancel -- glibc's pthread_cancel on itself, then glibc's
+ * pthread_testcancel, which unwinds it; from then on glibc's EXITING bit
+ * keeps its cleanup handlers' calls from acting again.  Disabled when
+ * asked, the request waits: pthread_setcancelstate(ENABLE) marks it
+ * again.  Not acted on: the C library's cancellation points that are not
+ * hooked (waitpid, open of a FIFO ...), and asynchronous cancellation
+ * (glibc sends SIGCANCEL to a tid, and a vthread's is not the kernel's).
+ *
+ * Joining.  pthread_join is weft_join (a vthread parks; a kernel thread
+ * blocks), _tryjoin_np looks, _timedjoin_np and _clockjoin_np wait with a
+ * deadline.  Errors are glibc's: EINVAL for a detached thread or one
+ * another thread is joining, EDEADLK for oneself, ESRCH for one already
+ * joined (which glibc cannot always tell: it may crash).
+ *
+ * What stays a kernel thread, with one line on stderr naming the reason,
+ * once per reason (weft.h, "Virtual pthreads", lists them): attributes
+ * asking for an explicit scheduling policy or priority, a CPU affinity, a
+ * signal mask, or a stack the program provides.  A thread created before
+ * the runtime starts or after it stops is the kernel's without a line.
+ * The stack size asked for is honoured above the runtime's default stack
+ * (256 KiB, $WEFT_STACK_SIZE); glibc's own default (RLIMIT_STACK, 8 MiB)
+ * and anything below the runtime's default get the runtime's default.
+ *
+ * Threads: the registry is one mutex (the C library's, never parking: a
+ * few loads and stores under it); a record's result is written by its
+ * thread before it ends and read by the joiner after weft_join.
+ */
+#define _GNU_SOURCE
+#include "hook.h"
+
+#include "../arch/arch.h"
+#include "../sched/sched.h"
+#include "weft/sync.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+#include <time.h>
+#include <unistd.h>
+
+#if !defined(WEFT_ASAN) && !defined(WEFT_TSAN)
+
+#define HOOK_API __attribute__((visibility("default"), noinline))
+
+struct vpt {
+    struct vpt *hnext;   /* the registry's chain */
+    void *tp;            /* its TCB: its pthread_t (NULL: not linked yet) */
+    weft_thread *h;      /* its handle (joinable), or NULL */
+    weft_thread *t;      /* its descriptor: valid while linked */
+    void *(*fn)(void *);
+    void *arg;
+    void *result;
+    uint8_t linked, detached, ended, joining;
+    _Atomic uint8_t cancel; /* pthread_cancel asked, not yet acted on ("Cancellation") */
+};
+
+static struct {
+    _Atomic int on;
+    size_t stack_dflt;
+    pthread_mutex_t lock;
+    struct vpt **b;
+    size_t nb, n; /* buckets (a power of 2), records */
+    _Atomic long live; /* virtual pthreads not yet ended */
+    weft_mutex all_m;  /* ... and main waits here for the last (its pthread_exit) */
+    weft_cond all_c;
+    _Atomic int said;  /* reasons already said on stderr (bits) */
+    void (*real_exit)(void *);
+    int (*real_getname)(pthread_t, char *, size_t);
+    int (*real_tryjoin)(pthread_t, void **);
+    int (*real_timedjoin)(pthread_t, void **, const struct timespec *);
+    int (*real_clockjoin)(pthread_t, void **, clockid_t, const struct timespec *);
+    int (*real_cancel)(pthread_t);
+    void (*real_testcancel)(void);
+    int (*real_setcancelstate)(int, int *);
+    int (*real_thrd_create)(thrd_t *, thrd_start_t, void *);
+    int (*real_thrd_join)(thrd_t, int *);
+    int (*real_thrd_detach)(thrd_t);
+    void (*real_thrd_exit)(int);
+} V = {.lock = PTHREAD_MUTEX_INITIALIZER, .all_m = WEFT_MUTEX_INIT, .all_c = WEFT_COND_INIT};
+
+/* The registry's lock: the C library's mutex itself (this file names the
+ * functions, so a plain call would bind to locks.c's interposer) */
+static inline void reg_lock(void) { weft__libc.pthread_mutex_lock(&V.lock); }
+static inline void reg_unlock(void) { weft__libc.pthread_mutex_unlock(&V.lock); }
+
+/* the calling virtual pthread's stop frame (its own TLS block's copy) */
+struct frame {
+    void *result;
+    int exited;
+};
+static WEFT_TLS struct frame *cur_frame;
+
+static void resolve(void) {
+    if (V.real_exit) return;
+    V.real_getname = (int (*)(pthread_t, char *, size_t))dlsym(RTLD_NEXT, "pthread_getname_np");
+    V.real_tryjoin = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_tryjoin_np");
+    V.real_timedjoin = (int (*)(pthread_t, void **, const struct timespec *))dlsym(RTLD_NEXT, "pthread_timedjoin_np");
+    V.real_clockjoin =
+        (int (*)(pthread_t, void **, clockid_t, const struct timespec *))dlsym(RTLD_NEXT, "pthread_clockjoin_np");
+    V.real_cancel = (int (*)(pthread_t))dlsym(RTLD_NEXT, "pthread_cancel");
+    V.real_testcancel = (void (*)(void))dlsym(RTLD_NEXT, "pthread_testcancel");
+    V.real_setcancelstate = (int (*)(int, int *))dlsym(RTLD_NEXT, "pthread_setcancelstate");
+    V.real_thrd_create = (int (*)(thrd_t *, thrd_start_t, void *))dlsym(RTLD_NEXT, "thrd_create");
+    V.real_thrd_join = (int (*)(thrd_t, int *))dlsym(RTLD_NEXT, "thrd_join");
+    V.real_thrd_detach = (int (*)(thrd_t))dlsym(RTLD_NEXT, "thrd_detach");
+    V.real_thrd_exit = (void (*)(int))dlsym(RTLD_NEXT, "thrd_exit");
+    __atomic_store_n(&V.real_exit, (void (*)(void *))dlsym(RTLD_NEXT, "pthread_exit"), __ATOMIC_RELEASE);
+}
+__attribute__((constructor)) static void threads_load(void) { resolve(); }
+
+int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
+    resolve();
+    int want = cfg > 0;
+    if (!cfg) {
+        const char *e = getenv("WEFT_VIRTUAL_PTHREADS");
+        extern int weft__hook_preloaded;
+        want = e && *e ? strcmp(e, "0") != 0 : weft__hook_preloaded;
+    }
+    if (want && !hooks_on) {
+        fprintf(stderr, "weft: virtual pthreads need the hooks on (WEFT_HOOK=1): threads are the kernel's\n");
+        want = 0;
+    }
+    if (want && weft__tls_probe() < 0) want = 0; /* (the probe said why) */
+    V.stack_dflt = stack_dflt;
+    atomic_store(&V.on, want);
+    return want;
+}
+
+void weft__threads_stop(void) { atomic_store(&V.on, 0); }
+
+static inline int vpt_on(void) {
+    return atomic_load_explicit(&V.on, memory_order_relaxed) && weft__hook_on() && weft__running();
+}
+
+/* ---- the registry ---------------------------------------------------------- */
+
+static inline size_t slot_of(const void *tp, size_t nb) {
+    return (size_t)(((uintptr_t)tp >> 6) * 0x9E3779B97F4A7C15ull >> 20) & (nb - 1);
+}
+
+/* (the lock held) */
+static struct vpt *find(const void *tp) {
+    if (!V.nb) return NULL;
+    for (struct vpt *v = V.b[slot_of(tp, V.nb)]; v; v = v->hnext)
+        if (v->tp == tp) return v;
+    return NULL;
+}
+
+static void grow(void) {
+    size_t nb = V.nb ? V.nb * 2 : 1024;
+    struct vpt **b = calloc(nb, sizeof *b);
+    if (!b) return; /* chains get longer; nothing is lost */
+    for (size_t i = 0; i < V.nb; i++)
+        for (struct vpt *v = V.b[i], *nx; v; v = nx) {
+            nx = v->hnext;
+            size_t k = slot_of(v->tp, nb);
+            v->hnext = b[k];
+            b[k] = v;
+        }
+    free(V.b);
+    V.b = b;
+    V.nb = nb;
+}
+
+/* Links v under tp, once: its creator and the thread itself both try. */
+static void link_vpt(struct vpt *v, void *tp) {
+    reg_lock();
+    if (!v->linked) {
+        if (V.n >= V.nb) grow();
+        v->tp = tp;
+        size_t k = slot_of(tp, V.nb);
+        v->hnext = V.b[k];
+        V.b[k] = v;
+        v->linked = 1;
+        V.n++;
+    }
+    reg_unlock();
+}
+
+/* (the lock held) */
+static void unlink_vpt(struct vpt *v) {
+    struct vpt **pp = &V.b[slot_of(v->tp, V.nb)];
+    while (*pp && *pp != v) pp = &(*pp)->hnext;
+    if (*pp) *pp = v->hnext, V.n--;
+    v->linked = 0;
+}
+
+/* The virtual pthread th names, or NULL (a kernel thread: the C
+ * library's); the lock is held on return when it is not NULL. */
+static struct vpt *lookup(pthread_t th) {
+    if (!atomic_load_explicit(&V.on, memory_order_relaxed) && !__atomic_load_n(&V.n, __ATOMIC_RELAXED)) return NULL;
+    reg_lock();
+    struct vpt *v = find((void *)th);
+    if (!v) reg_unlock();
+    return v;
+}
+
+/* ---- the body -------------------------------------------------------------- */
+
+/* Runs fn(arg) under a stop frame for pthread_exit and cancellation
+ * ("The stop frame"); *unwound: left by one of them. */
+static void *body(void *(*fn)(void *), void *arg, int *unwound) {
+    struct frame f = {0, 0};
+    __pthread_unwind_buf_t ub;
+    struct frame *volatile saved = cur_frame;
+    cur_frame = &f;
+    /* (as pthread_cleanup_push does: a buffer without the signal mask's
+     * room, which a save of 0 never touches) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+    int left = __sigsetjmp((struct __jmp_buf_tag *)(void *)ub.__cancel_jmp_buf, 0);
+#pragma GCC diagnostic pop
+    void *res;
+    if (!left) {
+        __pthread_register_cancel(&ub);
+        /* (the block's last thread may have left a stale buffer there:
+         * nothing unwinds past this frame) */
+        ub.__pad[0] = NULL;
+        res = fn(arg);
+        __pthread_unregister_cancel(&ub);
+        *unwound = 0;
+    } else {
+        res = f.exited ? f.result : PTHREAD_CANCELED;
+        *unwound = 1;
+    }
+    cur_frame = saved;
+    return res;
+}
+
+static void vpt_end(struct vpt *v) {
+    reg_lock();
+    v->ended = 1;
+    int drop = v->detached;
+    if (drop && v->linked) unlink_vpt(v);
+    reg_unlock();
+    if (drop) free(v);
+    if (atomic_fetch_sub(&V.live, 1) == 1) { /* main may wait for the last (its pthread_exit) */
+        weft_mutex_lock(&V.all_m);
+        weft_cond_broadcast(&V.all_c);
+        weft_mutex_unlock(&V.all_m);
+    }
+}
+
+static void *vpt_main(void *arg) {
+    struct vpt *v = arg;
+    weft_thread *me = weft__self();
+    atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
+    link_vpt(v, (void *)pthread_self());
+    int unwound;
+    v->result = body(v->fn, v->arg, &unwound);
+    vpt_end(v);
+    return NULL;
+}
+
+struct main_args {
+    int (*fn)(int, char **, char **);
+    int argc;
+    char **argv, **envp;
+};
+static void *main_thunk(void *p) {
+    struct main_args *a = p;
+    return (void *)(intptr_t)a->fn(a->argc, a->argv, a->envp);
+}
+
+/* A program's main, on its vthread (hook/preload.c): under a stop frame
+ * too, and registered, so that other threads may join or name it.  main
+ * left by pthread_exit: the process goes on until the last virtual
+ * pthread has ended, then exits 0 (glibc: the last thread's exit). */
+int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **argv, char **envp) {
+    struct vpt *v = calloc(1, sizeof *v);
+    if (v) {
+        v->detached = 1;
+        v->t = weft__self();
+        link_vpt(v, (void *)pthread_self());
+    }
+    struct main_args a = {main_fn, argc, argv, envp};
+    int unwound = 0;
+    void *r = body(main_thunk, &a, &unwound);
+    if (v) {
+        reg_lock();
+        if (v->linked) unlink_vpt(v);
+        reg_unlock();
+        free(v);
+    }
+    if (!unwound) return (int)(intptr_t)r;
+    weft_mutex_lock(&V.all_m);
+    while (atomic_load(&V.live) > 0) weft_cond_wait(&V.all_c, &V.all_m);
+    weft_mutex_unlock(&V.all_m);
+    exit(0);
+}
+
+/* ---- creation ---------------------------------------------------------------- */
+
+enum { WHY_SCHED = 1, WHY_AFFINITY = 2, WHY_SIGMASK = 4, WHY_STACK = 8 };
+
+/* Why attr's thread cannot be a vthread (0: it can). */
+static int kernel_only(const pthread_attr_t *attr) {
+    int inh = PTHREAD_INHERIT_SCHED, pol = SCHED_OTHER;
+    struct sched_param sp = {0};
+    if (pthread_attr_getinheritsched(attr, &inh) == 0 && inh == PTHREAD_EXPLICIT_SCHED &&
+        ((pthread_attr_getschedpolicy(attr, &pol) == 0 && pol != SCHED_OTHER) ||
+         (pthread_attr_getschedparam(attr, &sp) == 0 && sp.sched_priority != 0)))
+        return WHY_SCHED;
+    cpu_set_t cs;
+    if (pthread_attr_getaffinity_np(attr, sizeof cs, &cs) == 0 && CPU_COUNT(&cs) != CPU_SETSIZE) return WHY_AFFINITY;
+    sigset_t ss;
+    if (pthread_attr_getsigmask_np(attr, &ss) == 0) return WHY_SIGMASK; /* (PTHREAD_ATTR_NO_SIGMASK_NP: none) */
+    /* (no stack set: glibc answers its NULL top less the size) */
+    void *sa = NULL;
+    size_t ssz = 0;
+    if (pthread_attr_getstack(attr, &sa, &ssz) == 0 && (uintptr_t)sa + ssz != 0) return WHY_STACK;
+    return 0;
+}
+
+static void say_kernel(int why) {
+    if (atomic_fetch_or(&V.said, why) & why) return;
+    const char *r = why == WHY_SCHED      ? "an explicit scheduling policy or priority"
+                    : why == WHY_AFFINITY ? "a CPU affinity"
+                    : why == WHY_SIGMASK  ? "a signal mask of its own"
+                                          : "a stack the program provides";
+    fprintf(stderr, "weft: a thread whose attributes set %s runs as a kernel thread, not a vthread "
+                    "(said once)\n", r);
+}
+
+static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+    int det = PTHREAD_CREATE_JOINABLE;
+    size_t stack = 0;
+    if (attr) {
+        int why = kernel_only(attr);
+        if (why) {
+            say_kernel(why);
+            return weft__libc.pthread_create(th, attr, fn, arg);
+        }
+        pthread_attr_getdetachstate(attr, &det);
+        size_t sz = 0, dflt = 0;
+        pthread_attr_t d;
+        if (pthread_getattr_default_np(&d) == 0) {
+            pthread_attr_getstacksize(&d, &dflt);
+            pthread_attr_destroy(&d);
+        }
+        /* (its guard page and the descriptor's page on top: what the
+         * program asked for is what its code gets) */
+        if (pthread_attr_getstacksize(attr, &sz) == 0 && sz != dflt && sz > V.stack_dflt) stack = sz + 2 * 4096;
+    }
+    struct vpt *v = calloc(1, sizeof *v);
+    if (!v) return EAGAIN;
+    v->fn = fn;
+    v->arg = arg;
+    weft_thread_opts o = {.own_tls = 1, .stack_size = stack};
+    weft_thread *h;
+    atomic_fetch_add(&V.live, 1);
+    int r = weft_spawn(&h, vpt_main, v, &o);
+    if (r < 0) {
+        atomic_fetch_sub(&V.live, 1);
+        free(v);
+        return r == -EINVAL ? EINVAL : EAGAIN;
+    }
+    weft_thread *t = weft__thread_of(h);
+    v->h = h;
+    v->t = t;
+    void *tp = t->tls;
+    link_vpt(v, tp);
+    *th = (pthread_t)tp;
+    if (det == PTHREAD_CREATE_DETACHED) pthread_detach((pthread_t)tp);
+    return 0;
+}
+
+HOOK_API int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+    if (!vpt_on()) return weft__libc.pthread_create(th, attr, fn, arg);
+    TRAP_SCOPE;
+    return create(th, attr, fn, arg);
+}
+
+/* glibc's thrd_create calls its pthread_create directly, not through
+ * the PLT: here too (its start function's int result travels as a
+ * pointer, as glibc's does) */
+HOOK_API int thrd_create(thrd_t *thr, thrd_start_t fn, void *arg) {
+    if (!vpt_on()) return V.real_thrd_create(thr, fn, arg);
+    TRAP_SCOPE;
+    int r = create((pthread_t *)thr, NULL, (void *(*)(void *))(void *)fn, arg);
+    return r == 0 ? thrd_success : r == ENOMEM || r == EAGAIN ? thrd_nomem : thrd_error;
+}
+
+/* ---- join and detach ----------------------------------------------------------- */
+
+/* Joins v (the lock held, and released here); deadline: 0 none, -1 a try. */
+static int join_vpt(struct vpt *v, void **ret, int64_t deadline) {
+    if (v->t == weft__self()) { /* (glibc's order: itself before detached) */
+        reg_unlock();
+        return EDEADLK;
+    }
+    if (v->detached || v->joining) {
+        reg_unlock();
+        return EINVAL;
+    }
+    if (deadline < 0 && !v->ended) {
+        reg_unlock();
+        return EBUSY;
+    }
+    v->joining = 1;
+    reg_unlock();
+    if (deadline > 0) {
+        /* wait for its end, then join: weft_join itself has no deadline */
+        weft_mutex_lock(&V.all_m);
+        int r = 0;
+        while (!__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE) && r != -ETIMEDOUT)
+            r = weft_cond_wait_until(&V.all_c, &V.all_m, deadline);
+        weft_mutex_unlock(&V.all_m);
+        if (!__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE)) {
+            reg_lock();
+            v->joining = 0;
+            reg_unlock();
+            return ETIMEDOUT;
+        }
+    }
+    int r;
+    while ((r = weft__join_nocancel(weft__thread_of(v->h), NULL)) == -EINTR) {
+    }
+    (void)r;
+    reg_lock();
+    unlink_vpt(v);
+    reg_unlock();
+    if (ret) *ret = v->result;
+    free(v);
+    return 0;
+}
+
+HOOK_API int pthread_join(pthread_t th, void **ret) {
+    struct vpt *v = lookup(th);
+    if (!v) return weft__libc.pthread_join(th, ret);
+    TRAP_SCOPE;
+    return join_vpt(v, ret, 0);
+}
+
+HOOK_API int pthread_tryjoin_np(pthread_t th, void **ret) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_tryjoin(th, ret);
+    TRAP_SCOPE;
+    return join_vpt(v, ret, -1);
+}
+
+static int64_t weft_deadline(clockid_t clk, const struct timespec *abs) {
+    if (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L) return -EINVAL;
+    struct timespec now;
+    clock_gettime(clk, &now);
+    int64_t left = (int64_t)(abs->tv_sec - now.tv_sec) * 1000000000 + (abs->tv_nsec - now.tv_nsec);
+    return weft_now() + (left > 0 ? left : 1);
+}
+
+HOOK_API int pthread_clockjoin_np(pthread_t th, void **ret, clockid_t clk, const struct timespec *abs) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_clockjoin(th, ret, clk, abs);
+    TRAP_SCOPE;
+    int64_t dl = abs ? weft_deadline(clk, abs) : 0;
+    if (dl < 0 || (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)) {
+        reg_unlock();
+        return EINVAL;
+    }
+    return join_vpt(v, ret, dl);
+}
+
+HOOK_API int pthread_timedjoin_np(pthread_t th, void **ret, const struct timespec *abs) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_timedjoin(th, ret, abs);
+    reg_unlock();
+    return pthread_clockjoin_np(th, ret, CLOCK_REALTIME, abs);
+}
+
+HOOK_API int pthread_detach(pthread_t th) {
+    struct vpt *v = lookup(th);
+    if (!v) return weft__libc.pthread_detach(th);
+    TRAP_SCOPE;
+    if (v->detached || v->joining) {
+        reg_unlock();
+        return EINVAL;
+    }
+    weft_thread *h = v->h;
+    v->detached = 1;
+    int drop = v->ended;
+    if (drop) unlink_vpt(v);
+    reg_unlock();
+    if (drop) free(v);
+    if (h) weft_detach(h);
+    return 0;
+}
+
+HOOK_API int thrd_join(thrd_t thr, int *res) {
+    void *p = NULL;
+    struct vpt *v = lookup((pthread_t)thr);
+    if (!v) return V.real_thrd_join(thr, res);
+    reg_unlock();
+    int r = pthread_join((pthread_t)thr, &p);
+    if (r) return thrd_error;
+    if (res) *res = (int)(intptr_t)p;
+    return thrd_success;
+}
+
+HOOK_API int thrd_detach(thrd_t thr) {
+    struct vpt *v = lookup((pthread_t)thr);
+    if (!v) return V.real_thrd_detach(thr);
+    reg_unlock();
+    return pthread_detach((pthread_t)thr) ? thrd_error : thrd_success;
+}
+
+/* ---- exit and cancellation ------------------------------------------------------ */
+
+HOOK_API void pthread_exit(void *ret) {
+    weft_thread *self = weft__self();
+    if (self) {
+        struct frame *f = self->tls ? cur_frame : NULL;
+        if (!f)
+            weft__fatal("pthread_exit from a vthread that is not a thread the program created (a weft "
+                        "vthread's function returns instead)");
+        f->result = ret;
+        f->exited = 1;
+    }
+    if (!V.real_exit) resolve();
+    V.real_exit(ret);
+    __builtin_unreachable();
+}
+
+HOOK_API _Noreturn void thrd_exit(int res) {
+    if (weft__self()) pthread_exit((void *)(intptr_t)res);
+    V.real_thrd_exit(res);
+    __builtin_unreachable();
+}
+
+HOOK_API int pthread_cancel(pthread_t th) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_cancel(th);
+    TRAP_SCOPE;
+    if (!v->ended) {
+        atomic_store(&v->cancel, 1);
+        /* (disabled: its pthread_setcancelstate marks it when it enables) */
+        if (weft__tls_cancel_enabled((void *)th)) weft__intr_cancel(v->t);
+    }
+    reg_unlock();
+    return 0;
+}
+
+/* Acts on a cancellation asked of the calling virtual pthread, if its
+ * state allows: glibc's own bits are set now, on the thread, and glibc's
+ * pthread_testcancel unwinds it. */
+static void act(void) {
+    struct vpt *v = lookup(pthread_self());
+    if (!v) return;
+    int asked = atomic_load(&v->cancel);
+    reg_unlock();
+    if (!asked || !weft__tls_cancel_enabled((void *)pthread_self())) return;
+    V.real_cancel(pthread_self());
+    V.real_testcancel();
+}
+
+void weft__vpt_cancel_point(void) {
+    weft__vpt_act = 0;
+    weft_thread *t = weft__self();
+    if (!t || atomic_load_explicit(&t->intr_sig, memory_order_relaxed) != WEFT__INTR_CANCEL) return;
+    atomic_store(&t->intr_sig, 0);
+    act();
+}
+
+HOOK_API void pthread_testcancel(void) {
+    if (weft__self() && atomic_load_explicit(&V.on, memory_order_relaxed)) act();
+    V.real_testcancel();
+}
+
+HOOK_API int pthread_setcancelstate(int state, int *old) {
+    int r = V.real_setcancelstate(state, old);
+    weft_thread *t = weft__self();
+    if (r || state != PTHREAD_CANCEL_ENABLE || !t || !t->tls) return r;
+    /* enabled with a cancellation pending: the next hooked wait acts */
+    struct vpt *v = lookup(pthread_self());
+    if (!v) return r;
+    if (atomic_load(&v->cancel)) weft__intr_cancel(t);
+    reg_unlock();
+    return r;
+}
+
+/* ---- names, attributes, ids ------------------------------------------------------ */
+
+HOOK_API int pthread_setname_np(pthread_t th, const char *name) {
+    struct vpt *v = lookup(th);
+    if (!v) return weft__libc.pthread_setname_np(th, name);
+    if (strlen(name) > 15) {
+        reg_unlock();
+        return ERANGE;
+    }
+    char buf[32] = {0};
+    memcpy(buf, name, strlen(name));
+    uint64_t nw[4];
+    memcpy(nw, buf, 32);
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&v->t->name_words[i], nw[i], memory_order_relaxed);
+    reg_unlock();
+    return 0;
+}
+
+HOOK_API int pthread_getname_np(pthread_t th, char *buf, size_t len) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_getname(th, buf, len);
+    char name[32];
+    uint64_t nw[4];
+    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->t->name_words[i], memory_order_relaxed);
+    reg_unlock();
+    memcpy(name, nw, 32);
+    name[15] = 0; /* (the kernel's comm: 15 bytes) */
+    size_t n = strlen(name);
+    if (len < 16 || n >= len) return ERANGE;
+    memcpy(buf, name, n + 1);
+    return 0;
+}
+
+HOOK_API int pthread_getattr_np(pthread_t th, pthread_attr_t *attr) {
+    struct vpt *v = lookup(th);
+    if (!v) return weft__libc.pthread_getattr_np(th, attr);
+    char *lo = v->t->stk.lo;
+    size_t size = (size_t)((char *)v->t - lo); /* (the descriptor sits at the top) */
+    int det = v->detached;
+    reg_unlock();
+    int r = pthread_attr_init(attr);
+    if (r) return r;
+    pthread_attr_setstack(attr, lo, size);
+    pthread_attr_setguardsize(attr, (size_t)sysconf(_SC_PAGESIZE));
+    pthread_attr_setdetachstate(attr, det ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE);
+    return 0;
+}
+
+/* A vthread's kernel-unique id: its TCB's (arch/tls.c: 0x800000 + its id) */
+HOOK_API pid_t gettid(void) {
+    weft_thread *t = weft__self();
+    if (t && t->tls) return weft__tls_tid();
+    return weft__libc.gettid();
+}
+
+#else /* a sanitizer build: no own TLS, so no virtual pthreads (the top comment) */
+
+int weft__threads_start(int cfg, int hooks_on, size_t stack) {
+    (void)hooks_on, (void)stack;
+    const char *e = getenv("WEFT_VIRTUAL_PTHREADS");
+    if (cfg > 0 || (!cfg && e && *e && strcmp(e, "0") != 0))
+        fprintf(stderr, "weft: virtual pthreads need a vthread's own TLS, which a sanitizer build does not have: "
+                        "threads are the kernel's\n");
+    return 0;
+}
+void weft__threads_stop(void) {}
+int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **argv, char **envp) {
+    return main_fn(argc, argv, envp);
+}
+void weft__vpt_cancel_point(void) { weft__vpt_act = 0; }
+
+#endif /* !WEFT_ASAN && !WEFT_TSAN */

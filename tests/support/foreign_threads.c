@@ -1,0 +1,428 @@
+/*
+ * A program weft did not compile that uses glibc's thread API -- plain C
+ * library, pthreads and C11 threads, no weft header -- for test_run, which
+ * runs it natively and under weft-run (where every thread it creates is a
+ * vthread: issue 27, Deliver 1 and 2) and expects the same output both
+ * times.  One behaviour per mode; each prints only what glibc's own
+ * threads make deterministic.
+ *
+ *   join      8 threads, each with its own __thread value, errno and gettid,
+ *             return a value pthread_join hands back; pthread_self and
+ *             pthread_equal tell them apart; joining oneself is EDEADLK,
+ *             joining a joined thread's id again ... is not asked (glibc
+ *             may crash)
+ *   detach    threads detached by their attributes and by pthread_detach
+ *             (before and after they end) all run; joining a detached
+ *             thread that still runs is EINVAL
+ *   exit      pthread_exit's value, and cleanup handlers run innermost
+ *             first, C11 thrd_create / thrd_join / thrd_exit, then main
+ *             leaves by pthread_exit while a thread still runs: the
+ *             process ends 0 once that thread has
+ *   cancel    pthread_cancel of a thread parked in read(), in nanosleep and
+ *             in pthread_testcancel after cancellation was re-enabled: each
+ *             joins as PTHREAD_CANCELED with its cleanup handler run; one
+ *             with cancellation disabled finishes its sleep
+ *   names     pthread_setname_np on itself and on another thread, what
+ *             pthread_getname_np reads back, ERANGE for 16 bytes or more
+ *   attr      pthread_getattr_np's stack holds the caller's frame; a thread
+ *             made with a 2 MiB stack can use 1.5 MiB of it
+ *   keys      pthread_key_create's destructor runs once for each thread
+ *             that set a value, on that thread, as it ends
+ *   many N    N threads all alive at once (each waits for the last to be
+ *             made), then all joined: "all N" or "stopped at K: ERR"
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+#include <time.h>
+#include <unistd.h>
+
+static __thread int tl_value;
+
+/* ---- join ---- */
+
+struct jarg {
+    int i;
+    pid_t tid;
+    pthread_t self;
+};
+
+static void *join_body(void *p) {
+    struct jarg *a = p;
+    tl_value = a->i;
+    errno = 100 + a->i;
+    a->tid = gettid();
+    a->self = pthread_self();
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* (parks: another thread runs meanwhile) */
+    int ok = tl_value == a->i && errno == 100 + a->i && pthread_equal(a->self, pthread_self());
+    return (void *)(intptr_t)(ok ? a->i * 10 : -1);
+}
+
+static int mode_join(void) {
+    pthread_t t[8];
+    struct jarg a[8];
+    for (int i = 0; i < 8; i++) {
+        a[i].i = i;
+        if (pthread_create(&t[i], NULL, join_body, &a[i])) return 1;
+    }
+    int good = 0;
+    for (int i = 0; i < 8; i++) {
+        void *r = NULL;
+        int e = pthread_join(t[i], &r);
+        if (e == 0 && (intptr_t)r == i * 10 && pthread_equal(t[i], a[i].self)) good++;
+    }
+    int distinct = 1;
+    for (int i = 0; i < 8; i++) {
+        if (a[i].tid == gettid() || pthread_equal(a[i].self, pthread_self())) distinct = 0;
+        for (int j = 0; j < i; j++)
+            if (a[i].tid == a[j].tid || pthread_equal(a[i].self, a[j].self)) distinct = 0;
+    }
+    printf("joined %d of 8 with their values; ids distinct %s; self-join %s\n", good, distinct ? "yes" : "no",
+           strerror(pthread_join(pthread_self(), NULL)));
+    return 0;
+}
+
+/* ---- detach ---- */
+
+static pthread_mutex_t d_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t d_c = PTHREAD_COND_INITIALIZER;
+static int d_ran, d_go;
+
+static void *detach_body(void *p) {
+    (void)p;
+    pthread_mutex_lock(&d_m);
+    d_ran++;
+    pthread_cond_broadcast(&d_c);
+    pthread_mutex_unlock(&d_m);
+    return NULL;
+}
+
+static void *held_body(void *p) {
+    (void)p;
+    pthread_mutex_lock(&d_m);
+    while (!d_go) pthread_cond_wait(&d_c, &d_m);
+    d_ran++;
+    pthread_cond_broadcast(&d_c);
+    pthread_mutex_unlock(&d_m);
+    return NULL;
+}
+
+static int mode_detach(void) {
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    for (int i = 0; i < 4; i++)
+        if (pthread_create(&t, &at, detach_body, NULL)) return 1;
+    pthread_attr_destroy(&at);
+    for (int i = 0; i < 4; i++) { /* detached after they were made: some may have ended */
+        if (pthread_create(&t, NULL, detach_body, NULL)) return 1;
+        if (pthread_detach(t)) return 1;
+    }
+    pthread_t held;
+    if (pthread_create(&held, NULL, held_body, NULL) || pthread_detach(held)) return 1;
+    int e = pthread_join(held, NULL); /* still waiting for d_go: EINVAL */
+    pthread_mutex_lock(&d_m);
+    d_go = 1;
+    pthread_cond_broadcast(&d_c);
+    while (d_ran < 9) pthread_cond_wait(&d_c, &d_m);
+    pthread_mutex_unlock(&d_m);
+    printf("9 detached threads ran; join of a running detached thread: %s\n", strerror(e));
+    return 0;
+}
+
+/* ---- exit ---- */
+
+static void say(void *s) { printf("cleanup %s\n", (const char *)s); }
+
+static int deep(int n) {
+    if (n == 0) pthread_exit((void *)(intptr_t)77);
+    return deep(n - 1) + 1;
+}
+
+static void *exit_body(void *p) {
+    (void)p;
+    pthread_cleanup_push(say, "outer");
+    pthread_cleanup_push(say, "inner");
+    deep(5);
+    pthread_cleanup_pop(0);
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+static int c11_body(void *p) {
+    if (p) thrd_exit(42);
+    return 41;
+}
+
+static void *last_body(void *p) {
+    (void)p;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    printf("the last thread ends after main left\n");
+    fflush(stdout);
+    return NULL;
+}
+
+static int mode_exit(void) {
+    pthread_t t;
+    void *r = NULL;
+    if (pthread_create(&t, NULL, exit_body, NULL)) return 1;
+    pthread_join(t, &r);
+    printf("pthread_exit value %ld\n", (long)(intptr_t)r);
+    thrd_t c[2];
+    int res[2] = {0, 0};
+    thrd_create(&c[0], c11_body, NULL);
+    thrd_create(&c[1], c11_body, (void *)1);
+    thrd_join(c[0], &res[0]);
+    thrd_join(c[1], &res[1]);
+    printf("thrd results %d %d\n", res[0], res[1]);
+    fflush(stdout);
+    if (pthread_create(&t, NULL, last_body, NULL)) return 1;
+    pthread_exit(NULL); /* the process goes on until the last thread ends, then exits 0 */
+}
+
+/* ---- cancel ---- */
+
+static int c_pipe[2];
+
+static void *cancel_read(void *p) {
+    (void)p;
+    char b;
+    pthread_cleanup_push(say, "read");
+    for (;;) (void)!read(c_pipe[0], &b, 1);
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+static void *cancel_sleep(void *p) {
+    (void)p;
+    pthread_cleanup_push(say, "sleep");
+    for (;;) sleep(100);
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+static pthread_mutex_t c_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c_c = PTHREAD_COND_INITIALIZER;
+static int c_stage;
+
+static void *cancel_disabled(void *p) {
+    (void)p;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    pthread_mutex_lock(&c_m);
+    c_stage = 1;
+    pthread_cond_broadcast(&c_c);
+    while (c_stage < 2) pthread_cond_wait(&c_c, &c_m);
+    pthread_mutex_unlock(&c_m);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    int s = nanosleep(&ts, NULL); /* cancelled meanwhile, disabled: sleeps it all */
+    printf("disabled: the sleep returned %d\n", s);
+    fflush(stdout);
+    pthread_cleanup_push(say, "re-enabled");
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+    pthread_testcancel();
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+static void nap_ms(int ms) {
+    struct timespec ts = {0, ms * 1000L * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+static int mode_cancel(void) {
+    if (pipe(c_pipe)) return 1;
+    pthread_t t;
+    void *r = NULL;
+    if (pthread_create(&t, NULL, cancel_read, NULL)) return 1;
+    nap_ms(50);
+    pthread_cancel(t);
+    pthread_join(t, &r);
+    fflush(stdout);
+    printf("read: %s\n", r == PTHREAD_CANCELED ? "cancelled" : "not cancelled");
+    if (pthread_create(&t, NULL, cancel_sleep, NULL)) return 1;
+    nap_ms(50);
+    pthread_cancel(t);
+    pthread_join(t, &r);
+    printf("sleep: %s\n", r == PTHREAD_CANCELED ? "cancelled" : "not cancelled");
+    fflush(stdout);
+    if (pthread_create(&t, NULL, cancel_disabled, NULL)) return 1;
+    pthread_mutex_lock(&c_m);
+    while (c_stage < 1) pthread_cond_wait(&c_c, &c_m);
+    pthread_cancel(t);
+    c_stage = 2;
+    pthread_cond_broadcast(&c_c);
+    pthread_mutex_unlock(&c_m);
+    pthread_join(t, &r);
+    printf("testcancel: %s\n", r == PTHREAD_CANCELED ? "cancelled" : "not cancelled");
+    return 0;
+}
+
+/* ---- names ---- */
+
+static pthread_mutex_t n_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t n_c = PTHREAD_COND_INITIALIZER;
+static int n_stage;
+
+static void *names_body(void *p) {
+    (void)p;
+    char own[16];
+    pthread_setname_np(pthread_self(), "self-named");
+    pthread_getname_np(pthread_self(), own, sizeof own);
+    printf("a thread named itself \"%s\"\n", own);
+    fflush(stdout);
+    pthread_mutex_lock(&n_m);
+    n_stage = 1;
+    pthread_cond_broadcast(&n_c);
+    while (n_stage < 2) pthread_cond_wait(&n_c, &n_m);
+    pthread_mutex_unlock(&n_m);
+    return NULL;
+}
+
+static int mode_names(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, names_body, NULL)) return 1;
+    pthread_mutex_lock(&n_m);
+    while (n_stage < 1) pthread_cond_wait(&n_c, &n_m);
+    pthread_mutex_unlock(&n_m);
+    char b[16];
+    pthread_getname_np(t, b, sizeof b);
+    printf("read by another: \"%s\"\n", b);
+    int e1 = pthread_setname_np(t, "sixteen-bytes-x"); /* 15: fits */
+    int e2 = pthread_setname_np(t, "seventeen-bytes-x");
+    pthread_getname_np(t, b, sizeof b);
+    char tiny[8];
+    int e3 = pthread_getname_np(t, tiny, sizeof tiny);
+    printf("renamed: %s, \"%s\"; too long: %s; small buffer: %s\n", strerror(e1), b, strerror(e2), strerror(e3));
+    pthread_mutex_lock(&n_m);
+    n_stage = 2;
+    pthread_cond_broadcast(&n_c);
+    pthread_mutex_unlock(&n_m);
+    pthread_join(t, NULL);
+    return 0;
+}
+
+/* ---- attr ---- */
+
+static int holds(const pthread_attr_t *a, const void *p) {
+    void *lo;
+    size_t sz;
+    pthread_attr_getstack(a, &lo, &sz);
+    return (const char *)p >= (const char *)lo && (const char *)p < (const char *)lo + sz;
+}
+
+static void *attr_body(void *p) {
+    (void)p;
+    pthread_attr_t a;
+    int local = 0;
+    if (pthread_getattr_np(pthread_self(), &a)) return (void *)0;
+    size_t sz = 0;
+    pthread_attr_getstacksize(&a, &sz);
+    int ok = holds(&a, &local) && sz >= (2u << 20);
+    pthread_attr_destroy(&a);
+    /* 1.5 MiB of it */
+    volatile char big[1536 * 1024];
+    big[0] = 1;
+    big[sizeof big - 1] = 1;
+    return (void *)(intptr_t)(ok && big[0] + big[sizeof big - 1] == 2);
+}
+
+static int mode_attr(void) {
+    pthread_attr_t a;
+    int local = 0;
+    pthread_getattr_np(pthread_self(), &a);
+    int main_ok = holds(&a, &local);
+    pthread_attr_destroy(&a);
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 2u << 20);
+    pthread_t t;
+    void *r = NULL;
+    if (pthread_create(&t, &a, attr_body, NULL)) return 1;
+    pthread_attr_destroy(&a);
+    pthread_join(t, &r);
+    printf("main's stack holds its frame: %s; a 2 MiB thread's: %s\n", main_ok ? "yes" : "no", r ? "yes" : "no");
+    return 0;
+}
+
+/* ---- keys ---- */
+
+static pthread_key_t k_key;
+static _Atomic int k_dtors, k_own;
+
+static void k_dtor(void *v) {
+    k_dtors++;
+    if (v == (void *)pthread_self()) k_own++;
+}
+
+static void *keys_body(void *p) {
+    if (p) pthread_setspecific(k_key, (void *)pthread_self());
+    return NULL;
+}
+
+static int mode_keys(void) {
+    pthread_key_create(&k_key, k_dtor);
+    pthread_t t[10];
+    for (int i = 0; i < 10; i++)
+        if (pthread_create(&t[i], NULL, keys_body, (void *)(intptr_t)(i % 2))) return 1;
+    for (int i = 0; i < 10; i++) pthread_join(t[i], NULL);
+    printf("destructors ran %d times, %d on their own thread\n", (int)k_dtors, (int)k_own);
+    return 0;
+}
+
+/* ---- many ---- */
+
+static pthread_mutex_t m_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t m_c = PTHREAD_COND_INITIALIZER;
+static int m_open;
+
+static void *many_body(void *p) {
+    (void)p;
+    pthread_mutex_lock(&m_m);
+    while (!m_open) pthread_cond_wait(&m_c, &m_m);
+    pthread_mutex_unlock(&m_m);
+    return NULL;
+}
+
+static int mode_many(long n) {
+    pthread_t *t = malloc((size_t)n * sizeof *t);
+    if (!t) return 1;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 * 1024); /* (natively: as many as the kernel allows, not as memory does) */
+    long k = 0;
+    int e = 0;
+    for (; k < n; k++)
+        if ((e = pthread_create(&t[k], &a, many_body, NULL))) break;
+    pthread_mutex_lock(&m_m);
+    m_open = 1;
+    pthread_cond_broadcast(&m_c);
+    pthread_mutex_unlock(&m_m);
+    for (long i = 0; i < k; i++) pthread_join(t[i], NULL);
+    if (k == n) printf("all %ld\n", n);
+    else printf("stopped at %ld: %s\n", k, strerror(e));
+    free(t);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "join")) return mode_join();
+    if (!strcmp(mode, "detach")) return mode_detach();
+    if (!strcmp(mode, "exit")) return mode_exit();
+    if (!strcmp(mode, "cancel")) return mode_cancel();
+    if (!strcmp(mode, "names")) return mode_names();
+    if (!strcmp(mode, "attr")) return mode_attr();
+    if (!strcmp(mode, "keys")) return mode_keys();
+    if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
+    fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|many N\n");
+    return 2;
+}
