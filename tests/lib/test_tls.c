@@ -464,3 +464,42 @@ TEST(own_tls_is_refused_in_sanitizer_builds) {
     }
 }
 
+
+/* ---- a program linked with libweft opts its own pthreads in --------------- */
+
+/* weft_runtime_opts.virtual_pthreads (WEFT_VIRTUAL_PTHREADS=1), with the
+ * hooks on: pthread_create from the program -- here from a platform
+ * thread, as a library that makes threads inside would -- gives vthreads
+ * with their own TLS, joined with pthread_join; off, the same calls make
+ * kernel threads. */
+static __thread int vp_tl;
+static void *vp_body(void *arg) {
+    vp_tl = (int)(intptr_t)arg;
+    weft_sleep(1000000); /* (parks, when it is a vthread) */
+    return (void *)(intptr_t)((weft_self() != NULL) * 1000 + vp_tl);
+}
+
+static int vp_round(int on) {
+    weft_runtime_opts o = {.carriers = 2, .hook = WEFT_HOOK_ON, .virtual_pthreads = on ? 1 : -1};
+    CHECK_EQ(weft_init(&o), 0);
+    pthread_t t[8];
+    /* ((name): the program's call, not the library's -- sched.h brings
+     * libc/real.h's rewrite of weft's own calls to the C library's) */
+    for (int i = 0; i < 8; i++) CHECK_EQ((pthread_create)(&t[i], NULL, vp_body, (void *)(intptr_t)i), 0);
+    int vthreads = 0;
+    for (int i = 0; i < 8; i++) {
+        void *r = NULL;
+        CHECK_EQ((pthread_join)(t[i], &r), 0);
+        CHECK_EQ((intptr_t)r % 1000, i);
+        vthreads += (intptr_t)r >= 1000;
+    }
+    weft_shutdown();
+    return vthreads;
+}
+
+TEST(a_program_linked_with_weft_opts_its_pthreads_in) {
+    NEED_OWN_TLS();
+    DET_SKIP("starts its own runtimes");
+    CHECK_EQ(vp_round(1), 8);
+    CHECK_EQ(vp_round(0), 0);
+}
