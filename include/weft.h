@@ -434,8 +434,14 @@ typedef struct weft_runtime_opts {
  * a CPU affinity, a signal mask, or a stack the program provides.  Also
  * kernel threads, without a line: threads made before weft_init (a
  * constructor's) or after weft_shutdown, and a clone(2) the program makes
- * itself.  Not yet: a signal mask per vthread, and pthread_kill or tgkill
- * of another vthread (ESRCH: its tid is not the kernel's); asynchronous
+ * itself.  pthread_kill of a virtual pthread: of itself, the handler runs
+ * on it before the call returns; of another, the signal is raised on that
+ * vthread's carrier as its next hooked call returns -- at once if it waits
+ * in one, which then ends with EINTR where the handler would end it (no
+ * SA_RESTART, or a sleep, poll or select).  Not yet: a signal mask per
+ * vthread; tgkill or tkill with a vthread's tid (ESRCH: not the kernel's);
+ * a signal to a vthread that computes without a hooked call waits for its
+ * next one; asynchronous
  * cancellation; a cancellation acts where a hooked call waits (read,
  * sleep, poll, accept ...: its EINTR return) and at pthread_testcancel,
  * not at the C library's other cancellation points.  The cost over a

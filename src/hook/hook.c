@@ -219,6 +219,8 @@ WEFT_TLS unsigned char weft__vpt_act;
  * interposer's return does) */
 static WEFT_TLS unsigned char in_trap;
 
+int weft__hook_in_trap(void) { return in_trap != 0; }
+
 static int intr_result(weft_thread *t, int r) {
     int sig = weft__intr_end(t);
     if (__builtin_expect(sig == WEFT__INTR_CANCEL, 0)) weft__vpt_act = !in_trap;
@@ -1129,15 +1131,12 @@ HOOK_API int sigsuspend(const sigset_t *m) {
  * own process), and the handler runs on the vthread before kill returns.
  * Any other kill -- another process, a group, sig 0, a platform thread --
  * is the C library's. */
-HOOK_API int kill(pid_t pid, int sig) {
-    TRAP_SCOPE;
-    if (!hooked() || sig <= 0 || sig >= _NSIG) return weft__libc.kill(pid, sig);
+int weft__hook_raise_here(int sig, int code) {
     pid_t me = getpid();
-    if (pid != me) return weft__libc.kill(pid, sig);
     siginfo_t si;
     memset(&si, 0, sizeof si);
     si.si_signo = sig;
-    si.si_code = SI_USER;
+    si.si_code = code;
     si.si_pid = me;
     si.si_uid = getuid();
     /* (no park between the two calls: the carrier is the caller's) */
@@ -1148,7 +1147,15 @@ HOOK_API int kill(pid_t pid, int sig) {
      * so a probe through it (signal 0) keeps kill's promise here too */
     if (r == 0) weft__libc.kill(me, 0);
 #endif
-    return r < 0 ? -1 : 0;
+    return r < 0 ? -errno : 0;
+}
+
+HOOK_API int kill(pid_t pid, int sig) {
+    TRAP_SCOPE;
+    if (!hooked() || sig <= 0 || sig >= _NSIG) return weft__libc.kill(pid, sig);
+    if (pid != getpid()) return weft__libc.kill(pid, sig);
+    int r = weft__hook_raise_here(sig, SI_USER);
+    return r < 0 ? (int)fail(-r) : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1396,6 +1403,10 @@ typedef void (*info_fn)(int, siginfo_t *, void *);
 static plain_fn _Atomic sig_plain[_NSIG];
 static info_fn _Atomic sig_info[_NSIG];
 static _Atomic unsigned char sig_restart[_NSIG]; /* its handler has SA_RESTART (for weft__intr_post) */
+
+int weft__hook_sig_restart(int sig) {
+    return sig > 0 && sig < _NSIG && atomic_load_explicit(&sig_restart[sig], memory_order_relaxed);
+}
 static atomic_flag sig_lock = ATOMIC_FLAG_INIT;
 
 /* (the system call trap, trap.c: a handler runs untrapped -- its hooked

@@ -28,9 +28,18 @@ void weft__threads_stop(void);
 /* preload.c: runs the program's main as a virtual pthread's body (a
  * stop frame for pthread_exit; registered for join and names) */
 int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **argv, char **envp);
-/* TRAP_SCOPE's end, where weft__vpt_act is set: a pthread_cancel that
- * ended the call's wait is acted on (glibc's pthread_testcancel) */
+/* TRAP_SCOPE's end, where weft__vpt_act is set: signals sent to the
+ * vthread alone are raised, and a pthread_cancel that ended the call's
+ * wait is acted on (glibc's pthread_testcancel) */
 void weft__vpt_cancel_point(void);
+/* hook.c: raises sig on the calling thread (on a vthread: its carrier,
+ * before this returns), with si_code code (SI_USER, SI_TKILL); 0 or
+ * -errno */
+int weft__hook_raise_here(int sig, int code);
+/* hook.c: the calling thread is inside the trap's handler */
+int weft__hook_in_trap(void);
+/* hook.c: the program's handler for sig has SA_RESTART */
+int weft__hook_sig_restart(int sig);
 
 /* The system call trap (trap.c): switched on for a runtime by weft_init
  * (cfg->trap), after the hooks; 1 on, 0 off (asked to be off, or the
@@ -56,7 +65,7 @@ static inline void weft__trap_scope_end(unsigned char *o) {
     }
     /* a pthread_cancel ended this call's wait: acted on as it returns,
      * once what it allocated is freed (threads.c, "Cancellation") */
-    if (__builtin_expect(weft__vpt_act, 0)) weft__vpt_cancel_point();
+    if (__builtin_expect(__atomic_load_n(&weft__vpt_act, __ATOMIC_RELAXED), 0)) weft__vpt_cancel_point();
 }
 #define TRAP_SCOPE unsigned char weft_trap_o_ __attribute__((cleanup(weft__trap_scope_end))) = weft__sud_allow()
 

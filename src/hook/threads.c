@@ -144,6 +144,7 @@ static struct {
     int (*real_timedjoin)(pthread_t, void **, const struct timespec *);
     int (*real_clockjoin)(pthread_t, void **, clockid_t, const struct timespec *);
     int (*real_cancel)(pthread_t);
+    int (*real_kill)(pthread_t, int);
     void (*real_testcancel)(void);
     int (*real_setcancelstate)(int, int *);
     int (*real_thrd_create)(thrd_t *, thrd_start_t, void *);
@@ -172,6 +173,7 @@ static void resolve(void) {
     V.real_clockjoin =
         (int (*)(pthread_t, void **, clockid_t, const struct timespec *))dlsym(RTLD_NEXT, "pthread_clockjoin_np");
     V.real_cancel = (int (*)(pthread_t))dlsym(RTLD_NEXT, "pthread_cancel");
+    V.real_kill = (int (*)(pthread_t, int))dlsym(RTLD_NEXT, "pthread_kill");
     V.real_testcancel = (void (*)(void))dlsym(RTLD_NEXT, "pthread_testcancel");
     V.real_setcancelstate = (int (*)(int, int *))dlsym(RTLD_NEXT, "pthread_setcancelstate");
     V.real_thrd_create = (int (*)(thrd_t *, thrd_start_t, void *))dlsym(RTLD_NEXT, "thrd_create");
@@ -182,8 +184,12 @@ static void resolve(void) {
 }
 __attribute__((constructor)) static void threads_load(void) { resolve(); }
 
+/* weft__vpt_act's offset from a thread pointer (initial-exec TLS) */
+static ptrdiff_t act_off;
+
 int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
     resolve();
+    act_off = (char *)&weft__vpt_act - (char *)weft__tp_get();
     int want = cfg > 0;
     if (!cfg) {
         const char *e = getenv("WEFT_VIRTUAL_PTHREADS");
@@ -626,11 +632,60 @@ static void act(void) {
 }
 
 void weft__vpt_cancel_point(void) {
-    weft__vpt_act = 0;
+    __atomic_store_n(&weft__vpt_act, 0, __ATOMIC_RELAXED);
     weft_thread *t = weft__self();
-    if (!t || atomic_load_explicit(&t->intr_sig, memory_order_relaxed) != WEFT__INTR_CANCEL) return;
+    if (!t) return;
+    /* signals sent to it alone: raised here, on its own carrier, so that
+     * their handlers run on it (a signal that also ended its wait: before
+     * the call returns EINTR, as the kernel runs it) */
+    if (atomic_load_explicit(&t->sig_pend, memory_order_relaxed)) {
+        uint64_t p = atomic_exchange(&t->sig_pend, 0);
+        while (p) {
+            int sig = __builtin_ctzll(p);
+            p &= p - 1;
+            weft__hook_raise_here(sig, SI_TKILL);
+        }
+    }
+    if (atomic_load_explicit(&t->intr_sig, memory_order_relaxed) != WEFT__INTR_CANCEL) return;
+    if (weft__hook_in_trap()) { /* (not from inside the trap's handler: the next interposer's end) */
+        __atomic_store_n(&weft__vpt_act, 1, __ATOMIC_RELAXED);
+        return;
+    }
     atomic_store(&t->intr_sig, 0);
     act();
+}
+
+/* A signal for one virtual pthread (pthread_kill): itself, raised now on
+ * its carrier as the kernel would; another, kept in its sig_pend and
+ * raised as its next hooked call returns, the call it waits in ended
+ * with EINTR where the handler would end it (weft__intr_signal).  One that
+ * computes without a hooked call gets it at its next one. */
+HOOK_API int pthread_kill(pthread_t th, int sig) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_kill(th, sig);
+    TRAP_SCOPE;
+    weft_thread *t = v->ended ? NULL : v->t;
+    void *tp = v->tp;
+    if (!t || sig < 0 || sig >= 64) {
+        reg_unlock();
+        return t ? EINVAL : ESRCH;
+    }
+    if (sig == 0) {
+        reg_unlock();
+        return 0;
+    }
+    if (t == weft__self()) {
+        reg_unlock();
+        int r = weft__hook_raise_here(sig, SI_TKILL);
+        return r < 0 ? -r : 0;
+    }
+    atomic_fetch_or(&t->sig_pend, 1ull << sig);
+    /* its own block's weft__vpt_act (initial-exec: the same offset from
+     * every thread pointer), so that its next hooked call looks */
+    __atomic_store_n((unsigned char *)tp + act_off, 1, __ATOMIC_RELEASE);
+    weft__intr_signal(t, sig, weft__hook_sig_restart(sig));
+    reg_unlock();
+    return 0;
 }
 
 HOOK_API void pthread_testcancel(void) {

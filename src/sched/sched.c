@@ -1825,6 +1825,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->trap_count, 0, memory_order_relaxed);
     atomic_store_explicit(&t->intr_kind, 0, memory_order_relaxed);
     atomic_store_explicit(&t->intr_sig, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->sig_pend, 0, memory_order_relaxed);
     atomic_store_explicit(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) & ~1u,
                           memory_order_relaxed);
     /* (release: a late caller racing to reap the slot's last vthread, which
@@ -2190,6 +2191,20 @@ void weft__intr_deliver(void) {
     if (!atomic_compare_exchange_strong(&t->intr_sig, &z, sig)) return;
     if (atomic_load(&t->intr_seq) != s1) { /* the call ended meanwhile: not for the next one */
         uint8_t e = sig;
+        atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
+        return;
+    }
+    intr_wake(t);
+}
+
+void weft__intr_signal(weft_thread *t, int sig, int restart) {
+    uint32_t s1 = atomic_load(&t->intr_seq);
+    if (!(s1 & 1)) return; /* not in a hooked wait: raised at its next hooked call's end */
+    if (restart && atomic_load_explicit(&t->intr_kind, memory_order_relaxed) != WEFT__INTR_ALWAYS) return;
+    uint8_t z = 0;
+    if (!atomic_compare_exchange_strong(&t->intr_sig, &z, (uint8_t)sig)) return;
+    if (atomic_load(&t->intr_seq) != s1) {
+        uint8_t e = (uint8_t)sig;
         atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
         return;
     }

@@ -222,6 +222,10 @@ struct weft_thread {
     _Atomic uint32_t intr_seq;
     _Atomic uint8_t intr_kind;
     _Atomic uint8_t intr_sig;
+    /* signals sent to this vthread alone (pthread_kill of a virtual
+     * pthread, hook/threads.c), bit per signal: raised on its own carrier
+     * as its next hooked call returns */
+    _Atomic uint64_t sig_pend;
 };
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
@@ -331,6 +335,11 @@ void weft__intr_target_set(weft_thread *t);
  * hooked wait it is in, if any; a hooked wait it begins later is refused
  * at once, until the mark is acted on (hook/threads.c). */
 void weft__intr_cancel(weft_thread *t);
+
+/* Signal sig was sent to t alone (restart: its handler has SA_RESTART):
+ * ends the hooked wait t is in, if the kind of wait is one such a handler
+ * ends (sched.c, "Interrupts"). */
+void weft__intr_signal(weft_thread *t, int sig, int restart);
 
 /* ---- park primitive ----------------------------------------------------- */
 

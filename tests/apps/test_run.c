@@ -415,6 +415,16 @@ TEST(key_destructors_run_on_each_thread_as_it_ends) {
     threads_as_natively("keys", "destructors ran 5 times, 5 on their own thread\n");
 }
 
+/* pthread_kill of itself runs the handler on the caller before it
+ * returns; of another thread that waits in read (no SA_RESTART), it ends
+ * the read with EINTR and the handler runs on that thread; signal 0 probes
+ * a live thread. */
+TEST(pthread_kill_runs_the_handler_on_its_target) {
+    if (TEST_TSAN) SKIP("TSan defers a handler to its thread's next intercepted call");
+    threads_as_natively("kill", "self: handler on the caller yes; other: read EINTR with the handler on it yes; "
+                                "probe 0; runs 2\n");
+}
+
 /* 40,000 threads alive at once: more than this machine's kernel.pid_max
  * (32,768) lets a process have, and every one is made and joined under
  * weft-run.  Natively the count is the kernel's, and only reported (a

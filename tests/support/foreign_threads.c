@@ -28,6 +28,10 @@
  *             made with a 2 MiB stack can use 1.5 MiB of it
  *   keys      pthread_key_create's destructor runs once for each thread
  *             that set a value, on that thread, as it ends
+ *   kill      pthread_kill: of itself, the handler runs on the caller before
+ *             it returns; of a thread waiting in read() (handler without
+ *             SA_RESTART), the read ends with EINTR and the handler ran on
+ *             that thread; signal 0 probes a live thread
  *   many N    N threads all alive at once (each waits for the last to be
  *             made), then all joined: "all N" or "stopped at K: ERR"
  */
@@ -143,6 +147,7 @@ static int mode_detach(void) {
 static void say(void *s) { printf("cleanup %s\n", (const char *)s); }
 
 static int deep(int n) {
+    if (n < 0) return 0;
     if (n == 0) pthread_exit((void *)(intptr_t)77);
     return deep(n - 1) + 1;
 }
@@ -377,6 +382,45 @@ static int mode_keys(void) {
     return 0;
 }
 
+/* ---- kill ---- */
+
+static pthread_t k_ran_on;
+static volatile sig_atomic_t k_runs;
+static void k_handler(int sig) {
+    (void)sig;
+    k_ran_on = pthread_self();
+    k_runs++;
+}
+
+static int k_pipe[2];
+static void *kill_reader(void *p) {
+    char b;
+    ssize_t r = read(k_pipe[0], &b, 1);
+    int e = errno;
+    *(int *)p = r < 0 && e == EINTR && pthread_equal(k_ran_on, pthread_self());
+    return NULL;
+}
+
+static int mode_kill(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = k_handler; /* (no SA_RESTART) */
+    sigaction(SIGUSR1, &sa, NULL);
+    pthread_kill(pthread_self(), SIGUSR1);
+    int self_ok = k_runs == 1 && pthread_equal(k_ran_on, pthread_self());
+    if (pipe(k_pipe)) return 1;
+    int got = 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, kill_reader, &got)) return 1;
+    nap_ms(100); /* (it waits in read by now, natively and under weft) */
+    int probe = pthread_kill(t, 0);
+    pthread_kill(t, SIGUSR1);
+    pthread_join(t, NULL);
+    printf("self: handler on the caller %s; other: read EINTR with the handler on it %s; probe %d; runs %d\n",
+           self_ok ? "yes" : "no", got ? "yes" : "no", probe, (int)k_runs);
+    return 0;
+}
+
 /* ---- many ---- */
 
 static pthread_mutex_t m_m = PTHREAD_MUTEX_INITIALIZER;
@@ -422,7 +466,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "names")) return mode_names();
     if (!strcmp(mode, "attr")) return mode_attr();
     if (!strcmp(mode, "keys")) return mode_keys();
+    if (!strcmp(mode, "kill")) return mode_kill();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
-    fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|many N\n");
+    fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|many N\n");
     return 2;
 }
