@@ -260,7 +260,8 @@ typedef struct weft_runtime_opts {
  * defines read, write, readv, writev, pread, pwrite, recv, send, recvfrom,
  * sendto, recvmsg, sendmsg, accept, accept4, connect, poll, ppoll, select,
  * pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep, usleep,
- * sleep, pause, sigsuspend, kill, fsync, fdatasync, close, close_range and
+ * sleep, pause, sigsuspend, kill, fsync, fdatasync, sendfile (to a
+ * blocking socket or pipe: as reads and a parking write), close, close_range and
  * getaddrinfo in front of the C library's -- and the names a build may reach them by instead:
  * _FORTIFY_SOURCE's __read_chk, __pread_chk, __pread64_chk, __recv_chk,
  * __recvfrom_chk, __poll_chk and __ppoll_chk, and _FILE_OFFSET_BITS=64's

@@ -389,6 +389,48 @@ HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
     return as_libc(hook_rw(WR, fd, &v, 1, -1));
 }
 
+/* sendfile to a blocking socket or pipe.  The kernel's would hold the
+ * carrier until the peer had read it all -- and the peer may be a vthread
+ * parked on this very carrier's ring, whose completions only this carrier
+ * reaps (seen: CPython's test_socket, SendfileUsingSendfileTest, hung
+ * under weft-run).  So it runs as reads of in (this file's read and pread:
+ * they park too) and this file's write, which parks until all is taken,
+ * 64 KiB at a time; what it returns, where *off or in's position ends and
+ * the bytes sent are sendfile's.  To a regular file, or to a descriptor
+ * the program made non-blocking, it is the kernel's own. */
+#define SENDFILE_CHUNK (64 * 1024)
+HOOK_API ssize_t sendfile(int out, int in, off_t *off, size_t n) {
+    TRAP_SCOPE;
+    if (!hooked()) return weft__libc.sendfile(out, in, off, n);
+    struct stat st;
+    if (fstat(out, &st) < 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)) || user_nonblock(out) != 0)
+        return weft__libc.sendfile(out, in, off, n);
+    if (off && *off < 0) return fail(EINVAL);
+    char *buf = malloc(SENDFILE_CHUNK);
+    if (!buf) return fail(ENOMEM);
+    size_t done = 0;
+    int err = 0;
+    while (done < n) {
+        size_t want = n - done < SENDFILE_CHUNK ? n - done : SENDFILE_CHUNK;
+        ssize_t k = off ? pread(in, buf, want, *off) : read(in, buf, want);
+        if (k < 0) err = errno;
+        if (k <= 0) break;
+        struct iovec v = {buf, (size_t)k};
+        ssize_t w = hook_rw(WR, out, &v, 1, -1);
+        if (w < 0) {
+            err = (int)-w;
+            w = 0;
+        }
+        if (off) *off += w;
+        else if (w < k) (void)lseek(in, (off_t)w - k, SEEK_CUR); /* (what was read and not sent) */
+        done += (size_t)w;
+        if (w < k || (size_t)k < want) break;
+    }
+    free(buf);
+    if (!done && err) return fail(err);
+    return (ssize_t)done;
+}
+
 HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
     TRAP_SCOPE;
     if (!hooked()) return weft__libc.readv(fd, iov, cnt);
@@ -1139,15 +1181,20 @@ int weft__hook_raise_here(int sig, int code) {
     si.si_code = code;
     si.si_pid = me;
     si.si_uid = getuid();
-    /* (no park between the two calls: the carrier is the caller's) */
+    /* (no park between the two calls: the carrier is the caller's; not
+     * trapped, whoever calls -- the trap answers a vthread's gettid with
+     * its own tid, which the kernel does not know) */
+    unsigned char o = weft__sud_allow();
     long r = syscall(SYS_rt_tgsigqueueinfo, me, (pid_t)syscall(SYS_gettid), sig, &si);
+    int e = errno;
+    weft__sud_restore(o);
 #ifdef WEFT__LIBC_TSAN
     /* TSan defers a handler to the thread's next intercepted call; its own
      * kill runs the pending ones before returning when the pid is ours --
      * so a probe through it (signal 0) keeps kill's promise here too */
     if (r == 0) weft__libc.kill(me, 0);
 #endif
-    return r < 0 ? -errno : 0;
+    return r < 0 ? -e : 0;
 }
 
 HOOK_API int kill(pid_t pid, int sig) {
@@ -1318,6 +1365,22 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
         r = epoll_pwait((int)a[0], (struct epoll_event *)a[1], (int)a[2], (int)a[3], (const sigset_t *)a[4]);
         break;
     case SYS_nanosleep: r = nanosleep((const struct timespec *)a[0], (struct timespec *)a[1]); break;
+    case SYS_sendfile: r = sendfile((int)a[0], (int)a[1], (off_t *)a[2], (size_t)a[3]); break;
+    case SYS_gettid: { /* a vthread's own tid, its TCB's (as gettid's interposer answers: threads.c) */
+        weft_thread *t = weft__self();
+        if (!t || !t->tls) return 0;
+        *ret = weft__tls_tid();
+        return 1;
+    }
+    case SYS_tgkill:
+    case SYS_tkill: { /* to its own tid (raise, abort): its carrier's, the one the kernel knows */
+        weft_thread *t = weft__self();
+        long tid = nr == SYS_tgkill ? a[1] : a[0];
+        if (!t || !t->tls || tid != weft__tls_tid() || (nr == SYS_tgkill && a[0] != getpid())) return 0;
+        long real = syscall(SYS_gettid);
+        r = nr == SYS_tgkill ? syscall(SYS_tgkill, a[0], real, a[2]) : syscall(SYS_tkill, real, a[1]);
+        break;
+    }
     case SYS_clock_nanosleep:
         r = clock_nanosleep((clockid_t)a[0], (int)a[1], (const struct timespec *)a[2], (struct timespec *)a[3]);
         *ret = -r;

@@ -187,9 +187,20 @@ __attribute__((constructor)) static void threads_load(void) { resolve(); }
 /* weft__vpt_act's offset from a thread pointer (initial-exec TLS) */
 static ptrdiff_t act_off;
 
+/* fork: the registry's lock is not held across it (a child whose parent
+ * forked while another thread held it would wait for good); the child
+ * keeps the records -- its only thread is the one that forked -- and
+ * makes kernel threads until its own runtime starts */
+static void fork_prepare(void) { weft__libc.pthread_mutex_lock(&V.lock); }
+static void fork_parent(void) { weft__libc.pthread_mutex_unlock(&V.lock); }
+static void fork_child(void) { pthread_mutex_init(&V.lock, NULL); }
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
 int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
     resolve();
     act_off = (char *)&weft__vpt_act - (char *)weft__tp_get();
+    pthread_once(&atfork_once, atfork_register);
     int want = cfg > 0;
     if (!cfg) {
         const char *e = getenv("WEFT_VIRTUAL_PTHREADS");
@@ -328,6 +339,10 @@ static void *vpt_main(void *arg) {
     link_vpt(v, (void *)pthread_self());
     int unwound;
     v->result = body(v->fn, v->arg, &unwound);
+    /* it forked, and this is the child, whose only thread it was: the
+     * child's last thread has ended, and glibc then exits 0 (atexit
+     * handlers, stdio flushed) -- there is no carrier to end on */
+    if (!weft__carrier_self()) exit(0);
     vpt_end(v);
     return NULL;
 }

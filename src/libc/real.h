@@ -53,6 +53,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -116,6 +117,7 @@
     X(int, sigsuspend, (const sigset_t *m), (m))                                                       \
     X(int, kill, (pid_t pid, int sig), (pid, sig))                                                     \
     X(int, fsync, (int fd), (fd))                                                                      \
+    X(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n))                    \
     X(int, fdatasync, (int fd), (fd))                                                                  \
     X(int, close, (int fd), (fd))                                                                      \
     X(int, getaddrinfo,                                                                                \
@@ -282,6 +284,7 @@ static inline void weft__sud_restore(unsigned char o) {
 #define sigsuspend(...) WEFT__ALLOWED(weft__libc.sigsuspend(__VA_ARGS__))
 #define kill(...) WEFT__ALLOWED(weft__libc.kill(__VA_ARGS__))
 #define fsync(...) WEFT__ALLOWED(weft__libc.fsync(__VA_ARGS__))
+#define sendfile(...) WEFT__ALLOWED(weft__libc.sendfile(__VA_ARGS__))
 #define fdatasync(...) WEFT__ALLOWED(weft__libc.fdatasync(__VA_ARGS__))
 #define close(...) WEFT__ALLOWED(weft__libc.close(__VA_ARGS__))
 #define getaddrinfo(...) WEFT__ALLOWED(weft__libc.getaddrinfo(__VA_ARGS__))

@@ -383,9 +383,20 @@ static void on_usr1(int sig) {
     atomic_fetch_add(&handled, 1);
 }
 static atomic_long carrier_tid;
+/* The calling kernel thread's tid: a raw gettid on a vthread with its own
+ * TLS answers the vthread's own, which the kernel does not know (hook.c's
+ * trap, as gettid(3)); /proc/thread-self is the kernel's answer. */
+static long kernel_tid(void) {
+    char buf[64];
+    ssize_t n = readlink("/proc/thread-self", buf, sizeof buf - 1);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char *t = strstr(buf, "/task/");
+    return t ? atol(t + 6) : -1;
+}
 static void *spinner(void *arg) {
     (void)arg;
-    atomic_store(&carrier_tid, syscall(SYS_gettid));
+    atomic_store(&carrier_tid, kernel_tid());
     while (atomic_load(&handled) < 3) __asm__ volatile("pause"); /* the program's code: trapped */
     CHECK_EQ(syscall(SYS_getppid), (long)getppid());
     return NULL;

@@ -6,7 +6,8 @@
  * times.  One behaviour per mode; each prints only what glibc's own
  * threads make deterministic.
  *
- *   join      8 threads, each with its own __thread value, errno and gettid,
+ *   join      8 threads, each with its own __thread value, errno and gettid
+ *             (the call and the raw system call alike),
  *             return a value pthread_join hands back; pthread_self and
  *             pthread_equal tell them apart; joining oneself is EDEADLK,
  *             joining a joined thread's id again ... is not asked (glibc
@@ -32,6 +33,12 @@
  *             it returns; of a thread waiting in read() (handler without
  *             SA_RESTART), the read ends with EINTR and the handler ran on
  *             that thread; signal 0 probes a live thread
+ *   sendfile  sendfile() of a 1 MiB file into a blocking socket whose other
+ *             end a thread of its own reads: all of it arrives (under
+ *             weft-run with one carrier, the kernel's sendfile would hold
+ *             the carrier the reader needs)
+ *   fork-thread  a thread forks; in the child that thread returns from its
+ *             function, and the child exits 0 (glibc: its last thread ended)
  *   many N    N threads all alive at once (each waits for the last to be
  *             made), then all joined: "all N" or "stopped at K: ERR"
  */
@@ -43,6 +50,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <threads.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +73,7 @@ static void *join_body(void *p) {
     tl_value = a->i;
     errno = 100 + a->i;
     a->tid = gettid();
+    if ((pid_t)syscall(SYS_gettid) != a->tid) a->tid = -1; /* (the raw call: CPython's get_native_id) */
     a->self = pthread_self();
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL); /* (parks: another thread runs meanwhile) */
@@ -84,7 +96,7 @@ static int mode_join(void) {
     }
     int distinct = 1;
     for (int i = 0; i < 8; i++) {
-        if (a[i].tid == gettid() || pthread_equal(a[i].self, pthread_self())) distinct = 0;
+        if (a[i].tid < 0 || a[i].tid == gettid() || pthread_equal(a[i].self, pthread_self())) distinct = 0;
         for (int j = 0; j < i; j++)
             if (a[i].tid == a[j].tid || pthread_equal(a[i].self, a[j].self)) distinct = 0;
     }
@@ -392,6 +404,12 @@ static void k_handler(int sig) {
     k_runs++;
 }
 
+static void *kill_raiser(void *p) {
+    raise(SIGUSR1); /* (glibc: gettid, then tgkill to it) */
+    *(int *)p = pthread_equal(k_ran_on, pthread_self());
+    return NULL;
+}
+
 static int k_pipe[2];
 static void *kill_reader(void *p) {
     char b;
@@ -416,8 +434,74 @@ static int mode_kill(void) {
     int probe = pthread_kill(t, 0);
     pthread_kill(t, SIGUSR1);
     pthread_join(t, NULL);
-    printf("self: handler on the caller %s; other: read EINTR with the handler on it %s; probe %d; runs %d\n",
-           self_ok ? "yes" : "no", got ? "yes" : "no", probe, (int)k_runs);
+    int raised = 0;
+    if (pthread_create(&t, NULL, kill_raiser, &raised)) return 1;
+    pthread_join(t, NULL);
+    printf("self: handler on the caller %s; other: read EINTR with the handler on it %s; probe %d; "
+           "raise in a thread: on it %s; runs %d\n",
+           self_ok ? "yes" : "no", got ? "yes" : "no", probe, raised ? "yes" : "no", (int)k_runs);
+    return 0;
+}
+
+/* ---- sendfile ---- */
+
+static int sf_sock[2];
+static void *sf_reader(void *p) {
+    char b[4096];
+    long total = 0;
+    ssize_t k;
+    while ((k = read(sf_sock[1], b, sizeof b)) > 0) total += k;
+    *(long *)p = total;
+    return NULL;
+}
+
+static int mode_sendfile(void) {
+    char path[] = "/tmp/weft-sendfile-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return 1;
+    unlink(path);
+    static char chunk[65536];
+    for (size_t i = 0; i < sizeof chunk; i++) chunk[i] = (char)(i * 7);
+    for (int i = 0; i < 16; i++)
+        if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk) return 1;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sf_sock)) return 1;
+    long got = 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, sf_reader, &got)) return 1;
+    off_t off = 0;
+    long sent = 0;
+    while (sent < 16 * 65536) {
+        ssize_t k = sendfile(sf_sock[0], fd, &off, (size_t)(16 * 65536 - sent));
+        if (k <= 0) break;
+        sent += k;
+    }
+    close(sf_sock[0]);
+    pthread_join(t, NULL);
+    printf("sent %ld, offset %ld, read %ld\n", sent, (long)off, got);
+    return 0;
+}
+
+/* ---- fork-thread ---- */
+
+static void *fork_body(void *p) {
+    pid_t c = fork();
+    if (c == 0) {
+        printf("child's thread returns");
+        return NULL; /* the child's only thread: the child exits 0, stdout flushed */
+    }
+    int st = 0;
+    waitpid(c, &st, 0);
+    *(int *)p = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return NULL;
+}
+
+static int mode_fork_thread(void) {
+    fflush(stdout);
+    int status = -1;
+    pthread_t t;
+    if (pthread_create(&t, NULL, fork_body, &status)) return 1;
+    pthread_join(t, NULL);
+    printf("; the child exited %d\n", status);
     return 0;
 }
 
@@ -467,7 +551,10 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "attr")) return mode_attr();
     if (!strcmp(mode, "keys")) return mode_keys();
     if (!strcmp(mode, "kill")) return mode_kill();
+    if (!strcmp(mode, "sendfile")) return mode_sendfile();
+    if (!strcmp(mode, "fork-thread")) return mode_fork_thread();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
-    fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|many N\n");
+    fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
+                    "many N\n");
     return 2;
 }
