@@ -145,6 +145,7 @@ static struct {
     int (*real_clockjoin)(pthread_t, void **, clockid_t, const struct timespec *);
     int (*real_cancel)(pthread_t);
     int (*real_kill)(pthread_t, int);
+    int (*real_cpuclock)(pthread_t, clockid_t *);
     void (*real_testcancel)(void);
     int (*real_setcancelstate)(int, int *);
     int (*real_thrd_create)(thrd_t *, thrd_start_t, void *);
@@ -174,6 +175,7 @@ static void resolve(void) {
         (int (*)(pthread_t, void **, clockid_t, const struct timespec *))dlsym(RTLD_NEXT, "pthread_clockjoin_np");
     V.real_cancel = (int (*)(pthread_t))dlsym(RTLD_NEXT, "pthread_cancel");
     V.real_kill = (int (*)(pthread_t, int))dlsym(RTLD_NEXT, "pthread_kill");
+    V.real_cpuclock = (int (*)(pthread_t, clockid_t *))dlsym(RTLD_NEXT, "pthread_getcpuclockid");
     V.real_testcancel = (void (*)(void))dlsym(RTLD_NEXT, "pthread_testcancel");
     V.real_setcancelstate = (int (*)(int, int *))dlsym(RTLD_NEXT, "pthread_setcancelstate");
     V.real_thrd_create = (int (*)(thrd_t *, thrd_start_t, void *))dlsym(RTLD_NEXT, "thrd_create");
@@ -253,9 +255,14 @@ static void grow(void) {
     V.nb = nb;
 }
 
-/* Links v under tp, once: its creator and the thread itself both try. */
-static void link_vpt(struct vpt *v, void *tp) {
+/* Links v under tp, once, with its descriptor t and handle h (NULL: main,
+ * never joined): its creator and the thread itself both try, and either
+ * may come first (the thread may run, and name itself, before
+ * pthread_create has returned). */
+static void link_vpt(struct vpt *v, void *tp, weft_thread *t, weft_thread *h) {
     reg_lock();
+    v->t = t;
+    v->h = h;
     if (!v->linked) {
         if (V.n >= V.nb) grow();
         v->tp = tp;
@@ -336,7 +343,7 @@ static void *vpt_main(void *arg) {
     struct vpt *v = arg;
     weft_thread *me = weft__self();
     atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
-    link_vpt(v, (void *)pthread_self());
+    link_vpt(v, (void *)pthread_self(), me, weft_self());
     int unwound;
     v->result = body(v->fn, v->arg, &unwound);
     /* it forked, and this is the child, whose only thread it was: the
@@ -365,8 +372,7 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
     struct vpt *v = calloc(1, sizeof *v);
     if (v) {
         v->detached = 1;
-        v->t = weft__self();
-        link_vpt(v, (void *)pthread_self());
+        link_vpt(v, (void *)pthread_self(), weft__self(), NULL);
     }
     struct main_args a = {main_fn, argc, argv, envp};
     int unwound = 0;
@@ -451,10 +457,8 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
         return r == -EINVAL ? EINVAL : EAGAIN;
     }
     weft_thread *t = weft__thread_of(h);
-    v->h = h;
-    v->t = t;
     void *tp = t->tls;
-    link_vpt(v, tp);
+    link_vpt(v, tp, t, h);
     *th = (pthread_t)tp;
     if (det == PTHREAD_CREATE_DETACHED) pthread_detach((pthread_t)tp);
     return 0;
@@ -765,6 +769,21 @@ HOOK_API int pthread_getattr_np(pthread_t th, pthread_attr_t *attr) {
     pthread_attr_setstack(attr, lo, size);
     pthread_attr_setguardsize(attr, (size_t)sysconf(_SC_PAGESIZE));
     pthread_attr_setdetachstate(attr, det ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE);
+    return 0;
+}
+
+/* A virtual pthread's CPU-time clock: its carrier's (the one it runs or
+ * last ran on, when asked) -- weft keeps no CPU time per vthread, so it
+ * counts what that carrier ran, the thread among it; glibc's answer, the
+ * fake tid's clock, is one the kernel refuses (EINVAL at clock_gettime).
+ * The kernel's encoding of a thread's clock: CPUCLOCK_SCHED, per thread. */
+HOOK_API int pthread_getcpuclockid(pthread_t th, clockid_t *clk) {
+    struct vpt *v = lookup(th);
+    if (!v) return V.real_cpuclock(th, clk);
+    int tid = v->ended ? -1 : weft__carrier_tid_of(v->t);
+    reg_unlock();
+    if (tid <= 0) return ESRCH;
+    *clk = (clockid_t)((~(unsigned)tid << 3) | 2 | 4);
     return 0;
 }
 

@@ -173,12 +173,25 @@ static long proxied(long nr, const long a[6]) {
     return r < 0 ? raw(nr, a) : j.ret;
 }
 
+#define FUTEX_YIELDS 4
+
 static long trapped_futex(const long a[6]) {
     int cmd = (int)a[1] & FUTEX_CMD_MASK;
     if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET) return raw(SYS_futex, a);
     const _Atomic uint32_t *u = (const _Atomic uint32_t *)a[0];
     if (!u || ((uintptr_t)u & 3)) return raw(SYS_futex, a); /* (the kernel's EFAULT / EINVAL) */
     if (atomic_load(u) != (uint32_t)a[2]) return -EAGAIN;
+    /* the C library's locks are held for a moment (stdio's list of FILEs
+     * while fclose walks it, seen contended by a thread-per-connection
+     * server's threads): a few yields let a holder on this carrier, or
+     * one about to let go, do so before a pool thread is woken for the
+     * wait -- the value moved is the kernel's EAGAIN, which every futex
+     * user retries on */
+    if (weft__hook_here())
+        for (int i = 0; i < FUTEX_YIELDS; i++) {
+            weft_yield();
+            if (atomic_load(u) != (uint32_t)a[2]) return -EAGAIN;
+        }
     return proxied(SYS_futex, a);
 }
 

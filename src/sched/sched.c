@@ -315,6 +315,11 @@ void weft__misuse(const char *call, const void *obj, const char *what, const voi
 }
 
 int weft__carrier_index(const weft__carrier *c) { return c ? c->index : -1; }
+
+int weft__carrier_tid_of(const weft_thread *t) {
+    const weft__carrier *c = __atomic_load_n(&t->carrier, __ATOMIC_ACQUIRE);
+    return c ? c->tid : -1;
+}
 int weft__carriers(void) { return R.n; }
 int weft__carriers_all(void) { return nall(); }
 

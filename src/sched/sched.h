@@ -293,6 +293,10 @@ weft__carrier *weft__carrier_self(void);
 /* The calling vthread, or NULL. */
 weft_thread *weft__self(void);
 
+/* The kernel thread id of the carrier t runs or last ran on; -1: none
+ * yet (a racy read, for a clock: hook/threads.c). */
+int weft__carrier_tid_of(const weft_thread *t);
+
 /* ---- interrupts (sched.c, "Interrupts") ----------------------------------- */
 
 /* What a signal handler does to a hooked call it interrupts: RESTART
