@@ -145,7 +145,6 @@ static struct {
     int (*real_clockjoin)(pthread_t, void **, clockid_t, const struct timespec *);
     int (*real_cancel)(pthread_t);
     int (*real_kill)(pthread_t, int);
-    int (*real_cpuclock)(pthread_t, clockid_t *);
     void (*real_testcancel)(void);
     int (*real_setcancelstate)(int, int *);
     int (*real_thrd_create)(thrd_t *, thrd_start_t, void *);
@@ -175,7 +174,6 @@ static void resolve(void) {
         (int (*)(pthread_t, void **, clockid_t, const struct timespec *))dlsym(RTLD_NEXT, "pthread_clockjoin_np");
     V.real_cancel = (int (*)(pthread_t))dlsym(RTLD_NEXT, "pthread_cancel");
     V.real_kill = (int (*)(pthread_t, int))dlsym(RTLD_NEXT, "pthread_kill");
-    V.real_cpuclock = (int (*)(pthread_t, clockid_t *))dlsym(RTLD_NEXT, "pthread_getcpuclockid");
     V.real_testcancel = (void (*)(void))dlsym(RTLD_NEXT, "pthread_testcancel");
     V.real_setcancelstate = (int (*)(int, int *))dlsym(RTLD_NEXT, "pthread_setcancelstate");
     V.real_thrd_create = (int (*)(thrd_t *, thrd_start_t, void *))dlsym(RTLD_NEXT, "thrd_create");
@@ -779,7 +777,7 @@ HOOK_API int pthread_getattr_np(pthread_t th, pthread_attr_t *attr) {
  * The kernel's encoding of a thread's clock: CPUCLOCK_SCHED, per thread. */
 HOOK_API int pthread_getcpuclockid(pthread_t th, clockid_t *clk) {
     struct vpt *v = lookup(th);
-    if (!v) return V.real_cpuclock(th, clk);
+    if (!v) return weft__libc.pthread_getcpuclockid(th, clk);
     int tid = v->ended ? -1 : weft__carrier_tid_of(v->t);
     reg_unlock();
     if (tid <= 0) return ESRCH;

@@ -141,6 +141,7 @@
     X(int, pthread_detach, (pthread_t th), (th))                                                       \
     X(int, pthread_setname_np, (pthread_t th, const char *name), (th, name))                           \
     X(int, pthread_getattr_np, (pthread_t th, pthread_attr_t *a), (th, a))                             \
+    X(int, pthread_getcpuclockid, (pthread_t th, clockid_t * clk), (th, clk))                           \
     X(pid_t, gettid, (void), ())
 #endif
 
@@ -321,6 +322,7 @@ static inline void weft__sud_restore(unsigned char o) {
 #define pthread_detach(...) WEFT__ALLOWED(weft__libc.pthread_detach(__VA_ARGS__))
 #define pthread_setname_np(...) WEFT__ALLOWED(weft__libc.pthread_setname_np(__VA_ARGS__))
 #define pthread_getattr_np(...) WEFT__ALLOWED(weft__libc.pthread_getattr_np(__VA_ARGS__))
+#define pthread_getcpuclockid(...) WEFT__ALLOWED(weft__libc.pthread_getcpuclockid(__VA_ARGS__))
 #define gettid() WEFT__ALLOWED(weft__libc.gettid())
 #endif
 #endif
