@@ -184,6 +184,8 @@ static void resolve(void) {
 }
 __attribute__((constructor)) static void threads_load(void) { resolve(); }
 
+static void grow(void);
+
 /* weft__vpt_act's offset from a thread pointer (initial-exec TLS) */
 static ptrdiff_t act_off;
 
@@ -212,6 +214,16 @@ int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
         want = 0;
     }
     if (want && weft__tls_probe() < 0) want = 0; /* (the probe said why) */
+    if (want) { /* the registry's first table, so that linking a record never finds none */
+        reg_lock();
+        if (!V.nb) grow();
+        int none = !V.nb;
+        reg_unlock();
+        if (none) {
+            fprintf(stderr, "weft: no memory for the virtual pthreads' registry: threads are the kernel's\n");
+            want = 0;
+        }
+    }
     V.stack_dflt = stack_dflt;
     atomic_store(&V.on, want);
     return want;
