@@ -2172,6 +2172,20 @@ static void intr_wake(weft_thread *t) {
         weft__unpark(&t->parker, w, WEFT__PS_CANCELLED);
 }
 
+/* Stores sig as what interrupts t's hooked wait (intr_seq s1, odd) and
+ * ends it; one already there -- another signal's, a pthread_cancel's --
+ * stays.  A wait that ended meanwhile takes it back: not for the next. */
+static void intr_put(weft_thread *t, uint32_t s1, uint8_t sig) {
+    uint8_t z = 0;
+    if (!atomic_compare_exchange_strong(&t->intr_sig, &z, sig)) return;
+    if (atomic_load(&t->intr_seq) != s1) {
+        uint8_t e = sig;
+        atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
+        return;
+    }
+    intr_wake(t);
+}
+
 void weft__intr_post(int sig, int restart) {
     if (sig <= 0 || sig >= 64 || !atomic_load_explicit(&R.intr_target, memory_order_relaxed)) return;
     uint64_t b = 1ull << sig;
@@ -2191,29 +2205,14 @@ void weft__intr_deliver(void) {
     int kind = atomic_load_explicit(&t->intr_kind, memory_order_relaxed);
     uint64_t ends = kind == WEFT__INTR_ALWAYS ? pend : pend & ~atomic_load(&R.intr_restart);
     if (!ends) return; /* SA_RESTART: the call goes on, as the kernel restarts it */
-    uint8_t sig = (uint8_t)__builtin_ctzll(ends), z = 0;
-    /* (one already there -- another signal's, a pthread_cancel's -- stays) */
-    if (!atomic_compare_exchange_strong(&t->intr_sig, &z, sig)) return;
-    if (atomic_load(&t->intr_seq) != s1) { /* the call ended meanwhile: not for the next one */
-        uint8_t e = sig;
-        atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
-        return;
-    }
-    intr_wake(t);
+    intr_put(t, s1, (uint8_t)__builtin_ctzll(ends));
 }
 
 void weft__intr_signal(weft_thread *t, int sig, int restart) {
     uint32_t s1 = atomic_load(&t->intr_seq);
     if (!(s1 & 1)) return; /* not in a hooked wait: raised at its next hooked call's end */
     if (restart && atomic_load_explicit(&t->intr_kind, memory_order_relaxed) != WEFT__INTR_ALWAYS) return;
-    uint8_t z = 0;
-    if (!atomic_compare_exchange_strong(&t->intr_sig, &z, (uint8_t)sig)) return;
-    if (atomic_load(&t->intr_seq) != s1) {
-        uint8_t e = (uint8_t)sig;
-        atomic_compare_exchange_strong(&t->intr_sig, &e, 0);
-        return;
-    }
-    intr_wake(t);
+    intr_put(t, s1, (uint8_t)sig);
 }
 
 void weft__intr_cancel(weft_thread *t) {
