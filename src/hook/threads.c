@@ -135,6 +135,7 @@ static struct {
     struct vpt **b;
     size_t nb, n; /* buckets (a power of 2), records */
     _Atomic long live; /* virtual pthreads not yet ended */
+    _Atomic int timed; /* timed joins waiting on all_c */
     weft_mutex all_m;  /* ... and main waits here for the last (its pthread_exit) */
     weft_cond all_c;
     _Atomic int said;  /* reasons already said on stderr (bits) */
@@ -337,12 +338,13 @@ static void *body(void *(*fn)(void *), void *arg, int *unwound) {
 
 static void vpt_end(struct vpt *v) {
     reg_lock();
-    v->ended = 1;
+    __atomic_store_n(&v->ended, 1, __ATOMIC_SEQ_CST); /* (seq_cst: pairs with a timed join's V.timed) */
     int drop = v->detached;
     if (drop && v->linked) unlink_vpt(v);
     reg_unlock();
     if (drop) free(v);
-    if (atomic_fetch_sub(&V.live, 1) == 1) { /* main may wait for the last (its pthread_exit) */
+    /* main may wait for the last (its pthread_exit), a timed join for this one */
+    if (atomic_fetch_sub(&V.live, 1) == 1 || atomic_load(&V.timed)) {
         weft_mutex_lock(&V.all_m);
         weft_cond_broadcast(&V.all_c);
         weft_mutex_unlock(&V.all_m);
@@ -511,9 +513,11 @@ static int join_vpt(struct vpt *v, void **ret, int64_t deadline) {
     if (deadline > 0) {
         /* wait for its end, then join: weft_join itself has no deadline */
         weft_mutex_lock(&V.all_m);
+        atomic_fetch_add(&V.timed, 1); /* (under all_m: an end that broadcasts after it takes all_m too) */
         int r = 0;
         while (!__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE) && r != -ETIMEDOUT)
             r = weft_cond_wait_until(&V.all_c, &V.all_m, deadline);
+        atomic_fetch_sub(&V.timed, 1);
         weft_mutex_unlock(&V.all_m);
         if (!__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE)) {
             reg_lock();
