@@ -464,16 +464,16 @@ TEST(a_thread_that_forks_ends_the_child_when_it_returns) {
 
 /* 40,000 threads alive at once: more than this machine's kernel.pid_max
  * (32,768) lets a process have, and every one is made and joined under
- * weft-run.  Natively the count is the kernel's, and only reported (a
- * machine with a larger pid_max makes them all). */
+ * weft-run.  The program is not run natively here: kernel.pid_max is the
+ * whole machine's, and a native run that took every pid made the fork()s
+ * of the tests running beside it fail (seen in CI: det.race_* "crashed").
+ * bench/tpc/pthread_sleep measures the native side. */
 TEST(more_threads_at_once_than_the_kernel_allows) {
     if (TEST_SANITIZED) SKIP("a sanitizer build gives vthreads no TLS of their own: weft-run's threads are the kernel's");
-    ran native, weft;
-    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "many", "40000", NULL, &native);
+    ran weft;
     run_path(1, 0, WEFT_FOREIGN_THREADS_PATH, "many", "40000", NULL, &weft);
     CHECK(exited(&weft, 0));
     CHECK_EQ(strcmp(weft.out, "all 40000\n"), 0);
-    free(native.out);
     free(weft.out);
 }
 
