@@ -1,6 +1,6 @@
 # The hook layer's check in the suite: no object of libweft (weft_obj) or
-# of libweft-hook.so's own (preload.c) but hook.c's, locks.c's and
-# threads.c's -- the interposers --
+# of libweft-hook.so's own (preload.c) but hook.c's, locks.c's,
+# threads.c's and signals.c's -- the interposers --
 # references a hooked C library function directly.  Such
 # a call binds to weft's own exported interposer instead of the C library's
 # -- the prelude's rewrite (src/prelude.h, src/libc/real.h) missed it.  The
@@ -15,7 +15,7 @@ if(WEFT_BUILD_TESTS)
   endif()
   add_test(NAME lint.libc_calls
     COMMAND ${CMAKE_COMMAND} -E env "LINT_CPPFLAGS=${lint_cppflags}" bash ${CMAKE_SOURCE_DIR}/scripts/lint-libc-calls.sh
-            ${CMAKE_C_COMPILER} ${CMAKE_SOURCE_DIR}/src/libc/real.h ${CMAKE_NM} src/hook/hook.c,src/hook/locks.c,src/hook/threads.c
+            ${CMAKE_C_COMPILER} ${CMAKE_SOURCE_DIR}/src/libc/real.h ${CMAKE_NM} src/hook/hook.c,src/hook/locks.c,src/hook/threads.c,src/hook/signals.c
             $<TARGET_OBJECTS:weft_obj> $<TARGET_OBJECTS:weft_hook>
     COMMAND_EXPAND_LISTS)
   set_tests_properties(lint.libc_calls PROPERTIES TIMEOUT 60)

@@ -432,15 +432,25 @@ typedef struct weft_runtime_opts {
  * default (RLIMIT_STACK), gets the runtime's default.  What stays a
  * kernel thread, with one line on stderr naming the reason, once per
  * reason: attributes that set an explicit scheduling policy or priority,
- * a CPU affinity, a signal mask, or a stack the program provides.  Also
+ * a CPU affinity, or a stack the program provides.  Also
  * kernel threads, without a line: threads made before weft_init (a
  * constructor's) or after weft_shutdown, and a clone(2) the program makes
  * itself.  pthread_kill of a virtual pthread: of itself, the handler runs
  * on it before the call returns; of another, the signal is raised on that
  * vthread's carrier as its next hooked call returns -- at once if it waits
  * in one, which then ends with EINTR where the handler would end it (no
- * SA_RESTART, or a sleep, poll or select).  Not yet: a signal mask per
- * vthread; tgkill or tkill with a vthread's tid (ESRCH: not the kernel's);
+ * SA_RESTART, or a sleep, poll or select).  Each virtual pthread has its
+ * own signal mask (pthread_sigmask, sigprocmask, the attributes'
+ * pthread_attr_setsigmask_np; inherited by the threads it creates; main's
+ * is the one the process started with): a signal it blocks stays pending
+ * for it, or for the process, until it unblocks it (its handler then runs
+ * before the unblocking call returns) or takes it with sigwait,
+ * sigwaitinfo or sigtimedwait, which park; sigsuspend waits with its mask;
+ * a process-directed signal goes to a thread that does not block it, main
+ * first, and one every thread blocks does not run a handler or a default
+ * action anywhere (hook/signals.c).  Not yet: tgkill or tkill with a
+ * vthread's tid (ESRCH: not the kernel's); a handler's own sa_mask is its
+ * carrier's, not the vthread's; a mask is not carried across exec;
  * a signal to a vthread that computes without a hooked call waits for its
  * next one; asynchronous
  * cancellation; a cancellation acts where a hooked call waits (read,

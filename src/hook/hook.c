@@ -1073,6 +1073,8 @@ static int sleep_until(int64_t dl, const char *what) {
     return r;
 }
 
+int weft__hook_sleep_until(int64_t dl, const char *what) { return sleep_until(dl, what); }
+
 static void set_left(struct timespec *rem, int64_t dl) {
     if (!rem) return;
     int64_t left = dl - weft_now();
@@ -1157,6 +1159,7 @@ HOOK_API int pause(void) {
 HOOK_API int sigsuspend(const sigset_t *m) {
     TRAP_SCOPE;
     if (!hooked()) return weft__libc.sigsuspend(m);
+    if (weft__vsig_on()) return weft__vsig_suspend(m); /* (signals.c: its mask for the wait) */
     return (int)fail(-sleep_until(INT64_MAX, "sigsuspend"));
 }
 
@@ -1328,6 +1331,14 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
     case SYS_pause: r = pause(); break;
     case SYS_kill: r = kill((pid_t)a[0], (int)a[1]); break;
     case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;
+    case SYS_rt_sigtimedwait: /* (sigwait's own, glibc's) */
+        if (!hooked() || !weft__vsig_on()) return 0;
+        *ret = weft__vsig_trapped_wait(a);
+        return 1;
+    case SYS_rt_sigpending:
+        if (!weft__vsig_on()) return 0;
+        *ret = weft__vsig_trapped_pending(a);
+        return 1;
 #ifdef SYS_close_range
     case SYS_close_range: r = close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]); break;
 #endif
@@ -1466,6 +1477,10 @@ typedef void (*info_fn)(int, siginfo_t *, void *);
 static plain_fn _Atomic sig_plain[_NSIG];
 static info_fn _Atomic sig_info[_NSIG];
 static _Atomic unsigned char sig_restart[_NSIG]; /* its handler has SA_RESTART (for weft__intr_post) */
+/* SIG_DFL signals a vthread's mask blocks: the kernel has tramp_catch for
+ * them while the program's action is SIG_DFL (signals.c, "Default
+ * actions") */
+static _Atomic unsigned char sig_caught[_NSIG];
 
 int weft__hook_sig_restart(int sig) {
     return sig > 0 && sig < _NSIG && atomic_load_explicit(&sig_restart[sig], memory_order_relaxed);
@@ -1484,8 +1499,24 @@ static void intr_post(int sig) {
     errno = e;
 }
 
-static void tramp_plain(int sig) {
+/* Whether the signal runs here: a vthread's mask may keep it for later or
+ * for another (signals.c, "The model"); errno as it was. */
+static int here(int sig, siginfo_t *si) {
+    int e = errno;
+    int r = weft__vsig_here(sig, si);
+    errno = e;
+    return r;
+}
+
+/* (both trampolines are given to the kernel with SA_SIGINFO: the
+ * siginfo tells a signal sent to one thread from one sent to the process) */
+static void tramp_plain(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
     unsigned char trap_o = weft__sud_allow();
+    if (!here(sig, si)) {
+        weft__sud_restore(trap_o);
+        return;
+    }
     sig_depth++;
     atomic_signal_fence(memory_order_seq_cst);
     plain_fn h = atomic_load_explicit(&sig_plain[sig], memory_order_acquire);
@@ -1493,32 +1524,94 @@ static void tramp_plain(int sig) {
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
     /* the wait a handler interrupts (sched.c, "Interrupts") */
-    if (h) intr_post(sig);
+    if (h && !weft__vsig_on()) intr_post(sig); /* (on a vthread: it was not waiting; signals.c) */
     weft__sud_restore(trap_o);
 }
 
 static void tramp_info(int sig, siginfo_t *si, void *uc) {
     unsigned char trap_o = weft__sud_allow();
+    if (!here(sig, si)) {
+        weft__sud_restore(trap_o);
+        return;
+    }
     sig_depth++;
     atomic_signal_fence(memory_order_seq_cst);
     info_fn h = atomic_load_explicit(&sig_info[sig], memory_order_acquire);
     if (h) h(sig, si, uc);
     atomic_signal_fence(memory_order_seq_cst);
     sig_depth--;
-    if (h) intr_post(sig);
+    if (h && !weft__vsig_on()) intr_post(sig); /* (on a vthread: it was not waiting; signals.c) */
     weft__sud_restore(trap_o);
 }
 
-SIG_NOSAN static void sig_table_lock(sigset_t *saved) {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, saved);
+/* (the kernel's mask of this OS thread, never a vthread's virtual one:
+ * the system call itself, not the C library's pthread_sigmask, which
+ * signals.c's interposer stands in front of) */
+SIG_NOSAN static void sig_table_lock(uint64_t *saved) {
+    uint64_t all = ~(1ull << (SIGSYS - 1)); /* (the trap's: a trapped call under the lock needs it) */
+    unsigned char o = weft__sud_allow();
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, saved, sizeof all);
+    weft__sud_restore(o);
     while (atomic_flag_test_and_set_explicit(&sig_lock, memory_order_acquire)) sched_yield();
 }
 
-SIG_NOSAN static void sig_table_unlock(const sigset_t *saved) {
+SIG_NOSAN static void sig_table_unlock(const uint64_t *saved) {
     atomic_flag_clear_explicit(&sig_lock, memory_order_release);
-    pthread_sigmask(SIG_SETMASK, saved, NULL);
+    unsigned char o = weft__sud_allow();
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, sizeof *saved);
+    weft__sud_restore(o);
+}
+
+/* The catcher of a SIG_DFL signal a vthread blocks: where it is to act,
+ * its default action (signals.c, "Default actions"). */
+static void tramp_catch(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    unsigned char trap_o = weft__sud_allow();
+    if (here(sig, si)) {
+        int e = errno;
+        weft__hook_default_action(sig);
+        errno = e;
+    }
+    weft__sud_restore(trap_o);
+}
+
+static int dfl_ignored(int sig) { return sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH || sig == SIGCONT; }
+
+/* sig's default action, now, on this thread: ignore; stop (the process,
+ * as the kernel's group stop: by SIGSTOP); or terminate -- SIG_DFL back
+ * in the kernel and sig raised unblocked here, of which the process dies
+ * (with a core where sig's default makes one). */
+void weft__hook_default_action(int sig) {
+    if (sig <= 0 || sig >= _NSIG || dfl_ignored(sig)) return;
+    unsigned char o = weft__sud_allow();
+    pid_t me = getpid();
+    long tid = syscall(SYS_gettid);
+    if (sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
+        syscall(SYS_tgkill, me, tid, SIGSTOP);
+        weft__sud_restore(o);
+        return;
+    }
+    struct sigaction d;
+    memset(&d, 0, sizeof d);
+    d.sa_handler = SIG_DFL;
+    weft__libc.sigaction(sig, &d, NULL);
+    uint64_t b = 1ull << (sig - 1);
+    syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &b, NULL, sizeof b);
+    syscall(SYS_tgkill, me, tid, sig);
+    weft__sud_restore(o); /* (not reached, but for a signal whose default the kernel ignores after all) */
+}
+
+int weft__hook_caught(int sig) {
+    return sig > 0 && sig < _NSIG && atomic_load(&sig_caught[sig]) &&
+           !atomic_load_explicit(&sig_plain[sig], memory_order_relaxed) &&
+           !atomic_load_explicit(&sig_info[sig], memory_order_relaxed);
+}
+
+/* the kernel's action for tramp_catch */
+static void catch_action(struct sigaction *k) {
+    memset(k, 0, sizeof *k);
+    k->sa_sigaction = tramp_catch;
+    k->sa_flags = SA_SIGINFO | SA_RESTART;
 }
 
 /* A handler that is a function of the program's (not SIG_DFL, SIG_IGN,
@@ -1546,8 +1639,17 @@ SIG_NOSAN static int sigaction_locked(int sig, const struct sigaction *act, stru
             k.sa_sigaction = tramp_info;
         } else {
             atomic_store_explicit(&sig_plain[sig], act->sa_handler, memory_order_release);
-            k.sa_handler = tramp_plain;
+            k.sa_sigaction = tramp_plain;
+            k.sa_flags |= SA_SIGINFO;
         }
+        give = &k;
+    } else if (act && act->sa_handler == SIG_DFL && atomic_load(&sig_caught[sig])) {
+        /* the program's default, which a vthread blocks: still caught */
+        atomic_store_explicit(&sig_plain[sig], NULL, memory_order_release);
+        atomic_store_explicit(&sig_info[sig], NULL, memory_order_release);
+        atomic_store_explicit(&sig_restart[sig], 1, memory_order_relaxed);
+        catch_action(&k);
+        k.sa_mask = act->sa_mask;
         give = &k;
     }
     int r = weft__libc.sigaction(sig, give, old);
@@ -1558,17 +1660,52 @@ SIG_NOSAN static int sigaction_locked(int sig, const struct sigaction *act, stru
         errno = e;
         return r;
     }
-    if (old) { /* the program's handler, not ours */
-        if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction == tramp_info) old->sa_sigaction = was_info;
-        else if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler == tramp_plain) old->sa_handler = was_plain;
+    if (old && (old->sa_flags & SA_SIGINFO)) { /* the program's action, not ours */
+        if (old->sa_sigaction == tramp_info) {
+            old->sa_sigaction = was_info;
+        } else if (old->sa_sigaction == tramp_plain) {
+            old->sa_handler = was_plain;
+            old->sa_flags &= ~SA_SIGINFO;
+        } else if (old->sa_sigaction == tramp_catch) {
+            old->sa_handler = SIG_DFL;
+            old->sa_flags &= ~(SA_SIGINFO | SA_RESTART);
+        }
     }
     return r;
 }
 
+/* Catches, from now on, each signal of set (the kernel's layout) whose
+ * action is SIG_DFL: a vthread's mask has begun to block them
+ * (signals.c).  May run in a handler (the trap's): the table's lock
+ * blocks every signal on the OS thread, as for sigaction. */
+void weft__hook_catch_default(uint64_t set) {
+    set &= ~((1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)) | (1ull << (SIGSEGV - 1)) | (1ull << (SIGBUS - 1)) |
+             (1ull << (SIGILL - 1)) | (1ull << (SIGFPE - 1)) | (1ull << (SIGTRAP - 1)) | (1ull << (SIGSYS - 1)));
+    for (uint64_t p = set; p; p &= p - 1) {
+        int sig = __builtin_ctzll(p) + 1;
+        if (sig >= _NSIG || atomic_load_explicit(&sig_caught[sig], memory_order_relaxed)) continue;
+        uint64_t saved;
+        sig_table_lock(&saved);
+        struct sigaction cur;
+        if (!atomic_load(&sig_caught[sig]) && weft__libc.sigaction(sig, NULL, &cur) == 0 &&
+            !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
+            struct sigaction k;
+            catch_action(&k);
+            atomic_store(&sig_caught[sig], 1);
+            atomic_store_explicit(&sig_restart[sig], 1, memory_order_relaxed);
+            weft__libc.sigaction(sig, &k, NULL);
+        } else {
+            atomic_store(&sig_caught[sig], 1); /* (a handler of the program's, or ignored: if it goes back to SIG_DFL) */
+        }
+        sig_table_unlock(&saved);
+    }
+}
+
 SIG_NOSAN HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     if (sig <= 0 || sig >= _NSIG) return weft__libc.sigaction(sig, act, old); /* EINVAL, as libc */
-    if ((!act || !is_function(act)) && !old) return weft__libc.sigaction(sig, act, old);
-    sigset_t saved;
+    if ((!act || (!is_function(act) && !atomic_load_explicit(&sig_caught[sig], memory_order_relaxed))) && !old)
+        return weft__libc.sigaction(sig, act, old);
+    uint64_t saved;
     sig_table_lock(&saved);
     int r = sigaction_locked(sig, act, old);
     int e = errno;
@@ -1608,7 +1745,7 @@ SIG_NOSAN HOOK_API sighandler_t __sysv_signal(int sig, sighandler_t h) { return 
 /* Wraps the handlers the kernel has that did not come through sigaction
  * above (see the top of this section). */
 static void wrap_installed(void) {
-    sigset_t saved;
+    uint64_t saved;
     sig_table_lock(&saved);
     for (int sig = 1; sig < _NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
@@ -1616,7 +1753,9 @@ static void wrap_installed(void) {
             continue;
         struct sigaction k;
         if (weft__libc.sigaction(sig, NULL, &k) < 0 || !is_function(&k)) continue;
-        if ((k.sa_flags & SA_SIGINFO) ? k.sa_sigaction == tramp_info : k.sa_handler == tramp_plain) continue;
+        if ((k.sa_flags & SA_SIGINFO) && (k.sa_sigaction == tramp_info || k.sa_sigaction == tramp_plain ||
+                                          k.sa_sigaction == tramp_catch))
+            continue;
         sigaction_locked(sig, &k, NULL);
     }
     sig_table_unlock(&saved);

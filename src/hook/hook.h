@@ -6,6 +6,11 @@
 #ifndef WEFT_HOOK_H
 #define WEFT_HOOK_H
 
+#include <signal.h>
+#include <stdint.h>
+
+struct weft_thread;
+
 /* weft_init: switch the hooks on or off for this runtime (cfg->hook); and
  * weft_shutdown: off */
 void weft__hook_start(int cfg_hook);
@@ -40,6 +45,35 @@ int weft__hook_raise_here(int sig, int code);
 int weft__hook_in_trap(void);
 /* hook.c: the program's handler for sig has SA_RESTART */
 int weft__hook_sig_restart(int sig);
+
+/* A vthread's signals (signals.c): on with virtual pthreads
+ * (weft__vsig_start, from threads.c); weft__vsig_on: on, and the caller a
+ * vthread. */
+void weft__vsig_start(int on);
+int weft__vsig_on(void);
+/* its mask: how, *set, *old in the kernel's layout; in_trap: from the
+ * trap's handler; 0 or -errno */
+int weft__vsig_mask(int how, const uint64_t *set, uint64_t *old, int in_trap);
+/* the trampolines' question: does sig (siginfo si) run on this thread
+ * now?  0: kept for a vthread or the process */
+int weft__vsig_here(int sig, const siginfo_t *si);
+/* raises on t (the caller) what is kept for it and it no longer blocks */
+void weft__vsig_raise_pending(struct weft_thread *t);
+int weft__vsig_suspend(const sigset_t *m);
+long weft__vsig_trapped_wait(const long a[6]);
+long weft__vsig_trapped_pending(const long a[6]);
+void weft__vsig_fork_child(void);
+/* threads.c: where a process-directed signal goes (signals.c, "The
+ * model"): 1 a sigwait waiting for it was woken; 2 a vthread that does not
+ * block it -- given it if hand (taken from the process's with claim);
+ * 0 every vthread blocks it */
+int weft__vpt_route(int sig, int hand, int (*claim)(int sig));
+/* hook.c: the parks of sleep (-EINTR when a handler ends them), a SIG_DFL
+ * signal's catcher (signals.c, "Default actions") */
+int weft__hook_sleep_until(int64_t dl, const char *what);
+void weft__hook_catch_default(uint64_t set);
+int weft__hook_caught(int sig);
+void weft__hook_default_action(int sig);
 
 /* The system call trap (trap.c): switched on for a runtime by weft_init
  * (cfg->trap), after the hooks; 1 on, 0 off (asked to be off, or the

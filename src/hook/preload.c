@@ -55,7 +55,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 extern int weft__hook_preloaded; /* hook.c */
 
@@ -68,7 +71,19 @@ static struct {
     main_fn main;
     int argc;
     char **argv, **envp;
+    uint64_t mask; /* the signal mask the process started with (the kernel's layout) */
 } M;
+
+/* The mask the process started with is main's; the carriers start with
+ * none of it (weft_init makes them from this thread), so that with
+ * virtual masks (signals.c) the kernel can deliver what a vthread
+ * unblocks.  Given back to this thread where main does not run as a
+ * vthread. */
+static void mask_take(void) {
+    uint64_t none = 0;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, &M.mask, sizeof none);
+}
+static void mask_give_back(void) { syscall(SYS_rt_sigprocmask, SIG_SETMASK, &M.mask, NULL, sizeof M.mask); }
 
 static void *main_vthread(void *unused) {
     (void)unused;
@@ -77,6 +92,8 @@ static void *main_vthread(void *unused) {
     /* a process-directed signal's handler interrupts main's blocking call,
      * as the kernel's would (sched.c, "Interrupts") */
     weft__intr_target_set(me);
+    /* its mask: its own (signals.c), else its carrier's */
+    if (!me || !weft__vsig_on() || weft__vsig_mask(SIG_SETMASK, &M.mask, NULL, 0) < 0) mask_give_back();
     /* (as a virtual pthread's body: pthread_exit, join, names; hook/threads.c) */
     int st = weft__threads_main(M.main, M.argc, M.argv, M.envp);
     weft__intr_target_set(NULL);
@@ -111,8 +128,10 @@ static int main_on_vthread(int argc, char **argv, char **envp) {
     const char *ot = getenv("WEFT_OWN_TLS");
     if (env_unset("WEFT_TRAP") && !(ot && !strcmp(ot, "0")) && weft__hook_wanted(0)) cfg.trap = 1;
 #endif
+    mask_take();
     int r = weft_init(&cfg);
     if (r < 0 && r != -EALREADY) {
+        mask_give_back();
         fprintf(stderr, "weft-hook: the runtime cannot start (%s): main runs on its own thread\n", strerror(-r));
         return M.main(argc, argv, envp);
     }
@@ -129,6 +148,7 @@ static int main_on_vthread(int argc, char **argv, char **envp) {
         r = weft_spawn(&t, main_vthread, NULL, &a);
     }
     if (r < 0) {
+        mask_give_back();
         fprintf(stderr, "weft-hook: cannot start main as a vthread (%s): main runs on its own thread\n",
                 strerror(-r));
         return M.main(argc, argv, envp);

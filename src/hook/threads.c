@@ -79,8 +79,9 @@
  *
  * What stays a kernel thread, with one line on stderr naming the reason,
  * once per reason (weft.h, "Virtual pthreads", lists them): attributes
- * asking for an explicit scheduling policy or priority, a CPU affinity, a
- * signal mask, or a stack the program provides.  A thread created before
+ * asking for an explicit scheduling policy or priority, a CPU affinity,
+ * or a stack the program provides (a signal mask in the attributes is
+ * the vthread's own: signals.c).  A thread created before
  * the runtime starts or after it stops is the kernel's without a line.
  * The stack size asked for is honoured above the runtime's default stack
  * (256 KiB, $WEFT_STACK_SIZE); glibc's own default (RLIMIT_STACK, 8 MiB)
@@ -126,6 +127,8 @@ struct vpt {
     void *result;
     uint8_t linked, detached, ended, joining;
     _Atomic uint8_t cancel; /* pthread_cancel asked, not yet acted on ("Cancellation") */
+    uint8_t has_mask;       /* its attributes gave it a signal mask: mask (the kernel's layout) */
+    uint64_t mask;
 };
 
 static struct {
@@ -139,6 +142,7 @@ static struct {
     weft_mutex all_m;  /* ... and main waits here for the last (its pthread_exit) */
     weft_cond all_c;
     _Atomic int said;  /* reasons already said on stderr (bits) */
+    struct vpt *main;  /* main's record (the registry's lock) */
     void (*real_exit)(void *);
     int (*real_getname)(pthread_t, char *, size_t);
     int (*real_tryjoin)(pthread_t, void **);
@@ -196,7 +200,10 @@ static ptrdiff_t act_off;
  * makes kernel threads until its own runtime starts */
 static void fork_prepare(void) { weft__libc.pthread_mutex_lock(&V.lock); }
 static void fork_parent(void) { weft__libc.pthread_mutex_unlock(&V.lock); }
-static void fork_child(void) { pthread_mutex_init(&V.lock, NULL); }
+static void fork_child(void) {
+    pthread_mutex_init(&V.lock, NULL);
+    weft__vsig_fork_child();
+}
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
@@ -227,10 +234,14 @@ int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
     }
     V.stack_dflt = stack_dflt;
     atomic_store(&V.on, want);
+    weft__vsig_start(want); /* (a vthread's signal mask, signals.c: with virtual pthreads) */
     return want;
 }
 
-void weft__threads_stop(void) { atomic_store(&V.on, 0); }
+void weft__threads_stop(void) {
+    atomic_store(&V.on, 0);
+    weft__vsig_start(0);
+}
 
 static inline int vpt_on(void) {
     return atomic_load_explicit(&V.on, memory_order_relaxed) && weft__hook_on() && weft__running();
@@ -355,6 +366,7 @@ static void *vpt_main(void *arg) {
     struct vpt *v = arg;
     weft_thread *me = weft__self();
     atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
+    if (v->has_mask) atomic_store(&me->sig_mask, v->mask); /* (pthread_attr_setsigmask_np) */
     link_vpt(v, (void *)pthread_self(), me, weft_self());
     int unwound;
     v->result = body(v->fn, v->arg, &unwound);
@@ -385,6 +397,9 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
     if (v) {
         v->detached = 1;
         link_vpt(v, (void *)pthread_self(), weft__self(), NULL);
+        reg_lock();
+        V.main = v;
+        reg_unlock();
     }
     struct main_args a = {main_fn, argc, argv, envp};
     int unwound = 0;
@@ -392,6 +407,7 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
     if (v) {
         reg_lock();
         if (v->linked) unlink_vpt(v);
+        if (V.main == v) V.main = NULL;
         reg_unlock();
         free(v);
     }
@@ -404,7 +420,7 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
 
 /* ---- creation ---------------------------------------------------------------- */
 
-enum { WHY_SCHED = 1, WHY_AFFINITY = 2, WHY_SIGMASK = 4, WHY_STACK = 8 };
+enum { WHY_SCHED = 1, WHY_AFFINITY = 2, WHY_STACK = 8 };
 
 /* Why attr's thread cannot be a vthread (0: it can). */
 static int kernel_only(const pthread_attr_t *attr) {
@@ -416,8 +432,6 @@ static int kernel_only(const pthread_attr_t *attr) {
         return WHY_SCHED;
     cpu_set_t cs;
     if (pthread_attr_getaffinity_np(attr, sizeof cs, &cs) == 0 && CPU_COUNT(&cs) != CPU_SETSIZE) return WHY_AFFINITY;
-    sigset_t ss;
-    if (pthread_attr_getsigmask_np(attr, &ss) == 0) return WHY_SIGMASK; /* (PTHREAD_ATTR_NO_SIGMASK_NP: none) */
     /* (no stack set: glibc answers its NULL top less the size) */
     void *sa = NULL;
     size_t ssz = 0;
@@ -429,7 +443,6 @@ static void say_kernel(int why) {
     if (atomic_fetch_or(&V.said, why) & why) return;
     const char *r = why == WHY_SCHED      ? "an explicit scheduling policy or priority"
                     : why == WHY_AFFINITY ? "a CPU affinity"
-                    : why == WHY_SIGMASK  ? "a signal mask of its own"
                                           : "a stack the program provides";
     fprintf(stderr, "weft: a thread whose attributes set %s runs as a kernel thread, not a vthread "
                     "(said once)\n", r);
@@ -459,6 +472,12 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
     if (!v) return EAGAIN;
     v->fn = fn;
     v->arg = arg;
+    sigset_t ss; /* (PTHREAD_ATTR_NO_SIGMASK_NP: none; it then inherits its creator's) */
+    if (attr && pthread_attr_getsigmask_np(attr, &ss) == 0) {
+        memcpy(&v->mask, &ss, sizeof v->mask);
+        v->mask &= ~(WEFT__SIGBIT(SIGKILL) | WEFT__SIGBIT(SIGSTOP) | WEFT__SIGBIT(32) | WEFT__SIGBIT(33));
+        v->has_mask = 1;
+    }
     weft_thread_opts o = {.own_tls = 1, .stack_size = stack};
     weft_thread *h;
     atomic_fetch_add(&V.live, 1);
@@ -671,14 +690,7 @@ void weft__vpt_cancel_point(void) {
     /* signals sent to it alone: raised here, on its own carrier, so that
      * their handlers run on it (a signal that also ended its wait: before
      * the call returns EINTR, as the kernel runs it) */
-    if (atomic_load_explicit(&t->sig_pend, memory_order_relaxed)) {
-        uint64_t p = atomic_exchange(&t->sig_pend, 0);
-        while (p) {
-            int sig = __builtin_ctzll(p);
-            p &= p - 1;
-            weft__hook_raise_here(sig, SI_TKILL);
-        }
-    }
+    if (atomic_load_explicit(&t->sig_pend, memory_order_relaxed)) weft__vsig_raise_pending(t);
     if (atomic_load_explicit(&t->intr_sig, memory_order_relaxed) != WEFT__INTR_CANCEL) return;
     if (weft__hook_in_trap()) { /* (not from inside the trap's handler: the next interposer's end) */
         __atomic_store_n(&weft__vpt_act, 1, __ATOMIC_RELAXED);
@@ -688,18 +700,64 @@ void weft__vpt_cancel_point(void) {
     act();
 }
 
+/* Gives sig to t (TCB tp; the registry's lock held): kept in its
+ * sig_pend (routed: the process's, whose siginfo signals.c keeps), its
+ * next hooked call told to look (its own block's weft__vpt_act:
+ * initial-exec, the same offset from every thread pointer), and the wait
+ * it is in ended if the signal would end it -- unless its mask blocks the
+ * signal and no sigwait of its waits for it. */
+static void hand_to(weft_thread *t, void *tp, int sig, int routed) {
+    uint64_t b = WEFT__SIGBIT(sig);
+    if (routed) atomic_fetch_or(&t->sig_routed, b);
+    atomic_fetch_or(&t->sig_pend, b);
+    if (atomic_load(&t->sig_mask) & b) {
+        if (atomic_load(&t->sig_wait) & b) weft__intr_signal(t, sig, 0);
+        return;
+    }
+    __atomic_store_n((unsigned char *)tp + act_off, 1, __ATOMIC_RELEASE);
+    weft__intr_signal(t, sig, weft__hook_sig_restart(sig));
+}
+
+/* (signals.c's router, on the monitor thread: hook.h) */
+int weft__vpt_route(int sig, int hand, int (*claim)(int)) {
+    uint64_t b = WEFT__SIGBIT(sig);
+    reg_lock();
+    struct vpt *pick = NULL;
+    for (size_t i = 0; i < V.nb; i++)
+        for (struct vpt *v = V.b[i]; v; v = v->hnext) {
+            weft_thread *t = v->t;
+            if (!v->linked || v->ended || !t) continue;
+            if (atomic_load(&t->sig_wait) & b) { /* (seq_cst: the process's bit was set before) */
+                weft__intr_signal(t, sig, 0);
+                reg_unlock();
+                return 1;
+            }
+            /* main first, as the kernel's first thread */
+            if (!(atomic_load(&t->sig_mask) & b) && (!pick || v == V.main)) pick = v;
+        }
+    int r = 0;
+    if (pick) {
+        r = 2;
+        if (hand && claim(sig)) hand_to(pick->t, pick->tp, sig, 1);
+    }
+    reg_unlock();
+    return r;
+}
+
 /* A signal for one virtual pthread (pthread_kill): itself, raised now on
- * its carrier as the kernel would; another, kept in its sig_pend and
- * raised as its next hooked call returns, the call it waits in ended
- * with EINTR where the handler would end it (weft__intr_signal).  One that
- * computes without a hooked call gets it at its next one. */
+ * its carrier as the kernel would (kept, if its mask blocks it:
+ * signals.c); another, kept in its sig_pend and raised as its next hooked
+ * call returns, the call it waits in ended with EINTR where the handler
+ * would end it (weft__intr_signal) -- or, if its mask blocks it, kept
+ * until it unblocks it, a sigwait for it woken.  One that computes
+ * without a hooked call gets it at its next one. */
 HOOK_API int pthread_kill(pthread_t th, int sig) {
     struct vpt *v = lookup(th);
     if (!v) return V.real_kill(th, sig);
     TRAP_SCOPE;
     weft_thread *t = v->ended ? NULL : v->t;
     void *tp = v->tp;
-    if (!t || sig < 0 || sig >= 64) {
+    if (!t || sig < 0 || sig > 64) {
         reg_unlock();
         return t ? EINVAL : ESRCH;
     }
@@ -712,11 +770,7 @@ HOOK_API int pthread_kill(pthread_t th, int sig) {
         int r = weft__hook_raise_here(sig, SI_TKILL);
         return r < 0 ? -r : 0;
     }
-    atomic_fetch_or(&t->sig_pend, 1ull << sig);
-    /* its own block's weft__vpt_act (initial-exec: the same offset from
-     * every thread pointer), so that its next hooked call looks */
-    __atomic_store_n((unsigned char *)tp + act_off, 1, __ATOMIC_RELEASE);
-    weft__intr_signal(t, sig, weft__hook_sig_restart(sig));
+    hand_to(t, tp, sig, 0);
     reg_unlock();
     return 0;
 }

@@ -213,6 +213,8 @@ static long trapped_sigmask(ucontext_t *uc, const long a[6]) {
     const uint64_t *set = (const uint64_t *)a[1];
     uint64_t *old = (uint64_t *)a[2];
     if ((size_t)a[3] != sizeof(uint64_t)) return -EINVAL;
+    /* a vthread's own mask, not its carrier's (signals.c) */
+    if (weft__vsig_on()) return weft__vsig_mask(how, set, old, 1);
     uint64_t cur, next;
     memcpy(&cur, &uc->uc_sigmask, sizeof cur);
     next = cur;

@@ -142,7 +142,14 @@
     X(int, pthread_setname_np, (pthread_t th, const char *name), (th, name))                           \
     X(int, pthread_getattr_np, (pthread_t th, pthread_attr_t *a), (th, a))                             \
     X(int, pthread_getcpuclockid, (pthread_t th, clockid_t * clk), (th, clk))                           \
-    X(pid_t, gettid, (void), ())
+    X(pid_t, gettid, (void), ())                                                                       \
+    X(int, pthread_sigmask, (int how, const sigset_t *set, sigset_t *old), (how, set, old))            \
+    X(int, sigprocmask, (int how, const sigset_t *set, sigset_t *old), (how, set, old))                \
+    X(int, sigpending, (sigset_t * set), (set))                                                        \
+    X(int, sigwait, (const sigset_t *set, int *sig), (set, sig))                                       \
+    X(int, sigwaitinfo, (const sigset_t *set, siginfo_t *info), (set, info))                           \
+    X(int, sigtimedwait, (const sigset_t *set, siginfo_t *info, const struct timespec *ts),           \
+      (set, info, ts))
 #endif
 
 /* The locks (hook/locks.c), in the list but in ThreadSanitizer builds:
@@ -324,6 +331,12 @@ static inline void weft__sud_restore(unsigned char o) {
 #define pthread_getattr_np(...) WEFT__ALLOWED(weft__libc.pthread_getattr_np(__VA_ARGS__))
 #define pthread_getcpuclockid(...) WEFT__ALLOWED(weft__libc.pthread_getcpuclockid(__VA_ARGS__))
 #define gettid() WEFT__ALLOWED(weft__libc.gettid())
+#define pthread_sigmask(...) WEFT__ALLOWED(weft__libc.pthread_sigmask(__VA_ARGS__))
+#define sigprocmask(...) WEFT__ALLOWED(weft__libc.sigprocmask(__VA_ARGS__))
+#define sigpending(...) WEFT__ALLOWED(weft__libc.sigpending(__VA_ARGS__))
+#define sigwait(...) WEFT__ALLOWED(weft__libc.sigwait(__VA_ARGS__))
+#define sigwaitinfo(...) WEFT__ALLOWED(weft__libc.sigwaitinfo(__VA_ARGS__))
+#define sigtimedwait(...) WEFT__ALLOWED(weft__libc.sigtimedwait(__VA_ARGS__))
 #endif
 #endif
 

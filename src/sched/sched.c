@@ -1831,6 +1831,13 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     atomic_store_explicit(&t->intr_kind, 0, memory_order_relaxed);
     atomic_store_explicit(&t->intr_sig, 0, memory_order_relaxed);
     atomic_store_explicit(&t->sig_pend, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->sig_routed, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->sig_wait, 0, memory_order_relaxed);
+    {
+        weft_thread *cr = weft__self(); /* (a mask is inherited, as pthread_create's) */
+        atomic_store_explicit(&t->sig_mask, cr ? atomic_load_explicit(&cr->sig_mask, memory_order_relaxed) : 0,
+                              memory_order_relaxed);
+    }
     atomic_store_explicit(&t->intr_seq, atomic_load_explicit(&t->intr_seq, memory_order_relaxed) & ~1u,
                           memory_order_relaxed);
     /* (release: a late caller racing to reap the slot's last vthread, which
@@ -2186,6 +2193,20 @@ static void intr_put(weft_thread *t, uint32_t s1, uint8_t sig) {
     intr_wake(t);
 }
 
+void (*_Atomic weft__sig_route_hook)(void);
+
+/* (bit 0 of intr_pending, which no signal uses: route) */
+void weft__intr_kick(void) {
+    atomic_fetch_or(&R.intr_pending, 1);
+    atomic_fetch_add(&R.mon_word, 1);
+    futex_wake(&R.mon_word, 1);
+}
+
+uint64_t weft__intr_target_masks(uint64_t set) {
+    weft_thread *t = atomic_load(&R.intr_target);
+    return t ? atomic_load_explicit(&t->sig_mask, memory_order_relaxed) & set : 0;
+}
+
 void weft__intr_post(int sig, int restart) {
     if (sig <= 0 || sig >= 64 || !atomic_load_explicit(&R.intr_target, memory_order_relaxed)) return;
     uint64_t b = 1ull << sig;
@@ -2198,6 +2219,11 @@ void weft__intr_post(int sig, int restart) {
 
 void weft__intr_deliver(void) {
     uint64_t pend = atomic_exchange(&R.intr_pending, 0);
+    if (pend & 1) {
+        void (*route)(void) = atomic_load_explicit(&weft__sig_route_hook, memory_order_acquire);
+        if (route) route();
+        pend &= ~1ull;
+    }
     weft_thread *t = atomic_load(&R.intr_target);
     if (!pend || !t) return;
     uint32_t s1 = atomic_load(&t->intr_seq);

@@ -222,11 +222,22 @@ struct weft_thread {
     _Atomic uint32_t intr_seq;
     _Atomic uint8_t intr_kind;
     _Atomic uint8_t intr_sig;
-    /* signals sent to this vthread alone (pthread_kill of a virtual
-     * pthread, hook/threads.c), bit per signal: raised on its own carrier
-     * as its next hooked call returns */
+    /* Its signals (hook/signals.c), each a set in the kernel's layout
+     * (WEFT__SIGBIT): sig_pend, those sent to it alone (pthread_kill,
+     * raise, a process-directed one handed to it), raised on its own
+     * carrier as its next hooked call returns -- or kept while its mask
+     * blocks them; sig_routed, those of sig_pend that came to the process
+     * (their siginfo is the process's: signals.c); sig_mask, its signal
+     * mask (virtual: its carrier's stays the kernel's), inherited from
+     * the vthread that spawns it; sig_wait, the set a sigwait of its waits
+     * for (0: none) */
     _Atomic uint64_t sig_pend;
+    _Atomic uint64_t sig_routed;
+    _Atomic uint64_t sig_mask;
+    _Atomic uint64_t sig_wait;
 };
+
+#define WEFT__SIGBIT(sig) (1ULL << ((sig) - 1))
 
 _Static_assert(sizeof(struct weft_thread) <= WEFT__STACK_TOP, "descriptor must fit the top area");
 
@@ -329,6 +340,16 @@ static inline int weft__intr_end(weft_thread *t) {
  * sig has run; restart: it has SA_RESTART.  The monitor then interrupts
  * the target's hooked wait, if it is in one of a kind the flags end. */
 void weft__intr_post(int sig, int restart);
+
+/* From a signal handler (async-signal-safe): wakes the monitor to call
+ * weft__sig_route_hook (hook/signals.c: a process-directed signal that no
+ * thread could take where it landed). */
+void weft__intr_kick(void);
+extern void (*_Atomic weft__sig_route_hook)(void);
+
+/* Whether the vthread process-directed signals interrupt (below) blocks
+ * any of set (WEFT__SIGBIT); 0 when there is none. */
+uint64_t weft__intr_target_masks(uint64_t set);
 
 /* The vthread a process-directed signal interrupts: the kernel's choice
  * for a program that blocks nothing is its first thread (hook/preload.c

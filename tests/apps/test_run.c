@@ -443,6 +443,23 @@ TEST(pthread_kill_runs_the_handler_on_its_target) {
                                 "probe 0; raise in a thread: on it yes; runs 3\n");
 }
 
+/* Signal masks are each thread's, and sigwait, sigwaitinfo, sigtimedwait
+ * and sigsuspend wait as the kernel's (issue 27, Deliver 3 and 4): before,
+ * a mask was its carrier's and stayed there, and a signal every thread
+ * blocked ran a handler, or killed the process, on whichever carrier the
+ * kernel picked (foreign_threads.c's "masks" lists each case). */
+TEST(signal_masks_are_each_threads_and_sigwait_takes_what_they_block) {
+    if (TEST_SANITIZED) SKIP("a sanitizer build has no virtual pthreads: masks are the kernel threads' own");
+    threads_as_natively("masks", "inherited 1, its own change 1, not main's 1\n"
+                                 "attribute mask: SIGUSR1 blocked 0\n"
+                                 "blocked pthread_kill: pending 1, handler on it at unblock 1\n"
+                                 "sigwaitinfo: SIGUSR1, SI_USER 1, handler ran 0\n"
+                                 "sigtimedwait: -1 EAGAIN\n"
+                                 "sigsuspend: EINTR 1, handler on main 1, mask back 1\n"
+                                 "default SIGTERM, blocked: sigwait 0 SIGTERM, still SIG_DFL 1\n"
+                                 "interval timer: sigwait 0 SIGALRM, handler ran 0\n");
+}
+
 /* sendfile into a blocking socket that a thread of the program reads, on
  * one carrier: the kernel's sendfile would hold the only carrier until the
  * reader -- a vthread waiting on that carrier -- had read it all (seen:

@@ -39,6 +39,18 @@
  *             the carrier the reader needs)
  *   fork-thread  a thread forks; in the child that thread returns from its
  *             function, and the child exits 0 (glibc: its last thread ended)
+ *   masks     signal masks are each thread's: inherited by a new thread,
+ *             or its attributes' (pthread_attr_setsigmask_np), changed
+ *             by it alone; a pthread_kill it blocks stays pending for it
+ *             (sigpending) and its handler runs on it as it unblocks,
+ *             before pthread_sigmask returns; sigwaitinfo takes a
+ *             process-directed signal every thread blocks (SI_USER, no
+ *             handler); sigtimedwait times out with EAGAIN; sigsuspend
+ *             runs the handler on its caller and returns EINTR with the
+ *             mask back; a SIGTERM whose action is the default, blocked
+ *             everywhere, is taken by sigwait rather than killing the
+ *             process, and sigaction still reports SIG_DFL; a SIGALRM
+ *             from an interval timer is taken by sigwait
  *   many N    N threads all alive at once (each waits for the last to be
  *             made), then all joined: "all N" or "stopped at K: ERR"
  */
@@ -53,6 +65,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <threads.h>
 #include <time.h>
@@ -411,11 +424,13 @@ static void *kill_raiser(void *p) {
 }
 
 static int k_pipe[2];
+static _Atomic int k_read_done;
 static void *kill_reader(void *p) {
     char b;
     ssize_t r = read(k_pipe[0], &b, 1);
     int e = errno;
     *(int *)p = r < 0 && e == EINTR && pthread_equal(k_ran_on, pthread_self());
+    k_read_done = 1;
     return NULL;
 }
 
@@ -432,8 +447,16 @@ static int mode_kill(void) {
     if (pthread_create(&t, NULL, kill_reader, &got)) return 1;
     nap_ms(100); /* (it waits in read by now, natively and under weft) */
     int probe = pthread_kill(t, 0);
-    pthread_kill(t, SIGUSR1);
+    /* (again until its read has ended: on a loaded machine the thread may
+     * not have reached read when the first one came -- seen once, a hang) */
+    int before = k_runs;
+    for (int i = 0; i < 400 && !k_read_done; i++) {
+        pthread_kill(t, SIGUSR1);
+        nap_ms(50);
+    }
+    if (!k_read_done && write(k_pipe[1], "x", 1) != 1) return 1;
     pthread_join(t, NULL);
+    k_runs = before + 1; /* (one of them counts) */
     int raised = 0;
     if (pthread_create(&t, NULL, kill_raiser, &raised)) return 1;
     pthread_join(t, NULL);
@@ -540,6 +563,166 @@ static int mode_many(long n) {
     return 0;
 }
 
+/* ---- signal masks ---- */
+
+static volatile sig_atomic_t m_runs;
+static pthread_t m_on;
+static void m_handler(int s) {
+    (void)s;
+    m_runs++;
+    m_on = pthread_self();
+}
+
+static int m_blocked(int sig) {
+    sigset_t cur;
+    pthread_sigmask(SIG_SETMASK, NULL, &cur);
+    return sigismember(&cur, sig);
+}
+
+static void m_set(int how, int sig) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    pthread_sigmask(how, &s, NULL);
+}
+
+struct m_child_r {
+    int inherit, own;
+};
+static void *m_child(void *p) {
+    struct m_child_r *r = p;
+    r->inherit = m_blocked(SIGUSR1);
+    m_set(SIG_BLOCK, SIGUSR2);
+    nap_ms(20); /* (a vthread may come back on another carrier) */
+    r->own = m_blocked(SIGUSR2) && m_blocked(SIGUSR1);
+    return NULL;
+}
+
+static void *m_attr_child(void *p) {
+    *(int *)p = m_blocked(SIGUSR1);
+    return NULL;
+}
+
+static int m_pipe[2], m_go[2];
+struct m_held_r {
+    int pending, before, after_on_it;
+};
+static void *m_held(void *p) {
+    struct m_held_r *r = p;
+    m_set(SIG_BLOCK, SIGUSR2);
+    char c;
+    if (write(m_pipe[1], "r", 1) != 1 || read(m_go[0], &c, 1) != 1) return NULL; /* (sent meanwhile) */
+    sigset_t pend;
+    sigpending(&pend);
+    r->pending = sigismember(&pend, SIGUSR2);
+    r->before = m_runs;
+    m_set(SIG_UNBLOCK, SIGUSR2);
+    r->after_on_it = m_runs == r->before + 1 && pthread_equal(m_on, pthread_self());
+    return NULL;
+}
+
+static void *m_kill_proc(void *p) {
+    nap_ms(30);
+    kill(getpid(), (int)(intptr_t)p);
+    return NULL;
+}
+
+static pthread_t m_main;
+static void *m_kill_main(void *p) {
+    nap_ms(30);
+    pthread_kill(m_main, (int)(intptr_t)p);
+    return NULL;
+}
+
+static int mode_masks(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = m_handler;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+    m_main = pthread_self();
+    m_set(SIG_BLOCK, SIGUSR1);
+    struct m_child_r cr = {0, 0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, m_child, &cr)) return 1;
+    pthread_join(t, NULL);
+    printf("inherited %d, its own change %d, not main's %d\n", cr.inherit, cr.own, !m_blocked(SIGUSR2));
+
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_attr_setsigmask_np(&a, &none);
+    int ablocked = -1;
+    if (pthread_create(&t, &a, m_attr_child, &ablocked)) return 1;
+    pthread_join(t, NULL);
+    pthread_attr_destroy(&a);
+    printf("attribute mask: SIGUSR1 blocked %d\n", ablocked);
+
+    if (pipe(m_pipe) || pipe(m_go)) return 1;
+    struct m_held_r hr = {0, 0, 0};
+    if (pthread_create(&t, NULL, m_held, &hr)) return 1;
+    char c;
+    if (read(m_pipe[0], &c, 1) != 1) return 1;
+    pthread_kill(t, SIGUSR2);
+    if (write(m_go[1], "g", 1) != 1) return 1;
+    pthread_join(t, NULL);
+    printf("blocked pthread_kill: pending %d, handler on it at unblock %d\n", hr.pending, hr.after_on_it);
+
+    int runs = m_runs;
+    if (pthread_create(&t, NULL, m_kill_proc, (void *)(intptr_t)SIGUSR1)) return 1;
+    sigset_t w;
+    sigemptyset(&w);
+    sigaddset(&w, SIGUSR1);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int got = sigwaitinfo(&w, &si);
+    pthread_join(t, NULL);
+    printf("sigwaitinfo: %s, SI_USER %d, handler ran %d\n", got == SIGUSR1 ? "SIGUSR1" : "other",
+           si.si_signo == SIGUSR1 && si.si_code == SI_USER && si.si_pid == getpid(), m_runs != runs);
+
+    sigemptyset(&w);
+    sigaddset(&w, SIGUSR2);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    int tw = sigtimedwait(&w, &si, &ts);
+    printf("sigtimedwait: %d %s\n", tw, tw < 0 && errno == EAGAIN ? "EAGAIN" : "?");
+
+    m_set(SIG_BLOCK, SIGUSR2);
+    runs = m_runs;
+    if (pthread_create(&t, NULL, m_kill_main, (void *)(intptr_t)SIGUSR2)) return 1;
+    sigset_t sm;
+    pthread_sigmask(SIG_SETMASK, NULL, &sm);
+    sigdelset(&sm, SIGUSR2);
+    int ss = sigsuspend(&sm);
+    int eintr = ss == -1 && errno == EINTR;
+    pthread_join(t, NULL);
+    printf("sigsuspend: EINTR %d, handler on main %d, mask back %d\n", eintr,
+           m_runs == runs + 1 && pthread_equal(m_on, m_main), m_blocked(SIGUSR2));
+
+    m_set(SIG_BLOCK, SIGTERM);
+    if (pthread_create(&t, NULL, m_kill_proc, (void *)(intptr_t)SIGTERM)) return 1;
+    sigemptyset(&w);
+    sigaddset(&w, SIGTERM);
+    int sig = 0;
+    int sw = sigwait(&w, &sig);
+    pthread_join(t, NULL);
+    struct sigaction o;
+    sigaction(SIGTERM, NULL, &o);
+    printf("default SIGTERM, blocked: sigwait %d %s, still SIG_DFL %d\n", sw, sig == SIGTERM ? "SIGTERM" : "?",
+           !(o.sa_flags & SA_SIGINFO) && o.sa_handler == SIG_DFL);
+
+    sigaction(SIGALRM, &sa, NULL);
+    m_set(SIG_BLOCK, SIGALRM);
+    runs = m_runs;
+    struct itimerval it = {{0, 0}, {0, 20000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    sigemptyset(&w);
+    sigaddset(&w, SIGALRM);
+    sw = sigwait(&w, &sig);
+    printf("interval timer: sigwait %d %s, handler ran %d\n", sw, sig == SIGALRM ? "SIGALRM" : "?", m_runs != runs);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -553,8 +736,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "kill")) return mode_kill();
     if (!strcmp(mode, "sendfile")) return mode_sendfile();
     if (!strcmp(mode, "fork-thread")) return mode_fork_thread();
+    if (!strcmp(mode, "masks")) return mode_masks();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
-                    "many N\n");
+                    "masks|many N\n");
     return 2;
 }
