@@ -1029,8 +1029,9 @@ WEFT_API int weft_io_backend(void);
  *   - it is counted (weft_stats.pinned or .hogs) and shown by weft_dump on
  *     its carrier's line until it ends;
  *   - one line goes to stderr once it has lasted a second -- at once
- *     with $WEFT_MONITOR=log, never with off: a program's stderr is its
- *     own, and a short stall is weft's business -- as Java's
+ *     with $WEFT_MONITOR=log, never with off, nor by default under
+ *     weft-run: a program's stderr is its own, and a short stall is
+ *     weft's business -- as Java's
  *     -Djdk.tracePinnedThreads, e.g.
  *       weft: pinned: vthread #12 "worker" blocked in nanosleep (syscall 35)
  *       on carrier 0 for 20 ms, at fetch+0x4f (/usr/bin/app+0x1234) <- ...

@@ -1208,6 +1208,36 @@ HOOK_API int kill(pid_t pid, int sig) {
     return r < 0 ? (int)fail(-r) : 0;
 }
 
+/* pidfd_send_signal(2) to our own process -- a /proc/PID directory or a
+ * pidfd_open descriptor of it (CPython's signal.pidfd_send_signal) -- is
+ * kill(getpid(), sig): the handler runs on the caller before the call
+ * returns (trapped: the C library's wrapper and a raw syscall alike).
+ * 1 if fd names this process. */
+static int pidfd_is_self(int fd) {
+    struct stat a, b;
+    if (fstat(fd, &a) < 0) return 0;
+    if (S_ISDIR(a.st_mode)) return stat("/proc/self", &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) return 0;
+    ssize_t n = weft__libc.read(f, buf, sizeof buf - 1);
+    weft__libc.close(f);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *p = strstr(buf, "\nPid:");
+    return p && atol(p + 5) == (long)getpid();
+}
+
+static long trapped_pidfd_signal(const long a[6], int *done) {
+    int sig = (int)a[1];
+    const siginfo_t *info = (const siginfo_t *)a[2];
+    *done = 0;
+    if (!hooked() || a[3] != 0 || sig <= 0 || sig >= _NSIG || info || !pidfd_is_self((int)a[0])) return 0;
+    *done = 1;
+    return weft__hook_raise_here(sig, SI_USER);
+}
+
 /* ------------------------------------------------------------------------ */
 /* files, close, name lookup                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1331,10 +1361,20 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
     case SYS_pause: r = pause(); break;
     case SYS_kill: r = kill((pid_t)a[0], (int)a[1]); break;
     case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;
+    case SYS_sched_yield: r = sched_yield(); break; /* (threads.c's, where it is built) */
     case SYS_rt_sigtimedwait: /* (sigwait's own, glibc's) */
         if (!hooked() || !weft__vsig_on()) return 0;
         *ret = weft__vsig_trapped_wait(a);
         return 1;
+#ifdef SYS_pidfd_send_signal
+    case SYS_pidfd_send_signal: {
+        int done;
+        long v = trapped_pidfd_signal(a, &done);
+        if (!done) return 0;
+        *ret = v;
+        return 1;
+    }
+#endif
     case SYS_rt_sigpending:
         if (!weft__vsig_on()) return 0;
         *ret = weft__vsig_trapped_pending(a);
@@ -1481,6 +1521,8 @@ static _Atomic unsigned char sig_restart[_NSIG]; /* its handler has SA_RESTART (
  * them while the program's action is SIG_DFL (signals.c, "Default
  * actions") */
 static _Atomic unsigned char sig_caught[_NSIG];
+/* weft's preemption signal (trap.c; 0: none): see weft__hook_take_signal */
+static _Atomic int preempt_sig;
 
 int weft__hook_sig_restart(int sig) {
     return sig > 0 && sig < _NSIG && atomic_load_explicit(&sig_restart[sig], memory_order_relaxed);
@@ -1549,10 +1591,10 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
  * signals.c's interposer stands in front of) */
 SIG_NOSAN static void sig_table_lock(uint64_t *saved) {
     uint64_t all = ~(1ull << (SIGSYS - 1)); /* (the trap's: a trapped call under the lock needs it) */
-    unsigned char o = weft__sud_allow();
+    unsigned char o = weft__sud_allow(); /* (the OS thread's yield, never a trapped one that would park) */
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, saved, sizeof all);
+    while (atomic_flag_test_and_set_explicit(&sig_lock, memory_order_acquire)) syscall(SYS_sched_yield);
     weft__sud_restore(o);
-    while (atomic_flag_test_and_set_explicit(&sig_lock, memory_order_acquire)) sched_yield();
 }
 
 SIG_NOSAN static void sig_table_unlock(const uint64_t *saved) {
@@ -1681,6 +1723,8 @@ SIG_NOSAN static int sigaction_locked(int sig, const struct sigaction *act, stru
 void weft__hook_catch_default(uint64_t set) {
     set &= ~((1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)) | (1ull << (SIGSEGV - 1)) | (1ull << (SIGBUS - 1)) |
              (1ull << (SIGILL - 1)) | (1ull << (SIGFPE - 1)) | (1ull << (SIGTRAP - 1)) | (1ull << (SIGSYS - 1)));
+    int ps = atomic_load(&preempt_sig);
+    if (ps > 0) set &= ~(1ull << (ps - 1)); /* (weft's: its own handler stays) */
     for (uint64_t p = set; p; p &= p - 1) {
         int sig = __builtin_ctzll(p) + 1;
         if (sig >= _NSIG || atomic_load_explicit(&sig_caught[sig], memory_order_relaxed)) continue;
@@ -1701,8 +1745,61 @@ void weft__hook_catch_default(uint64_t set) {
     }
 }
 
+/* Weft's preemption signal (trap.c, "Preemption"): the kernel's action is
+ * weft's for good; the program's is kept here (under the table's lock) and
+ * the handler hands it what is not weft's (weft__hook_dispatch). */
+static struct sigaction preempt_prog;
+
+/* (the table's lock held) the program's action for preempt_sig becomes
+ * a: its handler in the table, as sigaction_locked puts it */
+SIG_NOSAN static void preempt_set(int sig, const struct sigaction *a) {
+    preempt_prog = *a;
+    plain_fn p = NULL;
+    info_fn f = NULL;
+    if (is_function(a)) {
+        if (a->sa_flags & SA_SIGINFO) f = a->sa_sigaction;
+        else p = a->sa_handler;
+    }
+    atomic_store_explicit(&sig_restart[sig], (a->sa_flags & SA_RESTART) != 0, memory_order_relaxed);
+    atomic_store_explicit(&sig_plain[sig], p, memory_order_release);
+    atomic_store_explicit(&sig_info[sig], f, memory_order_release);
+}
+
+void weft__hook_take_signal(int sig, const struct sigaction *was) {
+    uint64_t saved;
+    sig_table_lock(&saved);
+    struct sigaction a = *was;
+    if ((a.sa_flags & SA_SIGINFO) && a.sa_sigaction == tramp_info) {
+        a.sa_sigaction = atomic_load(&sig_info[sig]);
+    } else if ((a.sa_flags & SA_SIGINFO) && a.sa_sigaction == tramp_plain) {
+        a.sa_handler = atomic_load(&sig_plain[sig]);
+        a.sa_flags &= ~SA_SIGINFO;
+    } else if ((a.sa_flags & SA_SIGINFO) && a.sa_sigaction == tramp_catch) {
+        a.sa_handler = SIG_DFL;
+        a.sa_flags &= ~(SA_SIGINFO | SA_RESTART);
+    }
+    preempt_set(sig, &a);
+    atomic_store(&preempt_sig, sig);
+    sig_table_unlock(&saved);
+}
+
+/* preempt_sig came, and was not weft's: the program's action */
+void weft__hook_dispatch(int sig, siginfo_t *si, void *uc) {
+    if (atomic_load_explicit(&sig_info[sig], memory_order_acquire)) tramp_info(sig, si, uc);
+    else if (atomic_load_explicit(&sig_plain[sig], memory_order_acquire)) tramp_plain(sig, si, uc);
+    /* (else SIG_DFL or SIG_IGN: SIGURG's default is to ignore it) */
+}
+
 SIG_NOSAN HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     if (sig <= 0 || sig >= _NSIG) return weft__libc.sigaction(sig, act, old); /* EINVAL, as libc */
+    if (sig == atomic_load_explicit(&preempt_sig, memory_order_relaxed)) {
+        uint64_t saved;
+        sig_table_lock(&saved);
+        if (old) *old = preempt_prog;
+        if (act) preempt_set(sig, act);
+        sig_table_unlock(&saved);
+        return 0;
+    }
     if ((!act || (!is_function(act) && !atomic_load_explicit(&sig_caught[sig], memory_order_relaxed))) && !old)
         return weft__libc.sigaction(sig, act, old);
     uint64_t saved;
@@ -1749,7 +1846,7 @@ static void wrap_installed(void) {
     sig_table_lock(&saved);
     for (int sig = 1; sig < _NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
-            sig == SIGTRAP || sig == SIGSYS)
+            sig == SIGTRAP || sig == SIGSYS || sig == atomic_load(&preempt_sig))
             continue;
         struct sigaction k;
         if (weft__libc.sigaction(sig, NULL, &k) < 0 || !is_function(&k)) continue;

@@ -75,6 +75,12 @@ void weft__hook_catch_default(uint64_t set);
 int weft__hook_caught(int sig);
 void weft__hook_default_action(int sig);
 
+/* hook.c: signal sig is weft's from now on (trap.c's preemption): was,
+ * the kernel's action until now, is kept as the program's, and
+ * weft__hook_dispatch runs that action for a sig that is not weft's */
+void weft__hook_take_signal(int sig, const struct sigaction *was);
+void weft__hook_dispatch(int sig, siginfo_t *si, void *uc);
+
 /* The system call trap (trap.c): switched on for a runtime by weft_init
  * (cfg->trap), after the hooks; 1 on, 0 off (asked to be off, or the
  * kernel or build cannot: said on stderr), -errno.  Off again at

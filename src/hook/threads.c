@@ -775,6 +775,17 @@ HOOK_API int pthread_kill(pthread_t th, int sig) {
     return 0;
 }
 
+/* sched_yield on a thread of the program yields its vthread: the
+ * kernel's would give the carrier's CPU away and take it straight back,
+ * while the threads the caller waits for -- a spin-wait with a yield,
+ * waiting for another thread to move -- wait in that carrier's queue. */
+HOOK_API int sched_yield(void) {
+    if (!vpt_on() || !weft__hook_here()) return weft__libc.sched_yield();
+    TRAP_SCOPE;
+    weft_yield();
+    return 0;
+}
+
 HOOK_API void pthread_testcancel(void) {
     if (weft__self() && atomic_load_explicit(&V.on, memory_order_relaxed)) act();
     V.real_testcancel();

@@ -111,7 +111,9 @@
 #include "../sched/sched.h"
 #include "hook.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <linux/sched.h>
 #include <signal.h>
@@ -351,6 +353,96 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     errno = saved_errno;
 }
 
+/* ---- preemption ------------------------------------------------------------
+ *
+ * The program's threads, under the trap, are preemptible as the kernel's
+ * are: sched/spares.c's monitor sends SIGURG (Go's choice: rarely used,
+ * ignored by default) to a carrier whose foreign own-TLS vthread has
+ * computed without a switch for WEFT__PREEMPT_NS, and this handler yields
+ * it (weft_yield, from inside the handler, as the trap parks from inside
+ * its own) -- but only where it is the program's code that runs: the
+ * selector armed (1: weft's own code, and the program's handlers, run
+ * with it 0), no re-arm pending (sud[1]), the interrupted instruction
+ * outside libweft's own text (weft's code between a switch and the
+ * selector's store), and the vthread foreign with its own TLS (so its
+ * errno, its locks' owners and glibc's state go with it to any carrier).
+ * Anywhere else the signal is ignored; the monitor tries again a look
+ * later.  What the program holds there -- a pthread mutex, malloc's
+ * arena lock -- it holds as a preempted kernel thread would: another
+ * vthread that wants it parks (the futex trap) until it runs again.  The
+ * kernel's action for SIGURG is this handler for good: a program's
+ * sigaction for it is kept by hook.c and run from here for a SIGURG that
+ * is not the monitor's (weft__hook_dispatch).  SA_NODEFER, as SIGSYS:
+ * the carrier's mask must not carry SIGURG blocked into the next vthread
+ * it runs; SA_RESTART: a carrier the signal finds in a system call of
+ * weft's own retries it. */
+static uintptr_t text_lo, text_hi; /* libweft's code: [lo, hi) */
+
+static int find_text(struct dl_phdr_info *info, size_t size, void *base) {
+    (void)size;
+    if ((void *)info->dlpi_addr != base) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (!text_lo || lo < text_lo) text_lo = lo;
+        if (hi > text_hi) text_hi = hi;
+    }
+    return 1;
+}
+
+static void on_preempt(int sig, siginfo_t *si, void *ucv) {
+    if (si->si_code != SI_QUEUE || si->si_value.sival_ptr != (void *)&weft__preempt_cookie) {
+        int e = errno;
+        weft__hook_dispatch(sig, si, ucv); /* the program's SIGURG */
+        errno = e;
+        return;
+    }
+    ucontext_t *uc = ucv;
+    unsigned char *sel = weft__sud_sel;
+    uintptr_t ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    if (!sel || sel[0] != 1 || sel[1] || (ip >= text_lo && ip < text_hi)) return;
+    weft_thread *t = weft__self();
+    if (!t || !t->tls || !atomic_load_explicit(&t->foreign, memory_order_relaxed)) return;
+    sel[0] = 0;
+    int e = errno;
+    weft_yield();
+    unsigned char *now = weft__sud_sel;
+    if (now != sel) { /* resumed on another carrier: its altstack and mask (as on_sigsys) */
+        sigaltstack(NULL, &uc->uc_stack);
+        uint64_t m;
+        if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, NULL, &m, sizeof m) == 0) {
+            m &= ~(1ULL << (SIGSYS - 1));
+            memcpy(&uc->uc_sigmask, &m, sizeof m);
+        }
+    }
+    errno = e;
+    now[0] = 1;
+}
+
+/* SIGURG becomes weft's (the program's action kept by hook.c); 0 or
+ * -errno.  Off with WEFT_PREEMPT=0. */
+static int preempt_start(void) {
+    const char *v = getenv("WEFT_PREEMPT");
+    if (v && !strcmp(v, "0")) return 0;
+    Dl_info di;
+    if (!dladdr((void *)on_preempt, &di) || !di.dli_fbase) return 0;
+    dl_iterate_phdr(find_text, di.dli_fbase);
+    if (!text_lo) return 0;
+    struct ksigaction was;
+    if (syscall(SYS_rt_sigaction, SIGURG, NULL, &was, 8) != 0) return -errno;
+    struct sigaction w;
+    memset(&w, 0, sizeof w);
+    w.sa_sigaction = was.handler;
+    w.sa_flags = (int)(was.flags & ~(unsigned long)KSA_RESTORER);
+    memcpy(&w.sa_mask, &was.mask, sizeof was.mask);
+    weft__hook_take_signal(SIGURG, &w);
+    struct ksigaction sa = {on_preempt, SA_SIGINFO | SA_NODEFER | SA_RESTART | KSA_RESTORER, weft__sud_restorer, 0};
+    if (syscall(SYS_rt_sigaction, SIGURG, &sa, NULL, 8) != 0) return -errno;
+    weft__preempt_enable(SIGURG);
+    return 0;
+}
+
 /* ---- on and off ----------------------------------------------------------- */
 
 int weft__trap_start(int cfg_trap, int hooks_on) {
@@ -385,8 +477,13 @@ int weft__trap_start(int cfg_trap, int hooks_on) {
     struct ksigaction sa = {on_sigsys, SA_SIGINFO | SA_NODEFER | KSA_RESTORER, weft__sud_restorer, 0};
     if (syscall(SYS_rt_sigaction, SIGSYS, &sa, NULL, 8) != 0) return -errno;
     atomic_store(&trap_on, 1);
+    if ((e = preempt_start()) < 0)
+        fprintf(stderr, "weft: no preemption of the program's threads: SIGURG's action: %s\n", strerror(-e));
     return 1;
 #endif
 }
 
-void weft__trap_stop(void) { atomic_store(&trap_on, 0); }
+void weft__trap_stop(void) {
+    atomic_store(&trap_on, 0);
+    weft__preempt_enable(0);
+}

@@ -149,7 +149,8 @@
     X(int, sigwait, (const sigset_t *set, int *sig), (set, sig))                                       \
     X(int, sigwaitinfo, (const sigset_t *set, siginfo_t *info), (set, info))                           \
     X(int, sigtimedwait, (const sigset_t *set, siginfo_t *info, const struct timespec *ts),           \
-      (set, info, ts))
+      (set, info, ts))                                                                                 \
+    X(int, sched_yield, (void), ())
 #endif
 
 /* The locks (hook/locks.c), in the list but in ThreadSanitizer builds:
@@ -337,6 +338,7 @@ static inline void weft__sud_restore(unsigned char o) {
 #define sigwait(...) WEFT__ALLOWED(weft__libc.sigwait(__VA_ARGS__))
 #define sigwaitinfo(...) WEFT__ALLOWED(weft__libc.sigwaitinfo(__VA_ARGS__))
 #define sigtimedwait(...) WEFT__ALLOWED(weft__libc.sigtimedwait(__VA_ARGS__))
+#define sched_yield() WEFT__ALLOWED(weft__libc.sched_yield())
 #endif
 #endif
 

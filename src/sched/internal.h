@@ -192,6 +192,8 @@ struct weft__rt {
     int yq_stealable;          /* the monitor may take a yield FIFO (membarrier, or TSan's lock) */
     _Atomic int nactive;       /* spares active now */
     _Atomic uint64_t n_pinned, n_hogs;
+    _Atomic int preempt_sig;   /* weft__preempt_enable: the monitor preempts with it (0: never) */
+    _Atomic uint64_t n_preempt; /* preemption signals sent */
     struct sigaction old_segv;
     int segv_installed;
     uint16_t fork_gen;         /* forks since this process's ancestor first started weft ("Fork") */

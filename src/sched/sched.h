@@ -341,6 +341,15 @@ static inline int weft__intr_end(weft_thread *t) {
  * the target's hooked wait, if it is in one of a kind the flags end. */
 void weft__intr_post(int sig, int restart);
 
+/* Preemption of foreign code (hook/trap.c, "Preemption"): from now on the
+ * monitor sends sig, with &weft__preempt_cookie as its sival_ptr (si_code
+ * SI_QUEUE), to the OS thread of a carrier whose vthread -- the program's
+ * (foreign), with its own TLS -- has computed for WEFT__PREEMPT_NS without
+ * a switch; the handler decides whether it may yield there.  0: never. */
+#define WEFT__PREEMPT_NS 10000000
+void weft__preempt_enable(int sig);
+extern const int weft__preempt_cookie;
+
 /* From a signal handler (async-signal-safe): wakes the monitor to call
  * weft__sig_route_hook (hook/signals.c: a process-directed signal that no
  * thread could take where it landed). */

@@ -111,9 +111,12 @@
 
 #include <errno.h>
 #include <linux/membarrier.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define MON_GRACE_MIN_NS 1000000  /* after a rescue: look again this soon */
 #define MON_GRACE_MAX_NS 10000000 /* the longest a carrier holds what others could run, once armed */
@@ -452,6 +455,42 @@ static int others_take(weft__carrier *v) {
     return (v->grp->dflt && !atomic_load_explicit(&v->shared, memory_order_relaxed)) ? k > 0 : k > 1;
 }
 
+/* ---- preemption -------------------------------------------------------------
+ * A foreign vthread that computes holds its carrier, and with it what only
+ * that carrier can do: its ring's completions (a read another vthread
+ * parked in, seen: CPython's main waiting on a file while a pool thread
+ * looped, for good), its timers, its LIFO slot.  For the program's own
+ * threads (foreign, with their own TLS: hook/trap.c decides, at the
+ * instruction it interrupts, whether it is the program's code and may
+ * yield there), the kernel's answer is weft's: after WEFT__PREEMPT_NS
+ * without a switch, with its CPU clock running (computing, not blocked in
+ * the kernel: a signal would interrupt a system call), the monitor sends
+ * the carrier's thread the preemption signal, once per look, as Go's
+ * sysmon does.  weft's own vthreads are never preempted: they may hold
+ * weft's state anywhere. */
+const int weft__preempt_cookie = 0x77656674;
+
+void weft__preempt_enable(int sig) { atomic_store(&R.preempt_sig, sig); }
+
+static void preempt_look(weft__carrier *v, const weft_thread *t, int64_t now) {
+    int sig = atomic_load_explicit(&R.preempt_sig, memory_order_relaxed);
+    if (!sig || v->det || now - v->mon_since < WEFT__PREEMPT_NS) return;
+    /* (a stale read of a reused slot costs one signal the handler ignores) */
+    if (!atomic_load_explicit(&t->foreign, memory_order_relaxed) || !__atomic_load_n(&t->tls, __ATOMIC_RELAXED) ||
+        (ld32(&t->flags) & WEFT__F_COMPUTE))
+        return;
+    int64_t cpu = carrier_cpu(v);
+    if (cpu < 0 || v->mon_cpu0 < 0 || cpu - v->mon_cpu0 < (now - v->mon_since) / 4) return;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = sig;
+    si.si_code = SI_QUEUE;
+    si.si_pid = getpid();
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = (void *)&weft__preempt_cookie;
+    if (syscall(SYS_rt_tgsigqueueinfo, si.si_pid, v->tid, sig, &si) == 0) atomic_fetch_add(&R.n_preempt, 1);
+}
+
 /* The monitor's look at carrier v (see "The monitor" and "Stalls"). */
 static void mon_look(weft__carrier *v, int64_t now, int fresh, mon_tally *m) {
     uint64_t prog = progress(v);
@@ -513,6 +552,7 @@ static void mon_look(weft__carrier *v, int64_t now, int fresh, mon_tally *m) {
             m->need++;
             if (work_behind(v, now)) m->waiting = 1;
         }
+        if (t && !compute) preempt_look(v, t, now);
     }
     if (others_take(v)) m->moved += rescue(v, now);
 }

@@ -460,6 +460,26 @@ TEST(signal_masks_are_each_threads_and_sigwait_takes_what_they_block) {
                                  "interval timer: sigwait 0 SIGALRM, handler ran 0\n");
 }
 
+/* A thread of the program that computes without a call is preempted as the
+ * kernel's would be (hook/trap.c, "Preemption"): on one carrier with no
+ * spares, main -- sleeping, then reading a file -- runs again only so.
+ * Before, it waited for the computation's end, which here was main's to
+ * give: for good (seen: CPython's test_concurrent_futures, its main's
+ * read stranded on a ring whose carrier a pool thread held). */
+TEST(a_thread_that_computes_is_preempted_for_the_others) {
+    if (TEST_SANITIZED) SKIP("a sanitizer build has no trap, so no preemption: its threads are the kernel's");
+    ran native, weft;
+    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "spin", NULL, NULL, &native);
+    run_path(1, 1, WEFT_FOREIGN_THREADS_PATH, "spin", NULL, "WEFT_MAX_COMPENSATE=0", &weft);
+    const char *want = "main ran while a thread computed: slept, read yes, joined it\n";
+    CHECK(exited(&native, 0));
+    CHECK(exited(&weft, 0));
+    CHECK_EQ(strcmp(native.out, want), 0);
+    CHECK_EQ(strcmp(weft.out, want), 0);
+    free(native.out);
+    free(weft.out);
+}
+
 /* sendfile into a blocking socket that a thread of the program reads, on
  * one carrier: the kernel's sendfile would hold the only carrier until the
  * reader -- a vthread waiting on that carrier -- had read it all (seen:

@@ -51,12 +51,17 @@
  *             everywhere, is taken by sigwait rather than killing the
  *             process, and sigaction still reports SIG_DFL; a SIGALRM
  *             from an interval timer is taken by sigwait
+ *   spin      a thread computes (a loop on a flag, no call) until main,
+ *             after a sleep and a read of a file, sets the flag: under
+ *             weft-run on one carrier with no spares, only preemption lets
+ *             main run again
  *   many N    N threads all alive at once (each waits for the last to be
  *             made), then all joined: "all N" or "stopped at K: ERR"
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -723,6 +728,31 @@ static int mode_masks(void) {
     return 0;
 }
 
+/* ---- a thread that computes ---- */
+
+static volatile int s_stop;
+static volatile unsigned long s_turns;
+static void *s_spinner(void *p) {
+    (void)p;
+    while (!s_stop) s_turns++;
+    return NULL;
+}
+
+static int mode_spin(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, s_spinner, NULL)) return 1;
+    while (!s_turns) sched_yield(); /* (it computes now) */
+    nap_ms(30);
+    char buf[64];
+    FILE *f = fopen("/proc/self/stat", "r");
+    int got = f && fgets(buf, sizeof buf, f) != NULL;
+    if (f) fclose(f);
+    s_stop = 1;
+    pthread_join(t, NULL);
+    printf("main ran while a thread computed: slept, read %s, joined it\n", got ? "yes" : "no");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -737,8 +767,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "sendfile")) return mode_sendfile();
     if (!strcmp(mode, "fork-thread")) return mode_fork_thread();
     if (!strcmp(mode, "masks")) return mode_masks();
+    if (!strcmp(mode, "spin")) return mode_spin();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
-                    "masks|many N\n");
+                    "masks|spin|many N\n");
     return 2;
 }
