@@ -1358,6 +1358,24 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
         if (!weft__fd_owned((int)a[0])) return 0;
         *ret = -EBADF;
         return 1;
+    /* fstat of one of weft's own: EBADF, as close's -- to the program the
+     * number is not open (a program that counts its descriptors by
+     * fstat-ing every number, as CPython's test of pass_fds does, counted
+     * the runtime's; trapped, the C library's fstat among them) */
+    case SYS_fstat:
+        if (!weft__fd_owned((int)a[0])) return 0;
+        *ret = -EBADF;
+        return 1;
+    case SYS_newfstatat:
+        if (!(a[3] & AT_EMPTY_PATH) || !a[1] || *(const char *)a[1] || !weft__fd_owned((int)a[0])) return 0;
+        *ret = -EBADF;
+        return 1;
+#ifdef SYS_statx
+    case SYS_statx:
+        if (!(a[2] & AT_EMPTY_PATH) || !a[1] || *(const char *)a[1] || !weft__fd_owned((int)a[0])) return 0;
+        *ret = -EBADF;
+        return 1;
+#endif
     case SYS_pause: r = pause(); break;
     case SYS_kill: r = kill((pid_t)a[0], (int)a[1]); break;
     case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;

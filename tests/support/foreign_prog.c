@@ -18,6 +18,8 @@
  *                 it worked
  *   close-loop    the same after close() on every number from 3 to the
  *                 descriptor limit
+ *   fstat-all     the descriptors fstat finds open, every number up to the
+ *                 limit (CPython's fd_status.py): the program's own only
  *   alarm-read    SIGALRM's handler (no SA_RESTART) comes 100 ms into a
  *                 read of an empty pipe: the read ends with EINTR
  *   alarm-read-restart  the same with SA_RESTART: the read goes on, and
@@ -45,6 +47,7 @@
 #include <sys/time.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -141,6 +144,13 @@ int main(int argc, char **argv) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         syscall(SYS_nanosleep, &ts, NULL);
         fputs("done\n", stderr);
+        return 0;
+    }
+    if (!strcmp(mode, "fstat-all")) {
+        struct stat st;
+        for (int fd = 0, n = getdtablesize(), first = 1; fd < n; fd++)
+            if (fstat(fd, &st) == 0) printf(first ? "%d" : ",%d", fd), first = 0;
+        printf("\n");
         return 0;
     }
     if (!strcmp(mode, "close-range") || !strcmp(mode, "close-loop")) {
