@@ -448,11 +448,14 @@ typedef struct weft_runtime_opts {
  * sigwaitinfo or sigtimedwait, which park; sigsuspend waits with its mask;
  * a process-directed signal goes to a thread that does not block it, main
  * first, and one every thread blocks does not run a handler or a default
- * action anywhere (hook/signals.c).  Not yet: tgkill or tkill with a
- * vthread's tid (ESRCH: not the kernel's); a handler's own sa_mask is its
- * carrier's, not the vthread's; a mask is not carried across exec;
+ * action anywhere (hook/signals.c).  tgkill or tkill with a vthread's tid
+ * (gettid's: not the kernel's) is pthread_kill of its thread (the system
+ * call trap).  A thread that computes for 10 ms without a switch is
+ * preempted where it runs the program's own code (hook/trap.c,
+ * "Preemption"; WEFT_PREEMPT=0: never).  Not yet: a handler's own sa_mask
+ * is its carrier's, not the vthread's; a mask is not carried across exec;
  * a signal to a vthread that computes without a hooked call waits for its
- * next one; asynchronous
+ * next one or its preemption; asynchronous
  * cancellation; a cancellation acts where a hooked call waits (read,
  * sleep, poll, accept ...: its EINTR return) and at pthread_testcancel,
  * not at the C library's other cancellation points.  The cost over a

@@ -221,6 +221,10 @@ void weft__tls_end(void);
 /* The tid glibc records as the calling thread's (a mutex's owner): an own
  * block's fake one, else the kernel thread's. */
 int weft__tls_tid(void);
+/* the tid in block tp's TCB (-1: no own TLS here); whether tid is one of
+ * the made-up ones weft gives blocks (the kernel gives none there) */
+int weft__tls_tid_of(const void *tp);
+int weft__tls_tid_is_ours(long tid);
 /* Block tp's cancellation is enabled (glibc's cancelhandling, bit 0 clear). */
 int weft__tls_cancel_enabled(const void *tp);
 /* Blocks made and not freed (pooled ones included: they stay for the

@@ -342,6 +342,10 @@ int weft__tls_tid(void) {
     return (int)syscall(SYS_gettid);
 }
 
+int weft__tls_tid_of(const void *tp) { return weft__tls_probe() == 0 ? *(const int *)((const char *)tp + T.off_tid) : -1; }
+
+int weft__tls_tid_is_ours(long tid) { return tid >= (long)TID_BASE && tid < (long)TID_BASE + (long)TID_SPAN; }
+
 int weft__tls_cancel_enabled(const void *tp) {
     return !(__atomic_load_n((const int *)((const char *)tp + T.off_cancel), __ATOMIC_RELAXED) & 1);
 }

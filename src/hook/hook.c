@@ -1445,7 +1445,15 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
     case SYS_tkill: { /* to its own tid (raise, abort): its carrier's, the one the kernel knows */
         weft_thread *t = weft__self();
         long tid = nr == SYS_tgkill ? a[1] : a[0];
-        if (!t || !t->tls || tid != weft__tls_tid() || (nr == SYS_tgkill && a[0] != getpid())) return 0;
+        int sig = (int)(nr == SYS_tgkill ? a[2] : a[1]);
+        if (nr == SYS_tgkill && a[0] != getpid()) return 0;
+        if (!t || !t->tls || tid != weft__tls_tid()) {
+            /* another vthread's tid (the kernel knows none of them) */
+            long k = weft__vpt_tid_kill(tid, sig);
+            if (k == 1) return 0;
+            *ret = k;
+            return 1;
+        }
         long real = syscall(SYS_gettid);
         r = nr == SYS_tgkill ? syscall(SYS_tgkill, a[0], real, a[2]) : syscall(SYS_tkill, real, a[1]);
         break;

@@ -68,6 +68,9 @@ void weft__vsig_fork_child(void);
  * block it -- given it if hand (taken from the process's with claim);
  * 0 every vthread blocks it */
 int weft__vpt_route(int sig, int hand, int (*claim)(int sig));
+/* threads.c: tgkill/tkill of tid, a vthread's: as pthread_kill of it (0
+ * or -errno); 1: not one of weft's tids */
+long weft__vpt_tid_kill(long tid, int sig);
 /* hook.c: the parks of sleep (-EINTR when a handler ends them), a SIG_DFL
  * signal's catcher (signals.c, "Default actions") */
 int weft__hook_sleep_until(int64_t dl, const char *what);

@@ -786,6 +786,23 @@ HOOK_API int sched_yield(void) {
     return 0;
 }
 
+/* tgkill or tkill of a vthread's tid (the trap: hook.c), as pthread_kill
+ * of its thread: 0 or -errno; 1: not a vthread's tid (the kernel's). */
+long weft__vpt_tid_kill(long tid, int sig) {
+    if (!weft__tls_tid_is_ours(tid)) return 1;
+    reg_lock();
+    void *tp = NULL;
+    for (size_t i = 0; i < V.nb && !tp; i++)
+        for (struct vpt *v = V.b[i]; v; v = v->hnext)
+            if (v->linked && !v->ended && v->t && weft__tls_tid_of(v->tp) == tid) {
+                tp = v->tp;
+                break;
+            }
+    reg_unlock();
+    if (!tp) return -ESRCH;
+    return -pthread_kill((pthread_t)tp, sig); /* (looked up again: it may have ended meanwhile) */
+}
+
 HOOK_API void pthread_testcancel(void) {
     if (weft__self() && atomic_load_explicit(&V.on, memory_order_relaxed)) act();
     V.real_testcancel();
@@ -888,5 +905,9 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
     return main_fn(argc, argv, envp);
 }
 void weft__vpt_cancel_point(void) { weft__vpt_act = 0; }
+long weft__vpt_tid_kill(long tid, int sig) {
+    (void)tid, (void)sig;
+    return 1;
+}
 
 #endif /* !WEFT_ASAN && !WEFT_TSAN */

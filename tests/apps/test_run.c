@@ -450,8 +450,9 @@ TEST(key_destructors_run_on_each_thread_as_it_ends) {
  * runs the handler on that thread. */
 TEST(pthread_kill_runs_the_handler_on_its_target) {
     if (TEST_TSAN) SKIP("TSan defers a handler to its thread's next intercepted call");
-    threads_as_natively("kill", "self: handler on the caller yes; other: read EINTR with the handler on it yes; "
-                                "probe 0; raise in a thread: on it yes; runs 3\n");
+    threads_as_natively("kill", "self: handler on the caller yes; other: read EINTR with the handler on it yes; probe 0; "
+                                "raise in a thread: on it yes; runs 4; tgkill of its tid: probe 0, read EINTR with "
+                                "the handler on it yes\n");
 }
 
 /* Signal masks are each thread's, and sigwait, sigwaitinfo, sigtimedwait

@@ -430,7 +430,9 @@ static void *kill_raiser(void *p) {
 
 static int k_pipe[2];
 static _Atomic int k_read_done;
+static _Atomic pid_t k_reader_tid;
 static void *kill_reader(void *p) {
+    k_reader_tid = gettid();
     char b;
     ssize_t r = read(k_pipe[0], &b, 1);
     int e = errno;
@@ -465,9 +467,26 @@ static int mode_kill(void) {
     int raised = 0;
     if (pthread_create(&t, NULL, kill_raiser, &raised)) return 1;
     pthread_join(t, NULL);
+    /* the same by its tid: tgkill(2) */
+    int by_tid = 0;
+    k_read_done = 0;
+    k_reader_tid = 0;
+    if (pthread_create(&t, NULL, kill_reader, &by_tid)) return 1;
+    while (!k_reader_tid) nap_ms(5);
+    long probe_tid = syscall(SYS_tgkill, getpid(), (pid_t)k_reader_tid, 0);
+    before = k_runs;
+    for (int i = 0; i < 400 && !k_read_done; i++) {
+        syscall(SYS_tgkill, getpid(), (pid_t)k_reader_tid, SIGUSR1);
+        nap_ms(50);
+    }
+    if (!k_read_done && write(k_pipe[1], "x", 1) != 1) return 1;
+    pthread_join(t, NULL);
+    k_runs = before + 1;
     printf("self: handler on the caller %s; other: read EINTR with the handler on it %s; probe %d; "
-           "raise in a thread: on it %s; runs %d\n",
-           self_ok ? "yes" : "no", got ? "yes" : "no", probe, raised ? "yes" : "no", (int)k_runs);
+           "raise in a thread: on it %s; runs %d; tgkill of its tid: probe %ld, read EINTR with the handler on "
+           "it %s\n",
+           self_ok ? "yes" : "no", got ? "yes" : "no", probe, raised ? "yes" : "no", (int)k_runs, probe_tid,
+           by_tid ? "yes" : "no");
     return 0;
 }
 
