@@ -17,6 +17,7 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
       tmux # tmux: test_console draws weft-top in a detached session
       python3 chromium # tests/integration/report_test.py: weft-bench report's page, rendered headless
       curl sqlite3 git # run.everyday_binaries_give_byte_identical_output: the same bytes under weft-run
+      libpython3.11-testsuite # scripts/cpython-tests.sh: CPython's own tests under weft-run
       man-db groff-base) # tests/integration/docs_test.sh man: the man pages render without warnings
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and

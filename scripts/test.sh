@@ -2,8 +2,11 @@
 # Builds weft three times -- release, ASan+UBSan, TSan -- and runs the whole
 # suite in each, once on the io_uring backend and once on the epoll one
 # (WEFT_IO) -- the release build also in deterministic mode
-# (WEFT_DETERMINISTIC=1) on each backend; then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
-# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan ...]
+# (WEFT_DETERMINISTIC=1) on each backend; then CPython's own tests of
+# threads, signals and sockets under weft-run on the release build
+# ("foreign": scripts/cpython-tests.sh, about 5 minutes; too long for the
+# ctest suite); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
+# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign ...]
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
 # Where io_uring cannot be used (a container's seccomp profile, or
@@ -15,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 scripts/deps.sh || exit 1
 variants=("$@")
-[[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan)
+[[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan foreign)
 jobs=$(nproc)
 # LeakSanitizer checks every test child at exit; UBSan stops on the first error.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
@@ -26,11 +29,24 @@ no_uring=""   # why the io_uring passes could not run, if they could not
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for v in "${variants[@]}"; do
+  if [[ $v == foreign ]]; then
+    # the release build's weft-run (built here if an earlier variant did not)
+    cmake -S . -B build-release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=none >/dev/null || exit 1
+    cmake --build build-release -j"$jobs" >/dev/null || exit 1
+    ran=$((ran + 1))
+    if ! scripts/cpython-tests.sh build-release; then
+      echo "=== foreign: CPython's tests under weft-run: FAILED ==="
+      echo "$passed passed, $((failed + 1)) failed"
+      exit 1
+    fi
+    passed=$((passed + 1))
+    continue
+  fi
   case $v in
     release) san=none ;;
     asan) san=address ;;
     tsan) san=thread ;;
-    *) echo "unknown variant $v (release, asan, tsan)" >&2; exit 2 ;;
+    *) echo "unknown variant $v (release, asan, tsan, foreign)" >&2; exit 2 ;;
   esac
   echo "=== $v: build ==="
   cmake -S . -B "build-$v" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=$san >/dev/null || exit 1

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# CPython's own tests of threads, signals, sockets, subprocesses and
+# asyncio, run by Debian's python3 under weft-run: every thread CPython
+# makes is a vthread (issue 27).  scripts/test.sh's "foreign" pass runs it.
+#
+#   scripts/cpython-tests.sh [--native] [BUILD_DIR]
+#
+# BUILD_DIR: a release build (default build-release; a sanitizer build
+# cannot preload its libweft-hook.so into an uninstrumented python).
+# --native: the same modules without weft-run, the reference to compare
+# with (they all pass natively on the project's machines).  Each module
+# runs in its own worker process (python -m test -j2), with a timeout that
+# fails a hung test rather than waiting for it; the runner prints each
+# module's time.  Needs /usr/bin/python3 and Debian's
+# libpython3.11-testsuite (scripts/deps.sh).  Exit 0 when every module
+# passes.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+native=0
+if [[ ${1:-} == --native ]]; then
+  native=1
+  shift
+fi
+build=${1:-build-release}
+py=/usr/bin/python3
+modules=(test_threading test_thread test_threading_local test_queue test_socket test_select test_selectors
+         test_subprocess test_signal test_time test_concurrent_futures test_asyncio)
+if ! "$py" -c 'import test.support, test.test_threading' 2>/dev/null; then
+  echo "cpython-tests: $py has no test suite (apt-get install libpython3.11-testsuite; scripts/deps.sh does)" >&2
+  exit 2
+fi
+run=()
+if [[ $native -eq 0 ]]; then
+  if [[ ! -x $build/apps/run/weft-run ]]; then
+    echo "cpython-tests: no $build/apps/run/weft-run: build it first (cmake --build $build)" >&2
+    exit 2
+  fi
+  run=("$PWD/$build/apps/run/weft-run")
+fi
+dir=$(mktemp -d /tmp/weft-cpython-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+echo "=== CPython's tests, $([[ $native -eq 1 ]] && echo natively || echo "under weft-run ($build)"): ${modules[*]} ==="
+start=$(date +%s)
+# (the whole run's wall limit: the per-test timeout catches a hang inside
+# a test, this one a hang anywhere else)
+(cd "$dir" && timeout 2400 "${run[@]}" "$py" -m test -j2 --timeout 900 "${modules[@]}")
+rc=$?
+echo "=== CPython's tests: exit $rc after $(($(date +%s) - start)) s ==="
+exit $rc
