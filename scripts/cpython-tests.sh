@@ -11,7 +11,8 @@
 # with (they all pass natively on the project's machines).  Each module
 # runs in its own worker process (python -m test -j2), with a timeout that
 # fails a hung test rather than waiting for it; the runner prints each
-# module's time.  Needs /usr/bin/python3 and Debian's
+# module's time.  test_socket's VSOCK cases are left out, on both sides:
+# in a VM without a vsock device they hang natively too.  Needs /usr/bin/python3 and Debian's
 # libpython3.11-testsuite (scripts/deps.sh).  Exit 0 when every module
 # passes.
 set -uo pipefail
@@ -43,7 +44,7 @@ echo "=== CPython's tests, $([[ $native -eq 1 ]] && echo natively || echo "under
 start=$(date +%s)
 # (the whole run's wall limit: the per-test timeout catches a hang inside
 # a test, this one a hang anywhere else)
-(cd "$dir" && timeout 2400 "${run[@]}" "$py" -m test -j2 --timeout 900 "${modules[@]}")
+(cd "$dir" && timeout 2400 "${run[@]}" "$py" -m test -j2 --timeout 900 -i '*VSOCK*' "${modules[@]}")
 rc=$?
 echo "=== CPython's tests: exit $rc after $(($(date +%s) - start)) s ==="
 exit $rc
