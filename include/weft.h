@@ -453,7 +453,8 @@ typedef struct weft_runtime_opts {
  * call trap).  A thread that computes for 10 ms without a switch is
  * preempted where it runs the program's own code (hook/trap.c,
  * "Preemption"; WEFT_PREEMPT=0: never).  Not yet: a handler's own sa_mask
- * is its carrier's, not the vthread's; a mask is not carried across exec;
+ * is its carrier's, not the vthread's; a mask is carried across exec from
+ * a fork child, not from a thread's own execve or into posix_spawn's;
  * a signal to a vthread that computes without a hooked call waits for its
  * next one or its preemption; asynchronous
  * cancellation; a cancellation acts where a hooked call waits (read,

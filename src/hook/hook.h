@@ -62,6 +62,7 @@ void weft__vsig_raise_pending(struct weft_thread *t);
 int weft__vsig_suspend(const sigset_t *m);
 long weft__vsig_trapped_wait(const long a[6]);
 long weft__vsig_trapped_pending(const long a[6]);
+void weft__vsig_fork_prepare(void);
 void weft__vsig_fork_child(void);
 /* threads.c: where a process-directed signal goes (signals.c, "The
  * model"): 1 a sigwait waiting for it was woken; 2 a vthread that does not

@@ -76,9 +76,11 @@
  * Not covered: a handler's own mask (sa_mask) is the carrier's while it
  * runs, not the vthread's (a handler that asks sees the vthread's mask as
  * it was); a process-directed signal handed to a vthread that computes
- * without a hooked call waits for its next one (the kernel would
- * interrupt it); a mask is not carried across exec (the new program
- * starts with its carrier's, empty) nor into posix_spawn's child; signals
+ * without a hooked call waits for its next one or its preemption (the
+ * kernel would interrupt it at once); a mask is carried across exec only
+ * from a fork child (weft__vsig_fork_child), not from a vthread's own
+ * execve nor into posix_spawn's child (the new program starts with the
+ * carrier's, empty); signals
  * 32 and 33 are glibc's; siginfo of a signal kept for a vthread that was
  * sent to it alone is made up (SI_TKILL, our pid and uid).
  *
@@ -291,9 +293,32 @@ void weft__vsig_start(int on) {
     atomic_store(&S.on, on);
 }
 
-/* A fork child: the process's pending signals are not its (the kernel
- * clears them); what a vthread kept for itself goes too. */
-void weft__vsig_fork_child(void) { atomic_store(&S.pend, 0); }
+/* A fork child (threads.c's atfork handler, on the vthread that forked):
+ * the process's pending signals are not its (the kernel clears them), nor
+ * what the vthread kept for itself.  The child has one thread and no
+ * carriers: its mask becomes the kernel's again -- the vthread's, put on
+ * the OS thread it now is, so that what it blocked stays blocked, and an
+ * exec from there passes it on as the kernel's fork and exec do. */
+/* (the forking vthread's mask, kept by the prepare handler: in the child
+ * the runtime's own handler has already made it a platform thread) */
+static uint64_t fork_mask;
+static int fork_from_vthread;
+
+void weft__vsig_fork_prepare(void) {
+    weft_thread *t = weft__self();
+    fork_from_vthread = atomic_load(&S.on) && t;
+    if (fork_from_vthread) fork_mask = atomic_load(&t->sig_mask) & ~(BIT(SIGSYS) | NEVER);
+}
+
+void weft__vsig_fork_child(void) {
+    atomic_store(&S.pend, 0);
+    if (fork_from_vthread) {
+        unsigned char o = weft__sud_allow();
+        syscall(SYS_rt_sigprocmask, SIG_SETMASK, &fork_mask, NULL, sizeof fork_mask);
+        weft__sud_restore(o);
+    }
+    atomic_store(&S.on, 0);
+}
 
 /* ---- waiting for one ------------------------------------------------------------- */
 
@@ -450,6 +475,7 @@ int weft__vsig_here(int sig, const siginfo_t *si) {
 }
 void weft__vsig_start(int on) { (void)on; }
 void weft__vsig_fork_child(void) {}
+void weft__vsig_fork_prepare(void) {}
 long weft__vsig_trapped_wait(const long a[6]) {
     (void)a;
     return -ENOSYS;

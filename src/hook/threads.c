@@ -198,7 +198,10 @@ static ptrdiff_t act_off;
  * forked while another thread held it would wait for good); the child
  * keeps the records -- its only thread is the one that forked -- and
  * makes kernel threads until its own runtime starts */
-static void fork_prepare(void) { weft__libc.pthread_mutex_lock(&V.lock); }
+static void fork_prepare(void) {
+    weft__vsig_fork_prepare();
+    weft__libc.pthread_mutex_lock(&V.lock);
+}
 static void fork_parent(void) { weft__libc.pthread_mutex_unlock(&V.lock); }
 static void fork_child(void) {
     pthread_mutex_init(&V.lock, NULL);

@@ -469,7 +469,8 @@ TEST(signal_masks_are_each_threads_and_sigwait_takes_what_they_block) {
                                  "sigtimedwait: -1 EAGAIN\n"
                                  "sigsuspend: EINTR 1, handler on main 1, mask back 1\n"
                                  "default SIGTERM, blocked: sigwait 0 SIGTERM, still SIG_DFL 1\n"
-                                 "interval timer: sigwait 0 SIGALRM, handler ran 0\n");
+                                 "interval timer: sigwait 0 SIGALRM, handler ran 0\n"
+                                 "fork and exec: SIGTERM blocked 1, SIGUSR1 1, SIGCHLD 0\n");
 }
 
 /* A thread of the program that computes without a call is preempted as the

@@ -50,7 +50,8 @@
  *             mask back; a SIGTERM whose action is the default, blocked
  *             everywhere, is taken by sigwait rather than killing the
  *             process, and sigaction still reports SIG_DFL; a SIGALRM
- *             from an interval timer is taken by sigwait
+ *             from an interval timer is taken by sigwait; a fork child
+ *             passes the mask on through exec
  *   spin      a thread computes (a loop on a flag, no call) until main,
  *             after a sleep and a read of a file, sets the flag: under
  *             weft-run on one carrier with no spares, only preemption lets
@@ -744,6 +745,22 @@ static int mode_masks(void) {
     sigaddset(&w, SIGALRM);
     sw = sigwait(&w, &sig);
     printf("interval timer: sigwait %d %s, handler ran %d\n", sw, sig == SIGALRM ? "SIGALRM" : "?", m_runs != runs);
+
+    /* a fork child inherits the mask, and passes it on through exec */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "foreign_threads", "masks-child", (char *)NULL);
+        _exit(9);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
+static int mode_masks_child(void) {
+    printf("fork and exec: SIGTERM blocked %d, SIGUSR1 %d, SIGCHLD %d\n", m_blocked(SIGTERM), m_blocked(SIGUSR1),
+           m_blocked(SIGCHLD));
     return 0;
 }
 
@@ -786,6 +803,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "sendfile")) return mode_sendfile();
     if (!strcmp(mode, "fork-thread")) return mode_fork_thread();
     if (!strcmp(mode, "masks")) return mode_masks();
+    if (!strcmp(mode, "masks-child")) return mode_masks_child();
     if (!strcmp(mode, "spin")) return mode_spin();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
