@@ -220,7 +220,10 @@ static struct weft__poller *uring_new(int index, int *err) {
         free(pl);
         return NULL;
     }
-    weft__fd_own(pl->ring.ring_fd); /* (io_uring_queue_exit closes it: disowned first) */
+    /* (io_uring_queue_exit closes it: disowned first; the maps stay valid
+     * if weft__fd_own moves it, and liburing enters through ring_fd
+     * unless the ring is registered, which it is not) */
+    pl->ring.ring_fd = pl->ring.enter_ring_fd = weft__fd_own(pl->ring.ring_fd);
     pl->efd = weft__fd_own(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (pl->efd < 0) {
         *err = -errno;

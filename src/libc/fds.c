@@ -29,6 +29,7 @@
 #include "real.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -38,6 +39,18 @@ static _Atomic int own_hi = -1; /* the highest number ever set: a scan stops the
 
 int weft__fd_own(int fd) {
     if (fd < 0 || fd >= OWN_FDS) return fd;
+    /* never 0, 1 or 2: a program started with one of them closed (a
+     * daemon, CPython's test of swapped std fds) expects the next file
+     * it opens or dups there, and checks them; a weft descriptor made
+     * there first took its stdin or stderr.  Moved up, flags kept (every
+     * one of weft's is close-on-exec). */
+    if (fd < 3) {
+        int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (hi >= 0) {
+            close(fd);
+            fd = hi;
+        }
+    }
     atomic_fetch_or_explicit(&own[fd / 64], 1ull << (fd % 64), memory_order_release);
     int hi = atomic_load_explicit(&own_hi, memory_order_relaxed);
     while (fd > hi && !atomic_compare_exchange_weak(&own_hi, &hi, fd)) {

@@ -220,7 +220,8 @@ extern WEFT__LIBC_HIDDEN weft__jump_fn weft__libc_jump[WEFT__J_N];
 WEFT__LIBC_HIDDEN void weft__libc_jumps_resolve(void);
 
 /* The descriptors weft made for itself (fds.c): set right after making
- * one (returns fd, so a call can be wrapped; a negative fd is passed
+ * one (returns fd -- or, for 0, 1 or 2, the number >= 3 it was moved
+ * to: use the result -- so a call can be wrapped; a negative fd is passed
  * through), cleared by weft__fd_close_own, which closes it; the
  * interposers of close and close_range leave the set ones alone. */
 WEFT__LIBC_HIDDEN int weft__fd_own(int fd);

@@ -749,8 +749,8 @@ int weft__console_start(const char *path) {
         goto fail2;
     }
     C.lfd = weft__fd_own(fd);
-    weft__fd_own(C.stop[0]);
-    weft__fd_own(C.stop[1]);
+    C.stop[0] = weft__fd_own(C.stop[0]);
+    C.stop[1] = weft__fd_own(C.stop[1]);
     C.dev = st.st_dev;
     C.ino = st.st_ino;
     memcpy(C.path, p, sizeof p);

@@ -1018,8 +1018,8 @@ int weft_dump_on_signal(int signo, int fd, int format) {
                 r = -errno;
                 goto out;
             }
-            weft__fd_own(SQ.pipe[0]);
-            weft__fd_own(SQ.pipe[1]);
+            SQ.pipe[0] = weft__fd_own(SQ.pipe[0]);
+            SQ.pipe[1] = weft__fd_own(SQ.pipe[1]);
             /* the reader blocks: only the write end is non-blocking */
             fcntl(SQ.pipe[0], F_SETFL, 0);
             pthread_t th;
