@@ -66,8 +66,9 @@ void weft__vsig_fork_prepare(void);
 void weft__vsig_fork_child(void);
 /* threads.c: where a process-directed signal goes (signals.c, "The
  * model"): 1 a sigwait waiting for it was woken; 2 a vthread that does not
- * block it -- given it if hand (taken from the process's with claim);
- * 0 every vthread blocks it */
+ * block it -- given it if hand (taken from the process's with claim) --
+ * or 3, taken, but that vthread is in no wait a signal ends: the caller
+ * runs it; 0 every vthread blocks it */
 int weft__vpt_route(int sig, int hand, int (*claim)(int sig));
 /* threads.c: tgkill/tkill of tid, a vthread's: as pthread_kill of it (0
  * or -errno); 1: not one of weft's tids */

@@ -37,10 +37,13 @@
  *    (S.pend, with its siginfo), and the monitor routes it
  *    (weft__vsig_route, through sched.c's weft__sig_route_hook): to a
  *    vthread whose sigwait waits for it (woken; it takes it), else to one
- *    that does not block it (main first; threads.c's registry), handed to
- *    it in sig_pend with its hooked wait interrupted as the kernel would
- *    (sched.c, "Interrupts"), raised on its carrier as its hooked call
- *    returns; else it stays pending, for the first sigwait or unblock.
+ *    that does not block it (main first; threads.c's registry) -- if that
+ *    one waits in a hooked call a signal ends, handed to it in sig_pend
+ *    with the wait interrupted as the kernel would (sched.c,
+ *    "Interrupts") and raised on its carrier as the call returns; if it
+ *    computes or waits on a lock, its handler runs at once on the
+ *    monitor's own thread -- else it stays pending, for the first sigwait
+ *    or unblock.
  * A signal kept for a vthread, or the process's, is raised on the
  * vthread's carrier (rt_tgsigqueueinfo to ourselves, with its siginfo) as
  * soon as the vthread unblocks it -- before the unblocking call returns,
@@ -252,8 +255,11 @@ HOOK_API int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
 
 /* ---- where a signal runs ---------------------------------------------------------- */
 
+/* (the monitor thread, raising a routed signal on itself: it runs there) */
+static __thread int run_here;
+
 int weft__vsig_here(int sig, const siginfo_t *si) {
-    if (!atomic_load_explicit(&S.on, memory_order_relaxed) || sig <= 0 || sig > 64) return 1;
+    if (!atomic_load_explicit(&S.on, memory_order_relaxed) || sig <= 0 || sig > 64 || run_here) return 1;
     uint64_t b = BIT(sig);
     if ((b & FAULTS) && si && si->si_code > 0) return 1;
     weft_thread *t = weft__self();
@@ -284,7 +290,19 @@ static void route(void) {
         p &= ~BIT(sig);
         int dfl = weft__hook_caught(sig);
         int r = weft__vpt_route(sig, !dfl, claim);
-        if (r == 2 && dfl && claim(sig)) weft__hook_default_action(sig);
+        if (r == 2 && dfl && claim(sig)) {
+            weft__hook_default_action(sig);
+        } else if (r == 3) {
+            /* the thread it went to waits on a lock or computes: its
+             * handler runs here, now, as the kernel would run it at once
+             * (seen: asyncio's SIGCHLD, sent while the thread that forked
+             * blocked every signal, waited for good on a thread parked in
+             * a condition variable) */
+            siginfo_t si = S.info[sig];
+            run_here = 1;
+            raise_info(sig, &si);
+            run_here = 0;
+        }
     }
 }
 

@@ -741,7 +741,14 @@ int weft__vpt_route(int sig, int hand, int (*claim)(int)) {
     int r = 0;
     if (pick) {
         r = 2;
-        if (hand && claim(sig)) hand_to(pick->t, pick->tp, sig, 1);
+        if (hand && claim(sig)) {
+            /* waiting in a hooked call a signal ends: it takes it now, as
+             * that call returns; anywhere else (computing, or parked on a
+             * lock) it would only at its next hooked call, so the router
+             * runs the handler where it is (3) */
+            if (atomic_load(&pick->t->intr_seq) & 1) hand_to(pick->t, pick->tp, sig, 1);
+            else r = 3;
+        }
     }
     reg_unlock();
     return r;
