@@ -201,7 +201,9 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *
  * Deterministic mode (for tests: find a race under many seeds, replay it
  * with one).  One carrier (carriers is ignored), no monitor and no spare
- * carriers (pin_threshold_ns and max_compensate are ignored), and:
+ * carriers (pin_threshold_ns and max_compensate are ignored; under
+ * weft-run a monitor thread delivers signals and does nothing else), no
+ * preemption, and:
  *  - the next vthread to run is drawn by a generator seeded with the seed
  *    among all runnable vthreads, at every decision point: a yield (which
  *    may pick the yielder again), a block, an exit; so are a select's
@@ -496,9 +498,9 @@ typedef struct weft_runtime_opts {
  * (SI_USER, as kill's): the handler runs on the vthread before kill
  * returns, as on a program's only thread.  The monitor thread carries the
  * interrupt to the vthread (a handler may not park or lock), so it comes
- * a moment after the handler, and not in deterministic mode (no monitor).
- * Not yet: signal masks per vthread (a mask main sets is its carrier's),
- * signals sent to one thread, and other vthreads than main.
+ * a moment after the handler; in deterministic mode a monitor runs for
+ * this alone.  Every virtual pthread's hooked waits end the same way, and
+ * masks and signals sent to one thread are each vthread's (above).
  */
 enum { WEFT_HOOK_DEFAULT = 0, WEFT_HOOK_ON = 1, WEFT_HOOK_OFF = 2 };
 

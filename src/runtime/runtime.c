@@ -395,7 +395,7 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     R.generation++; /* (the deterministic clock starts at the same time each run: not an id) */
     if (started == n && r == 0 && !(lazy && R.inherit_cfg)) r = weft__console_start(cfg ? cfg->console : NULL);
     if (started == n && r == 0) {
-        r = weft__mon_start();
+        r = weft__mon_start(weft__hook_preloaded);
         if (r < 0) fprintf(stderr, "weft: cannot start the monitor thread: %s\n", strerror(-r));
     }
     if (started < n || r < 0) {

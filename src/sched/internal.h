@@ -184,6 +184,7 @@ struct weft__rt {
     pthread_mutex_t mon_fork;                         /* held through each look; and by fork (see "Fork") */
     pthread_t mon_thread;
     int mon_started;
+    int mon_intr_only;         /* it delivers interrupts and nothing else (weft__mon_start) */
     int64_t pin_threshold;     /* ns; < 0: no stall detection */
     int max_comp;              /* spares active at once, at most; 0: none */
     int own_tls;               /* every vthread has its own TLS unless its attr says no (weft_runtime_opts.own_tls) */
@@ -310,7 +311,11 @@ int weft__runtime_start_lazy(void);
 /* ---- spares.c: the monitor's life (weft_init, weft_shutdown) ---- */
 void weft__mon_prepare(void); /* before the carriers start */
 void weft__intr_deliver(void); /* the monitor: interrupts posted by handlers (sched.c, "Interrupts") */
-int weft__mon_start(void);    /* after they started: 0 or -errno */
+/* after they started: 0 or -errno.  interrupts: a hooked program's
+ * signals need delivering (hook/signals.c) -- then it runs even where it
+ * has nothing else to watch (one carrier, no stall detection: the
+ * deterministic mode), for that alone. */
+int weft__mon_start(int interrupts);
 void weft__mon_stop(void);
 
 #endif

@@ -214,7 +214,7 @@ TEST(closing_every_descriptor_leaves_wefts_alone) {
  * sleep ran out, the handler after it).  Per-vthread delivery (issue 27)
  * puts the handler on main's own carrier.) */
 TEST(a_signal_interrupts_a_blocking_call_as_the_kernel_does) {
-    DET_SKIP("interrupts reach a vthread through the monitor, which the mode does not run");
+    DET_SKIP("the program times its calls against a real timer (setitimer), and a vthread sleeps on the virtual clock");
     if (TEST_TSAN) SKIP("TSan defers the handler on the thread the kernel picks (a raw futex wait) past main's call");
     static const struct {
         const char *mode, *want;
@@ -480,6 +480,7 @@ TEST(signal_masks_are_each_threads_and_sigwait_takes_what_they_block) {
  * give: for good (seen: CPython's test_concurrent_futures, its main's
  * read stranded on a ring whose carrier a pool thread held). */
 TEST(a_thread_that_computes_is_preempted_for_the_others) {
+    DET_SKIP("the mode's order is its seed's: a vthread is never preempted for the time it has run");
     if (TEST_SANITIZED) SKIP("a sanitizer build has no trap, so no preemption: its threads are the kernel's");
     ran native, weft;
     run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "spin", NULL, NULL, &native);
