@@ -933,9 +933,14 @@ static int set_has(const void *set, int fd) {
 }
 
 /* select and pselect: their sets as a pollfd array, waited on as poll's;
- * every look is the real call with a zero timeout on copies of the sets.
- * An fd beyond the process's file table is ignored, as the kernel does
- * (the look said nothing of it; its wait says POLLNVAL and it is dropped). */
+ * every look is the real call with a zero timeout on the caller's sets,
+ * put back from a copy before each.  An fd beyond the process's file
+ * table is ignored, as the kernel does (the look said nothing of it; its
+ * wait says POLLNVAL and it is dropped).  A failed call (EINTR above all)
+ * leaves the sets as they were passed, as the kernel's does: a program
+ * may call again with them (CPython's select retries so after a handler
+ * ran; before, it found them emptied by the last look, and slept for good
+ * on no fd -- seen: asyncio's subprocess tests, on SIGCHLD). */
 static int select_common(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl, const sigset_t *m) {
     if (nfds < 0) return -EINVAL;
     /* the kernel reads no further than its file table, which is never
@@ -979,9 +984,11 @@ static int select_common(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t d
         }
         r = wait_any(pf, n, dl);
         if (r <= 0) {
-            if (r == 0) /* timeout: the sets come back empty */
-                for (int k = 0; k < 3; k++)
-                    if (sets[k]) memset(sets[k], 0, bytes);
+            for (int k = 0; k < 3; k++) {
+                if (!sets[k]) continue;
+                if (r == 0) memset(sets[k], 0, bytes); /* timeout: nothing ready */
+                else memcpy(sets[k], save + k * bytes, bytes); /* failed: as passed */
+            }
             break;
         }
         for (nfds_t i = 0; i < n; i++)
