@@ -406,7 +406,7 @@ static void on_preempt(int sig, siginfo_t *si, void *ucv) {
     if (!t || !t->tls || !atomic_load_explicit(&t->foreign, memory_order_relaxed)) return;
     sel[0] = 0;
     int e = errno;
-    weft_yield();
+    weft__yield_polled();
     unsigned char *now = weft__sud_sel;
     if (now != sel) { /* resumed on another carrier: its altstack and mask (as on_sigsys) */
         sigaltstack(NULL, &uc->uc_stack);

@@ -24,8 +24,9 @@
  *
  * A ring's completions are reaped by its own carrier only: a completion for
  * a vthread that parked there waits while that carrier runs a vthread that
- * neither blocks nor yields (there is no preemption, as in Loom); other
- * carriers cannot take it for it.
+ * neither blocks nor yields -- until it is preempted, if it is a foreign
+ * program's (hook/trap.c; the preemption's yield polls the ring:
+ * weft__yield_polled); other carriers cannot take it for it.
  *
  * Sleeping.  An idle carrier waits in io_uring_submit_and_wait_timeout with
  * its next timer as the timeout.  A read on its eventfd is always armed;

@@ -2089,6 +2089,18 @@ int weft_yield(void) {
     return 0;
 }
 
+/* (The preempted vthread's carrier has computed for WEFT__PREEMPT_NS:
+ * a vthread parked in a read there, its SQE maybe not yet submitted, or a
+ * timed wait due there, waits for this carrier's next slow pick -- at one
+ * preemption in 10 ms, SLOW_EVERY of them.  Seen: CPython's
+ * test_hang_global_shutdown_lock, a pool thread looping while main waited
+ * for a child's answer on a pipe: 500 ms a round against 86 natively.) */
+int weft__yield_polled(void) {
+    weft__carrier *c = carrier_here();
+    if (c && c->cur && !c->det) c->slow_countdown = 1; /* pick_local_rt's next pick is slow */
+    return weft_yield();
+}
+
 int64_t weft__sleep_deadline(int64_t ns) {
     if (ns <= 0) return weft_now();
     int64_t now = weft_now();

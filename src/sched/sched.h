@@ -432,6 +432,11 @@ int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, con
  * compensate for stalls have higher indices (weft__carriers_all); code that
  * spreads work over "the carriers" uses this count. */
 int weft__carriers(void);
+/* A preemption's yield (hook/trap.c): as weft_yield, but the carrier first
+ * submits its queued I/O and takes its completions and due timers, which
+ * pick_local looks at only every SLOW_EVERY picks -- what a computing
+ * vthread holds back is mostly there.  0. */
+int weft__yield_polled(void);
 /* Moves the calling vthread to carrier k of its own group (index as
  * weft__carrier_index): it switches out and resumes there.  Returns 0
  * (also when it is on k already), -EPERM on a platform thread, -EINVAL
