@@ -105,7 +105,7 @@ static void *main_vthread(void *unused) {
     return (void *)(intptr_t)st;
 }
 
-static int env_unset(const char *name) {
+__attribute__((unused)) static int env_unset(const char *name) {
     const char *v = getenv(name);
     return !v || !*v;
 }

@@ -275,7 +275,7 @@ static long trapped_clone(long nr, const long a[6], ucontext_t *uc, int *again) 
 
 /* ---- the handler ---------------------------------------------------------- */
 
-static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
+__attribute__((unused)) static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     ucontext_t *uc = ucv;
     unsigned char *sel = weft__sud_sel;
     if (si->si_code != SYS_USER_DISPATCH || !sel) {
