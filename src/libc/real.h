@@ -248,12 +248,12 @@ WEFT__LIBC_HIDDEN int weft__fd_close_own(int fd);
 extern __thread __attribute__((tls_model("initial-exec"), visibility("hidden"))) unsigned char *weft__sud_sel;
 /* system calls trapped so far, all carriers (__atomic; weft_stats.trapped) */
 extern __attribute__((visibility("hidden"))) unsigned long long weft__sud_trapped;
-static inline unsigned char weft__sud_allow(void) {
+static inline __attribute__((always_inline)) unsigned char weft__sud_allow(void) {
     unsigned char *s = weft__sud_sel, o = 0;
     if (s && (o = *s)) *(volatile unsigned char *)s = 0;
     return o;
 }
-static inline void weft__sud_restore(unsigned char o) {
+static inline __attribute__((always_inline)) void weft__sud_restore(unsigned char o) {
     if (o) *(volatile unsigned char *)weft__sud_sel = o;
 }
 #define WEFT__ALLOWED(call)                                                                            \
