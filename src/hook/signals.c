@@ -298,9 +298,8 @@ static void route(void) {
              * (seen: asyncio's SIGCHLD, sent while the thread that forked
              * blocked every signal, waited for good on a thread parked in
              * a condition variable) */
-            siginfo_t si = S.info[sig];
             run_here = 1;
-            raise_info(sig, &si);
+            raise_info(sig, &S.info[sig]); /* (it copies it at once) */
             run_here = 0;
         }
     }

@@ -184,7 +184,6 @@ struct weft__rt {
     pthread_mutex_t mon_fork;                         /* held through each look; and by fork (see "Fork") */
     pthread_t mon_thread;
     int mon_started;
-    int mon_intr_only;         /* it delivers interrupts and nothing else (weft__mon_start) */
     int64_t pin_threshold;     /* ns; < 0: no stall detection */
     int max_comp;              /* spares active at once, at most; 0: none */
     int own_tls;               /* every vthread has its own TLS unless its attr says no (weft_runtime_opts.own_tls) */

@@ -2097,7 +2097,7 @@ int weft_yield(void) {
  * for a child's answer on a pipe: 500 ms a round against 86 natively.) */
 int weft__yield_polled(void) {
     weft__carrier *c = carrier_here();
-    if (c && c->cur && !c->det) c->slow_countdown = 1; /* pick_local_rt's next pick is slow */
+    if (c) c->slow_countdown = 1; /* pick_local_rt's next pick is slow */
     return weft_yield();
 }
 

@@ -570,10 +570,10 @@ static void *monitor_main(void *unused) {
         gmax = R.pin_threshold / 2 > MON_GRACE_MIN_NS ? R.pin_threshold / 2 : MON_GRACE_MIN_NS;
     int fresh = 1; /* mon_seen is stale (we slept without a deadline): record only */
     int last_stalled = 0;
-    /* nothing to watch, only signals to deliver: no looks, no preemption,
-     * no deadline -- it wakes for a kick and for the stop alone (so the
-     * deterministic mode's order stays the seed's) */
-    while (R.mon_intr_only) {
+    /* nothing to watch (weft__mon_start), only signals to deliver: no
+     * looks, no preemption, no deadline -- it wakes for a kick and for the
+     * stop alone (so the deterministic mode's order stays the seed's) */
+    while (R.n == 1 && R.pin_threshold < 0) {
         uint32_t seq = atomic_load(&R.mon_word);
         if (atomic_load(&R.stop)) return NULL;
         if (atomic_load_explicit(&R.intr_pending, memory_order_relaxed)) weft__intr_deliver();
@@ -663,8 +663,7 @@ void weft__mon_prepare(void) {
  * interrupted, a process-directed signal routed): then it runs for those
  * only (monitor_main's first loop). */
 int weft__mon_start(int interrupts) {
-    R.mon_intr_only = R.n == 1 && R.pin_threshold < 0;
-    if (R.mon_intr_only && !interrupts) return 0;
+    if (R.n == 1 && R.pin_threshold < 0 && !interrupts) return 0;
     pthread_attr_t a;
     pthread_attr_init(&a);
     /* the probe's buffers, dladdr, a spare's start; libdw naming a pinned
