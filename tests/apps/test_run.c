@@ -49,9 +49,15 @@ static void err_read(int fd, char *buf, size_t size) {
     close(fd);
 }
 
+static int n_env(const char *const *env) {
+    int n = 0;
+    while (env[n]) n++;
+    return n;
+}
+
 /* Runs the command cmd (NULL-ended), under weft-run (with `carriers`
- * carriers; 0: the default) or natively; fills r.  extra: one more
- * "NAME=VALUE" or NULL. */
+ * carriers; 0: the default) or natively; fills r.  extra: NULL, or up to
+ * four more "NAME=VALUE", space-separated. */
 static void run_cmd(int weft, int carriers, const char *const *cmd, const char *extra, ran *r) {
     const char *argv[32];
     char cs[16];
@@ -68,8 +74,13 @@ static void run_cmd(int weft, int carriers, const char *const *cmd, const char *
     argv[n] = NULL;
     const char *mode = cmd[1] ? cmd[1] : cmd[0];
     int errfd = err_file();
-    const char *env[] = {"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:handle_segv=0",
-                         "TSAN_OPTIONS=handle_segv=0", "WEFT_MONITOR", extra, NULL};
+    char extras[256];
+    const char *env[8] = {"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:handle_segv=0",
+                          "TSAN_OPTIONS=handle_segv=0", "WEFT_MONITOR"};
+    snprintf(extras, sizeof extras, "%s", extra ? extra : "");
+    char *save = NULL;
+    for (char *e = strtok_r(extras, " ", &save); e && n_env(env) < 7; e = strtok_r(NULL, " ", &save))
+        env[n_env(env)] = e;
     launch_opts o = {.out = LAUNCH_PIPE, .err = LAUNCH_FD, .err_fd = errfd, .env = env, .deathsig = SIGKILL,
                      .alarm_s = RUN_TIMEOUT_MS / 1000};
     launch l;
@@ -157,10 +168,13 @@ TEST(a_forked_child_that_returns_from_main_exits_with_its_status) {
     free(weft.out);
 }
 
-/* The program's stderr is its own: 300 ms of computing (a hog to the
- * monitor, with one carrier) and a raw 100 ms sleep leave nothing of
- * weft's there -- only the program's "done".  WEFT_MONITOR=log, asked
- * for, writes the hog's lines. */
+/* The program's stderr is its own: 300 ms of computing (preempted, or a
+ * hog to the monitor with preemption off, with one carrier) and a raw
+ * 100 ms sleep leave nothing of weft's there -- only the program's
+ * "done".  WEFT_MONITOR=log, asked for, writes the hog's lines.  (With
+ * preemption on, the computing thread is no hog: each preemption is a
+ * turn of its carrier's scheduler -- its ring reaped, its timers fired --
+ * which the monitor counts as progress; so the logged run turns it off.) */
 TEST(nothing_of_wefts_on_the_programs_stderr) {
     ran native, weft, logged;
     run_prog(0, "quiet", NULL, &native);
@@ -174,7 +188,7 @@ TEST(nothing_of_wefts_on_the_programs_stderr) {
     /* (deterministic mode, which the program inherits, has no monitor:
      * no hog to log) */
     if (test_det_mode()) return;
-    run_prog(1, "quiet", "WEFT_MONITOR=log", &logged);
+    run_prog(1, "quiet", "WEFT_MONITOR=log WEFT_PREEMPT=0", &logged);
     CHECK(exited(&logged, 0));
     CHECK(strstr(logged.err, "weft: hog: vthread #") != NULL);
     free(logged.out);
