@@ -210,6 +210,12 @@ int weft__tls_probe(void);
 void *weft__tls_get(int *reused);
 /* Back to the pool: after weft__tls_end ran on it and nothing runs on it. */
 void weft__tls_put(void *tp);
+/* WEFT__TLS_EXTRA bytes of block tp that are its user's, not glibc's (a
+ * record that lives as long as the block is held: hook/threads.c's),
+ * 64-byte aligned, on the block's own pages.  A new block's are zero, a
+ * reused one's as its last user left them. */
+#define WEFT__TLS_EXTRA 128
+void *weft__tls_extra(void *tp);
 /* On the new context, its block the thread pointer, before its code:
  * the tid for id, rseq, and a reused block's modules back to their
  * initial images (libc's kept), or a new one's ctype tables.  Rewrites

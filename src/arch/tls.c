@@ -64,13 +64,36 @@
  * block) C++ thread_local destructors run (__call_tls_dtors), then the
  * pthread key destructors (up to PTHREAD_DESTRUCTOR_ITERATIONS rounds,
  * as glibc's thread exit), then every key's value is cleared and its
- * locale set back to the global one; as a reused block starts
+ * locale set back to the global one.  (The keys' table has 1024 entries:
+ * a thread that holds no value -- none of its own key slots, the 32 in
+ * the descriptor and the second-level arrays it points at, is set --
+ * skips the rounds, as glibc's exit does on its specific_used flag.)  As
+ * a reused block starts
  * (weft__tls_start) every module's TLS except libc's goes back to its
  * initial image -- libc's keeps its malloc cache and arena, errno is
  * zeroed.  Pooled blocks stay for the process's life (a runtime started
  * again reuses them), as glibc's stack cache keeps its threads' blocks:
  * as many as own-TLS vthreads were alive at once, about 5 KiB each plus
  * what their malloc caches hold.
+ *
+ * The blocks' memory.  A block's bytes are the static TLS below the TCB
+ * (every module's, plus glibc's surplus for modules dlopen'd later), the
+ * TCB (glibc's struct pthread, 2.3 KiB), then WEFT__TLS_EXTRA bytes that
+ * are the block's user's (weft__tls_extra: hook/threads.c keeps a virtual
+ * pthread's record there, which lives exactly as long as its block is
+ * held) -- about 4.4 KiB in all here, carved one after the other from 32 MiB
+ * slabs (never unmapped: blocks are pooled).  Whoever holds a million
+ * threads unjoined holds a million blocks (a pthread_t is its block's
+ * address), so a block's first touch is what such a burst pays for:
+ * on this VM a fresh 4 KiB page costs 5-12 us at its first touch, and a
+ * fault one by one up to 21 us.  So each slab is marked for transparent
+ * huge pages (MADV_HUGEPAGE) and populated 2 MiB at a time
+ * (MADV_POPULATE_WRITE, ~450 blocks): measured, a 2 MiB piece populated
+ * as one huge page then costs ~0.03 us a 4 KiB page at first touch
+ * (against 5.2 us populated as 4 KiB pages, 11.9 us faulted one by one),
+ * and 1,000,000 pthreads under weft-run went from 46 s to 17 s with this
+ * and the stacks going back at each thread's end (hook/threads.c).  Where
+ * THP is off the populate still spares the faults.
  *
  * The switch.  weft__tp_set: wrfsbase where the CPU and kernel allow user
  * space to write the fs base (AT_HWCAP2's FSGSBASE bit, Linux 5.9+), a
@@ -138,15 +161,16 @@ static struct {
     void (*ctype_init)(void);
     void (*call_tls_dtors)(void);
     size_t block_bytes; /* _dl_get_tls_static_info: static TLS and TCB, one block */
-    size_t block_align, tcb_bytes, stride;
+    size_t block_align, tcb_bytes, tcb_room, stride;
     /* the slab blocks are carved from ("The blocks' memory") */
-    char *slab;
-    size_t slab_left; /* blocks left in it */
-    size_t populated; /* of those, already populated */
+    char *slab;     /* the next block's start */
+    char *slab_end; /* its slab's end */
+    char *pop_end;  /* populated up to here */
     const struct key_struct *keys;
     size_t off_tid, off_specific, off_robust, off_rseq, off_list, off_cancel;
     intptr_t robust_futex_offset;
     int have_rseq;
+    int keys_fast; /* specific_1stblock lies right below specific[] (holds_keys) */
     /* the pool */
     pthread_mutex_t lock;
     void **free;
@@ -216,8 +240,15 @@ static void probe(void) {
         return refuse("glibc's pthread key layout is not the one this weft was written for");
     /* the thread list's links: a list_t {next, prev}, linked in a list */
     T.off_list = lst[2];
+    /* (glibc points a thread's specific[0] at its own 32 slots) */
+    T.keys_fast = ((void **)(tp + T.off_specific))[0] == (void *)(tp + T.off_specific - 2 * sizeof(void *) * SPECIFIC_N);
     T.tcb_bytes = psz[0];
-    T.stride = (T.block_bytes + 2 * T.block_align - 1) & ~(T.block_align - 1);
+    T.tcb_room = (T.tcb_bytes + 63) & ~(size_t)63; /* (the user's bytes after it: weft__tls_extra) */
+    /* (slabs are 2 MiB-aligned and the stride a multiple of the block's
+     * alignment: at 64 bytes, every block's TCB lands aligned with no
+     * slack; a larger alignment gets its own worth of slack) */
+    T.stride = (T.block_bytes + (T.tcb_room - T.tcb_bytes) + WEFT__TLS_EXTRA + (T.block_align > 64 ? T.block_align : 0) +
+                T.block_align - 1) & ~(T.block_align - 1);
     if (!T.block_bytes || T.tcb_bytes > T.block_bytes || (T.block_align & (T.block_align - 1)))
         return refuse("glibc's static TLS size does not hold its thread descriptor");
     T.off_cancel = can[2];
@@ -263,38 +294,41 @@ static void tcb_fill(char *tp) {
     rh[2] = NULL;                            /* list_op_pending */
 }
 
-#define SLAB_BLOCKS 1024 /* blocks a slab maps */
-#define POP_BLOCKS 64    /* blocks populated at a time */
+#define SLAB_BYTES ((size_t)32 << 20) /* a slab's mapping ("The blocks' memory") */
+#define POP_BYTES ((size_t)2 << 20)   /* populated at a time: one huge page */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
 
 /* A fresh block's memory (the lock held): the next one of the slab, a
- * new slab when it is used up; populated POP_BLOCKS at a time.  Returns
+ * new slab when it is used up; populated POP_BYTES at a time.  Returns
  * the thread pointer -- where the TCB starts, aligned as glibc aligns it
  * (nptl's allocate_stack) -- or NULL. */
 static char *carve(void) {
-    if (!T.slab_left) {
-        void *p = mmap(NULL, SLAB_BLOCKS * T.stride, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
+    if (!T.slab || T.slab_end - T.slab < (ptrdiff_t)T.stride) {
+        /* POP_BYTES-aligned, so that each populated piece can be one huge page */
+        char *p = mmap(NULL, SLAB_BYTES + POP_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) return NULL;
-        T.slab = p;
-        T.slab_left = SLAB_BLOCKS;
-        T.populated = 0;
-    }
-    if (!T.populated) {
-        size_t n = T.slab_left < POP_BLOCKS ? T.slab_left : POP_BLOCKS;
-        uintptr_t lo = (uintptr_t)T.slab & ~(uintptr_t)4095, hi = (uintptr_t)T.slab + n * T.stride;
-        /* (failing, the faults come one by one) */
-        (void)madvise((void *)lo, ((hi + 4095) & ~(uintptr_t)4095) - lo, MADV_POPULATE_WRITE);
-        T.populated = n;
+        char *base = (char *)(((uintptr_t)p + POP_BYTES - 1) & ~(uintptr_t)(POP_BYTES - 1));
+        if (base > p) munmap(p, (size_t)(base - p));
+        if (base + SLAB_BYTES < p + SLAB_BYTES + POP_BYTES)
+            munmap(base + SLAB_BYTES, (size_t)(p + SLAB_BYTES + POP_BYTES - (base + SLAB_BYTES)));
+        (void)madvise(base, SLAB_BYTES, MADV_HUGEPAGE); /* (refused where THP is off: 4 KiB pages then) */
+        T.slab = T.pop_end = base;
+        T.slab_end = base + SLAB_BYTES;
     }
     char *start = T.slab;
     T.slab += T.stride;
-    T.slab_left--;
-    T.populated--;
-    return (char *)(((uintptr_t)start + T.stride - T.tcb_bytes) & ~(uintptr_t)(T.block_align - 1));
+    while (T.slab > T.pop_end) {
+        /* (failing, the faults come one by one) */
+        (void)madvise(T.pop_end, POP_BYTES, MADV_POPULATE_WRITE);
+        T.pop_end += POP_BYTES;
+    }
+    return (char *)(((uintptr_t)start + T.stride - WEFT__TLS_EXTRA - T.tcb_room) & ~(uintptr_t)(T.block_align - 1));
 }
+
+void *weft__tls_extra(void *tp) { return (char *)tp + T.tcb_room; }
 
 void *weft__tls_get(int *reused) {
     pthread_mutex_lock(&T.lock);
@@ -391,8 +425,27 @@ void weft__tls_start(uint64_t id, int reused) {
     }
 }
 
-void weft__tls_end(void) {
-    if (T.call_tls_dtors) T.call_tls_dtors();
+/* Whether the calling thread holds a value for any key: its own 32 slots
+ * in the descriptor (specific_1stblock, right below specific[]) and the
+ * second-level arrays specific[1..] points at (where the probe found
+ * that layout; elsewhere, say yes). */
+static int holds_keys(void) {
+    if (!T.keys_fast) return 1;
+    const char *tp = tp_self();
+    const struct key_data {
+        uintptr_t seq;
+        void *data;
+    } *blk = (const struct key_data *)(tp + T.off_specific) - SPECIFIC_N;
+    for (int i = 0;;) {
+        if (blk)
+            for (int j = 0; j < SPECIFIC_N; j++)
+                if (blk[j].data) return 1;
+        if (++i == SPECIFIC_N) return 0;
+        blk = ((const struct key_data *const *)(tp + T.off_specific))[i];
+    }
+}
+
+static void tls_end_keys(void) {
     for (int round = 0; round < KEY_ROUNDS; round++) {
         int called = 0;
         for (unsigned k = 0; k < KEYS_MAX; k++) {
@@ -411,6 +464,11 @@ void weft__tls_end(void) {
      * the next vthread's */
     for (unsigned k = 0; k < KEYS_MAX; k++)
         if ((__atomic_load_n(&T.keys[k].seq, __ATOMIC_ACQUIRE) & 1) && pthread_getspecific(k)) pthread_setspecific(k, NULL);
+}
+
+void weft__tls_end(void) {
+    if (T.call_tls_dtors) T.call_tls_dtors();
+    if (holds_keys()) tls_end_keys();
     uselocale(LC_GLOBAL_LOCALE);
 }
 
