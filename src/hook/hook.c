@@ -223,7 +223,8 @@ int weft__hook_in_trap(void) { return in_trap != 0; }
 
 static int intr_result(weft_thread *t, int r) {
     int sig = weft__intr_end(t);
-    if (__builtin_expect(sig == WEFT__INTR_CANCEL, 0)) weft__vpt_act = !in_trap;
+    if (__builtin_expect(sig == WEFT__INTR_CANCEL, 0))
+        weft__vpt_act = (unsigned char)((weft__vpt_act & WEFT__ACT_PREEMPT) | (in_trap ? 0 : WEFT__ACT_LOOK));
     return sig && r == -ECANCELED && !weft_cancelled() ? -EINTR : r;
 }
 

@@ -102,6 +102,10 @@ int weft__hook_trapped(long nr, const long a[6], long *ret);
  * traps again -- and a vthread whose trap was let off for one call
  * (trap.c: sud[1]) is armed again here. */
 extern __thread __attribute__((tls_model("initial-exec"), visibility("hidden"))) unsigned char weft__vpt_act;
+/* its bits: look at what is kept for the thread (signals, a cancel); a
+ * preemption that found weft's own code running (trap.c) yields here */
+#define WEFT__ACT_LOOK 1
+#define WEFT__ACT_PREEMPT 2
 static inline void weft__trap_scope_end(unsigned char *o) {
     unsigned char *s = weft__sud_sel;
     if (s) {

@@ -24,15 +24,31 @@
  * vthread's.  What works on another thread's descriptor through the
  * kernel (join through the tid futex, pthread_kill, the name in
  * /proc/.../comm, getattr's stack) is done here, from a registry: a hash
- * from the TCB address to a record (struct vpt) of the thread's weft
- * handle, its result, and whether it is detached or has ended.  The
- * record is linked by whichever comes first -- the creator, which reads
- * the TCB from the new vthread's descriptor, or the new thread itself,
- * from pthread_self() -- and unlinked by pthread_join, by pthread_detach
- * of an ended thread, or by the detached thread's own end.  A TCB goes
- * back to arch/tls.c's pool only when its vthread's descriptor is freed
- * (sched.c's free_thread: joined, or detached and ended), so a pthread_t
- * names no other thread while its own can still be joined.
+ * from the TCB address to a record (struct vpt) of the thread's
+ * descriptor, its result, and whether it is detached, has ended or is
+ * gone.  The creator takes the block first (arch/tls.c's pool), keeps the
+ * record in the block's own user bytes (weft__tls_extra: no malloc, no
+ * page of its own), links it, and only then spawns the vthread on that
+ * block (sched.h's weft__spawn_tls) -- so the thread finds itself in the
+ * registry from its first instruction.  The record is unlinked, and the
+ * block with it goes back to the pool, by pthread_join, by
+ * pthread_detach of a thread that is gone, or by a detached thread's
+ * going: a pthread_t names no other thread while its own can still be
+ * joined.
+ *
+ * What an ended thread keeps.  Its vthread is detached as weft sees it
+ * (weft_detach right after the spawn): as it ends, its stack and
+ * descriptor go back at once, and only its block -- the pthread_t, the
+ * record, its result -- waits for the join.  A program that starts a
+ * million threads and joins them later (the article's) then holds a
+ * million blocks, about 4.4 KiB each, but only as many stacks as run at
+ * once; before, each ended thread held its stack's top page too, and its
+ * first touch (5 us here) was a third of the cost of a thread.  The
+ * thread's descriptor is valid until it is gone: the carrier's
+ * weft__on_exit call (vpt_gone) clears it, under the registry's lock,
+ * after the thread's key destructors ran and its block stopped being
+ * anyone's thread pointer; every use of it is under that lock and checks
+ * it.
  *
  * The stop frame.  pthread_exit and a cancellation unwind the thread's
  * stack (_Unwind_ForcedUnwind, running C++ destructors and
@@ -71,9 +87,12 @@
  * hooked (waitpid, open of a FIFO ...), and asynchronous cancellation
  * (glibc sends SIGCANCEL to a tid, and a vthread's is not the kernel's).
  *
- * Joining.  pthread_join is weft_join (a vthread parks; a kernel thread
- * blocks), _tryjoin_np looks, _timedjoin_np and _clockjoin_np wait with a
- * deadline.  Errors are glibc's: EINVAL for a detached thread or one
+ * Joining.  pthread_join waits for the record's `gone` in the parking
+ * lot (sync/lot.h, keyed by the record: a vthread parks, a kernel thread
+ * blocks), which vpt_gone sets and wakes; _tryjoin_np looks, and
+ * _timedjoin_np and _clockjoin_np wait with a deadline.  A join is not a
+ * cancellation point here, and a signal's handler does not end it (as
+ * glibc's wait on the tid futex).  Errors are glibc's: EINVAL for a detached thread or one
  * another thread is joining, EDEADLK for oneself, ESRCH for one already
  * joined (which glibc cannot always tell: it may crash).
  *
@@ -96,6 +115,7 @@
 
 #include "../arch/arch.h"
 #include "../sched/sched.h"
+#include "../sync/lot.h"
 #include "weft/sync.h"
 
 #include <dlfcn.h>
@@ -120,16 +140,25 @@
 struct vpt {
     struct vpt *hnext;   /* the registry's chain */
     void *tp;            /* its TCB: its pthread_t (NULL: not linked yet) */
-    weft_thread *h;      /* its handle (joinable), or NULL */
-    weft_thread *t;      /* its descriptor: valid while linked */
+    /* its descriptor: stored by the spawn before the thread can run,
+     * valid until it is gone (NULL then, under the lock) */
+    weft_thread *_Atomic t;
     void *(*fn)(void *);
     void *arg;
     void *result;
+    char *stk_lo;        /* its stack once it is gone, for pthread_getattr_np */
+    size_t stk_size;
+    /* ended: its function has returned (stored by the thread, without the
+     * lock: its descriptor stays valid until it is gone); gone: its
+     * vthread has left the carrier and its block (weft__on_exit), which a
+     * join waits for ("Joining") */
     uint8_t linked, detached, ended, joining;
+    _Atomic uint8_t gone;
     _Atomic uint8_t cancel; /* pthread_cancel asked, not yet acted on ("Cancellation") */
     uint8_t has_mask;       /* its attributes gave it a signal mask: mask (the kernel's layout) */
     uint64_t mask;
 };
+_Static_assert(sizeof(struct vpt) <= WEFT__TLS_EXTRA, "a record fits its block's user bytes");
 
 static struct {
     _Atomic int on;
@@ -138,11 +167,11 @@ static struct {
     struct vpt **b;
     size_t nb, n; /* buckets (a power of 2), records */
     _Atomic long live; /* virtual pthreads not yet ended */
-    _Atomic int timed; /* timed joins waiting on all_c */
-    weft_mutex all_m;  /* ... and main waits here for the last (its pthread_exit) */
+    weft_mutex all_m;  /* main waits here for the last (its pthread_exit) */
     weft_cond all_c;
     _Atomic int said;  /* reasons already said on stderr (bits) */
     struct vpt *main;  /* main's record (the registry's lock) */
+    unsigned char sud_o; /* the selector reg_lock's caller had (reg_lock) */
     void (*real_exit)(void *);
     int (*real_getname)(pthread_t, char *, size_t);
     int (*real_tryjoin)(pthread_t, void **);
@@ -159,9 +188,26 @@ static struct {
 } V = {.lock = PTHREAD_MUTEX_INITIALIZER, .all_m = WEFT_MUTEX_INIT, .all_c = WEFT_COND_INIT};
 
 /* The registry's lock: the C library's mutex itself (this file names the
- * functions, so a plain call would bind to locks.c's interposer) */
-static inline void reg_lock(void) { weft__libc.pthread_mutex_lock(&V.lock); }
-static inline void reg_unlock(void) { weft__libc.pthread_mutex_unlock(&V.lock); }
+ * functions, so a plain call would bind to locks.c's interposer).  Held,
+ * the caller runs weft's code whoever called: the trap's selector is off
+ * from before the lock is taken until after it is let go (kept in
+ * V.sud_o meanwhile: nothing under the lock parks, so the carrier stays
+ * the same).  Else a vthread called from the program's code (pthread_join
+ * looks its thread up before anything else) could be preempted inside
+ * the C library's lock or unlock -- the preemption yields wherever the
+ * program's selector is armed and the code is not weft's -- and leave the
+ * lock held while every carrier waited for it in the kernel (seen: a
+ * million joins, all carriers in vpt_gone). */
+static inline void reg_lock(void) {
+    unsigned char o = weft__sud_allow();
+    weft__libc.pthread_mutex_lock(&V.lock);
+    V.sud_o = o;
+}
+static inline void reg_unlock(void) {
+    unsigned char o = V.sud_o;
+    weft__libc.pthread_mutex_unlock(&V.lock);
+    weft__sud_restore(o);
+}
 
 /* the calling virtual pthread's stop frame (its own TLS block's copy) */
 struct frame {
@@ -280,14 +326,10 @@ static void grow(void) {
     V.nb = nb;
 }
 
-/* Links v under tp, once, with its descriptor t and handle h (NULL: main,
- * never joined): its creator and the thread itself both try, and either
- * may come first (the thread may run, and name itself, before
- * pthread_create has returned). */
-static void link_vpt(struct vpt *v, void *tp, weft_thread *t, weft_thread *h) {
+/* Links v under tp (its descriptor t, or NULL: the spawn stores it). */
+static void link_vpt(struct vpt *v, void *tp, weft_thread *t) {
+    if (t) atomic_store_explicit(&v->t, t, memory_order_relaxed);
     reg_lock();
-    v->t = t;
-    v->h = h;
     if (!v->linked) {
         if (V.n >= V.nb) grow();
         v->tp = tp;
@@ -299,6 +341,11 @@ static void link_vpt(struct vpt *v, void *tp, weft_thread *t, weft_thread *h) {
     }
     reg_unlock();
 }
+
+/* v's descriptor (the lock held): NULL before the spawn stored it, and
+ * once it is gone */
+static inline weft_thread *vt(const struct vpt *v) { return atomic_load_explicit(&v->t, memory_order_relaxed); }
+static inline int ended(const struct vpt *v) { return __atomic_load_n(&v->ended, __ATOMIC_ACQUIRE); }
 
 /* (the lock held) */
 static void unlink_vpt(struct vpt *v) {
@@ -350,19 +397,37 @@ static void *body(void *(*fn)(void *), void *arg, int *unwound) {
     return res;
 }
 
+/* Its function has returned (on the thread, its block still its own). */
 static void vpt_end(struct vpt *v) {
-    reg_lock();
-    __atomic_store_n(&v->ended, 1, __ATOMIC_SEQ_CST); /* (seq_cst: pairs with a timed join's V.timed) */
-    int drop = v->detached;
-    if (drop && v->linked) unlink_vpt(v);
-    reg_unlock();
-    if (drop) free(v);
-    /* main may wait for the last (its pthread_exit), a timed join for this one */
-    if (atomic_fetch_sub(&V.live, 1) == 1 || atomic_load(&V.timed)) {
+    __atomic_store_n(&v->ended, 1, __ATOMIC_RELEASE);
+    /* main may wait for the last (its pthread_exit) */
+    if (atomic_fetch_sub(&V.live, 1) == 1) {
         weft_mutex_lock(&V.all_m);
         weft_cond_broadcast(&V.all_c);
         weft_mutex_unlock(&V.all_m);
     }
+}
+
+/* Gives back what a joined or detached virtual pthread held, unlinked:
+ * its block (its pthread_t now names no thread), its record with it. */
+static void vpt_free(struct vpt *v) { weft__tls_put(v->tp); }
+
+/* Its vthread is gone (its carrier calls this: weft__on_exit): its stack
+ * and descriptor go back now, its block once it is joined -- or now,
+ * detached.  A joiner waiting is woken. */
+static void vpt_gone(void *arg) {
+    struct vpt *v = arg;
+    reg_lock();
+    weft_thread *t = vt(v);
+    v->stk_lo = t->stk.lo;
+    v->stk_size = (size_t)((char *)t - t->stk.lo); /* (the descriptor sits at the top) */
+    atomic_store_explicit(&v->t, NULL, memory_order_relaxed);
+    int drop = v->detached;
+    if (drop) unlink_vpt(v);
+    else atomic_store(&v->gone, 1); /* (seq_cst: before the wake's look, as the lot asks) */
+    reg_unlock();
+    if (drop) vpt_free(v);
+    else weft__lot_wake(v, INT32_MAX); /* (its address only: a joiner may have freed it) */
 }
 
 static void *vpt_main(void *arg) {
@@ -370,7 +435,7 @@ static void *vpt_main(void *arg) {
     weft_thread *me = weft__self();
     atomic_store_explicit(&me->foreign, 1, memory_order_relaxed);
     if (v->has_mask) atomic_store(&me->sig_mask, v->mask); /* (pthread_attr_setsigmask_np) */
-    link_vpt(v, (void *)pthread_self(), me, weft_self());
+    weft__on_exit(vpt_gone, v);
     int unwound;
     v->result = body(v->fn, v->arg, &unwound);
     /* it forked, and this is the child, whose only thread it was: the
@@ -399,7 +464,7 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
     struct vpt *v = calloc(1, sizeof *v);
     if (v) {
         v->detached = 1;
-        link_vpt(v, (void *)pthread_self(), weft__self(), NULL);
+        link_vpt(v, (void *)pthread_self(), weft__self());
         reg_lock();
         V.main = v;
         reg_unlock();
@@ -471,8 +536,13 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
          * program asked for is what its code gets) */
         if (pthread_attr_getstacksize(attr, &sz) == 0 && sz != dflt && sz > V.stack_dflt) stack = sz + 2 * 4096;
     }
-    struct vpt *v = calloc(1, sizeof *v);
-    if (!v) return EAGAIN;
+    /* its block first: its record lives there, and its pthread_t is known
+     * -- and linked -- before it can run */
+    int reused;
+    void *tp = weft__tls_get(&reused);
+    if (!tp) return EAGAIN;
+    struct vpt *v = weft__tls_extra(tp);
+    memset(v, 0, sizeof *v);
     v->fn = fn;
     v->arg = arg;
     sigset_t ss; /* (PTHREAD_ATTR_NO_SIGMASK_NP: none; it then inherits its creator's) */
@@ -481,18 +551,19 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
         v->mask &= ~(WEFT__SIGBIT(SIGKILL) | WEFT__SIGBIT(SIGSTOP) | WEFT__SIGBIT(32) | WEFT__SIGBIT(33));
         v->has_mask = 1;
     }
+    link_vpt(v, tp, NULL);
     weft_thread_opts o = {.own_tls = 1, .stack_size = stack};
-    weft_thread *h;
     atomic_fetch_add(&V.live, 1);
-    int r = weft_spawn(&h, vpt_main, v, &o);
+    /* (detached as weft sees it: "What an ended thread keeps") */
+    int r = weft__spawn_tls(&v->t, vpt_main, v, &o, tp, reused);
     if (r < 0) {
         atomic_fetch_sub(&V.live, 1);
-        free(v);
+        reg_lock();
+        unlink_vpt(v);
+        reg_unlock();
+        vpt_free(v);
         return r == -EINVAL ? EINVAL : EAGAIN;
     }
-    weft_thread *t = weft__thread_of(h);
-    void *tp = t->tls;
-    link_vpt(v, tp, t, h);
     *th = (pthread_t)tp;
     if (det == PTHREAD_CREATE_DETACHED) pthread_detach((pthread_t)tp);
     return 0;
@@ -516,9 +587,14 @@ HOOK_API int thrd_create(thrd_t *thr, thrd_start_t fn, void *arg) {
 
 /* ---- join and detach ----------------------------------------------------------- */
 
+static int still_running(const void *key, void *arg) {
+    (void)arg;
+    return !atomic_load(&((const struct vpt *)key)->gone);
+}
+
 /* Joins v (the lock held, and released here); deadline: 0 none, -1 a try. */
 static int join_vpt(struct vpt *v, void **ret, int64_t deadline) {
-    if (v->t == weft__self()) { /* (glibc's order: itself before detached) */
+    if (vt(v) && vt(v) == weft__self()) { /* (glibc's order: itself before detached) */
         reg_unlock();
         return EDEADLK;
     }
@@ -526,37 +602,29 @@ static int join_vpt(struct vpt *v, void **ret, int64_t deadline) {
         reg_unlock();
         return EINVAL;
     }
-    if (deadline < 0 && !v->ended) {
+    if (deadline < 0 && !atomic_load_explicit(&v->gone, memory_order_relaxed)) {
         reg_unlock();
         return EBUSY;
     }
     v->joining = 1;
     reg_unlock();
-    if (deadline > 0) {
-        /* wait for its end, then join: weft_join itself has no deadline */
-        weft_mutex_lock(&V.all_m);
-        atomic_fetch_add(&V.timed, 1); /* (under all_m: an end that broadcasts after it takes all_m too) */
-        int r = 0;
-        while (!__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE) && r != -ETIMEDOUT)
-            r = weft_cond_wait_until(&V.all_c, &V.all_m, deadline);
-        atomic_fetch_sub(&V.timed, 1);
-        weft_mutex_unlock(&V.all_m);
-        if (!__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE)) {
+    /* (a lot's wait is never cancelled or interrupted: as glibc's join
+     * waits on the tid futex, a signal's handler runs and the wait goes on) */
+    while (deadline >= 0 && !atomic_load(&v->gone)) {
+        weft__lot_waiter lw;
+        if (weft__lot_enter(&lw, v, still_running, NULL) != 0) continue;
+        if (weft__lot_park(&lw, deadline, WEFT__WHY_JOIN, v) == -ETIMEDOUT && !atomic_load(&v->gone)) {
             reg_lock();
             v->joining = 0;
             reg_unlock();
             return ETIMEDOUT;
         }
     }
-    int r;
-    while ((r = weft__join_nocancel(weft__thread_of(v->h), NULL)) == -EINTR) {
-    }
-    (void)r;
     reg_lock();
     unlink_vpt(v);
     reg_unlock();
     if (ret) *ret = v->result;
-    free(v);
+    vpt_free(v); /* (v with it) */
     return 0;
 }
 
@@ -609,13 +677,11 @@ HOOK_API int pthread_detach(pthread_t th) {
         reg_unlock();
         return EINVAL;
     }
-    weft_thread *h = v->h;
     v->detached = 1;
-    int drop = v->ended;
+    int drop = atomic_load_explicit(&v->gone, memory_order_relaxed);
     if (drop) unlink_vpt(v);
     reg_unlock();
-    if (drop) free(v);
-    if (h) weft_detach(h);
+    if (drop) vpt_free(v);
     return 0;
 }
 
@@ -664,10 +730,10 @@ HOOK_API int pthread_cancel(pthread_t th) {
     struct vpt *v = lookup(th);
     if (!v) return V.real_cancel(th);
     TRAP_SCOPE;
-    if (!v->ended) {
+    if (!ended(v)) {
         atomic_store(&v->cancel, 1);
         /* (disabled: its pthread_setcancelstate marks it when it enables) */
-        if (weft__tls_cancel_enabled((void *)th)) weft__intr_cancel(v->t);
+        if (weft__tls_cancel_enabled((void *)th)) weft__intr_cancel(vt(v));
     }
     reg_unlock();
     return 0;
@@ -687,16 +753,29 @@ static void act(void) {
 }
 
 void weft__vpt_cancel_point(void) {
-    __atomic_store_n(&weft__vpt_act, 0, __ATOMIC_RELAXED);
+    unsigned char a = __atomic_exchange_n(&weft__vpt_act, 0, __ATOMIC_RELAXED);
     weft_thread *t = weft__self();
     if (!t) return;
+    /* a preemption that came while weft's code ran (trap.c): taken here,
+     * where the program's code resumes, as if it had come a moment later */
+    if (a & WEFT__ACT_PREEMPT) {
+        if (weft__hook_in_trap()) {
+            __atomic_fetch_or(&weft__vpt_act, WEFT__ACT_PREEMPT, __ATOMIC_RELAXED);
+        } else { /* (weft's code: untrapped, as on_preempt's yield) */
+            unsigned char *sel = weft__sud_sel;
+            int armed = sel && sel[0];
+            if (sel) sel[0] = 0;
+            weft__yield_polled();
+            if (armed) weft__sud_sel[0] = 1; /* (this carrier's: it may have moved) */
+        }
+    }
     /* signals sent to it alone: raised here, on its own carrier, so that
      * their handlers run on it (a signal that also ended its wait: before
      * the call returns EINTR, as the kernel runs it) */
     if (atomic_load_explicit(&t->sig_pend, memory_order_relaxed)) weft__vsig_raise_pending(t);
     if (atomic_load_explicit(&t->intr_sig, memory_order_relaxed) != WEFT__INTR_CANCEL) return;
     if (weft__hook_in_trap()) { /* (not from inside the trap's handler: the next interposer's end) */
-        __atomic_store_n(&weft__vpt_act, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_or(&weft__vpt_act, WEFT__ACT_LOOK, __ATOMIC_RELAXED);
         return;
     }
     atomic_store(&t->intr_sig, 0);
@@ -717,7 +796,7 @@ static void hand_to(weft_thread *t, void *tp, int sig, int routed) {
         if (atomic_load(&t->sig_wait) & b) weft__intr_signal(t, sig, 0);
         return;
     }
-    __atomic_store_n((unsigned char *)tp + act_off, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_or((unsigned char *)tp + act_off, WEFT__ACT_LOOK, __ATOMIC_RELEASE);
     weft__intr_signal(t, sig, weft__hook_sig_restart(sig));
 }
 
@@ -728,8 +807,8 @@ int weft__vpt_route(int sig, int hand, int (*claim)(int)) {
     struct vpt *pick = NULL;
     for (size_t i = 0; i < V.nb; i++)
         for (struct vpt *v = V.b[i]; v; v = v->hnext) {
-            weft_thread *t = v->t;
-            if (!v->linked || v->ended || !t) continue;
+            weft_thread *t = vt(v);
+            if (!v->linked || ended(v) || !t) continue;
             if (atomic_load(&t->sig_wait) & b) { /* (seq_cst: the process's bit was set before) */
                 weft__intr_signal(t, sig, 0);
                 reg_unlock();
@@ -746,7 +825,7 @@ int weft__vpt_route(int sig, int hand, int (*claim)(int)) {
              * that call returns; anywhere else (computing, or parked on a
              * lock) it would only at its next hooked call, so the router
              * runs the handler where it is (3) */
-            if (atomic_load(&pick->t->intr_seq) & 1) hand_to(pick->t, pick->tp, sig, 1);
+            if (atomic_load(&vt(pick)->intr_seq) & 1) hand_to(vt(pick), pick->tp, sig, 1);
             else r = 3;
         }
     }
@@ -765,7 +844,7 @@ HOOK_API int pthread_kill(pthread_t th, int sig) {
     struct vpt *v = lookup(th);
     if (!v) return V.real_kill(th, sig);
     TRAP_SCOPE;
-    weft_thread *t = v->ended ? NULL : v->t;
+    weft_thread *t = ended(v) ? NULL : vt(v);
     void *tp = v->tp;
     if (!t || sig < 0 || sig > 64) {
         reg_unlock();
@@ -804,7 +883,7 @@ long weft__vpt_tid_kill(long tid, int sig) {
     void *tp = NULL;
     for (size_t i = 0; i < V.nb && !tp; i++)
         for (struct vpt *v = V.b[i]; v; v = v->hnext)
-            if (v->linked && !v->ended && v->t && weft__tls_tid_of(v->tp) == tid) {
+            if (v->linked && !ended(v) && vt(v) && weft__tls_tid_of(v->tp) == tid) {
                 tp = v->tp;
                 break;
             }
@@ -839,11 +918,15 @@ HOOK_API int pthread_setname_np(pthread_t th, const char *name) {
         reg_unlock();
         return ERANGE;
     }
+    if (ended(v)) { /* (glibc: its /proc/self/task/TID/comm is gone) */
+        reg_unlock();
+        return ENOENT;
+    }
     char buf[32] = {0};
     memcpy(buf, name, strlen(name));
     uint64_t nw[4];
     memcpy(nw, buf, 32);
-    for (int i = 0; i < 4; i++) atomic_store_explicit(&v->t->name_words[i], nw[i], memory_order_relaxed);
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&vt(v)->name_words[i], nw[i], memory_order_relaxed);
     reg_unlock();
     return 0;
 }
@@ -851,9 +934,13 @@ HOOK_API int pthread_setname_np(pthread_t th, const char *name) {
 HOOK_API int pthread_getname_np(pthread_t th, char *buf, size_t len) {
     struct vpt *v = lookup(th);
     if (!v) return V.real_getname(th, buf, len);
+    if (ended(v)) { /* (as setname) */
+        reg_unlock();
+        return ENOENT;
+    }
     char name[32];
     uint64_t nw[4];
-    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&v->t->name_words[i], memory_order_relaxed);
+    for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&vt(v)->name_words[i], memory_order_relaxed);
     reg_unlock();
     memcpy(name, nw, 32);
     name[15] = 0; /* (the kernel's comm: 15 bytes) */
@@ -866,8 +953,9 @@ HOOK_API int pthread_getname_np(pthread_t th, char *buf, size_t len) {
 HOOK_API int pthread_getattr_np(pthread_t th, pthread_attr_t *attr) {
     struct vpt *v = lookup(th);
     if (!v) return weft__libc.pthread_getattr_np(th, attr);
-    char *lo = v->t->stk.lo;
-    size_t size = (size_t)((char *)v->t - lo); /* (the descriptor sits at the top) */
+    weft_thread *t = vt(v);
+    char *lo = t ? t->stk.lo : v->stk_lo; /* (its last stack, once it is gone) */
+    size_t size = t ? (size_t)((char *)t - lo) : v->stk_size;
     int det = v->detached;
     reg_unlock();
     int r = pthread_attr_init(attr);
@@ -886,7 +974,7 @@ HOOK_API int pthread_getattr_np(pthread_t th, pthread_attr_t *attr) {
 HOOK_API int pthread_getcpuclockid(pthread_t th, clockid_t *clk) {
     struct vpt *v = lookup(th);
     if (!v) return weft__libc.pthread_getcpuclockid(th, clk);
-    int tid = v->ended ? -1 : weft__carrier_tid_of(v->t);
+    int tid = ended(v) ? -1 : weft__carrier_tid_of(vt(v));
     reg_unlock();
     if (tid <= 0) return ESRCH;
     *clk = (clockid_t)((~(unsigned)tid << 3) | 2 | 4);

@@ -366,8 +366,16 @@ __attribute__((unused)) static void on_sigsys(int sig, siginfo_t *si, void *ucv)
  * outside libweft's own text (weft's code between a switch and the
  * selector's store), and the vthread foreign with its own TLS (so its
  * errno, its locks' owners and glibc's state go with it to any carrier).
- * Anywhere else the signal is ignored; the monitor tries again a look
- * later.  What the program holds there -- a pthread mutex, malloc's
+ * Where weft's own code runs instead (an interposer: a program that
+ * spends its time in pthread_create, or in reads weft completes at once,
+ * spends it there), the vthread's weft__vpt_act is marked, and the
+ * interposer's return to the program's code (TRAP_SCOPE's end:
+ * hook/threads.c's weft__vpt_cancel_point) yields -- seen: a main that
+ * created a million threads held its carrier for all 19 s of it, the
+ * signal landing in weft's code every time, and the threads it made
+ * waited for the other carrier alone.  Anywhere else (a carrier between
+ * vthreads, a vthread of weft's own) the signal is ignored; the monitor
+ * tries again a look later.  What the program holds there -- a pthread mutex, malloc's
  * arena lock -- it holds as a preempted kernel thread would: another
  * vthread that wants it parks (the futex trap) until it runs again.  The
  * kernel's action for SIGURG is this handler for good: a program's
@@ -401,9 +409,13 @@ static void on_preempt(int sig, siginfo_t *si, void *ucv) {
     ucontext_t *uc = ucv;
     unsigned char *sel = weft__sud_sel;
     uintptr_t ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-    if (!sel || sel[0] != 1 || sel[1] || (ip >= text_lo && ip < text_hi)) return;
     weft_thread *t = weft__self();
-    if (!t || !t->tls || !atomic_load_explicit(&t->foreign, memory_order_relaxed)) return;
+    if (!sel || !t || !t->tls || !atomic_load_explicit(&t->foreign, memory_order_relaxed)) return;
+    if (sel[0] != 1 || sel[1] || (ip >= text_lo && ip < text_hi)) {
+        /* weft's code runs: the next interposer's return yields */
+        __atomic_fetch_or(&weft__vpt_act, WEFT__ACT_PREEMPT, __ATOMIC_RELAXED);
+        return;
+    }
     sel[0] = 0;
     int e = errno;
     weft__yield_polled();

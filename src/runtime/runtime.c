@@ -457,8 +457,9 @@ static void abandon_state(weft__stack *s, void *unused) {
     weft_thread *t = (weft_thread *)s;
     if (atomic_load_explicit(&t->rstate, memory_order_relaxed) == WEFT__RS_FREE) return;
     if (t->locals) weft__locals_abandon(t);
-    if (t->tls) { /* its own TLS block: back to the pool, its destructors not run */
-        weft__tls_put(t->tls);
+    if (t->tls) { /* its own TLS block: back to the pool, its destructors not run (unless
+                   * another layer keeps it: weft__keep_tls) */
+        if (!t->tls_kept) weft__tls_put(t->tls);
         t->tls = NULL;
     }
 }

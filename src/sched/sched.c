@@ -1628,11 +1628,12 @@ static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, 
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
-    /* its TLS block goes back with its descriptor, not as it ends: the
-     * block's address is the vthread's pthread_t (hook/threads.c), which
-     * must name no other thread until it is joined or detached */
+    /* its TLS block goes back with its descriptor, not as it ends (its
+     * joiner may still look at it) -- unless the layer that made it keeps
+     * it longer (weft__keep_tls: hook/threads.c, whose pthread_t is the
+     * block's address until it is joined) */
     if (t->tls) { /* (no longer the thread pointer: switch_to left it) */
-        weft__tls_put(t->tls);
+        if (!t->tls_kept) weft__tls_put(t->tls);
         t->tls = NULL;
     }
     /* every handle of t is stale from here on ("Handles") */
@@ -1709,15 +1710,22 @@ static void join_unlock(weft_thread *t) {
     atomic_fetch_and_explicit(&t->join_state, ~JOIN_LOCK, memory_order_release);
 }
 
-static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr, int on);
+static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr, int on,
+                      void *tls_given, int given_reused, weft_thread *_Atomic *desc);
 
 int weft_spawn(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr) {
-    return spawn_impl(out, fn, arg, attr, -1);
+    return spawn_impl(out, fn, arg, attr, -1, NULL, 0, NULL);
 }
 
 int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr) {
     if (k < 0) return -EINVAL;
-    return spawn_impl(out, fn, arg, attr, k);
+    return spawn_impl(out, fn, arg, attr, k, NULL, 0, NULL);
+}
+
+int weft__spawn_tls(weft_thread *_Atomic *desc, void *(*fn)(void *), void *arg, const weft_thread_opts *attr,
+                    void *tls, int reused) {
+    if (!tls || !desc) return -EINVAL;
+    return spawn_impl(NULL, fn, arg, attr, -1, tls, reused, desc);
 }
 
 /* A generation for a freshly populated slot (seq_base: unique to this
@@ -1735,8 +1743,10 @@ __attribute__((noinline)) static uint64_t fresh_gen(weft_thread *t, uint64_t seq
     return bits;
 }
 
-/* on >= 0: pinned to carrier on (weft__spawn_on) */
-static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr, int on) {
+/* on >= 0: pinned to carrier on (weft__spawn_on); tls_given: the caller's
+ * block, desc where its descriptor goes (weft__spawn_tls) */
+static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr, int on,
+                      void *tls_given, int given_reused, weft_thread *_Atomic *desc) {
     if (!fn) return -EINVAL;
     int r = weft__ensure_init();
     if (r < 0) return r;
@@ -1761,9 +1771,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     }
     /* its own TLS (arch/tls.c): asked for (own_tls > 0), refused (< 0),
      * or the runtime's default; -ENOTSUP where blocks cannot be made */
-    void *tls = NULL;
-    int tls_reused = 0;
-    if (__builtin_expect(attr && attr->own_tls ? attr->own_tls > 0 : R.own_tls, 0)) {
+    void *tls = tls_given;
+    int tls_reused = given_reused;
+    if (!tls && __builtin_expect(attr && attr->own_tls ? attr->own_tls > 0 : R.own_tls, 0)) {
         if ((r = weft__tls_probe()) < 0) goto unref;
         if (!(tls = weft__tls_get(&tls_reused))) {
             r = -ENOMEM;
@@ -1773,7 +1783,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     size_t size = attr ? attr->stack_size : 0;
     weft__stack *s = c && !size ? weft__stack_get_cached(&c->stacks) : NULL;
     if (!s && !(s = weft__stack_get(c ? &c->stacks : NULL, size))) {
-        if (tls) weft__tls_put(tls);
+        if (tls && !tls_given) weft__tls_put(tls);
         r = -ENOMEM;
         goto unref;
     }
@@ -1824,6 +1834,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->result = NULL;
     t->tls = tls;
     t->tls_reused = (uint8_t)tls_reused;
+    t->tls_kept = tls_given != NULL;
     t->sud = 0;
     atomic_store_explicit(&t->foreign, 0, memory_order_relaxed);
     atomic_store_explicit(&t->trap_call, 0, memory_order_relaxed);
@@ -1881,6 +1892,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     /* the program's handle carries the generation; the runtime's own
      * (weft__spawn_on) is the descriptor */
     if (out) *out = (weft_thread *)((uintptr_t)t | (on < 0 ? (uintptr_t)gen : 0));
+    if (desc) atomic_store_explicit(desc, t, memory_order_release); /* (before it can run) */
     if (on >= 0) {
         t->home = R.c[on % R.n];
         t->flags |= WEFT__F_PINNED;

@@ -200,9 +200,11 @@ struct weft_thread {
     _Atomic int shielded;
     /* own TLS (weft_thread_opts.own_tls; arch/tls.c): its TLS block and
      * TCB, the thread pointer while it runs (NULL: its carrier's), and
-     * whether the block served a vthread before (weft__tls_start) */
+     * whether the block served a vthread before (weft__tls_start), and
+     * whether the block is its spawner's (weft__spawn_tls: not given
+     * back with the descriptor) */
     void *tls;
-    uint8_t tls_reused;
+    uint8_t tls_reused, tls_kept;
     uint16_t sud;                    /* its carrier's sud[] while it is off-CPU (internal.h) */
     /* foreign code (for the dump and weft-top; written by the vthread,
      * read racily): 1 if libweft-hook.so started it to run a program weft
@@ -427,6 +429,17 @@ extern void (*_Atomic weft__cancel_hook)(weft_thread *t);
 typedef struct weft__pcancel weft__pcancel;
 /* weft_spawn pinned to carrier k (mod the carriers): it runs only there. */
 int weft__spawn_on(int k, weft_thread **out, void *(*fn)(void *), void *arg, const weft_thread_opts *attr);
+/* weft_spawn of a detached vthread (no handle) with its own TLS, on tls:
+ * a block its caller got from weft__tls_get (reused: as that call said)
+ * and keeps -- the block is not given back with the vthread's descriptor;
+ * the caller gives it back (weft__tls_put) once the vthread has ended:
+ * from the vthread's weft__on_exit call on, the block is no one's thread
+ * pointer.  *desc gets the descriptor before the vthread can run; it is
+ * valid until that weft__on_exit call returns.  (hook/threads.c: a
+ * pthread_t is its block's address, which must name no other thread
+ * until it is joined, while the vthread's stack goes back as it ends.) */
+int weft__spawn_tls(weft_thread *_Atomic *desc, void *(*fn)(void *), void *arg, const weft_thread_opts *attr,
+                    void *tls, int reused);
 /* The number of carriers the runtime was configured with: indices
  * 0 .. weft__carriers()-1.  Spare carriers that the monitor adds to
  * compensate for stalls have higher indices (weft__carriers_all); code that
@@ -515,6 +528,7 @@ void weft__locals_end(weft_thread *self);
  * per vthread; the scope layer's tasks use it to say "ended" only when
  * nothing of them is left (scope.c, "Completion"). */
 void weft__on_exit(void (*fn)(void *), void *arg);
+
 
 /* 1 inside a weft_shield_begin region of the calling thread (the scope
  * layer: a scope opened there is shielded too). */
