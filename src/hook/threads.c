@@ -160,18 +160,29 @@ struct vpt {
 };
 _Static_assert(sizeof(struct vpt) <= WEFT__TLS_EXTRA, "a record fits its block's user bytes");
 
+/* The registry: SHARDS hash tables, a record in the one its TCB's address
+ * picks, each under its own lock -- every thread takes its shard's lock
+ * four times in its life (link, gone, the join's look-up and unlink), from
+ * every carrier at once: one lock for all made 200,000 futex calls for a
+ * million threads, a carrier asleep in the kernel at each. */
+#define SHARDS 64
+struct shard {
+    pthread_mutex_t lock;
+    struct vpt **b;
+    size_t nb, n;        /* buckets (a power of 2), records */
+    unsigned char sud_o; /* the selector reg_lock's caller had (reg_lock) */
+} __attribute__((aligned(64)));
+static struct shard S[SHARDS];
+
 static struct {
     _Atomic int on;
     size_t stack_dflt;
-    pthread_mutex_t lock;
-    struct vpt **b;
-    size_t nb, n; /* buckets (a power of 2), records */
+    _Atomic size_t n;  /* records, all shards */
     _Atomic long live; /* virtual pthreads not yet ended */
     weft_mutex all_m;  /* main waits here for the last (its pthread_exit) */
     weft_cond all_c;
     _Atomic int said;  /* reasons already said on stderr (bits) */
-    struct vpt *main;  /* main's record (the registry's lock) */
-    unsigned char sud_o; /* the selector reg_lock's caller had (reg_lock) */
+    struct vpt *_Atomic main; /* main's record (cleared under its shard's lock before it is unlinked) */
     void (*real_exit)(void *);
     int (*real_getname)(pthread_t, char *, size_t);
     int (*real_tryjoin)(pthread_t, void **);
@@ -185,29 +196,36 @@ static struct {
     int (*real_thrd_join)(thrd_t, int *);
     int (*real_thrd_detach)(thrd_t);
     void (*real_thrd_exit)(int);
-} V = {.lock = PTHREAD_MUTEX_INITIALIZER, .all_m = WEFT_MUTEX_INIT, .all_c = WEFT_COND_INIT};
+} V = {.all_m = WEFT_MUTEX_INIT, .all_c = WEFT_COND_INIT};
 
-/* The registry's lock: the C library's mutex itself (this file names the
+static inline struct shard *shard_of(const void *tp) {
+    return &S[((uintptr_t)tp >> 6) * 0x9E3779B97F4A7C15ull >> 58];
+}
+
+/* A shard's lock: the C library's mutex itself (this file names the
  * functions, so a plain call would bind to locks.c's interposer).  Held,
  * the caller runs weft's code whoever called: the trap's selector is off
  * from before the lock is taken until after it is let go (kept in
- * V.sud_o meanwhile: nothing under the lock parks, so the carrier stays
+ * sh->sud_o meanwhile: nothing under the lock parks, so the carrier stays
  * the same).  Else a vthread called from the program's code (pthread_join
  * looks its thread up before anything else) could be preempted inside
  * the C library's lock or unlock -- the preemption yields wherever the
  * program's selector is armed and the code is not weft's -- and leave the
  * lock held while every carrier waited for it in the kernel (seen: a
  * million joins, all carriers in vpt_gone). */
-static inline void reg_lock(void) {
+static inline void shard_lock(struct shard *sh) {
     unsigned char o = weft__sud_allow();
-    weft__libc.pthread_mutex_lock(&V.lock);
-    V.sud_o = o;
+    weft__libc.pthread_mutex_lock(&sh->lock);
+    sh->sud_o = o;
 }
-static inline void reg_unlock(void) {
-    unsigned char o = V.sud_o;
-    weft__libc.pthread_mutex_unlock(&V.lock);
+static inline void shard_unlock(struct shard *sh) {
+    unsigned char o = sh->sud_o;
+    weft__libc.pthread_mutex_unlock(&sh->lock);
     weft__sud_restore(o);
 }
+/* the lock of the shard of TCB tp */
+static inline void reg_lock(const void *tp) { shard_lock(shard_of(tp)); }
+static inline void reg_unlock(const void *tp) { shard_unlock(shard_of(tp)); }
 
 /* the calling virtual pthread's stop frame (its own TLS block's copy) */
 struct frame {
@@ -235,7 +253,7 @@ static void resolve(void) {
 }
 __attribute__((constructor)) static void threads_load(void) { resolve(); }
 
-static void grow(void);
+static void grow(struct shard *sh);
 
 /* weft__vpt_act's offset from a thread pointer (initial-exec TLS) */
 static ptrdiff_t act_off;
@@ -246,15 +264,20 @@ static ptrdiff_t act_off;
  * makes kernel threads until its own runtime starts */
 static void fork_prepare(void) {
     weft__vsig_fork_prepare();
-    weft__libc.pthread_mutex_lock(&V.lock);
+    for (int i = 0; i < SHARDS; i++) weft__libc.pthread_mutex_lock(&S[i].lock);
 }
-static void fork_parent(void) { weft__libc.pthread_mutex_unlock(&V.lock); }
+static void fork_parent(void) {
+    for (int i = 0; i < SHARDS; i++) weft__libc.pthread_mutex_unlock(&S[i].lock);
+}
 static void fork_child(void) {
-    pthread_mutex_init(&V.lock, NULL);
+    for (int i = 0; i < SHARDS; i++) pthread_mutex_init(&S[i].lock, NULL);
     weft__vsig_fork_child();
 }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+static void atfork_register(void) {
+    for (int i = 0; i < SHARDS; i++) pthread_mutex_init(&S[i].lock, NULL);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
 
 int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
     resolve();
@@ -271,11 +294,14 @@ int weft__threads_start(int cfg, int hooks_on, size_t stack_dflt) {
         want = 0;
     }
     if (want && weft__tls_probe() < 0) want = 0; /* (the probe said why) */
-    if (want) { /* the registry's first table, so that linking a record never finds none */
-        reg_lock();
-        if (!V.nb) grow();
-        int none = !V.nb;
-        reg_unlock();
+    if (want) { /* the registry's first tables, so that linking a record never finds none */
+        int none = 0;
+        for (int i = 0; i < SHARDS; i++) {
+            shard_lock(&S[i]);
+            if (!S[i].nb) grow(&S[i]);
+            none |= !S[i].nb;
+            shard_unlock(&S[i]);
+        }
         if (none) {
             fprintf(stderr, "weft: no memory for the virtual pthreads' registry: threads are the kernel's\n");
             want = 0;
@@ -302,44 +328,48 @@ static inline size_t slot_of(const void *tp, size_t nb) {
     return (size_t)(((uintptr_t)tp >> 6) * 0x9E3779B97F4A7C15ull >> 20) & (nb - 1);
 }
 
-/* (the lock held) */
+/* (its shard's lock held) */
 static struct vpt *find(const void *tp) {
-    if (!V.nb) return NULL;
-    for (struct vpt *v = V.b[slot_of(tp, V.nb)]; v; v = v->hnext)
+    const struct shard *sh = shard_of(tp);
+    if (!sh->nb) return NULL;
+    for (struct vpt *v = sh->b[slot_of(tp, sh->nb)]; v; v = v->hnext)
         if (v->tp == tp) return v;
     return NULL;
 }
 
-static void grow(void) {
-    size_t nb = V.nb ? V.nb * 2 : 1024;
+/* (sh's lock held) */
+static void grow(struct shard *sh) {
+    size_t nb = sh->nb ? sh->nb * 2 : 64;
     struct vpt **b = calloc(nb, sizeof *b);
     if (!b) return; /* chains get longer; nothing is lost */
-    for (size_t i = 0; i < V.nb; i++)
-        for (struct vpt *v = V.b[i], *nx; v; v = nx) {
+    for (size_t i = 0; i < sh->nb; i++)
+        for (struct vpt *v = sh->b[i], *nx; v; v = nx) {
             nx = v->hnext;
             size_t k = slot_of(v->tp, nb);
             v->hnext = b[k];
             b[k] = v;
         }
-    free(V.b);
-    V.b = b;
-    V.nb = nb;
+    free(sh->b);
+    sh->b = b;
+    sh->nb = nb;
 }
 
 /* Links v under tp (its descriptor t, or NULL: the spawn stores it). */
 static void link_vpt(struct vpt *v, void *tp, weft_thread *t) {
     if (t) atomic_store_explicit(&v->t, t, memory_order_relaxed);
-    reg_lock();
+    struct shard *sh = shard_of(tp);
+    shard_lock(sh);
     if (!v->linked) {
-        if (V.n >= V.nb) grow();
+        if (sh->n >= sh->nb) grow(sh);
         v->tp = tp;
-        size_t k = slot_of(tp, V.nb);
-        v->hnext = V.b[k];
-        V.b[k] = v;
+        size_t k = slot_of(tp, sh->nb);
+        v->hnext = sh->b[k];
+        sh->b[k] = v;
         v->linked = 1;
-        V.n++;
+        sh->n++;
+        atomic_fetch_add_explicit(&V.n, 1, memory_order_relaxed);
     }
-    reg_unlock();
+    shard_unlock(sh);
 }
 
 /* v's descriptor (the lock held): NULL before the spawn stored it, and
@@ -347,21 +377,28 @@ static void link_vpt(struct vpt *v, void *tp, weft_thread *t) {
 static inline weft_thread *vt(const struct vpt *v) { return atomic_load_explicit(&v->t, memory_order_relaxed); }
 static inline int ended(const struct vpt *v) { return __atomic_load_n(&v->ended, __ATOMIC_ACQUIRE); }
 
-/* (the lock held) */
+/* (its shard's lock held) */
 static void unlink_vpt(struct vpt *v) {
-    struct vpt **pp = &V.b[slot_of(v->tp, V.nb)];
+    struct shard *sh = shard_of(v->tp);
+    struct vpt **pp = &sh->b[slot_of(v->tp, sh->nb)];
     while (*pp && *pp != v) pp = &(*pp)->hnext;
-    if (*pp) *pp = v->hnext, V.n--;
+    if (*pp) {
+        *pp = v->hnext;
+        sh->n--;
+        atomic_fetch_sub_explicit(&V.n, 1, memory_order_relaxed);
+    }
     v->linked = 0;
 }
 
 /* The virtual pthread th names, or NULL (a kernel thread: the C
- * library's); the lock is held on return when it is not NULL. */
+ * library's); its shard's lock is held on return when it is not NULL
+ * (reg_unlock(v->tp)). */
 static struct vpt *lookup(pthread_t th) {
-    if (!atomic_load_explicit(&V.on, memory_order_relaxed) && !__atomic_load_n(&V.n, __ATOMIC_RELAXED)) return NULL;
-    reg_lock();
+    if (!atomic_load_explicit(&V.on, memory_order_relaxed) && !atomic_load_explicit(&V.n, memory_order_relaxed))
+        return NULL;
+    reg_lock((void *)th);
     struct vpt *v = find((void *)th);
-    if (!v) reg_unlock();
+    if (!v) reg_unlock((void *)th);
     return v;
 }
 
@@ -417,7 +454,7 @@ static void vpt_free(struct vpt *v) { weft__tls_put(v->tp); }
  * detached.  A joiner waiting is woken. */
 static void vpt_gone(void *arg) {
     struct vpt *v = arg;
-    reg_lock();
+    reg_lock(v->tp);
     weft_thread *t = vt(v);
     v->stk_lo = t->stk.lo;
     v->stk_size = (size_t)((char *)t - t->stk.lo); /* (the descriptor sits at the top) */
@@ -425,7 +462,7 @@ static void vpt_gone(void *arg) {
     int drop = v->detached;
     if (drop) unlink_vpt(v);
     else atomic_store(&v->gone, 1); /* (seq_cst: before the wake's look, as the lot asks) */
-    reg_unlock();
+    reg_unlock(v->tp);
     if (drop) vpt_free(v);
     else weft__lot_wake(v, INT32_MAX); /* (its address only: a joiner may have freed it) */
 }
@@ -465,18 +502,16 @@ int weft__threads_main(int (*main_fn)(int, char **, char **), int argc, char **a
     if (v) {
         v->detached = 1;
         link_vpt(v, (void *)pthread_self(), weft__self());
-        reg_lock();
-        V.main = v;
-        reg_unlock();
+        atomic_store(&V.main, v);
     }
     struct main_args a = {main_fn, argc, argv, envp};
     int unwound = 0;
     void *r = body(main_thunk, &a, &unwound);
     if (v) {
-        reg_lock();
+        reg_lock(v->tp);
+        if (atomic_load(&V.main) == v) atomic_store(&V.main, NULL);
         if (v->linked) unlink_vpt(v);
-        if (V.main == v) V.main = NULL;
-        reg_unlock();
+        reg_unlock(v->tp);
         free(v);
     }
     if (!unwound) return (int)(intptr_t)r;
@@ -558,9 +593,9 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
     int r = weft__spawn_tls(&v->t, vpt_main, v, &o, tp, reused);
     if (r < 0) {
         atomic_fetch_sub(&V.live, 1);
-        reg_lock();
+        reg_lock(v->tp);
         unlink_vpt(v);
-        reg_unlock();
+        reg_unlock(v->tp);
         vpt_free(v);
         return r == -EINVAL ? EINVAL : EAGAIN;
     }
@@ -595,34 +630,34 @@ static int still_running(const void *key, void *arg) {
 /* Joins v (the lock held, and released here); deadline: 0 none, -1 a try. */
 static int join_vpt(struct vpt *v, void **ret, int64_t deadline) {
     if (vt(v) && vt(v) == weft__self()) { /* (glibc's order: itself before detached) */
-        reg_unlock();
+        reg_unlock(v->tp);
         return EDEADLK;
     }
     if (v->detached || v->joining) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return EINVAL;
     }
     if (deadline < 0 && !atomic_load_explicit(&v->gone, memory_order_relaxed)) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return EBUSY;
     }
     v->joining = 1;
-    reg_unlock();
+    reg_unlock(v->tp);
     /* (a lot's wait is never cancelled or interrupted: as glibc's join
      * waits on the tid futex, a signal's handler runs and the wait goes on) */
     while (deadline >= 0 && !atomic_load(&v->gone)) {
         weft__lot_waiter lw;
         if (weft__lot_enter(&lw, v, still_running, NULL) != 0) continue;
         if (weft__lot_park(&lw, deadline, WEFT__WHY_JOIN, v) == -ETIMEDOUT && !atomic_load(&v->gone)) {
-            reg_lock();
+            reg_lock(v->tp);
             v->joining = 0;
-            reg_unlock();
+            reg_unlock(v->tp);
             return ETIMEDOUT;
         }
     }
-    reg_lock();
+    reg_lock(v->tp);
     unlink_vpt(v);
-    reg_unlock();
+    reg_unlock(v->tp);
     if (ret) *ret = v->result;
     vpt_free(v); /* (v with it) */
     return 0;
@@ -656,7 +691,7 @@ HOOK_API int pthread_clockjoin_np(pthread_t th, void **ret, clockid_t clk, const
     TRAP_SCOPE;
     int64_t dl = abs ? weft_deadline(clk, abs) : 0;
     if (dl < 0 || (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return EINVAL;
     }
     return join_vpt(v, ret, dl);
@@ -665,7 +700,7 @@ HOOK_API int pthread_clockjoin_np(pthread_t th, void **ret, clockid_t clk, const
 HOOK_API int pthread_timedjoin_np(pthread_t th, void **ret, const struct timespec *abs) {
     struct vpt *v = lookup(th);
     if (!v) return V.real_timedjoin(th, ret, abs);
-    reg_unlock();
+    reg_unlock(v->tp);
     return pthread_clockjoin_np(th, ret, CLOCK_REALTIME, abs);
 }
 
@@ -674,13 +709,13 @@ HOOK_API int pthread_detach(pthread_t th) {
     if (!v) return weft__libc.pthread_detach(th);
     TRAP_SCOPE;
     if (v->detached || v->joining) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return EINVAL;
     }
     v->detached = 1;
     int drop = atomic_load_explicit(&v->gone, memory_order_relaxed);
     if (drop) unlink_vpt(v);
-    reg_unlock();
+    reg_unlock(v->tp);
     if (drop) vpt_free(v);
     return 0;
 }
@@ -689,7 +724,7 @@ HOOK_API int thrd_join(thrd_t thr, int *res) {
     void *p = NULL;
     struct vpt *v = lookup((pthread_t)thr);
     if (!v) return V.real_thrd_join(thr, res);
-    reg_unlock();
+    reg_unlock(v->tp);
     int r = pthread_join((pthread_t)thr, &p);
     if (r) return thrd_error;
     if (res) *res = (int)(intptr_t)p;
@@ -699,7 +734,7 @@ HOOK_API int thrd_join(thrd_t thr, int *res) {
 HOOK_API int thrd_detach(thrd_t thr) {
     struct vpt *v = lookup((pthread_t)thr);
     if (!v) return V.real_thrd_detach(thr);
-    reg_unlock();
+    reg_unlock(v->tp);
     return pthread_detach((pthread_t)thr) ? thrd_error : thrd_success;
 }
 
@@ -735,7 +770,7 @@ HOOK_API int pthread_cancel(pthread_t th) {
         /* (disabled: its pthread_setcancelstate marks it when it enables) */
         if (weft__tls_cancel_enabled((void *)th)) weft__intr_cancel(vt(v));
     }
-    reg_unlock();
+    reg_unlock(v->tp);
     return 0;
 }
 
@@ -746,7 +781,7 @@ static void act(void) {
     struct vpt *v = lookup(pthread_self());
     if (!v) return;
     int asked = atomic_load(&v->cancel);
-    reg_unlock();
+    reg_unlock(v->tp);
     if (!asked || !weft__tls_cancel_enabled((void *)pthread_self())) return;
     V.real_cancel(pthread_self());
     V.real_testcancel();
@@ -801,36 +836,69 @@ static void hand_to(weft_thread *t, void *tp, int sig, int routed) {
 }
 
 /* (signals.c's router, on the monitor thread: hook.h) */
+static int route_to(struct vpt *pick, int sig, int hand, int (*claim)(int)) {
+    if (!hand || !claim(sig)) return 2;
+    /* waiting in a hooked call a signal ends: it takes it now, as that
+     * call returns; anywhere else (computing, or parked on a lock) it
+     * would only at its next hooked call, so the router runs the handler
+     * where it is (3) */
+    weft_thread *t = vt(pick);
+    if (!(atomic_load(&t->intr_seq) & 1)) return 3;
+    hand_to(t, pick->tp, sig, 1);
+    return 2;
+}
+
+/* (its shard's lock held) whether v may take b now */
+static int takes(const struct vpt *v, uint64_t b) {
+    weft_thread *t = vt(v);
+    return v->linked && !ended(v) && t && !(atomic_load(&t->sig_mask) & b);
+}
+
 int weft__vpt_route(int sig, int hand, int (*claim)(int)) {
     uint64_t b = WEFT__SIGBIT(sig);
-    reg_lock();
-    struct vpt *pick = NULL;
-    for (size_t i = 0; i < V.nb; i++)
-        for (struct vpt *v = V.b[i]; v; v = v->hnext) {
-            weft_thread *t = vt(v);
-            if (!v->linked || ended(v) || !t) continue;
-            if (atomic_load(&t->sig_wait) & b) { /* (seq_cst: the process's bit was set before) */
-                weft__intr_signal(t, sig, 0);
-                reg_unlock();
-                return 1;
+    /* a sigwait of any thread waiting for it */
+    for (int i = 0; i < SHARDS; i++) {
+        struct shard *sh = &S[i];
+        shard_lock(sh);
+        for (size_t k = 0; k < sh->nb; k++)
+            for (struct vpt *v = sh->b[k]; v; v = v->hnext) {
+                weft_thread *t = vt(v);
+                if (!v->linked || ended(v) || !t) continue;
+                if (atomic_load(&t->sig_wait) & b) { /* (seq_cst: the process's bit was set before) */
+                    weft__intr_signal(t, sig, 0);
+                    shard_unlock(sh);
+                    return 1;
+                }
             }
-            /* main first, as the kernel's first thread */
-            if (!(atomic_load(&t->sig_mask) & b) && (!pick || v == V.main)) pick = v;
-        }
-    int r = 0;
-    if (pick) {
-        r = 2;
-        if (hand && claim(sig)) {
-            /* waiting in a hooked call a signal ends: it takes it now, as
-             * that call returns; anywhere else (computing, or parked on a
-             * lock) it would only at its next hooked call, so the router
-             * runs the handler where it is (3) */
-            if (atomic_load(&vt(pick)->intr_seq) & 1) hand_to(vt(pick), pick->tp, sig, 1);
-            else r = 3;
-        }
+        shard_unlock(sh);
     }
-    reg_unlock();
-    return r;
+    /* main first, as the kernel's first thread (its record is cleared
+     * from V.main under its shard's lock before it is freed) */
+    struct vpt *m = atomic_load(&V.main);
+    if (m) {
+        struct shard *sh = shard_of(m->tp);
+        shard_lock(sh);
+        if (atomic_load(&V.main) == m && takes(m, b)) {
+            int r = route_to(m, sig, hand, claim);
+            shard_unlock(sh);
+            return r;
+        }
+        shard_unlock(sh);
+    }
+    /* else the first that does not block it */
+    for (int i = 0; i < SHARDS; i++) {
+        struct shard *sh = &S[i];
+        shard_lock(sh);
+        for (size_t k = 0; k < sh->nb; k++)
+            for (struct vpt *v = sh->b[k]; v; v = v->hnext)
+                if (takes(v, b)) {
+                    int r = route_to(v, sig, hand, claim);
+                    shard_unlock(sh);
+                    return r;
+                }
+        shard_unlock(sh);
+    }
+    return 0;
 }
 
 /* A signal for one virtual pthread (pthread_kill): itself, raised now on
@@ -847,20 +915,20 @@ HOOK_API int pthread_kill(pthread_t th, int sig) {
     weft_thread *t = ended(v) ? NULL : vt(v);
     void *tp = v->tp;
     if (!t || sig < 0 || sig > 64) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return t ? EINVAL : ESRCH;
     }
     if (sig == 0) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return 0;
     }
     if (t == weft__self()) {
-        reg_unlock();
+        reg_unlock(v->tp);
         int r = weft__hook_raise_here(sig, SI_TKILL);
         return r < 0 ? -r : 0;
     }
     hand_to(t, tp, sig, 0);
-    reg_unlock();
+    reg_unlock(v->tp);
     return 0;
 }
 
@@ -879,15 +947,18 @@ HOOK_API int sched_yield(void) {
  * of its thread: 0 or -errno; 1: not a vthread's tid (the kernel's). */
 long weft__vpt_tid_kill(long tid, int sig) {
     if (!weft__tls_tid_is_ours(tid)) return 1;
-    reg_lock();
     void *tp = NULL;
-    for (size_t i = 0; i < V.nb && !tp; i++)
-        for (struct vpt *v = V.b[i]; v; v = v->hnext)
-            if (v->linked && !ended(v) && vt(v) && weft__tls_tid_of(v->tp) == tid) {
-                tp = v->tp;
-                break;
-            }
-    reg_unlock();
+    for (int i = 0; i < SHARDS && !tp; i++) {
+        struct shard *sh = &S[i];
+        shard_lock(sh);
+        for (size_t k = 0; k < sh->nb && !tp; k++)
+            for (struct vpt *v = sh->b[k]; v; v = v->hnext)
+                if (v->linked && !ended(v) && vt(v) && weft__tls_tid_of(v->tp) == tid) {
+                    tp = v->tp;
+                    break;
+                }
+        shard_unlock(sh);
+    }
     if (!tp) return -ESRCH;
     return -pthread_kill((pthread_t)tp, sig); /* (looked up again: it may have ended meanwhile) */
 }
@@ -905,7 +976,7 @@ HOOK_API int pthread_setcancelstate(int state, int *old) {
     struct vpt *v = lookup(pthread_self());
     if (!v) return r;
     if (atomic_load(&v->cancel)) weft__intr_cancel(t);
-    reg_unlock();
+    reg_unlock(v->tp);
     return r;
 }
 
@@ -915,11 +986,11 @@ HOOK_API int pthread_setname_np(pthread_t th, const char *name) {
     struct vpt *v = lookup(th);
     if (!v) return weft__libc.pthread_setname_np(th, name);
     if (strlen(name) > 15) {
-        reg_unlock();
+        reg_unlock(v->tp);
         return ERANGE;
     }
     if (ended(v)) { /* (glibc: its /proc/self/task/TID/comm is gone) */
-        reg_unlock();
+        reg_unlock(v->tp);
         return ENOENT;
     }
     char buf[32] = {0};
@@ -927,7 +998,7 @@ HOOK_API int pthread_setname_np(pthread_t th, const char *name) {
     uint64_t nw[4];
     memcpy(nw, buf, 32);
     for (int i = 0; i < 4; i++) atomic_store_explicit(&vt(v)->name_words[i], nw[i], memory_order_relaxed);
-    reg_unlock();
+    reg_unlock(v->tp);
     return 0;
 }
 
@@ -935,13 +1006,13 @@ HOOK_API int pthread_getname_np(pthread_t th, char *buf, size_t len) {
     struct vpt *v = lookup(th);
     if (!v) return V.real_getname(th, buf, len);
     if (ended(v)) { /* (as setname) */
-        reg_unlock();
+        reg_unlock(v->tp);
         return ENOENT;
     }
     char name[32];
     uint64_t nw[4];
     for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&vt(v)->name_words[i], memory_order_relaxed);
-    reg_unlock();
+    reg_unlock(v->tp);
     memcpy(name, nw, 32);
     name[15] = 0; /* (the kernel's comm: 15 bytes) */
     size_t n = strlen(name);
@@ -957,7 +1028,7 @@ HOOK_API int pthread_getattr_np(pthread_t th, pthread_attr_t *attr) {
     char *lo = t ? t->stk.lo : v->stk_lo; /* (its last stack, once it is gone) */
     size_t size = t ? (size_t)((char *)t - lo) : v->stk_size;
     int det = v->detached;
-    reg_unlock();
+    reg_unlock(v->tp);
     int r = pthread_attr_init(attr);
     if (r) return r;
     pthread_attr_setstack(attr, lo, size);
@@ -975,7 +1046,7 @@ HOOK_API int pthread_getcpuclockid(pthread_t th, clockid_t *clk) {
     struct vpt *v = lookup(th);
     if (!v) return weft__libc.pthread_getcpuclockid(th, clk);
     int tid = ended(v) ? -1 : weft__carrier_tid_of(vt(v));
-    reg_unlock();
+    reg_unlock(v->tp);
     if (tid <= 0) return ESRCH;
     *clk = (clockid_t)((~(unsigned)tid << 3) | 2 | 4);
     return 0;

@@ -542,6 +542,27 @@ TEST(more_threads_at_once_than_the_kernel_allows) {
     free(weft.out);
 }
 
+/* Threads made and joined by the hundred thousand -- half of them gone
+ * before their join, half joined while they nap, a quarter detached --
+ * every join hands back its own thread's result, every detached thread
+ * runs, and the program ends (the run's alarm turns a hang into a
+ * failure).  Natively too, as the reference. */
+TEST(joins_by_the_hundred_thousand_each_get_their_threads_result) {
+    if (TEST_SANITIZED) SKIP("a sanitizer build gives vthreads no TLS of their own: weft-run's threads are the kernel's");
+    for (int round = 0; round < 3; round++) {
+        ran weft;
+        run_path(1, 0, WEFT_FOREIGN_THREADS_PATH, "churn", "100000", NULL, &weft);
+        CHECK(exited(&weft, 0));
+        CHECK_EQ(strcmp(weft.out, "churn 100000: 0 joins wrong, detached all done\n"), 0);
+        free(weft.out);
+    }
+    ran native;
+    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "churn", "2000", NULL, &native);
+    CHECK(exited(&native, 0));
+    CHECK_EQ(strcmp(native.out, "churn 2000: 0 joins wrong, detached all done\n"), 0);
+    free(native.out);
+}
+
 /* ---- everyday binaries ---------------------------------------------------------
  *
  * Debian's curl, sqlite3, git, tar and sort -- threads of their own among

@@ -64,6 +64,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,6 +589,52 @@ static int mode_many(long n) {
     return 0;
 }
 
+/* ---- churn ----
+ * N threads in rounds of 1000: every other one naps 1 ms (its join waits),
+ * the rest return at once (already gone when joined, often), every
+ * fourth is made detached, and main joins the others, each handing back
+ * its own index. */
+
+static _Atomic long c_detached_done;
+
+static void *churn_body(void *p) {
+    long i = (long)(intptr_t)p;
+    if (i & 1) nap_ms(1);
+    if (i % 4 == 0) atomic_fetch_add(&c_detached_done, 1);
+    return p;
+}
+
+static int mode_churn(long n) {
+    enum { ROUND = 1000 };
+    pthread_t t[ROUND];
+    pthread_attr_t det;
+    pthread_attr_init(&det);
+    pthread_attr_setdetachstate(&det, PTHREAD_CREATE_DETACHED);
+    long bad = 0, detached = 0;
+    for (long base = 0; base < n; base += ROUND) {
+        long m = n - base < ROUND ? n - base : ROUND;
+        for (long k = 0; k < m; k++) {
+            long i = base + k;
+            int e = pthread_create(&t[k], i % 4 == 0 ? &det : NULL, churn_body, (void *)(intptr_t)i);
+            if (e) {
+                printf("pthread_create %ld: %s\n", i, strerror(e));
+                return 1;
+            }
+            detached += i % 4 == 0;
+        }
+        for (long k = 0; k < m; k++) {
+            long i = base + k;
+            if (i % 4 == 0) continue;
+            void *r = NULL;
+            int e = pthread_join(t[k], &r);
+            if (e || r != (void *)(intptr_t)i) bad++;
+        }
+    }
+    while (atomic_load(&c_detached_done) < detached) nap_ms(1);
+    printf("churn %ld: %ld joins wrong, detached all done\n", n, bad);
+    return 0;
+}
+
 /* ---- signal masks ---- */
 
 static volatile sig_atomic_t m_runs;
@@ -806,6 +853,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "masks-child")) return mode_masks_child();
     if (!strcmp(mode, "spin")) return mode_spin();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
+    if (!strcmp(mode, "churn") && argc > 2) return mode_churn(atol(argv[2]));
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
                     "masks|spin|many N\n");
     return 2;
