@@ -7,8 +7,9 @@
  * says where it stopped.  Under weft-run every thread is a vthread
  * (issue 27).  One line, key=value:
  *   created joined stopped_by wall_s create_s peak_rss_kib rss_per_thread_b
- * (rss per thread: the peak over the threads made, the process's start
- * included).
+ * (stopped_by: none, EAGAIN, ENOMEM or other -- pthread_create's error
+ * where it stopped; rss per thread: the peak over the threads made, the
+ * process's start included).
  *
  *   pthread_sleep [-n N] [--sleep-ms MS]
  */
@@ -67,7 +68,7 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("created=%ld joined=%ld stopped_by=%s wall_s=%.3f create_s=%.3f peak_rss_kib=%ld rss_per_thread_b=%.0f\n",
-           made, joined, err ? strerror(err) : "none", t2 - t0, t1 - t0, ru.ru_maxrss,
+           made, joined, err == EAGAIN ? "EAGAIN" : err == ENOMEM ? "ENOMEM" : err ? "other" : "none", t2 - t0, t1 - t0, ru.ru_maxrss,
            made ? (double)ru.ru_maxrss * 1024.0 / (double)made : 0.0);
     free(t);
     return joined == made ? 0 : 1;
