@@ -12,7 +12,9 @@
 #   N        connections (default 19500: this machine's hard RLIMIT_NOFILE is 20000 per
 #            process, and the server needs a few descriptors of its own)
 # Environment:
-#   SERVERS="weft-async weft-virtual nginx-w1 go"   which servers (in this order)
+#   SERVERS="weft-async weft-virtual nginx-w1 go"   which servers (in this order); also
+#                      tpc and tpc-weft-run: bench/tpc's thread-per-connection server
+#                      natively and under weft-run (--delay-ms 0)
 #   CLIENTS=2          weft-load processes sharing the N connections
 #   HOLD=15            seconds the connections are held (the reading comes after ~2 s)
 #   WEFT_HTTPD, WEFT_LOAD   the binaries (default build-release/apps/...)
@@ -30,6 +32,8 @@ CLIENTS=${CLIENTS:-2}
 HOLD=${HOLD:-15}
 httpd=${WEFT_HTTPD:-$repo/build-release/apps/httpd/weft-httpd}
 load=${WEFT_LOAD:-$repo/build-release/apps/load/weft-load}
+tpc=${WEFT_TPC_SERVER:-$repo/build-release/tpc_server}
+weft_run=${WEFT_RUN:-$repo/build-release/apps/run/weft-run}
 peers=$(cd "${WEFT_PEERS:-$repo/../shared/peers}" && pwd)
 docroot=$peers/http/docroot
 build=/tmp/weft-idle-conns
@@ -69,6 +73,10 @@ run_one() {
         chown -R nobody:nogroup "$run"
         argv=(setpriv --reuid=nobody --regid=nogroup --clear-groups -- "${argv[@]}")
       fi ;;
+    tpc)
+      argv=("$tpc" --port "$port" --delay-ms 0) ;;
+    tpc-weft-run)
+      argv=("$weft_run" "$tpc" --port "$port" --delay-ms 0) ;;
     go)
       if [ ! -x "$build/go-server" ] || [ "$peers/http/go/server.go" -nt "$build/go-server" ]; then
         (cd "$peers/http/go" && GOCACHE=${GOCACHE:-$build/gocache} go build -o "$build/go-server" server.go)

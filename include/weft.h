@@ -453,8 +453,9 @@ typedef struct weft_runtime_opts {
  * action anywhere (hook/signals.c).  tgkill or tkill with a vthread's tid
  * (gettid's: not the kernel's) is pthread_kill of its thread (the system
  * call trap).  A thread that computes for 10 ms without a switch is
- * preempted where it runs the program's own code (hook/trap.c,
- * "Preemption"; WEFT_PREEMPT=0: never).  Not yet: a handler's own sa_mask
+ * preempted where it runs the program's own code, or, if it was inside
+ * one of weft's functions, as that function returns to the program
+ * (hook/trap.c, "Preemption"; WEFT_PREEMPT=0: never).  Not yet: a handler's own sa_mask
  * is its carrier's, not the vthread's; a mask is carried across exec from
  * a fork child, not from a thread's own execve or into posix_spawn's;
  * a signal to a vthread that computes without a hooked call waits for its
@@ -462,9 +463,12 @@ typedef struct weft_runtime_opts {
  * cancellation; a cancellation acts where a hooked call waits (read,
  * sleep, poll, accept ...: its EINTR return) and at pthread_testcancel,
  * not at the C library's other cancellation points.  The cost over a
- * vthread's: its TLS block (about 4 KiB, allocated in bulk) and a
- * thread-pointer write at each switch (the own-TLS line of weft-bench
- * micro).
+ * vthread's: its TLS block (about 4.4 KiB, allocated in bulk from huge
+ * pages) and a thread-pointer write at each switch (the own-TLS line of
+ * weft-bench micro).  A thread that has ended and is not yet joined keeps
+ * only its TLS block (its pthread_t, its result): its stack goes back as
+ * it ends, so a program that starts a million threads and joins them
+ * later holds about 5 KiB per thread (bench/tpc/million.sh).
  *
  * Signal handlers.  Inside a signal handler, on any thread, every hooked
  * function is the C library's: it goes to the kernel and, like libc's,

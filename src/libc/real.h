@@ -150,7 +150,8 @@
     X(int, sigwaitinfo, (const sigset_t *set, siginfo_t *info), (set, info))                           \
     X(int, sigtimedwait, (const sigset_t *set, siginfo_t *info, const struct timespec *ts),           \
       (set, info, ts))                                                                                 \
-    X(int, sched_yield, (void), ())
+    X(int, sched_yield, (void), ())                                                                    \
+    X(int, clock_gettime, (clockid_t clk, struct timespec *ts), (clk, ts))
 #endif
 
 /* The locks (hook/locks.c), in the list but in ThreadSanitizer builds:
@@ -340,6 +341,7 @@ static inline __attribute__((always_inline)) void weft__sud_restore(unsigned cha
 #define sigwaitinfo(...) WEFT__ALLOWED(weft__libc.sigwaitinfo(__VA_ARGS__))
 #define sigtimedwait(...) WEFT__ALLOWED(weft__libc.sigtimedwait(__VA_ARGS__))
 #define sched_yield() WEFT__ALLOWED(weft__libc.sched_yield())
+#define clock_gettime(...) WEFT__ALLOWED(weft__libc.clock_gettime(__VA_ARGS__))
 #endif
 #endif
 

@@ -1199,8 +1199,23 @@ static inline __attribute__((always_inline)) void tp_switch(weft__carrier *c, vo
     if (__builtin_expect(tp != c->tp_cur, 0)) tp_switch_slow(c, tp);
 }
 
+/* CLOCK_MONOTONIC, ns, whatever weft_now's clock is (deterministic mode's
+ * is virtual): an own-TLS vthread's time on its carrier ("cpu_ns") */
+static inline int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t weft__thread_cpu_ns(void) {
+    weft_thread *self = weft__self();
+    if (!self || !self->tls) return -1;
+    return self->cpu_ns + (mono_ns() - self->cpu_since);
+}
+
 /* Sets up `next` to run on c; called just before switching to it. */
 static inline void enter(weft__carrier *c, weft_thread *next) {
+    if (next->tls) next->cpu_since = mono_ns(); /* (its CPU clock: weft__thread_cpu_ns) */
     tp_switch(c, next->tls);
     /* the trap's selector as next left it (internal.h: sud) */
     if (c->sud_sel) __builtin_memcpy(c->sud, &next->sud, 2); /* (all 0 where nothing traps) */
@@ -1228,6 +1243,7 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
  * `op` for the next context to finish.  Returns when self is resumed. */
 static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
     check_canary(self);
+    if (self->tls) self->cpu_ns += mono_ns() - self->cpu_since;
     /* its trap selector, for enter() when it runs again; weft's own code
      * from here to the switch (enter's thread pointer write may be a
      * system call) */
@@ -1835,6 +1851,7 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     t->tls = tls;
     t->tls_reused = (uint8_t)tls_reused;
     t->tls_kept = tls_given != NULL;
+    t->cpu_ns = 0;
     t->sud = 0;
     atomic_store_explicit(&t->foreign, 0, memory_order_relaxed);
     atomic_store_explicit(&t->trap_call, 0, memory_order_relaxed);

@@ -205,6 +205,10 @@ struct weft_thread {
      * back with the descriptor) */
     void *tls;
     uint8_t tls_reused, tls_kept;
+    /* an own-TLS vthread's CPU clock (weft__thread_cpu_ns): the time it
+     * has spent on a carrier before its last switch in, and when that
+     * was (CLOCK_MONOTONIC, ns) -- written at its switches, read by itself */
+    int64_t cpu_ns, cpu_since;
     uint16_t sud;                    /* its carrier's sud[] while it is off-CPU (internal.h) */
     /* foreign code (for the dump and weft-top; written by the vthread,
      * read racily): 1 if libweft-hook.so started it to run a program weft
@@ -309,6 +313,11 @@ weft_thread *weft__self(void);
 /* The kernel thread id of the carrier t runs or last ran on; -1: none
  * yet (a racy read, for a clock: hook/threads.c). */
 int weft__carrier_tid_of(const weft_thread *t);
+/* The calling vthread's CPU time, ns, if it has its own TLS (a thread of
+ * the program under weft-run: hook/threads.c's CLOCK_THREAD_CPUTIME_ID):
+ * the time it has spent on a carrier, its carrier's CPU clock being
+ * every vthread's that ran there; -1 elsewhere. */
+int64_t weft__thread_cpu_ns(void);
 
 /* ---- interrupts (sched.c, "Interrupts") ----------------------------------- */
 

@@ -635,6 +635,42 @@ static int mode_churn(long n) {
     return 0;
 }
 
+/* ---- cputime ----
+ * A thread's CPU clock counts its own running only: main waits (naps)
+ * while a thread computes until its own clock says 20 ms; main's clock
+ * moves far less meanwhile (under weft-run both share one carrier, whose
+ * kernel clock counted both: main's then moved as much as the spinner's). */
+
+static _Atomic int ct_done;
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *ct_spin(void *p) {
+    (void)p;
+    double t0 = cpu_s();
+    volatile unsigned long x = 0;
+    while (cpu_s() - t0 < 0.020) x++;
+    atomic_store(&ct_done, 1);
+    return NULL;
+}
+
+static int mode_cputime(void) {
+    double s0 = cpu_s();
+    pthread_t t;
+    if (pthread_create(&t, NULL, ct_spin, NULL)) return 1;
+    while (!atomic_load(&ct_done)) nap_ms(1);
+    double waited = cpu_s() - s0;
+    pthread_join(t, NULL);
+    printf("cputime: the spinner's clock reached 20 ms; main's moved %s\n",
+           waited < 0.010 ? "less than 10 ms" : "as much");
+    if (waited >= 0.010) fprintf(stderr, "main's clock moved %.1f ms\n", waited * 1e3);
+    return 0;
+}
+
 /* ---- signal masks ---- */
 
 static volatile sig_atomic_t m_runs;
@@ -854,6 +890,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "spin")) return mode_spin();
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
     if (!strcmp(mode, "churn") && argc > 2) return mode_churn(atol(argv[2]));
+    if (!strcmp(mode, "cputime")) return mode_cputime();
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
                     "masks|spin|many N\n");
     return 2;
