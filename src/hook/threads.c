@@ -37,7 +37,7 @@
  * joined.
  *
  * What an ended thread keeps.  Its vthread is detached as weft sees it
- * (weft_detach right after the spawn): as it ends, its stack and
+ * (weft__spawn_tls makes it so, with no handle): as it ends, its stack and
  * descriptor go back at once, and only its block -- the pthread_t, the
  * record, its result -- waits for the join.  A program that starts a
  * million threads and joins them later (the article's) then holds a
@@ -45,7 +45,7 @@
  * once; before, each ended thread held its stack's top page too, and its
  * first touch (5 us here) was a third of the cost of a thread.  The
  * thread's descriptor is valid until it is gone: the carrier's
- * weft__on_exit call (vpt_gone) clears it, under the registry's lock,
+ * weft__on_exit call (vpt_gone) clears it, under its shard's lock,
  * after the thread's key destructors ran and its block stopped being
  * anyone's thread pointer; every use of it is under that lock and checks
  * it.

@@ -458,7 +458,7 @@ static void abandon_state(weft__stack *s, void *unused) {
     if (atomic_load_explicit(&t->rstate, memory_order_relaxed) == WEFT__RS_FREE) return;
     if (t->locals) weft__locals_abandon(t);
     if (t->tls) { /* its own TLS block: back to the pool, its destructors not run (unless
-                   * another layer keeps it: weft__keep_tls) */
+                   * another layer keeps it: weft__spawn_tls) */
         if (!t->tls_kept) weft__tls_put(t->tls);
         t->tls = NULL;
     }

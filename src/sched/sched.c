@@ -1646,7 +1646,7 @@ static inline __attribute__((always_inline)) void free_thread(weft__carrier *c, 
 #endif
     /* its TLS block goes back with its descriptor, not as it ends (its
      * joiner may still look at it) -- unless the layer that made it keeps
-     * it longer (weft__keep_tls: hook/threads.c, whose pthread_t is the
+     * it longer (weft__spawn_tls: hook/threads.c, whose pthread_t is the
      * block's address until it is joined) */
     if (t->tls) { /* (no longer the thread pointer: switch_to left it) */
         if (!t->tls_kept) weft__tls_put(t->tls);
