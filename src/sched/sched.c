@@ -1213,9 +1213,11 @@ int64_t weft__thread_cpu_ns(void) {
     return self->cpu_ns + (mono_ns() - self->cpu_since);
 }
 
-/* Sets up `next` to run on c; called just before switching to it. */
-static inline void enter(weft__carrier *c, weft_thread *next) {
-    if (next->tls) next->cpu_since = mono_ns(); /* (its CPU clock: weft__thread_cpu_ns) */
+/* Sets up `next` to run on c; called just before switching to it.  now:
+ * mono_ns(), read by the caller if next has its own TLS (its CPU clock:
+ * weft__thread_cpu_ns), else unused. */
+static inline void enter(weft__carrier *c, weft_thread *next, int64_t now) {
+    if (next->tls) next->cpu_since = now;
     tp_switch(c, next->tls);
     /* the trap's selector as next left it (internal.h: sud) */
     if (c->sud_sel) __builtin_memcpy(c->sud, &next->sud, 2); /* (all 0 where nothing traps) */
@@ -1243,7 +1245,9 @@ static inline void resumed(weft_thread *self, weft__carrier *c) {
  * `op` for the next context to finish.  Returns when self is resumed. */
 static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, weft_thread *self, weft_thread *next, int op) {
     check_canary(self);
-    if (self->tls) self->cpu_ns += mono_ns() - self->cpu_since;
+    /* (one clock read for both own-TLS vthreads' CPU clocks) */
+    int64_t now = self->tls || (next && next->tls) ? mono_ns() : 0;
+    if (self->tls) self->cpu_ns += now - self->cpu_since;
     /* its trap selector, for enter() when it runs again; weft's own code
      * from here to the switch (enter's thread pointer write may be a
      * system call) */
@@ -1258,7 +1262,7 @@ static inline __attribute__((always_inline)) void switch_to(weft__carrier *c, we
     size_t size;
 #endif
     if (next) {
-        enter(c, next);
+        enter(c, next, now);
         to_sp = next->sp;
 #ifdef WEFT_ASAN
         bottom = next->stk.lo;
@@ -1295,7 +1299,7 @@ static void switch_out(weft__carrier *c, weft_thread *self, int op) {
 
 /* Runs t from the sched context of c until it switches back there. */
 static void run_from_sched(weft__carrier *c, weft_thread *t) {
-    enter(c, t);
+    enter(c, t, t->tls ? mono_ns() : 0);
 #ifdef WEFT_ASAN
     __sanitizer_start_switch_fiber(&c->asan_fake, t->stk.lo, t->stk.size);
 #endif

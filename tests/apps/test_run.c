@@ -547,6 +547,17 @@ TEST(a_thread_that_forks_ends_the_child_when_it_returns) {
     threads_as_natively("fork-thread", "child's thread returns; the child exited 0\n");
 }
 
+/* foreign_threads MODE [ARG] natively or under weft-run (carriers: 0 the
+ * default; extra: as run_cmd's) exits 0 having written want. */
+static void threads_exit_0_writing(int weft, int carriers, const char *mode, const char *arg, const char *extra,
+                                   const char *want) {
+    ran r;
+    run_path(weft, carriers, WEFT_FOREIGN_THREADS_PATH, mode, arg, extra, &r);
+    CHECK(exited(&r, 0));
+    CHECK_EQ(strcmp(r.out, want), 0);
+    free(r.out);
+}
+
 /* 40,000 threads alive at once: more than this machine's kernel.pid_max
  * (32,768) lets a process have, and every one is made and joined under
  * weft-run.  The program is not run natively here: kernel.pid_max is the
@@ -555,11 +566,7 @@ TEST(a_thread_that_forks_ends_the_child_when_it_returns) {
  * bench/tpc/pthread_sleep measures the native side. */
 TEST(more_threads_at_once_than_the_kernel_allows) {
     if (TEST_SANITIZED) SKIP("a sanitizer build gives vthreads no TLS of their own: weft-run's threads are the kernel's");
-    ran weft;
-    run_path(1, 0, WEFT_FOREIGN_THREADS_PATH, "many", "40000", NULL, &weft);
-    CHECK(exited(&weft, 0));
-    CHECK_EQ(strcmp(weft.out, "all 40000\n"), 0);
-    free(weft.out);
+    threads_exit_0_writing(1, 0, "many", "40000", NULL, "all 40000\n");
 }
 
 /* Threads made and joined by the hundred thousand -- half of them gone
@@ -569,18 +576,9 @@ TEST(more_threads_at_once_than_the_kernel_allows) {
  * failure).  Natively too, as the reference. */
 TEST(joins_by_the_hundred_thousand_each_get_their_threads_result) {
     if (TEST_SANITIZED) SKIP("a sanitizer build gives vthreads no TLS of their own: weft-run's threads are the kernel's");
-    for (int round = 0; round < 3; round++) {
-        ran weft;
-        run_path(1, 0, WEFT_FOREIGN_THREADS_PATH, "churn", "100000", NULL, &weft);
-        CHECK(exited(&weft, 0));
-        CHECK_EQ(strcmp(weft.out, "churn 100000: 0 joins wrong, detached all done\n"), 0);
-        free(weft.out);
-    }
-    ran native;
-    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "churn", "2000", NULL, &native);
-    CHECK(exited(&native, 0));
-    CHECK_EQ(strcmp(native.out, "churn 2000: 0 joins wrong, detached all done\n"), 0);
-    free(native.out);
+    for (int round = 0; round < 3; round++)
+        threads_exit_0_writing(1, 0, "churn", "100000", NULL, "churn 100000: 0 joins wrong, detached all done\n");
+    threads_exit_0_writing(0, 0, "churn", "2000", NULL, "churn 2000: 0 joins wrong, detached all done\n");
 }
 
 /* A thread's CPU clock (CLOCK_THREAD_CPUTIME_ID) is its own: main, waiting
@@ -590,16 +588,9 @@ TEST(joins_by_the_hundred_thousand_each_get_their_threads_result) {
 TEST(a_threads_cpu_clock_counts_its_own_running_only) {
     if (TEST_SANITIZED) SKIP("a sanitizer build gives vthreads no TLS of their own: weft-run's threads are the kernel's");
     static const char want[] = "cputime: the spinner's clock reached 20 ms; main's moved less than 10 ms\n";
-    ran native, weft;
-    run_path(0, 0, WEFT_FOREIGN_THREADS_PATH, "cputime", NULL, NULL, &native);
+    threads_exit_0_writing(0, 0, "cputime", NULL, NULL, want);
     /* (no spare carrier: main stays on the spinner's) */
-    run_path(1, 1, WEFT_FOREIGN_THREADS_PATH, "cputime", NULL, "WEFT_MAX_COMPENSATE=0", &weft);
-    CHECK(exited(&native, 0));
-    CHECK(exited(&weft, 0));
-    CHECK_EQ(strcmp(native.out, want), 0);
-    CHECK_EQ(strcmp(weft.out, want), 0);
-    free(native.out);
-    free(weft.out);
+    threads_exit_0_writing(1, 1, "cputime", NULL, "WEFT_MAX_COMPENSATE=0", want);
 }
 
 /* ---- everyday binaries ---------------------------------------------------------
