@@ -88,19 +88,30 @@
  *
  * Life.  weft_group_create allocates the group, starts its carriers (each
  * makes its poller on its own thread, as at weft_init; a failure stops
- * and frees those started) and links it into the list.  Spawning into a
- * group counts it (nlive, seq_cst) and then checks `closing`;
- * weft_group_close sets `closing` and then waits for nlive 0: one of the
- * two sees the other, so no vthread starts after the close saw the group
- * empty.  The last vthread's exit (exit_finish, on a carrier of the
- * group, after its stack was left) wakes the closer, which takes the
- * group's lock once (the waker may still be unlocking it), unlinks the
- * group, stops its carriers (g->stop, a kick, join) -- a carrier still
- * finishing that exit uses its group until then, so the group is freed
- * after the joins -- keeps their counters in the runtime's totals, returns
- * their cached stacks to the shared depot, frees their pollers and
- * releases their indices.  A vthread that has finished but was not joined
- * holds nothing of its group (its descriptor stays until weft_join).
+ * and frees those started) and links it into the list.  nlive counts the
+ * group's vthreads spawned and not finished, hand-offs in flight
+ * (enqueue_foreign) and one more for the group itself while it is open.
+ * Whoever takes nlive to 0 is the last to touch the group and tells the
+ * closer (weft__group_last_exit); nobody adds to a 0 (a spawn adds only to
+ * a count above 0, and a hand-off's vthread is itself counted).  So
+ * weft_group_close sets `closing` and drops the group's own count: if that
+ * was the last, nothing else is inside the group and it goes at once;
+ * otherwise it parks until the last one out says so (`drained`, under
+ * g->lock), then takes the lock once (that one may still be unlocking it).
+ * A spawn counts itself and then checks `closing` (both seq_cst): either
+ * the close sees the spawn's count and waits for it, or the spawn sees
+ * `closing` and gives its count back -- no vthread starts in a group whose
+ * close saw it empty.  (The count's 0 is the only end of the group:
+ * reading `closing` after taking nlive to 0, as this once did, let the
+ * closer see the 0 and free the group under that read -- TSan caught a
+ * hand-off from another group's carrier doing so.)  The closer then
+ * unlinks the group, stops its carriers (g->stop, a kick, join) -- a
+ * carrier still finishing that exit uses its group until then, so the
+ * group is freed after the joins -- keeps their counters in the runtime's
+ * totals, returns their cached stacks to the shared depot, frees their
+ * pollers and releases their indices.  A vthread that has finished but
+ * was not joined holds nothing of its group (its descriptor stays until
+ * weft_join).
  *
  * Its carriers are made and ended at the end of this file
  * (weft__group_carriers_start and _stop): full carriers of sched.c's making
@@ -139,6 +150,7 @@ int weft_group_create(weft_group **out, const char *name, int carriers, const we
     if (!g) return -ENOMEM;
     weft__tfifo_init(&g->inj);
     pthread_mutex_init(&g->lock, NULL);
+    atomic_init(&g->nlive, 1); /* the group's own count ("Life") */
     g->n = carriers;
     g->compute = opts && opts->compute;
     g->id = atomic_fetch_add(&next_gid, 1);
@@ -179,17 +191,30 @@ fail:
     return r;
 }
 
-/* Called by the vthread (or failed spawn) that took nlive to 0 while g
- * closes.  Reads the closer under the lock and wakes it after: the park
- * word's sequence makes a late wake harmless, and g is not touched after
- * the unlock (the closer takes the lock once before it frees g). */
+/* Called by whoever took nlive to 0 (the last vthread's exit, a failed
+ * spawn, a hand-off): the group is closing, its own count dropped.  Marks
+ * it drained and wakes the closer, read under the lock, after it: the
+ * park word's sequence makes a late wake harmless, and g is not touched
+ * after the unlock (the closer takes the lock once before it frees g). */
 void weft__group_last_exit(weft_group *g) {
     pthread_mutex_lock(&g->lock);
+    g->drained = 1;
     weft__parker *p = g->closer;
     uint64_t tok = g->closer_token;
     g->closer = NULL;
     pthread_mutex_unlock(&g->lock);
     if (p) weft__unpark(p, tok, WEFT__PS_WOKEN);
+}
+
+/* Counts one more user of g (a spawn into it) unless its count is 0
+ * already: 0 once the close dropped the group's own count and the last
+ * one left.  Returns 0 when counted, -ESHUTDOWN when not. */
+int weft__group_ref(weft_group *g) {
+    int64_t n = atomic_load(&g->nlive);
+    do {
+        if (n <= 0) return -ESHUTDOWN;
+    } while (!atomic_compare_exchange_weak(&g->nlive, &n, n + 1));
+    return 0;
 }
 
 static void group_free(weft_group *g) {
@@ -223,24 +248,26 @@ int weft_group_close(weft_group *g) {
         pthread_mutex_unlock(&g->lock);
         return -EBUSY;
     }
-    /* wait for nlive 0 (see "Life") */
-    for (;;) {
-        weft__parker *p;
-        uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_GENERIC);
-        pthread_mutex_lock(&g->lock);
-        if (atomic_load(&g->nlive) == 0) {
+    /* drop the group's own count; wait for the last one out (see "Life") */
+    if (atomic_fetch_sub(&g->nlive, 1) != 1) {
+        for (;;) {
+            weft__parker *p;
+            uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_GENERIC);
+            pthread_mutex_lock(&g->lock);
+            if (g->drained) {
+                pthread_mutex_unlock(&g->lock);
+                weft__park_abort(p, tok);
+                (void)weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, g, __FILE__, __LINE__);
+                break;
+            }
+            g->closer = p;
+            g->closer_token = tok;
             pthread_mutex_unlock(&g->lock);
-            weft__park_abort(p, tok);
             (void)weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, g, __FILE__, __LINE__);
-            break;
+            pthread_mutex_lock(&g->lock); /* the waker is out of it */
+            g->closer = NULL;
+            pthread_mutex_unlock(&g->lock);
         }
-        g->closer = p;
-        g->closer_token = tok;
-        pthread_mutex_unlock(&g->lock);
-        (void)weft__park_wait(p, tok, 0, WEFT__WHY_JOIN, g, __FILE__, __LINE__);
-        pthread_mutex_lock(&g->lock); /* the waker is out of it */
-        g->closer = NULL;
-        pthread_mutex_unlock(&g->lock);
     }
     pthread_mutex_lock(&g->lock); /* (a late weft__group_last_exit or -EBUSY caller is out of g) */
     pthread_mutex_unlock(&g->lock);
@@ -294,7 +321,8 @@ int weft_group_stats_get(weft_group *g, weft_group_stats *s) {
     memcpy(s->name, g->name, sizeof s->name);
     s->compute = g->compute;
     if (!g->dflt) {
-        int64_t l = atomic_load(&g->nlive);
+        /* (less the group's own count while it is open) */
+        int64_t l = atomic_load(&g->nlive) - !atomic_load(&g->closing);
         s->live = l > 0 ? (uint64_t)l : 0;
         s->started = atomic_load_explicit(&g->started, memory_order_relaxed);
     }

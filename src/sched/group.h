@@ -29,11 +29,12 @@ struct weft_group {
     _Alignas(WEFT__CACHELINE) _Atomic int nidle;
     _Atomic int nspinning;
     /* life (not for the default group) */
-    _Alignas(WEFT__CACHELINE) _Atomic int64_t nlive; /* its vthreads spawned and not finished */
+    _Alignas(WEFT__CACHELINE) _Atomic int64_t nlive; /* its vthreads spawned and not finished, hand-offs, +1 while open */
     _Atomic int closing;           /* weft_group_close began: spawns refused */
     _Atomic uint64_t started;      /* vthreads ever spawned into it */
-    pthread_mutex_t lock;          /* closer, closer_token */
-    weft__parker *closer;          /* weft_group_close waits here for nlive == 0 */
+    pthread_mutex_t lock;          /* drained, closer, closer_token */
+    int drained;                   /* nlive reached 0 after the close (under lock) */
+    weft__parker *closer;          /* weft_group_close waits here for drained */
     uint64_t closer_token;
     weft_group *next;              /* the list of open groups (weft__groups) */
 };
@@ -71,8 +72,10 @@ void weft__group_sum(weft_group *g, uint64_t *switches, uint64_t *steals, uint64
 int weft__group_carrier_indices(weft_group *g, int *idx, int cap);
 /* sched.c: the calling vthread's group (NULL on a platform thread). */
 weft_group *weft__group_self(void);
-/* group.c: g's last vthread ended while g is closing: wake the closer. */
+/* group.c: the caller took g's count to 0 (g is closing): wake the closer. */
 void weft__group_last_exit(weft_group *g);
+/* group.c: counts a spawn into g; -ESHUTDOWN once g's count is 0. */
+int weft__group_ref(weft_group *g);
 /* group.c, from weft_shutdown (no vthread runs any more): frees every
  * group still open. */
 void weft__groups_shutdown(void);

@@ -495,7 +495,7 @@ static void enqueue_foreign(weft_thread *t) {
     if (!g->dflt) atomic_fetch_add(&g->nlive, 1);
     inject_push(t);
     wake_if_needed(g);
-    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
+    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1) weft__group_last_exit(g);
 }
 
 static void mbox_push(weft__carrier *c, weft_thread *t) { weft__tfifo_push(&c->mbox, t); }
@@ -1672,7 +1672,7 @@ static void exit_finish(weft__carrier *c, weft_thread *t) {
      * carrier only after it has left this function; nothing here touches
      * the group after this) */
     weft_group *g = t->grp;
-    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
+    if (!g->dflt && atomic_fetch_sub(&g->nlive, 1) == 1) weft__group_last_exit(g);
 #ifdef WEFT_TSAN
     tsan_fiber_drop(t);
 #endif
@@ -1782,8 +1782,9 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     const int own = !g->dflt; /* (read once: the atomics below would make the compiler read it again) */
     if (own) {
         /* counted before the check: weft_group_close sets closing, then
-         * waits for nlive 0 (both seq_cst): one of the two sees the other */
-        atomic_fetch_add(&g->nlive, 1);
+         * drops the group's own count (both seq_cst): one of the two sees
+         * the other (group.c, "Life") */
+        if ((r = weft__group_ref(g)) < 0) goto unreserve;
         if (atomic_load(&g->closing)) {
             r = -ESHUTDOWN;
             goto unref;
@@ -1930,10 +1931,11 @@ static int spawn_impl(weft_thread **out, void *(*fn)(void *), void *arg, const w
     }
     return 0;
 unref:
+    if (own && atomic_fetch_sub(&g->nlive, 1) == 1) weft__group_last_exit(g);
+unreserve:
 #ifdef WEFT_TSAN
     atomic_fetch_sub(&R.tsan_fibers, 1);
 #endif
-    if (own && atomic_fetch_sub(&g->nlive, 1) == 1 && atomic_load(&g->closing)) weft__group_last_exit(g);
     return r;
 }
 
