@@ -261,6 +261,10 @@ static inline void weft__tp_set(void *tp) {
 extern const char weft__sud_range_lo[], weft__sud_range_hi[];
 void weft__sud_restorer(void);
 long weft__sud_clone(long nr, const long args[6], const long long *gregs, int keep_sp);
+/* A trapped vfork made as one: the frames below gregs' stack pointer kept
+ * in save (cap bytes; -ENOMEM if they need more) while the child runs,
+ * the call made on alt_top's stack. */
+long weft__sud_vfork(const long long *gregs, char *save, size_t cap, char *alt_top);
 /* Syscall user dispatch for the calling thread, sel its selector byte
  * (0 allow, 1 trap); 0 or -errno (-EINVAL: a kernel before 5.11). */
 int weft__sud_arm(unsigned char *sel);

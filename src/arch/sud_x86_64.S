@@ -147,4 +147,102 @@ weft__sud_clone:
     .cfi_endproc
     .size   weft__sud_clone, . - weft__sud_clone
 
+/* long weft__sud_vfork(const long long *gregs, char *save, size_t cap, char *alt_top)
+ * A trapped vfork made as a vfork (hook/trap.c, trapped_vfork).  The
+ * child shares the parent's memory and runs on the program's stack from
+ * the program's stack pointer down -- over this call's own frame, the
+ * handler's and the signal frame, all of which lie below it.  So: those
+ * bytes, [this frame's stack pointer, gregs[REG_RSP]), are copied to save
+ * (at most cap bytes: more answers -ENOMEM, nothing done), the call is
+ * made on alt_top (a stack of the caller's that the child never
+ * touches), the child goes back to the program as weft__sud_clone's does,
+ * and the parent -- which the kernel holds until the child has exec'd or
+ * exited -- copies the bytes back and returns through them as if nothing
+ * had been there.  What the child wrote at or above gregs[REG_RSP], the
+ * program's own frames, stays written: as under the kernel's vfork. */
+    .globl  weft__sud_vfork
+    .hidden weft__sud_vfork
+    .type   weft__sud_vfork, @function
+    .p2align 4
+weft__sud_vfork:
+    .cfi_startproc
+    pushq   %rbx
+    .cfi_adjust_cfa_offset 8
+    pushq   %rbp
+    .cfi_adjust_cfa_offset 8
+    pushq   %r12
+    .cfi_adjust_cfa_offset 8
+    pushq   %r13
+    .cfi_adjust_cfa_offset 8
+    pushq   %r14
+    .cfi_adjust_cfa_offset 8
+    pushq   %r15
+    .cfi_adjust_cfa_offset 8
+    movq    %rdi, %r12          /* gregs */
+    movq    %rsi, %r13          /* save */
+    movq    %rsp, %r14          /* lo */
+    movq    15*8(%rdi), %r15    /* hi: the program's stack pointer (REG_RSP) */
+    movq    %r15, %rbp
+    subq    %r14, %rbp          /* the length, kept across the call */
+    jbe     8f                  /* (hi not above this frame: not the stack this expects) */
+    cmpq    %rdx, %rbp
+    ja      8f
+    movq    %rcx, %rbx          /* alt_top */
+    cld
+    movq    %rbp, %rcx
+    movq    %r14, %rsi
+    movq    %r13, %rdi
+    rep movsb                   /* save <- [lo, hi) */
+    movq    %rbx, %rsp
+    .cfi_def_cfa %r14, 56       /* (6 pushes and the return address above lo) */
+    movl    $58, %eax           /* __NR_vfork */
+    syscall
+    testq   %rax, %rax
+    jz      1f
+    movq    %rax, %rbx          /* the parent, the child gone: its pid, or -errno */
+    movq    %rbp, %rcx
+    movq    %r13, %rsi
+    movq    %r14, %rdi
+    rep movsb                   /* [lo, hi) <- save */
+    movq    %r14, %rsp
+    .cfi_def_cfa %rsp, 56
+    movq    %rbx, %rax
+    jmp     9f
+8:  movq    $-12, %rax          /* -ENOMEM: nothing done */
+9:  popq    %r15
+    .cfi_adjust_cfa_offset -8
+    popq    %r14
+    .cfi_adjust_cfa_offset -8
+    popq    %r13
+    .cfi_adjust_cfa_offset -8
+    popq    %r12
+    .cfi_adjust_cfa_offset -8
+    popq    %rbp
+    .cfi_adjust_cfa_offset -8
+    popq    %rbx
+    .cfi_adjust_cfa_offset -8
+    ret
+1:  /* the child: back to the program (gregs still intact: the child has
+     * written nothing yet), as weft__sud_clone's child */
+    movq    %r12, %r11
+    movq    15*8(%r11), %rsp    /* REG_RSP */
+    movq    0*8(%r11), %r8
+    movq    1*8(%r11), %r9
+    movq    2*8(%r11), %r10
+    movq    4*8(%r11), %r12
+    movq    5*8(%r11), %r13
+    movq    6*8(%r11), %r14
+    movq    7*8(%r11), %r15
+    movq    8*8(%r11), %rdi
+    movq    9*8(%r11), %rsi
+    movq    10*8(%r11), %rbp
+    movq    11*8(%r11), %rbx
+    movq    12*8(%r11), %rdx
+    movq    16*8(%r11), %rcx    /* REG_RIP */
+    movq    17*8(%r11), %r11    /* REG_EFL */
+    xorl    %eax, %eax
+    jmp     *%rcx
+    .cfi_endproc
+    .size   weft__sud_vfork, . - weft__sud_vfork
+
     .section .note.GNU-stack,"",@progbits

@@ -171,6 +171,8 @@ static inline int hooked(void) {
 
 /* (locks.c) */
 int weft__hook_here(void) { return hooked(); }
+/* (trap.c's vfork: the child's calls are the C library's, as in a handler) */
+void weft__hook_passthrough(int on) { sig_depth += on ? 1 : -1; }
 int weft__hook_on(void) { return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth; }
 
 static inline ssize_t fail(int e) {

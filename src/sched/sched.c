@@ -224,6 +224,14 @@ weft_thread *weft__self(void) {
     return c ? c->cur : NULL;
 }
 
+weft__carrier *weft__carrier_hide(void) {
+    weft__carrier *c = tls_carrier;
+    tls_carrier = NULL;
+    return c;
+}
+
+void weft__carrier_show(weft__carrier *c) { tls_carrier = c; }
+
 
 static inline void bump(_Atomic uint64_t *ctr) {
     atomic_store_explicit(ctr, atomic_load_explicit(ctr, memory_order_relaxed) + 1,

@@ -309,6 +309,12 @@ weft__carrier *weft__carrier_self(void);
 
 /* The calling vthread, or NULL. */
 weft_thread *weft__self(void);
+/* hook/trap.c's vfork: the child, which shares the calling vthread's TLS
+ * block, must see no carrier there (weft__self NULL: a thread weft does
+ * not run); hide returns what show puts back in the parent.  Nothing may
+ * switch in between. */
+weft__carrier *weft__carrier_hide(void);
+void weft__carrier_show(weft__carrier *c);
 
 /* The kernel thread id of the carrier t runs or last ran on; -1: none
  * yet (a racy read, for a clock: hook/threads.c). */

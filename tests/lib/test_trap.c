@@ -243,6 +243,7 @@ static void *fork_body(void *arg) {
         CHECK_EQ(waitpid(pid, &st, 0), pid);
         CHECK(WIFEXITED(st));
         CHECK_EQ(WEXITSTATUS(st), 7);
+        CHECK_EQ(local, 40 + k); /* (the frames below the call came back) */
         char *argv[] = {"sh", "-c", "exit 5", NULL};
         CHECK_EQ(posix_spawnp(&pid, "sh", NULL, NULL, argv, environ), 0);
         CHECK_EQ(waitpid(pid, &st, 0), pid);
@@ -254,6 +255,64 @@ static void *fork_body(void *arg) {
 TEST(fork_vfork_and_posix_spawn_from_a_trapped_vthread) {
     start();
     join(go(fork_body, NULL));
+}
+
+/* A vfork is the kernel's (trap.c, trapped_vfork): the child shares the
+ * parent's memory until it execs, runs on the parent's stack over the
+ * trap's own frames, and its calls -- close, dup2, sigprocmask, execve --
+ * are the C library's, never a vthread's; the parent comes back with its
+ * frames, its descriptors and its mask as they were.  Repeated: each round
+ * puts the child's frames where the handler's were. */
+static volatile int vfork_shared;
+static void *vfork_body(void *arg) {
+    (void)arg;
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    sigset_t blocked, was;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGUSR2);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &blocked, &was), 0);
+    for (int k = 0; k < SCALE(200); k++) {
+        volatile unsigned long canary[16];
+        for (int i = 0; i < 16; i++) canary[i] = 0x5eed0000ul + (unsigned long)(k * 16 + i);
+        vfork_shared = 0;
+        pid_t pid = vfork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            /* the child: the mask it inherits is the vthread's */
+            sigset_t m;
+            if (sigprocmask(SIG_SETMASK, NULL, &m) != 0 || !sigismember(&m, SIGUSR2)) _exit(90);
+            vfork_shared = k + 1; /* seen by the parent: one memory */
+            if (dup2(p[1], 1) != 1) _exit(91);
+            close(p[0]);
+            char *argv[] = {"sh", "-c", k % 2 ? "printf x; exit 9" : "exit 9", NULL};
+            execv("/bin/sh", argv);
+            _exit(92);
+        }
+        int st;
+        CHECK_EQ(waitpid(pid, &st, 0), pid);
+        CHECK(WIFEXITED(st));
+        CHECK_EQ(WEXITSTATUS(st), 9);
+        CHECK_EQ(vfork_shared, k + 1);
+        for (int i = 0; i < 16; i++) CHECK_EQ(canary[i], 0x5eed0000ul + (unsigned long)(k * 16 + i));
+        if (k % 2) {
+            char c = 0;
+            CHECK_EQ(read(p[0], &c, 1), 1);
+            CHECK_EQ(c, 'x');
+        }
+    }
+    sigset_t now;
+    CHECK_EQ(pthread_sigmask(SIG_SETMASK, &was, &now), 0);
+    CHECK(sigismember(&now, SIGUSR2));
+    close(p[0]);
+    close(p[1]);
+    return NULL;
+}
+
+TEST(a_vfork_child_shares_memory_and_leaves_the_parents_frames_whole) {
+    start();
+    join(go(vfork_body, NULL));
+    join(go(vfork_body, NULL));
 }
 
 /* ---- futex: raw waits and the C library's internal locks ------------------- */
