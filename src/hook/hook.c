@@ -171,8 +171,17 @@ static inline int hooked(void) {
 
 /* (locks.c) */
 int weft__hook_here(void) { return hooked(); }
-/* (trap.c's vfork: the child's calls are the C library's, as in a handler) */
-void weft__hook_passthrough(int on) { sig_depth += on ? 1 : -1; }
+/* trap.c's vfork: the child shares this thread's TLS block, and with it
+ * these.  Its calls are the C library's, as in a handler (sig_depth), and
+ * its sigactions its own process's: weft's tables of the program's
+ * handlers are the parent's memory (seen: Python's child, resetting every
+ * handler to SIG_DFL before its exec, erased the parent's SIGHUP handler,
+ * and the parent's pause never returned). */
+static WEFT_TLS int vfork_child;
+void weft__hook_vfork(int on) {
+    sig_depth += on ? 1 : -1;
+    vfork_child = on;
+}
 int weft__hook_on(void) { return atomic_load_explicit(&hook_on, memory_order_relaxed) && !sig_depth; }
 
 static inline ssize_t fail(int e) {
@@ -1828,6 +1837,21 @@ void weft__hook_dispatch(int sig, siginfo_t *si, void *uc) {
 
 SIG_NOSAN HOOK_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     if (sig <= 0 || sig >= _NSIG) return weft__libc.sigaction(sig, act, old); /* EINVAL, as libc */
+    if (__builtin_expect(vfork_child, 0)) { /* (the tables only read: the program's old action) */
+        int r = weft__libc.sigaction(sig, act, old);
+        if (r == 0 && old && (old->sa_flags & SA_SIGINFO)) {
+            if (old->sa_sigaction == tramp_info) {
+                old->sa_sigaction = atomic_load_explicit(&sig_info[sig], memory_order_relaxed);
+            } else if (old->sa_sigaction == tramp_plain) {
+                old->sa_handler = atomic_load_explicit(&sig_plain[sig], memory_order_relaxed);
+                old->sa_flags &= ~SA_SIGINFO;
+            } else if (old->sa_sigaction == tramp_catch) {
+                old->sa_handler = SIG_DFL;
+                old->sa_flags &= ~(SA_SIGINFO | SA_RESTART);
+            }
+        }
+        return r;
+    }
     if (sig == atomic_load_explicit(&preempt_sig, memory_order_relaxed)) {
         uint64_t saved;
         sig_table_lock(&saved);

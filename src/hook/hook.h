@@ -41,9 +41,10 @@ void weft__vpt_cancel_point(void);
  * before this returns), with si_code code (SI_USER, SI_TKILL); 0 or
  * -errno */
 int weft__hook_raise_here(int sig, int code);
-/* hook.c: every interposer the C library's on this thread (on: 1), as
- * in a signal handler, until the matching call with 0 (trap.c's vfork) */
-void weft__hook_passthrough(int on);
+/* hook.c: a vfork child runs on this thread's TLS block (trap.c), from
+ * on 1 to on 0: every interposer the C library's, as in a signal handler,
+ * and its sigactions its own, weft's tables untouched */
+void weft__hook_vfork(int on);
 /* hook.c: the calling thread is inside the trap's handler */
 int weft__hook_in_trap(void);
 /* hook.c: the program's handler for sig has SA_RESTART */

@@ -262,7 +262,8 @@ static int clone_again(unsigned long flags, unsigned long stack) {
  * for the exec or exit.  So for the call's length, in the block: no
  * carrier (weft__self() is NULL there: the child is no vthread and must
  * never park, submit to a ring or touch a queue), every interposer the
- * C library's (as in a handler), no selector, nothing acted on at an
+ * C library's (as in a handler) and sigaction the kernel's alone (the
+ * tables of the program's handlers are the parent's), no selector, nothing acted on at an
  * interposer's return; and this thread's kernel mask is the vthread's
  * (signals.c's, or the frame's), which the child inherits as a kernel
  * child inherits its thread's.  The parent puts all that back.  Measured
@@ -283,11 +284,11 @@ static long trapped_vfork(ucontext_t *uc) {
         unsigned char *sel = weft__sud_sel, act = weft__vpt_act;
         weft__sud_sel = NULL;
         weft__vpt_act = 0;
-        weft__hook_passthrough(1);
+        weft__hook_vfork(1);
         weft__carrier *c = weft__carrier_hide();
         long r = weft__sud_vfork(g, buf, VFORK_SAVE, buf + VFORK_SAVE + VFORK_ALT);
         weft__carrier_show(c);
-        weft__hook_passthrough(0);
+        weft__hook_vfork(0);
         weft__vpt_act = act;
         weft__sud_sel = sel;
         if (masked) syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);

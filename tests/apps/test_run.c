@@ -593,6 +593,18 @@ TEST(a_threads_cpu_clock_counts_its_own_running_only) {
     threads_exit_0_writing(1, 1, "cputime", NULL, "WEFT_MAX_COMPENSATE=0", want);
 }
 
+/* A thread that vforks as Python's subprocess does -- the child resets
+ * every handler to SIG_DFL before it execs a shell that sends the parent
+ * SIGHUP -- keeps its handler, which runs each round, as natively.  Under
+ * weft-run the vfork is the kernel's (hook/trap.c), and the child's
+ * sigactions, made on the parent's memory, once erased the parent's
+ * handlers: CPython's signalinterproctester hung in pause(). */
+TEST(a_vfork_childs_sigactions_leave_the_parents_handlers_alone) {
+    static const char want[] = "vfork: 20 children, 0 rounds wrong, the handler still the program's\n";
+    threads_exit_0_writing(0, 0, "vfork", NULL, NULL, want);
+    threads_exit_0_writing(1, 0, "vfork", NULL, NULL, want);
+}
+
 /* ---- everyday binaries ---------------------------------------------------------
  *
  * Debian's curl, sqlite3, git, tar and sort -- threads of their own among

@@ -58,6 +58,11 @@
  *             main run again
  *   many N    N threads all alive at once (each waits for the last to be
  *             made), then all joined: "all N" or "stopped at K: ERR"
+ *   vfork     a thread vforks as Python's subprocess does: every signal
+ *             blocked around the call; the child resets each handler to
+ *             SIG_DFL and unblocks, then execs a shell that sends the
+ *             parent SIGHUP; the parent's handler still runs, each round
+ *             (the child's sigactions are its own process's)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -658,6 +663,65 @@ static void *ct_spin(void *p) {
     return NULL;
 }
 
+static atomic_int hups;
+static void on_hup(int sig) {
+    (void)sig;
+    atomic_fetch_add(&hups, 1);
+}
+
+static void *vfork_rounds(void *arg) {
+    (void)arg;
+    int rounds = 20, bad = 0;
+    for (int k = 0; k < rounds; k++) {
+        int before = atomic_load(&hups);
+        sigset_t all, was;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &was);
+        pid_t pid = vfork();
+        if (pid == 0) {
+            struct sigaction dfl;
+            memset(&dfl, 0, sizeof dfl);
+            dfl.sa_handler = SIG_DFL;
+            for (int sig = 1; sig < NSIG; sig++) {
+                struct sigaction cur;
+                if (sigaction(sig, NULL, &cur) == 0 && cur.sa_handler != SIG_IGN && cur.sa_handler != SIG_DFL)
+                    sigaction(sig, &dfl, NULL);
+            }
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            char *argv[] = {"sh", "-c", "kill -HUP $PPID", NULL};
+            execv("/bin/sh", argv);
+            _exit(127);
+        }
+        pthread_sigmask(SIG_SETMASK, &was, NULL);
+        int st = 0;
+        pid_t w;
+        while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) continue; /* (the handler has no SA_RESTART) */
+        if (pid < 0 || w != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
+        for (int i = 0; i < 5000 && atomic_load(&hups) == before; i++) usleep(1000);
+        if (atomic_load(&hups) == before) bad++;
+    }
+    return (void *)(intptr_t)bad;
+}
+
+static int mode_vfork(void) {
+    struct sigaction a;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = on_hup;
+    sigemptyset(&a.sa_mask);
+    sigaction(SIGHUP, &a, NULL);
+    pthread_t th;
+    void *bad = NULL;
+    if (pthread_create(&th, NULL, vfork_rounds, NULL) != 0 || pthread_join(th, &bad) != 0) return 1;
+    intptr_t b = (intptr_t)bad;
+    struct sigaction now;
+    sigaction(SIGHUP, NULL, &now);
+    printf("vfork: 20 children, %d rounds wrong, the handler %s\n", (int)b,
+           now.sa_handler == on_hup ? "still the program's" : "lost");
+    return 0;
+}
+
 static int mode_cputime(void) {
     double s0 = cpu_s();
     pthread_t t;
@@ -891,6 +955,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "many") && argc > 2) return mode_many(atol(argv[2]));
     if (!strcmp(mode, "churn") && argc > 2) return mode_churn(atol(argv[2]));
     if (!strcmp(mode, "cputime")) return mode_cputime();
+    if (!strcmp(mode, "vfork")) return mode_vfork();
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
                     "masks|spin|many N\n");
     return 2;
