@@ -404,13 +404,18 @@ typedef struct weft_runtime_opts {
  *  - stdio FILEs and other state of the C library shared between vthreads
  *    need own TLS (above): its locks are recursive, and without own TLS
  *    two vthreads on one carrier are one owner to them.
- *  - A trapped futex wait holds a blocking-pool thread while it waits
+ *  - A trapped futex wait parks its vthread while the carrier's io_uring
+ *    makes the kernel's wait (Linux 6.7+).  With the epoll backend or an
+ *    older kernel it holds a blocking-pool thread while it waits
  *    (WEFT_BLOCKING_MAX, 64 by default; past it the waits queue, and a
  *    wake that comes first makes the queued wait return at once).  PI
  *    futexes are made as they are: they block the carrier.
  *  - A vthread that creates a kernel thread (pthread_create) runs
- *    untrapped from that call to its next hooked call.  fork, vfork (made
- *    as a fork), posix_spawn, popen and system work as they would.
+ *    untrapped from that call to its next hooked call.  fork, vfork, posix_spawn,
+ *    popen and system work as they would.  A vfork is the kernel's: the
+ *    child shares memory until it execs or exits, its carrier waits
+ *    meanwhile, and its calls go straight to the C library (it is no
+ *    vthread), with the vthread's signal mask.
  *  - SIGSYS is weft's while the trap is on: a program must not install
  *    its own SIGSYS handler or keep SIGSYS blocked on a vthread (weft
  *    unblocks it).  A program that uses seccomp's SECCOMP_RET_TRAP should

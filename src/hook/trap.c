@@ -45,12 +45,18 @@
  *    parks the vthread if the call would block (and is the C library's
  *    call when it may not park: not a vthread, in a signal handler);
  *  - futex WAIT / WAIT_BITSET, private or shared: the value is checked
- *    here (EAGAIN if it moved); else a blocking-pool thread makes the
- *    very same wait and the vthread parks until it returns.  A proxy and
- *    not a parking lot keyed by address: the wake may come from any
- *    thread -- a carrier, the program's own pthread, another process on a
- *    shared futex -- and only the kernel sees all of them, so the wait has
- *    to be the kernel's.  The pool is bounded (WEFT_BLOCKING_MAX, 64):
+ *    here (EAGAIN if it moved), a few yields let a holder let go; else
+ *    the carrier's ring makes the very same wait (IORING_OP_FUTEX_WAIT,
+ *    io/io.h's weft__futex_wait) while the vthread parks, and where that
+ *    cannot be (the epoll backend, a kernel before 6.7) a blocking-pool
+ *    thread makes it.  The kernel's wait and not a parking lot keyed by
+ *    address: the wake may come from any thread -- a carrier, the
+ *    program's own pthread, weft's own code, another process on a shared
+ *    futex -- and only the kernel sees all of them, so the wait has to be
+ *    the kernel's.  (The pool's way cost two kernel threads' switches per
+ *    contended wait and held a pool thread for it; seen: a
+ *    thread-per-connection server's fclose contending for stdio's list
+ *    lock.)  The pool is bounded (WEFT_BLOCKING_MAX, 64):
  *    past it the waits queue (a wake before the queued wait starts makes
  *    that wait return EAGAIN, which every futex user retries on: nothing
  *    is lost).  PI futexes (LOCK_PI ...) are made as they are;
@@ -125,6 +131,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -190,11 +197,31 @@ static long trapped_futex(const long a[6]) {
      * one about to let go, do so before a pool thread is woken for the
      * wait -- the value moved is the kernel's EAGAIN, which every futex
      * user retries on */
-    if (weft__hook_here())
-        for (int i = 0; i < FUTEX_YIELDS; i++) {
-            weft_yield();
-            if (atomic_load(u) != (uint32_t)a[2]) return -EAGAIN;
+    if (!weft__hook_here()) return raw(SYS_futex, a);
+    for (int i = 0; i < FUTEX_YIELDS; i++) {
+        weft_yield();
+        if (atomic_load(u) != (uint32_t)a[2]) return -EAGAIN;
+    }
+    /* the kernel's wait, made by the carrier's ring while the vthread
+     * parks; where it cannot be (epoll, an older kernel), a pool thread's */
+    int64_t deadline = 0;
+    const struct timespec *ts = (const struct timespec *)a[3];
+    if (ts) {
+        if (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000L) return -EINVAL;
+        int64_t t = ts->tv_sec > INT64_MAX / 2000000000 ? INT64_MAX / 2 : ts->tv_sec * 1000000000LL + ts->tv_nsec;
+        if (cmd == FUTEX_WAIT) { /* relative, CLOCK_MONOTONIC */
+            deadline = weft_now() + t;
+        } else { /* absolute, on the clock the flag names */
+            struct timespec now;
+            clock_gettime((int)a[1] & FUTEX_CLOCK_REALTIME ? CLOCK_REALTIME : CLOCK_MONOTONIC, &now);
+            deadline = weft_now() + (t - (now.tv_sec * 1000000000LL + now.tv_nsec));
         }
+        if (deadline <= weft_now()) return -ETIMEDOUT;
+    }
+    uint32_t mask = cmd == FUTEX_WAIT_BITSET ? (uint32_t)a[5] : FUTEX_BITSET_MATCH_ANY;
+    if (!mask) return -EINVAL;
+    long r = weft__futex_wait((const uint32_t *)u, (uint32_t)a[2], mask, ((int)a[1] & FUTEX_PRIVATE_FLAG) != 0, deadline);
+    if (r != -ENOSYS) return r;
     return proxied(SYS_futex, a);
 }
 

@@ -176,6 +176,29 @@ int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *))
     return interrupted;
 }
 
+int weft__iop_wait_nocancel(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *)) {
+    int interrupted = 0;
+    while (!atomic_load(&op->done)) {
+        weft__parker *p;
+        uint64_t tok = weft__park_begin_nocancel(&p, WEFT__PK_IO);
+        if (atomic_load(&op->done)) {
+            if (!weft__park_abort(p, tok)) weft__park_wait(p, tok, 0, WEFT__WHY_IO, op, NULL, 0);
+            break;
+        }
+        int r = weft__park_wait(p, tok, interrupted ? 0 : deadline, WEFT__WHY_IO, op, NULL, 0);
+        if (r < 0 && !interrupted) {
+            interrupted = r;
+            if (cancel) cancel(op);
+        }
+    }
+    return interrupted;
+}
+
+int weft__futex_wait(const uint32_t *addr, uint32_t val, uint32_t mask, int private, int64_t deadline) {
+    if (!weft__io.futex_wait || !weft__self() || !weft__poller_self()) return -ENOSYS;
+    return weft__io.futex_wait(addr, val, mask, private, deadline);
+}
+
 /*
  * Waiting for any of several fds (hook.c's poll and select).  Each fd
  * waits through what the backend already has -- a poll operation on the

@@ -57,6 +57,23 @@ void weft__fd_leave(_Atomic uint64_t *u);
  * when the first wait was interrupted (op->res is still the outcome).
  */
 int weft__iop_wait(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *));
+/* The same, but only the deadline ends the first wait: neither a cancel
+ * nor an interrupt (a lock's wait: the caller waits again anyway). */
+int weft__iop_wait_nocancel(weft__iop *op, int64_t deadline, void (*cancel)(weft__iop *));
+
+/*
+ * A futex(2) wait made by the kernel for a vthread that parks meanwhile:
+ * the kernel's own wait queue, so every wake reaches it -- a carrier's, a
+ * kernel thread's, another process's for a shared word -- with no thread
+ * held for it (hook/trap.c's trapped waits).  addr the 32-bit word, val
+ * what it must hold, mask the bitset (FUTEX_BITSET_MATCH_ANY for a plain
+ * wait), deadline absolute (weft_now's clock; 0 none).  0 when woken (or
+ * spuriously), -EAGAIN when the word did not hold val, -ETIMEDOUT;
+ * -ENOSYS where it cannot be made so (the epoll backend, a kernel without
+ * io_uring's futex operations, not a vthread): the caller waits another
+ * way.
+ */
+int weft__futex_wait(const uint32_t *addr, uint32_t val, uint32_t mask, int private, int64_t deadline);
 
 /*
  * Parks the calling vthread until one of the n fds (fds[i].fd < 0:
@@ -79,6 +96,7 @@ enum {
     IOR_READ, IOR_WRITE, IOR_PREAD, IOR_PWRITE, IOR_READV, IOR_WRITEV, IOR_RECV, IOR_SEND,
     IOR_ACCEPT, IOR_CONNECT, IOR_POLL, IOR_FSYNC,
     IOR_PREADV, IOR_PWRITEV, IOR_FDATASYNC, /* positioned vectors; fdatasync */
+    IOR_FUTEX_WAIT, /* io_uring only: buf the word, n its value, off the bitset, flags FUTEX2_* */
     IOR_CLOSE, /* never a request: weft_close's waits, as the dump names them */
 };
 typedef struct weft__ioreq {
@@ -171,6 +189,10 @@ struct weft__io_ops {
     /* 1 if weft made fd O_NONBLOCK (accept, connect, a pipe): hook.c then
      * treats it as the blocking file the program made.  NULL: never. */
     int (*nb_ours)(int fd);
+
+    /* -- a futex wait that parks (weft__futex_wait) -- */
+    /* NULL, or -ENOSYS: the backend cannot (epoll; io_uring before 6.7). */
+    int (*futex_wait)(const uint32_t *addr, uint32_t val, uint32_t mask, int private, int64_t deadline);
 };
 
 /* The two backends; their state shared by all pollers reset in a fork

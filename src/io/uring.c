@@ -110,6 +110,12 @@ typedef struct uring_poller {
 } uring_poller;
 
 static int cancel_fd_ok; /* the kernel cancels by fd (probed) */
+static int futex_ok;     /* the kernel has IORING_OP_FUTEX_WAIT (6.7; probed) */
+
+/* (liburing 2.3's headers predate the futex operations: the kernel's ABI) */
+#define WEFT_IORING_OP_FUTEX_WAIT 51
+#define WEFT_FUTEX2_SIZE_U32 0x02
+#define WEFT_FUTEX2_PRIVATE 128
 
 /* every ring, for uring_cancel_fd */
 static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -128,12 +134,14 @@ static void *probe_main(void *arg) {
      * treated as having no io_uring */
     struct io_uring_probe *pr = io_uring_get_probe_ring(&r);
     int ok = 1;
+    futex_ok = 0;
     if (pr) {
         int ops[] = {IORING_OP_READ, IORING_OP_WRITE, IORING_OP_READV, IORING_OP_WRITEV, IORING_OP_RECV,
                      IORING_OP_SEND, IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_POLL_ADD,
                      IORING_OP_ASYNC_CANCEL, IORING_OP_FSYNC};
         for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
             if (!io_uring_opcode_supported(pr, ops[i])) ok = 0;
+        futex_ok = io_uring_opcode_supported(pr, WEFT_IORING_OP_FUTEX_WAIT);
         io_uring_free_probe(pr);
     }
     /* cancel-by-fd (5.19): a key that matches nothing answers -ENOENT, a
@@ -426,6 +434,11 @@ static void prep(struct io_uring_sqe *sqe, weft__ioreq *rq, int poll_events) {
     case IOR_PREADV: io_uring_prep_readv(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
     case IOR_PWRITEV: io_uring_prep_writev(sqe, rq->fd, rq->iov, (unsigned)rq->iovcnt, (uint64_t)rq->off); break;
     case IOR_POLL: io_uring_prep_poll_add(sqe, rq->fd, (unsigned)rq->events); break;
+    case IOR_FUTEX_WAIT:
+        io_uring_prep_rw(WEFT_IORING_OP_FUTEX_WAIT, sqe, rq->flags, rq->buf, 0, 0);
+        sqe->addr2 = (uint64_t)rq->n; /* the value */
+        sqe->addr3 = (uint64_t)rq->off; /* the bitset */
+        break;
     }
 }
 
@@ -460,6 +473,31 @@ static int uring_wait_ready(weft__iop *op) {
     weft__ioreq rq = {.op = IOR_POLL, .fd = op->fd, .events = op->events};
     queue_op((uring_poller *)weft__poller_self(), &rq, 0, op);
     return 0;
+}
+
+/* A futex wait as a ring operation (io.h, weft__futex_wait): queued like
+ * any other, the vthread parked until its completion -- 0 woken, -EAGAIN
+ * the word moved before the kernel looked (the submission is batched:
+ * a wake in between changed the word first, so nothing is lost).  Its
+ * deadline cancels it; nothing else does (a lock's waiter waits again
+ * anyway: neither weft_cancel nor a signal ends it, as they did not end
+ * the blocking-pool wait this replaces). */
+static int uring_futex_wait(const uint32_t *addr, uint32_t val, uint32_t mask, int private, int64_t deadline) {
+    if (!futex_ok) return -ENOSYS;
+    weft__ioreq rq = {.op = IOR_FUTEX_WAIT,
+                      .fd = -1,
+                      .buf = (void *)(uintptr_t)addr,
+                      .n = val,
+                      .off = (off_t)mask,
+                      .flags = WEFT_FUTEX2_SIZE_U32 | (private ? WEFT_FUTEX2_PRIVATE : 0)};
+    uring_poller *pl = (uring_poller *)weft__poller_self();
+    weft__iop op;
+    memset(&op, 0, sizeof op);
+    op.p = &weft__self()->parker;
+    queue_op(pl, &rq, 0, &op);
+    int intr = weft__iop_wait_nocancel(&op, deadline, uring_cancel);
+    if (intr && op.res == -ECANCELED) return intr;
+    return op.res;
 }
 
 /* The cancel's completion or the operation's own ends it, later. */
@@ -572,4 +610,5 @@ const struct weft__io_ops weft__io_uring = {
     .withdraw = uring_withdraw,
     .interrupt_fd = uring_cancel_fd,
     .closing = uring_closing,
+    .futex_wait = uring_futex_wait,
 };

@@ -169,7 +169,7 @@ static const char *io_call_name(int op) {
         [IOR_RECV] = "weft_recv",       [IOR_SEND] = "weft_send",     [IOR_ACCEPT] = "weft_accept",
         [IOR_CONNECT] = "weft_connect", [IOR_POLL] = "weft_poll",     [IOR_FSYNC] = "weft_fsync",
         [IOR_PREADV] = "weft_preadv",   [IOR_PWRITEV] = "weft_pwritev", [IOR_FDATASYNC] = "weft_fdatasync",
-        [IOR_CLOSE] = "weft_close",
+        [IOR_FUTEX_WAIT] = "futex",     [IOR_CLOSE] = "weft_close",
     };
     return op >= 0 && op < (int)(sizeof names / sizeof names[0]) && names[op] ? names[op] : "I/O";
 }
