@@ -60,9 +60,11 @@
  *             made), then all joined: "all N" or "stopped at K: ERR"
  *   vfork     a thread vforks as Python's subprocess does: every signal
  *             blocked around the call; the child resets each handler to
- *             SIG_DFL and unblocks, then execs a shell that sends the
- *             parent SIGHUP; the parent's handler still runs, each round
- *             (the child's sigactions are its own process's)
+ *             SIG_DFL and unblocks, then execs this program again in mode
+ *             hup-parent, which sends the parent SIGHUP (this program, not
+ *             a shell: under a sanitizer weft-run's library runs only in
+ *             instrumented binaries); the parent's handler still runs,
+ *             each round (the child's sigactions are its own process's)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -690,8 +692,8 @@ static void *vfork_rounds(void *arg) {
             sigset_t none;
             sigemptyset(&none);
             sigprocmask(SIG_SETMASK, &none, NULL);
-            char *argv[] = {"sh", "-c", "kill -HUP $PPID", NULL};
-            execv("/bin/sh", argv);
+            char *argv[] = {"foreign_threads", "hup-parent", NULL};
+            execv("/proc/self/exe", argv);
             _exit(127);
         }
         pthread_sigmask(SIG_SETMASK, &was, NULL);
@@ -956,7 +958,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "churn") && argc > 2) return mode_churn(atol(argv[2]));
     if (!strcmp(mode, "cputime")) return mode_cputime();
     if (!strcmp(mode, "vfork")) return mode_vfork();
+    if (!strcmp(mode, "hup-parent")) return kill(getppid(), SIGHUP) != 0;
     fprintf(stderr, "usage: foreign_threads join|detach|exit|cancel|names|attr|keys|kill|sendfile|fork-thread|"
-                    "masks|spin|many N\n");
+                    "masks|spin|many N|churn N|cputime|vfork\n");
     return 2;
 }
