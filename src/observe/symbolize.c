@@ -8,7 +8,17 @@
  * elfutils' libdwfl from the process's own modules: the ELF symbol table
  * names static functions too (no -rdynamic needed, unlike dladdr), the
  * DWARF line table gives file:line when the code was built with -g.
- * Nothing of this runs before the first dump: the first lock makes the
+ * Nothing of this runs before the first dump, libdw itself not even
+ * loaded: the first lock opens libdw.so.1 (dlopen, its functions found
+ * with dlsym into one table, DW) -- linked instead, libdw, libelf and
+ * their compressors were loaded and relocated by every process that
+ * started libweft, for a dump most processes never make: /bin/true with
+ * libweft-hook.so preloaded took 15.1 ms an exec linked, 13.0 ms with
+ * the dlopen (200 runs, 3 times each), and libdw and libelf alone held
+ * ~280 KiB of a program's RSS.
+ * Where libdw.so.1 cannot be opened (Debian's libdw1 not installed),
+ * frames are named by dladdr alone: module+offset and the exported
+ * symbols.  Then the lock makes the
  * Dwfl (dwfl_linux_proc_report: /proc/self/maps, one module per mapped
  * object; each module's ELF and DWARF are opened on first use), and every
  * address resolved is kept in a hash table for the life of the process,
@@ -83,6 +93,69 @@
 
 #define MAX_INLINE 16
 
+/* ---- libdw, opened at the first lock ------------------------------------------ */
+
+/* Every libdw function used here, found with dlsym once libdw.so.1 is open. */
+#define WEFT__DW_FUNCS(X) \
+    X(dwarf_attr) \
+    X(dwarf_attr_integrate) \
+    X(dwarf_filesrc) \
+    X(dwarf_formstring) \
+    X(dwarf_formudata) \
+    X(dwarf_getscopes) \
+    X(dwarf_getsrcfiles) \
+    X(dwarf_tag) \
+    X(dwfl_addrmodule) \
+    X(dwfl_attach_state) \
+    X(dwfl_begin) \
+    X(dwfl_frame_pc) \
+    X(dwfl_getthread_frames) \
+    X(dwfl_lineinfo) \
+    X(dwfl_linux_proc_find_elf) \
+    X(dwfl_linux_proc_report) \
+    X(dwfl_module_addrdie) \
+    X(dwfl_module_addrinfo) \
+    X(dwfl_module_getsrc) \
+    X(dwfl_module_info) \
+    X(dwfl_report_begin) \
+    X(dwfl_report_begin_add) \
+    X(dwfl_report_end) \
+    X(dwfl_standard_find_debuginfo) \
+    X(dwfl_thread_state_register_pc) \
+    X(dwfl_thread_state_registers)
+
+/* (its two functions are filled in by dw_open) */
+static Dwfl_Callbacks proc_callbacks;
+
+static struct {
+#define X(f) __typeof__(f) *f;
+    WEFT__DW_FUNCS(X)
+#undef X
+} DW;
+
+/* 1 when libdw.so.1 and every function above were found; else 0, DW left
+ * empty, and the frames are named by dladdr alone.  (A function pointer
+ * from dlsym's void *: POSIX guarantees the conversion, through memcpy
+ * so that ISO C's rule against casting one to the other is kept.) */
+static int dw_open(void) {
+    void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return 0;
+    void *f;
+#define X(fn)                                      \
+    if (!(f = dlsym(h, #fn))) goto missing;        \
+    memcpy(&DW.fn, &f, sizeof f);
+    WEFT__DW_FUNCS(X)
+#undef X
+    proc_callbacks.find_elf = DW.dwfl_linux_proc_find_elf;
+    proc_callbacks.find_debuginfo = DW.dwfl_standard_find_debuginfo;
+    return 1;
+missing:
+    memset(&DW, 0, sizeof DW);
+    dlclose(h);
+    return 0;
+}
+
+
 static struct {
     pthread_mutex_t lock;
     int tried;          /* the Dwfl was made (or could not be) */
@@ -116,10 +189,6 @@ static int in_stack(uintptr_t a) { return a >= S.lo && a < S.hi && S.hi - a >= 8
 
 /* ---- the Dwfl ---------------------------------------------------------------- */
 
-static const Dwfl_Callbacks proc_callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-};
 
 static pid_t u_next_thread(Dwfl *d, void *arg, void **targ) {
     (void)d;
@@ -148,10 +217,10 @@ static bool u_set_initial(Dwfl_Thread *th, void *targ) {
     /* DWARF numbering (x86-64 psABI): 3 rbx, 6 rbp, 7 rsp, 12-15 r12-r15,
      * 16 the return address column */
     Dwarf_Word bp_sp[2] = {S.rbp, S.rsp};
-    if (!dwfl_thread_state_registers(th, 3, 1, &S.rbx) || !dwfl_thread_state_registers(th, 6, 2, bp_sp) ||
-        !dwfl_thread_state_registers(th, 12, 4, S.r12_15) || !dwfl_thread_state_registers(th, 16, 1, &S.rip))
+    if (!DW.dwfl_thread_state_registers(th, 3, 1, &S.rbx) || !DW.dwfl_thread_state_registers(th, 6, 2, bp_sp) ||
+        !DW.dwfl_thread_state_registers(th, 12, 4, S.r12_15) || !DW.dwfl_thread_state_registers(th, 16, 1, &S.rip))
         return false;
-    dwfl_thread_state_register_pc(th, S.rip);
+    DW.dwfl_thread_state_register_pc(th, S.rip);
     return true;
 }
 
@@ -163,10 +232,10 @@ static const Dwfl_Thread_Callbacks unwind_callbacks = {
 };
 
 static void report_modules(int add) {
-    if (add) dwfl_report_begin_add(S.d);
-    else dwfl_report_begin(S.d);
-    dwfl_linux_proc_report(S.d, getpid());
-    dwfl_report_end(S.d, NULL, NULL);
+    if (add) DW.dwfl_report_begin_add(S.d);
+    else DW.dwfl_report_begin(S.d);
+    DW.dwfl_linux_proc_report(S.d, getpid());
+    DW.dwfl_report_end(S.d, NULL, NULL);
 }
 
 static void fork_child(void) {
@@ -197,10 +266,14 @@ static void start(void) {
         void *phdr = (void *)getauxval(AT_PHDR);
         S.self_shared = phdr && dladdr(phdr, &dm) && dm.dli_fbase != di.dli_fbase;
     }
-    S.d = dwfl_begin(&proc_callbacks);
+    /* the fork child's start keeps the parent's libdw: open is once a process */
+    static int opened = -1;
+    if (opened < 0) opened = dw_open();
+    if (!opened) return;
+    S.d = DW.dwfl_begin(&proc_callbacks);
     if (!S.d) return;
     report_modules(0);
-    S.attached = dwfl_attach_state(S.d, NULL, 1, &unwind_callbacks, NULL);
+    S.attached = DW.dwfl_attach_state(S.d, NULL, 1, &unwind_callbacks, NULL);
 }
 
 void weft__sym_lock(void) {
@@ -241,8 +314,8 @@ size_t weft__sym_stack_left(void) {
 
 static const char *die_name(Dwarf_Die *d) {
     Dwarf_Attribute a;
-    const char *s = dwarf_formstring(dwarf_attr_integrate(d, DW_AT_linkage_name, &a));
-    if (!s) s = dwarf_formstring(dwarf_attr_integrate(d, DW_AT_name, &a));
+    const char *s = DW.dwarf_formstring(DW.dwarf_attr_integrate(d, DW_AT_linkage_name, &a));
+    if (!s) s = DW.dwarf_formstring(DW.dwarf_attr_integrate(d, DW_AT_name, &a));
     return s;
 }
 
@@ -259,7 +332,7 @@ int weft__sym_is_weft_file(const char *file) { return file && is_weft_file(file)
  * call (issue 25) named one file two ways.  A name given absolute stays so. */
 static const char *as_compiled(Dwarf_Die *cu, const char *file) {
     Dwarf_Attribute at;
-    const char *dir = file && cu ? dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &at)) : NULL;
+    const char *dir = file && cu ? DW.dwarf_formstring(DW.dwarf_attr(cu, DW_AT_comp_dir, &at)) : NULL;
     size_t n = dir ? strlen(dir) : 0;
     if (n && strncmp(file, dir, n) == 0 && file[n] == '/' && file[n + 1]) return file + n + 1;
     return file;
@@ -272,34 +345,34 @@ static weft__sym *resolve(uintptr_t pc) {
     const char *mod = NULL;
     uintptr_t moff = 0;
     Dwarf_Die *cu_of_frames = NULL; /* (libdw's, kept as long as S.d) */
-    Dwfl_Module *m = S.d ? dwfl_addrmodule(S.d, a) : NULL;
+    Dwfl_Module *m = S.d ? DW.dwfl_addrmodule(S.d, a) : NULL;
     if (!m && S.d && !S.refreshed) { /* dlopen'ed since the list was read */
         S.refreshed = 1;
         report_modules(1);
-        m = dwfl_addrmodule(S.d, a);
+        m = DW.dwfl_addrmodule(S.d, a);
     }
     if (m) {
         Dwarf_Addr start = 0;
-        mod = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
+        mod = DW.dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
         moff = pc - (uintptr_t)start;
         GElf_Off off = 0;
         GElf_Sym sym;
-        const char *fn = dwfl_module_addrinfo(m, a, &off, &sym, NULL, NULL, NULL);
+        const char *fn = DW.dwfl_module_addrinfo(m, a, &off, &sym, NULL, NULL, NULL);
         const char *file = NULL;
         int line = 0;
-        Dwfl_Line *l = dwfl_module_getsrc(m, a);
-        if (l) file = dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
+        Dwfl_Line *l = DW.dwfl_module_getsrc(m, a);
+        if (l) file = DW.dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
         /* the inlined functions at a, innermost first: each stands at the
          * current place, and the place moves to its inlining call */
         Dwarf_Addr bias = 0;
-        Dwarf_Die *cu = dwfl_module_addrdie(m, a, &bias), *scopes = NULL;
+        Dwarf_Die *cu = DW.dwfl_module_addrdie(m, a, &bias), *scopes = NULL;
         cu_of_frames = cu;
-        int ns = cu ? dwarf_getscopes(cu, a - bias, &scopes) : 0;
+        int ns = cu ? DW.dwarf_getscopes(cu, a - bias, &scopes) : 0;
         Dwarf_Files *files = NULL;
         size_t nfiles = 0;
         const char *subprogram = NULL;
         for (int i = 0; i < ns; i++) {
-            int tag = dwarf_tag(&scopes[i]);
+            int tag = DW.dwarf_tag(&scopes[i]);
             if (tag == DW_TAG_subprogram) {
                 subprogram = die_name(&scopes[i]);
                 break;
@@ -310,11 +383,11 @@ static weft__sym *resolve(uintptr_t pc) {
             Dwarf_Word v;
             file = NULL;
             line = 0;
-            if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &at), &v) == 0) {
-                if (!files && dwarf_getsrcfiles(cu, &files, &nfiles) != 0) files = NULL;
-                if (files && v < nfiles) file = dwarf_filesrc(files, v, NULL, NULL);
+            if (DW.dwarf_formudata(DW.dwarf_attr(&scopes[i], DW_AT_call_file, &at), &v) == 0) {
+                if (!files && DW.dwarf_getsrcfiles(cu, &files, &nfiles) != 0) files = NULL;
+                if (files && v < nfiles) file = DW.dwarf_filesrc(files, v, NULL, NULL);
             }
-            if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &at), &v) == 0) line = (int)v;
+            if (DW.dwarf_formudata(DW.dwarf_attr(&scopes[i], DW_AT_call_line, &at), &v) == 0) line = (int)v;
         }
         free(scopes);
         if (fn || subprogram || file)
@@ -399,7 +472,7 @@ static int u_frame(Dwfl_Frame *fr, void *arg) {
     (void)arg;
     Dwarf_Addr pc;
     bool activation;
-    if (!dwfl_frame_pc(fr, &pc, &activation) || !pc) return DWARF_CB_ABORT;
+    if (!DW.dwfl_frame_pc(fr, &pc, &activation) || !pc) return DWARF_CB_ABORT;
     S.pcs[S.n++] = (uintptr_t)pc;
     return S.n < S.max ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
@@ -437,7 +510,7 @@ int weft__sym_stack(const weft_thread *t, uintptr_t *pcs, int max) {
     S.pcs = pcs;
     S.max = max;
     S.n = 0;
-    if (S.attached && room) dwfl_getthread_frames(S.d, 1, u_frame, NULL); /* ends with -1 at the stack's end */
+    if (S.attached && room) DW.dwfl_getthread_frames(S.d, 1, u_frame, NULL); /* ends with -1 at the stack's end */
     /* libdw could not get past the first frame: the chain may */
     if (S.n < 2) {
         S.fp_walks++;
