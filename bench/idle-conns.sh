@@ -6,8 +6,15 @@
 # from 127.0.1.0/24 as weft-load does, split over CLIENTS processes), each sends one
 # GET /hello.html and is then held open and idle.  The server's resident memory (VmRSS,
 # summed over its processes: nginx's master and worker) is read before the connections
-# and once they are all held.  One line per server:
+# and once they are all held, and so is the kernel's own memory (/proc/meminfo's
+# KernelStack + PageTables + SUnreclaim, machine-wide): a kernel thread's stack,
+# task_struct and page tables are memory a thread-per-connection server costs that
+# RSS does not show, where a vthread's counterparts (its descriptor, TLS block, the
+# frames of its park) are in RSS.  The kernel figure includes the client's half of
+# each connection (its sockets), the same for every server.  One line per server:
 #   experiment=idle-conns peer=P conns=N held=H rss_before_kib=B rss_held_kib=R per_conn_bytes=(R-B)*1024/H
+#     kernel_kib=K (the kernel's growth) kernel_per_conn_bytes=K*1024/H
+#     total_per_conn_bytes=(R-B+K)*1024/H
 #
 #   N        connections (default 19500: this machine's hard RLIMIT_NOFILE is 20000 per
 #            process, and the server needs a few descriptors of its own)
@@ -46,6 +53,11 @@ free_port() {
     if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return; fi
   done
   echo "no free port" >&2; exit 1
+}
+
+# KernelStack + PageTables + SUnreclaim (KiB), machine-wide
+kernel_kib() {
+  awk '/^(KernelStack|PageTables|SUnreclaim):/ {s += $2} END {print s}' /proc/meminfo
 }
 
 # VmRSS (KiB) summed over the process group $1
@@ -97,6 +109,8 @@ run_one() {
   sleep 1
   local before held=0 rss k pids=()
   before=$(group_rss "$spid")
+  local kbefore kheld
+  kbefore=$(kernel_kib)
   local per=$(( N / CLIENTS ))
   for k in $(seq "$CLIENTS"); do
     "$load" -k -q -n "$per" -c "$per" --hold "$HOLD" --timeout 60 "http://127.0.0.1:$port/hello.html" \
@@ -116,9 +130,14 @@ run_one() {
   done
   sleep 2 # settle: the last responses' buffers returned
   rss=$(group_rss "$spid")
-  local per_conn=NA
-  [ "$held" -gt 0 ] && per_conn=$(( (rss - before) * 1024 / held ))
-  echo "experiment=idle-conns peer=$name status=ok conns=$N held=$held rss_before_kib=$before rss_held_kib=$rss per_conn_bytes=$per_conn"
+  kheld=$(kernel_kib)
+  local per_conn=NA kper=NA total=NA
+  if [ "$held" -gt 0 ]; then
+    per_conn=$(( (rss - before) * 1024 / held ))
+    kper=$(( (kheld - kbefore) * 1024 / held ))
+    total=$(( (rss - before + kheld - kbefore) * 1024 / held ))
+  fi
+  echo "experiment=idle-conns peer=$name status=ok conns=$N held=$held rss_before_kib=$before rss_held_kib=$rss per_conn_bytes=$per_conn kernel_kib=$((kheld - kbefore)) kernel_per_conn_bytes=$kper total_per_conn_bytes=$total"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait "${pids[@]}" 2>/dev/null || true
   kill -TERM -- -"$spid" 2>/dev/null || true

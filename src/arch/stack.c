@@ -24,10 +24,16 @@
  *    handed out).  Zapping is kept off the exit/join path: its syscalls and
  *    TLB shootdowns would slow exactly the bursts that freed the stacks.
  *    Idle carriers that carve ahead during a spawn burst (weft__stacks_
- *    refill) stop at DEPOT_HOT, counting the batches in flight, and revive
- *    cold slots before carving new ones, so the slots carved stay within
- *    live + DEPOT_HOT + a batch + the carriers' caches whatever the number
- *    of spawns (scope.open_scope_*_bounded checks it).
+ *    refill) stop at an eighth of the default stacks in use -- at least
+ *    two batches, at most DEPOT_HOT -- counting the batches in flight, and
+ *    revive cold slots before carving new ones, so the slots carved stay
+ *    within live + DEPOT_HOT + a batch + the carriers' caches whatever the
+ *    number of spawns (scope.open_scope_*_bounded checks it).  Each slot
+ *    carved ahead holds its populated top page: a flat DEPOT_HOT ahead
+ *    left 1,000 sleeping Python threads under weft-run with 3,096 unused
+ *    stacks, 12 KiB of RSS a thread on top of their own 18 KiB (native
+ *    threads: 17.7 KiB); in proportion, a burst of a million still has
+ *    DEPOT_HOT carved ahead of it once 32,768 are running.
  *  - After an idle period (no stack taken from or given back to the depot
  *    for TRIM_IDLE_NS) the high-water mark drops: idle carriers move what
  *    their cache holds beyond CACHE_KEEP to the depot, zap the depot down to
@@ -120,7 +126,8 @@
 #define CACHE_KEEP 64u               /* a carrier's cache keeps these whole through a lull */
 #define DEPOT_IDLE 512u              /* ... and the depot these, less their deep pages */
 #define TRIM_IDLE_NS 10000000000LL   /* a lull: the depot untouched this long ($WEFT_STACK_IDLE_MS) */
-#define REFILL_TARGET DEPOT_HOT     /* idle carriers carve up to this many ahead */
+#define REFILL_SHIFT 3              /* idle carriers carve up to in-use >> this ahead ... */
+#define REFILL_MAX DEPOT_HOT        /* ... and never more than this */
 #define REFILL_WINDOW_NS 20000000   /* ... while spawns ran dry twice in 20 ms */
 #define IOV_MAX_BATCH 1024u
 /* The largest stack: a slab of SLAB_SLOTS of them (plus guards) must not
@@ -153,6 +160,7 @@ static struct {
     uint32_t ndepot, capdepot;
     uint32_t nshallow;    /* depot[0, nshallow): deep pages already returned */
     uint32_t refilling;   /* slots being carved by weft__stacks_refill, bound for the depot */
+    uint32_t ncarved;     /* default slots carved, in use or not (cold and depot ones too) */
     weft__stack *odd;     /* free stacks of other sizes */
     struct cold { weft__stack *s; slab *sl; uint8_t guard; } *cold; /* zapped slots */
     size_t ncold, capcold;
@@ -436,6 +444,7 @@ static uint32_t carve_batch(weft__stack **out) {
     uint32_t first = sl->carved, k = sl->nslots - sl->carved;
     if (k > CARVE_BATCH) k = CARVE_BATCH;
     sl->carved += k; /* reserved; the dump reads not-yet-made heads as free */
+    S.ncarved += k;
     int guard = next_guard(k);
     pthread_mutex_unlock(&S.lock);
     return carve(sl, first, k, guard, out) == 0 ? k : 0;
@@ -473,8 +482,20 @@ int weft__stacks_trim(void) {
     return did;
 }
 
+/* How many stacks the depot may hold carved ahead (lock held): an eighth
+ * of the default stacks in use (those carved, less the depot's, the cold
+ * ones and a refill's in flight -- the carriers' caches count as in use),
+ * at least two batches, at most REFILL_MAX. */
+static uint32_t refill_target(void) {
+    size_t idle = (size_t)S.ndepot + S.ncold + S.refilling;
+    size_t used = S.ncarved > idle ? S.ncarved - idle : 0;
+    size_t t = used >> REFILL_SHIFT;
+    if (t < 2 * CARVE_BATCH) t = 2 * CARVE_BATCH;
+    return t > REFILL_MAX ? REFILL_MAX : (uint32_t)t;
+}
+
 int weft__stacks_refill(void) {
-    if (!S.inited || atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed) >= REFILL_TARGET) return 0;
+    if (!S.inited || atomic_load_explicit(&S.ndepot_hint, memory_order_relaxed) >= REFILL_MAX) return 0;
     int64_t now = clock_ns(CLOCK_MONOTONIC_COARSE);
     /* a burst: spawns ran dry twice within the window, the last time recently */
     if (now - atomic_load_explicit(&S.prev_demand, memory_order_relaxed) > REFILL_WINDOW_NS) return 0;
@@ -483,9 +504,9 @@ int weft__stacks_refill(void) {
     int r;
     pthread_mutex_lock(&S.lock);
     /* the target counts the batches other carriers are carving: several
-     * idle carriers refilling at once must not carry the depot past
-     * DEPOT_HOT (= REFILL_TARGET), where trim would zap the surplus */
-    if (S.ndepot + S.refilling + CARVE_BATCH > REFILL_TARGET) {
+     * idle carriers refilling at once must not carry the depot past it
+     * (nor past DEPOT_HOT, where trim would zap the surplus) */
+    if (S.ndepot + S.refilling + CARVE_BATCH > refill_target()) {
         pthread_mutex_unlock(&S.lock);
         return 0;
     }
@@ -714,6 +735,7 @@ void weft__stacks_fini(void) {
     S.odd = NULL;
     S.ndepot = S.capdepot = 0;
     S.refilling = 0;
+    S.ncarved = 0;
     S.nshallow = 0;
     atomic_store(&S.nshallow_hint, 0);
     atomic_store(&S.ndepot_hint, 0);
@@ -763,6 +785,7 @@ void weft__stacks_fork_child(void) {
     S.odd = NULL;
     S.ndepot = S.capdepot = 0;
     S.refilling = 0;
+    S.ncarved = 0;
     atomic_store(&S.ndepot_hint, 0);
     S.nshallow = 0;
     atomic_store(&S.nshallow_hint, 0);
