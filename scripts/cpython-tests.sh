@@ -11,7 +11,10 @@
 # with (they all pass natively on the project's machines).  Each module
 # runs in its own worker process (python -m test -j2), with a timeout that
 # fails a hung test rather than waiting for it; the runner prints each
-# module's time.  test_socket's VSOCK cases are left out, on both sides:
+# module's time.  Run verbose (-v) into a log: what is printed is each
+# module's line with its time, the summary, and then every case skipped
+# (the issue asks for those on both sides; compare the two runs' lists),
+# or the whole log when something failed.  test_socket's VSOCK cases are left out, on both sides:
 # in a VM without a vsock device they hang natively too.  Needs /usr/bin/python3 and Debian's
 # libpython3.11-testsuite (scripts/deps.sh).  Exit 0 when every module
 # passes.
@@ -44,7 +47,18 @@ echo "=== CPython's tests, $([[ $native -eq 1 ]] && echo natively || echo "under
 start=$(date +%s)
 # (the whole run's wall limit: the per-test timeout catches a hang inside
 # a test, this one a hang anywhere else)
-(cd "$dir" && timeout 2400 "${run[@]}" "$py" -m test -j2 --timeout 900 -i '*VSOCK*' "${modules[@]}")
+(cd "$dir" && timeout 2400 "${run[@]}" "$py" -m test -j2 -v -o --timeout 900 -i '*VSOCK*' "${modules[@]}") >"$dir/log" 2>&1
 rc=$?
+if [[ $rc -ne 0 ]]; then
+  cat "$dir/log"
+else
+  # the runner's lines ("0:01:23 load avg: 1.2 [ 3/12] test_queue passed (34.1 sec)":
+  # the wall time so far, a module's own where it took 30 s or more), the ten
+  # slowest modules' times (-o), and the summary
+  grep -E '^[0-9]+:[0-9]{2}:[0-9]{2} .*\[ *[0-9]+/[0-9]+\]' "$dir/log"
+  sed -n '/slowest tests:$/,/^$/p; /^== Tests result/,$p' "$dir/log"
+  echo "--- cases skipped ($(grep -c ' \.\.\. skipped' "$dir/log")) ---"
+  grep -E ' \.\.\. skipped' "$dir/log" | sort
+fi
 echo "=== CPython's tests: exit $rc after $(($(date +%s) - start)) s ==="
 exit $rc
