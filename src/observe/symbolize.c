@@ -134,10 +134,15 @@ static struct {
 } DW;
 
 /* 1 when libdw.so.1 and every function above were found; else 0, DW left
- * empty, and the frames are named by dladdr alone.  (A function pointer
- * from dlsym's void *: POSIX guarantees the conversion, through memcpy
- * so that ISO C's rule against casting one to the other is kept.) */
+ * empty, and the frames are named by dladdr alone.  Tried once a process
+ * (S.lock held): a fork child keeps the parent's libdw and DW.  (A
+ * function pointer from dlsym's void *: POSIX guarantees the conversion,
+ * through memcpy so that ISO C's rule against casting one to the other
+ * is kept.) */
 static int dw_open(void) {
+    static int opened = -1;
+    if (opened >= 0) return opened;
+    opened = 0;
     void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) return 0;
     void *f;
@@ -148,13 +153,12 @@ static int dw_open(void) {
 #undef X
     proc_callbacks.find_elf = DW.dwfl_linux_proc_find_elf;
     proc_callbacks.find_debuginfo = DW.dwfl_standard_find_debuginfo;
-    return 1;
+    return opened = 1;
 missing:
     memset(&DW, 0, sizeof DW);
     dlclose(h);
     return 0;
 }
-
 
 static struct {
     pthread_mutex_t lock;
@@ -188,7 +192,6 @@ __attribute__((noinline, no_sanitize("address", "thread"))) static uintptr_t pee
 static int in_stack(uintptr_t a) { return a >= S.lo && a < S.hi && S.hi - a >= 8; }
 
 /* ---- the Dwfl ---------------------------------------------------------------- */
-
 
 static pid_t u_next_thread(Dwfl *d, void *arg, void **targ) {
     (void)d;
@@ -266,10 +269,7 @@ static void start(void) {
         void *phdr = (void *)getauxval(AT_PHDR);
         S.self_shared = phdr && dladdr(phdr, &dm) && dm.dli_fbase != di.dli_fbase;
     }
-    /* the fork child's start keeps the parent's libdw: open is once a process */
-    static int opened = -1;
-    if (opened < 0) opened = dw_open();
-    if (!opened) return;
+    if (!dw_open()) return;
     S.d = DW.dwfl_begin(&proc_callbacks);
     if (!S.d) return;
     report_modules(0);
