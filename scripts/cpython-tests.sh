@@ -53,10 +53,11 @@ if [[ $rc -ne 0 ]]; then
   cat "$dir/log"
 else
   # the runner's lines ("0:01:23 load avg: 1.2 [ 3/12] test_queue passed (34.1 sec)":
-  # the wall time so far, a module's own where it took 30 s or more), the ten
-  # slowest modules' times (-o), and the summary
+  # the wall time so far, a module's own where it took 30 s or more), then
+  # the summary with the ten slowest modules' times (-o), from whichever of
+  # the two comes first (with -j2 the summary's head does) to the end, once
   grep -E '^[0-9]+:[0-9]{2}:[0-9]{2} .*\[ *[0-9]+/[0-9]+\]' "$dir/log"
-  sed -n '/slowest tests:$/,/^$/p; /^== Tests result/,$p' "$dir/log"
+  awk '/slowest tests:$/ || /^== Tests result/ { on = 1 } on' "$dir/log"
   echo "--- cases skipped ($(grep -c ' \.\.\. skipped' "$dir/log")) ---"
   grep -E ' \.\.\. skipped' "$dir/log" | sort
 fi
