@@ -16,11 +16,13 @@
 #              (socketserver's request_queue_size), so at C=200 the kernel drops SYNs and
 #              some connections wait for the client's retransmissions (1, 3, 7 ... s) --
 #              natively too; the req/s then measure that as much as the server.
+#              BACKLOG=N runs the same module with request_queue_size raised to N first,
+#              so that neither side is held back by dropped SYNs.
 #              One line per run, then the medians:
 #                experiment=py-http peer=... round=R rps= failed= p95_ms= peak_rss_kib=
 #                experiment=py-http summary rps_ratio=weft-run/native rss_ratio=...
 #
-# Environment: N=100000, REQ=5000, CONC=200, ROUNDS=3, PARTS="threads http", AB_TIMEOUT_S=240,
+# Environment: N=100000, REQ=5000, CONC=200, ROUNDS=3, PARTS="threads http", AB_TIMEOUT_S=240, BACKLOG,
 # BUILD (default build-release beside bench/), PYTHON=/usr/bin/python3.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,10 +58,17 @@ free_port() {
 http_run() {
   local peer=$1 round=$2 port pid out hwm
   port=$(free_port)
+  local srv=("$PY" -m http.server)
+  if [ -n "${BACKLOG:-}" ]; then
+    # the same module, run as its own main, with socketserver's backlog raised first
+    srv=("$PY" -c 'import runpy, socketserver, sys
+socketserver.TCPServer.request_queue_size = int(sys.argv.pop(1))
+runpy.run_module("http.server", run_name="__main__", alter_sys=True)' "$BACKLOG")
+  fi
   if [ "$peer" = weft-run ]; then
-    "$run" "$PY" -m http.server "$port" --bind 127.0.0.1 --directory "$repo/www" >/dev/null 2>&1 &
+    "$run" "${srv[@]}" "$port" --bind 127.0.0.1 --directory "$repo/www" >/dev/null 2>&1 &
   else
-    "$PY" -m http.server "$port" --bind 127.0.0.1 --directory "$repo/www" >/dev/null 2>&1 &
+    "${srv[@]}" "$port" --bind 127.0.0.1 --directory "$repo/www" >/dev/null 2>&1 &
   fi
   pid=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/index.html" && break; sleep 0.1; done
@@ -73,7 +82,7 @@ http_run() {
   rps=$(awk '/^Requests per second/ { print $4 }' <<<"$out")
   failed=$(awk '/^Failed requests/ { print $3 }' <<<"$out")
   p95=$(awk '$1 == "95%" { print $2 }' <<<"$out")
-  echo "experiment=py-http peer=$peer round=$round n=$REQ c=$CONC rps=${rps:-0} failed=${failed:--} p95_ms=${p95:--} peak_rss_kib=${hwm:-0}"
+  echo "experiment=py-http peer=$peer round=$round n=$REQ c=$CONC backlog=${BACKLOG:-5} rps=${rps:-0} failed=${failed:--} p95_ms=${p95:--} peak_rss_kib=${hwm:-0}"
 }
 
 if [[ " $PARTS " == *" http "* ]]; then
