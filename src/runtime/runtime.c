@@ -275,6 +275,8 @@ static int init_runtime(const weft_runtime_opts *cfg, int lazy) {
     if (maxc > WEFT__MAX_CARRIERS - n) maxc = WEFT__MAX_CARRIERS - n;
     weft__spin_set((int64_t)spin_us * 1000);
     if (!det) atomic_store_explicit(&weft__det_on, 0, memory_order_relaxed); /* (on since load with $WEFT_DETERMINISTIC: cfg said off) */
+    /* before the first thread or ring of ours (spares.c says why) */
+    (void)weft__membarrier_ready();
     int r = det ? weft__det_start(det_seed, det_trace) : 0;
     if (r < 0) goto fail0;
     if (det) atomic_store(&R.next_id, 1); /* ids are part of the replay */

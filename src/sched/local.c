@@ -203,9 +203,7 @@ static int fast_dekker;
 static pthread_once_t dekker_once = PTHREAD_ONCE_INIT;
 static void dekker_decide(void) {
 #ifndef WEFT_TSAN
-    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    fast_dekker = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                  syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    fast_dekker = weft__membarrier_ready(); /* (spares.c: registered once) */
 #endif
 }
 

@@ -460,6 +460,10 @@ int weft__spawn_tls(weft_thread *_Atomic *desc, void *(*fn)(void *), void *arg, 
  * compensate for stalls have higher indices (weft__carriers_all); code that
  * spreads work over "the carriers" uses this count. */
 int weft__carriers(void);
+/* membarrier(PRIVATE_EXPEDITED) registered for the process: 1, or 0 where
+ * the kernel has none (spares.c; asked first while the process has one
+ * thread, where the kernel registers it without an RCU grace period) */
+int weft__membarrier_ready(void);
 /* A preemption's yield (hook/trap.c): as weft_yield, but the carrier first
  * submits its queued I/O and takes its completions and due timers, which
  * pick_local looks at only every SLOW_EVERY picks -- what a computing

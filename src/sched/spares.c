@@ -636,6 +636,27 @@ static void *monitor_main(void *unused) {
     return NULL;
 }
 
+/* membarrier(PRIVATE_EXPEDITED), registered once for the process (the
+ * monitor's FIFO steal above, local.c's deleter): 1, or 0 where the kernel
+ * has none.  Asked first by weft_init before it makes any thread or ring:
+ * the kernel registers a process with one user of its memory at once, but
+ * one with several waits for an RCU grace period (sync_runqueues_
+ * membarrier_state) -- 12.5 ms a process here, most of weft-run's start
+ * (seen: every exec under weft-run took 17 ms, /bin/true natively 1.2 ms).
+ * A fork child keeps the registration (the kernel copies it with the
+ * memory; an exec drops it, and this library with it). */
+static int mb_ready;
+static pthread_once_t mb_once = PTHREAD_ONCE_INIT;
+static void mb_register(void) {
+    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    mb_ready = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+               syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+int weft__membarrier_ready(void) {
+    pthread_once(&mb_once, mb_register);
+    return mb_ready;
+}
+
 /* Before the carriers start: may yields stay in a carrier's FIFO? */
 void weft__mon_prepare(void) {
     atomic_store(&R.mon_word, 0);
@@ -644,9 +665,7 @@ void weft__mon_prepare(void) {
 #ifdef WEFT_TSAN
     int stealable = 1; /* the gate is a real lock there */
 #else
-    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    int stealable = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    int stealable = weft__membarrier_ready();
 #endif
     R.yq_stealable = stealable;
     /* one carrier that no spare can ever join: nobody else could run what
