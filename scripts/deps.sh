@@ -7,6 +7,9 @@
 #                            and chromium for weft-bench report's test (tests/integration/report_test.py)
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context, Java,
 #                            ab, wrk, nginx; for http-db PostgreSQL's JDBC driver)
+#   scripts/deps.sh cross    also Debian's cross compilers for aarch64 and riscv64 (with
+#                            their C libraries) and qemu-user: tests/arch's switch test
+#                            builds for each and runs under qemu (issue 28)
 # man-db and groff-base render the man pages for their test (tests/integration/docs_test.sh man).
 # A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
@@ -19,6 +22,9 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
       curl sqlite3 git # run.everyday_binaries_give_byte_identical_output: the same bytes under weft-run
       libpython3.11-testsuite # scripts/cpython-tests.sh: CPython's own tests under weft-run
       man-db groff-base) # tests/integration/docs_test.sh man: the man pages render without warnings
+if [[ ${1:-} == cross ]]; then
+  pkgs+=(gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user)
+fi
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
   # its Java peer the JDK here, Java 17 on Debian 12: bench/parallel/peer.sh)

@@ -56,7 +56,7 @@ static inline int weft__env_long(const char *name, long lo, long hi, const char 
     return 1;
 }
 
-/* ---- context switch (switch_x86_64.S) ---------------------------------- */
+/* ---- context switch (switch_<arch>.S: x86_64; aarch64, riscv64) -------- */
 
 /*
  * Saves the callee-saved registers, MXCSR and the x87 control word on the
