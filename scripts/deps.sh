@@ -24,6 +24,10 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
       man-db groff-base) # tests/integration/docs_test.sh man: the man pages render without warnings
 if [[ ${1:-} == cross ]]; then
   pkgs+=(gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user)
+  # the whole library for aarch64 (cmake/toolchain-aarch64.cmake): the arm64
+  # -dev packages it links, from Debian's arm64 archive (multiarch; libc6:arm64
+  # comes with them, whose ld.so qemu-aarch64 then runs the tests with)
+  pkgs+=(liburing-dev:arm64 libdw-dev:arm64)
 fi
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
@@ -85,5 +89,9 @@ apt_get() {
 
 echo "weft: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# (arm64 packages need the architecture added before the lists are fetched)
+if [[ " ${missing[*]} " == *":arm64 "* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+fi
 apt_get update -qq
 apt_get install -y -qq "${missing[@]}" >/dev/null

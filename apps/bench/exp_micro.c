@@ -64,7 +64,15 @@ static pthread_t (*volatile carrier_id_fn)(void) = pthread_self;
 /* The OS thread (carrier) the caller runs on right now. */
 static uintptr_t carrier_id(void) { return (uintptr_t)carrier_id_fn(); }
 
-static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+static inline void cpu_relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#else
+    __asm__ volatile("" ::: "memory");
+#endif
+}
 
 /* Starts the runtime for one benchmark. */
 static int micro_init(int carriers) {

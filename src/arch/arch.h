@@ -249,8 +249,14 @@ void *weft__tp_get(void);
 extern int weft__tls_fsgsbase;
 void weft__tp_set_syscall(void *tp); /* (inline: errno is TLS, it is not written) */
 static inline void weft__tp_set(void *tp) {
+#if defined(__x86_64__)
     if (__builtin_expect(weft__tls_fsgsbase, 1)) __asm__ volatile("wrfsbase %0" ::"r"(tp) : "memory");
     else weft__tp_set_syscall(tp);
+#elif defined(__aarch64__)
+    __asm__ volatile("msr tpidr_el0, %0" ::"r"(tp) : "memory");
+#elif defined(__riscv)
+    __asm__ volatile("mv tp, %0" ::"r"(tp) : "memory");
+#endif
 }
 
 /* ---- the system call trap (sud_x86_64.S; hook/trap.c) ------------------ */

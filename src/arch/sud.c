@@ -7,6 +7,8 @@
 #include "arch.h"
 
 #include <errno.h>
+
+#if defined(__x86_64__) /* (sud_x86_64.S holds the range) */
 #include <sys/prctl.h>
 #ifndef PR_SET_SYSCALL_USER_DISPATCH
 #define PR_SET_SYSCALL_USER_DISPATCH 59
@@ -24,3 +26,14 @@ int weft__sud_arm(unsigned char *sel) {
 }
 
 void weft__sud_disarm(void) { prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0); }
+#else
+/* No restorer in assembly for this architecture yet (issue 28), so no
+ * range to name to the kernel: the trap is not built here (hook/trap.c
+ * says so when asked for it). */
+int weft__sud_arm(unsigned char *sel) {
+    (void)sel;
+    return -ENOSYS;
+}
+
+void weft__sud_disarm(void) {}
+#endif

@@ -122,7 +122,9 @@
 #define _GNU_SOURCE
 #include "arch.h"
 
+#if defined(__x86_64__)
 #include <asm/prctl.h>
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -185,19 +187,29 @@ static struct {
 
 static inline char *tp_self(void) {
     char *tp;
+#if defined(__x86_64__)
     __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+#elif defined(__aarch64__)
+    __asm__ volatile("mrs %0, tpidr_el0" : "=r"(tp));
+#elif defined(__riscv)
+    __asm__ volatile("mv %0, tp" : "=r"(tp));
+#endif
     return tp;
 }
 
 void *weft__tp_get(void) { return tp_self(); }
 
 void weft__tp_set_syscall(void *tp) {
+#if defined(__x86_64__)
     long ret;
     __asm__ volatile("syscall"
                      : "=a"(ret)
                      : "0"((long)SYS_arch_prctl), "D"((long)ARCH_SET_FS), "S"(tp)
                      : "rcx", "r11", "memory");
     (void)ret; /* cannot fail for a mapped user address */
+#else
+    weft__tp_set(tp); /* (a register user code may write: no system call) */
+#endif
 }
 
 __attribute__((unused)) static const uint32_t *desc(const char *name) { return dlvsym(RTLD_DEFAULT, name, "GLIBC_PRIVATE"); }
@@ -213,6 +225,10 @@ static void probe(void) {
     /* (no line: a sanitizer build is told in weft.h and the README) */
     T.state = -ENOTSUP;
     return;
+#elif !defined(__x86_64__)
+    /* glibc's blocks here are TLS variant I (the thread pointer at the
+     * start of the TCB, struct pthread below it): not laid out yet */
+    return refuse("own TLS blocks are laid out for x86-64 only so far (issue 28)");
 #else
     weft__tls_fsgsbase = (getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE) != 0;
     T.allocate = (void *(*)(void *))dlvsym(RTLD_DEFAULT, "_dl_allocate_tls", "GLIBC_PRIVATE");

@@ -1395,7 +1395,9 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
         *ret = -EBADF;
         return 1;
 #endif
+#ifdef SYS_pause /* (x86-64's; aarch64 and riscv64 have only ppoll, pselect6, epoll_pwait and sigsuspend) */
     case SYS_pause: r = pause(); break;
+#endif
     case SYS_kill: r = kill((pid_t)a[0], (int)a[1]); break;
     case SYS_rt_sigsuspend: r = sigsuspend((const sigset_t *)a[0]); break;
     case SYS_sched_yield: r = sched_yield(); break; /* (threads.c's, where it is built) */
@@ -1436,19 +1438,25 @@ static int hook_trapped(long nr, const long a[6], long *ret) {
     case SYS_accept: r = accept((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2]); break;
     case SYS_accept4: r = accept4((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2], (int)a[3]); break;
     case SYS_connect: r = connect((int)a[0], (const struct sockaddr *)a[1], (socklen_t)a[2]); break;
+#ifdef SYS_poll
     case SYS_poll: r = poll((struct pollfd *)a[0], (nfds_t)a[1], (int)a[2]); break;
+#endif
     case SYS_ppoll:
         r = ppoll((struct pollfd *)a[0], (nfds_t)a[1], (const struct timespec *)a[2], (const sigset_t *)a[3]);
         break;
+#ifdef SYS_select
     case SYS_select:
         r = select((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3], (struct timeval *)a[4]);
         break;
+#endif
     case SYS_pselect6: {
         const sigset_t *m = a[5] ? *(const sigset_t *const *)a[5] : NULL;
         r = pselect((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3], (const struct timespec *)a[4], m);
         break;
     }
+#ifdef SYS_epoll_wait
     case SYS_epoll_wait: r = epoll_wait((int)a[0], (struct epoll_event *)a[1], (int)a[2], (int)a[3]); break;
+#endif
     case SYS_epoll_pwait:
         r = epoll_pwait((int)a[0], (struct epoll_event *)a[1], (int)a[2], (int)a[3], (const sigset_t *)a[4]);
         break;

@@ -139,6 +139,10 @@
 #define SYS_USER_DISPATCH 2 /* si_code of a dispatch SIGSYS */
 #endif
 
+/* The handler reads and writes x86-64's registers in the signal frame, and
+ * the restorer and clone are x86-64 assembly (arch/sud_x86_64.S): on
+ * another architecture the trap says it is not there (weft__trap_start). */
+#if defined(__x86_64__)
 static _Atomic int trap_on;
 
 /* The kernel's sigaction (glibc's puts its own restorer in). */
@@ -531,6 +535,8 @@ __attribute__((unused)) static int preempt_start(void) { /* (a sanitizer build h
     return 0;
 }
 
+#endif /* __x86_64__ */
+
 /* ---- on and off ----------------------------------------------------------- */
 
 int weft__trap_start(int cfg_trap, int hooks_on) {
@@ -549,6 +555,10 @@ int weft__trap_start(int cfg_trap, int hooks_on) {
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
     fprintf(stderr, "weft: the system call trap was asked for, but a sanitizer build cannot have it (its runtime's "
                     "own system calls would trap): calls the C library makes itself hold their carriers\n");
+    return 0;
+#elif !defined(__x86_64__)
+    fprintf(stderr, "weft: the system call trap was asked for, but it is written for x86-64 only so far (issue 28): "
+                    "calls the C library makes itself hold their carriers\n");
     return 0;
 #else
     /* the kernel's support, asked of this thread and given back */
@@ -572,6 +582,8 @@ int weft__trap_start(int cfg_trap, int hooks_on) {
 }
 
 void weft__trap_stop(void) {
+#if defined(__x86_64__)
     atomic_store(&trap_on, 0);
+#endif
     weft__preempt_enable(0);
 }

@@ -485,6 +485,8 @@ static inline void weft__cpu_relax(void) {
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield" ::: "memory");
+#elif defined(__riscv)
+    __asm__ __volatile__(".4byte 0x0100000f" ::: "memory"); /* pause (Zihintpause; a fence hint elsewhere) */
 #else
     __asm__ volatile("" ::: "memory");
 #endif

@@ -158,7 +158,7 @@ __attribute__((noinline)) static void lock_slow(weft_chan *c) {
         while (atomic_load_explicit(&c->lock, memory_order_relaxed)) {
             /* the holder may be a preempted platform thread: after a while
              * let it have the CPU */
-            if (++spins < 200) __builtin_ia32_pause();
+            if (++spins < 200) weft__cpu_relax();
             else sched_yield();
         }
         if (!atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) return;
@@ -238,7 +238,7 @@ static int await_fired(chan_sel *s) {
     for (unsigned spins = 0; k < 0; spins++) {
         /* the partner is between its park CAS and its store, on another
          * OS thread; a platform thread might have been preempted there */
-        if (spins < 1000) __builtin_ia32_pause();
+        if (spins < 1000) weft__cpu_relax();
         else sched_yield();
         k = atomic_load_explicit(&s->fired, memory_order_acquire);
     }

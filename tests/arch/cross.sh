@@ -56,7 +56,13 @@ done
 # aarch64 with BTI and PAC
 A=aarch64-linux-gnu
 hf=(-O2 -std=gnu11 -fPIC -mbranch-protection=standard)
-L=(-L /usr/aarch64-linux-gnu)
+# the arm64 C library the dynamic runs load: the multiarch one where it is
+# installed (libc6:arm64: its ld.so and libc.so.6 from one package), else the
+# cross toolchain's tree.  Never a mix: qemu's -L serves a path from the prefix
+# only where it exists there, and the cross ld.so with the multiarch libc.so.6
+# (another build of 2.36) walks a corrupt stack-cache list in pthread_create
+# for ever.
+if [[ -e /lib/ld-linux-aarch64.so.1 && -e /lib/aarch64-linux-gnu/libc.so.6 ]]; then L=(); else L=(-L /usr/aarch64-linux-gnu); fi
 mklib() { # mklib OUT CTX_SOURCE
   "$A-gcc" "${hf[@]}" -D_GNU_SOURCE -I"$src/include" -I"$src/src" -I"$src/src/arch" -shared -nostartfiles -pthread \
     -Dmain=weft_test_switch_regs_main -o "$1" "$2" "$src/tests/arch/switch_regs.c" "$src/tests/arch/regs_aarch64.S" \

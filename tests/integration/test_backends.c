@@ -103,8 +103,11 @@ __attribute__((unused)) static int pinned_in_a_waiting_call(const char *line) {
     static const long waiting[] = {
         SYS_read,     SYS_write,        SYS_readv,         SYS_writev,       SYS_pread64,  SYS_pwrite64,
         SYS_connect,  SYS_accept,       SYS_accept4,       SYS_recvfrom,     SYS_sendto,   SYS_recvmsg,
-        SYS_sendmsg,  SYS_recvmmsg,     SYS_sendmmsg,      SYS_poll,         SYS_select,   SYS_ppoll,
-        SYS_pselect6, SYS_epoll_wait,   SYS_epoll_pwait,   SYS_nanosleep,    SYS_clock_nanosleep,
+        SYS_sendmsg,  SYS_recvmmsg,     SYS_sendmmsg,      SYS_ppoll,        SYS_pselect6, SYS_epoll_pwait,
+        SYS_nanosleep, SYS_clock_nanosleep,
+#ifdef SYS_poll /* (x86-64's: aarch64 and riscv64 have only the p-forms above) */
+        SYS_poll,     SYS_select,       SYS_epoll_wait,
+#endif
     };
     const char *p = strstr(line, "syscall ");
     if (!p) return 1; /* (named, no number: count it) */

@@ -15,6 +15,15 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* a spin-wait's pause, on each architecture */
+#if defined(__x86_64__)
+#define CPU_RELAX() __asm__ volatile("pause")
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield")
+#else
+#define CPU_RELAX() __asm__ volatile("" ::: "memory")
+#endif
+
 /* A key's index bits (local.c: index * 8, a window slot's offset). */
 #define KEY_SLOT(k) ((k) & WEFT__LOCAL_SLOT_MASK)
 
@@ -155,7 +164,7 @@ static void *wk_body(void *arg) {
     CHECK_EQ(weft_local_set(wk_old, &v), 0);
     CHECK(weft_local_get(wk_old) == &v);
     atomic_store(&wk_step, 1);
-    while (atomic_load(&wk_step) != 2) __asm__ volatile("pause"); /* runs on: no switch */
+    while (atomic_load(&wk_step) != 2) CPU_RELAX(); /* runs on: no switch */
     CHECK_EQ(carrier_now(), here);
     CHECK(weft_local_get(wk_new) == NULL);
     static int w;

@@ -28,6 +28,15 @@
 #include <linux/futex.h>
 #include <unistd.h>
 
+/* a spin-wait's pause, on each architecture */
+#if defined(__x86_64__)
+#define CPU_RELAX() __asm__ volatile("pause")
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield")
+#else
+#define CPU_RELAX() __asm__ volatile("" ::: "memory")
+#endif
+
 static void no_sanitizer(void) {
     if (TEST_SANITIZED)
         SKIP("sanitizer build: the trap is refused there (the sanitizer runtime's own system calls would trap)");
@@ -456,7 +465,7 @@ static long kernel_tid(void) {
 static void *spinner(void *arg) {
     (void)arg;
     atomic_store(&carrier_tid, kernel_tid());
-    while (atomic_load(&handled) < 3) __asm__ volatile("pause"); /* the program's code: trapped */
+    while (atomic_load(&handled) < 3) CPU_RELAX(); /* the program's code: trapped */
     CHECK_EQ(syscall(SYS_getppid), (long)getppid());
     return NULL;
 }
