@@ -6,7 +6,9 @@
 # threads, signals and sockets under weft-run on the release build
 # ("foreign": scripts/cpython-tests.sh, about 5 minutes; too long for the
 # ctest suite); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
-# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign ...]
+# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign|cross ...]
+# ("cross": the core areas built for aarch64 and run under qemu-user on the
+# epoll backend, scripts/cross-tests.sh, about 3 minutes; issue 28.)
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
 # Where io_uring cannot be used (a container's seccomp profile, or
@@ -16,9 +18,10 @@
 #   build-release/tests/no_uring scripts/test.sh release
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-scripts/deps.sh || exit 1
 variants=("$@")
-[[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan foreign)
+[[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan foreign cross)
+# (cross: also Debian's cross compilers, qemu-user and the arm64 -dev packages)
+if [[ " ${variants[*]} " == *" cross "* ]]; then scripts/deps.sh cross || exit 1; else scripts/deps.sh || exit 1; fi
 jobs=$(nproc)
 # LeakSanitizer checks every test child at exit; UBSan stops on the first error.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
@@ -28,7 +31,28 @@ passed=0 failed=0 ran=0
 no_uring=""   # why the io_uring passes could not run, if they could not
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+no_cross=""   # why the aarch64 pass could not run, if it could not
 for v in "${variants[@]}"; do
+  if [[ $v == cross ]]; then
+    # the core areas on aarch64 under qemu-user, epoll backend
+    # (scripts/cross-tests.sh; exit 2: this machine cannot run it)
+    ran=$((ran + 1))
+    rc=0
+    scripts/cross-tests.sh | tee "$log" || rc=$?
+    if [[ $rc -eq 2 ]]; then
+      no_cross=$(grep -m1 '^cross-tests:' "$log" || echo "cross-tests.sh could not start")
+      echo "=== cross: the aarch64 pass could NOT run here: $no_cross ==="
+      continue
+    fi
+    read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
+    passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
+    if [[ $rc -ne 0 || ${t:-0} -eq 0 ]]; then
+      echo "=== cross: aarch64 under qemu: FAILED ==="
+      echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
+      exit 1
+    fi
+    continue
+  fi
   if [[ $v == foreign ]]; then
     # the release build's weft-run (built here if an earlier variant did not)
     cmake -S . -B build-release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=none >/dev/null || exit 1
@@ -46,7 +70,7 @@ for v in "${variants[@]}"; do
     release) san=none ;;
     asan) san=address ;;
     tsan) san=thread ;;
-    *) echo "unknown variant $v (release, asan, tsan, foreign)" >&2; exit 2 ;;
+    *) echo "unknown variant $v (release, asan, tsan, foreign, cross)" >&2; exit 2 ;;
   esac
   echo "=== $v: build ==="
   cmake -S . -B "build-$v" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=$san >/dev/null || exit 1
@@ -103,6 +127,9 @@ fi
 if [[ $ran -eq 0 ]]; then
   echo "=== no test pass could run (io_uring is not available here, and only its passes were asked for) ==="
   exit 1
+fi
+if [[ -n $no_cross ]]; then
+  echo "=== NOTE: the aarch64 pass (cross) could NOT run here: $no_cross ==="
 fi
 if [[ -n $no_uring ]]; then
   echo "=== all variants passed on epoll: ${variants[*]}; the io_uring passes could NOT run here: io_uring is not available ($no_uring) ==="
