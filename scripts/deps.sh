@@ -8,8 +8,11 @@
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context, Java,
 #                            ab, wrk, nginx; for http-db PostgreSQL's JDBC driver)
 #   scripts/deps.sh cross    also Debian's cross compilers for aarch64 and riscv64 (with
-#                            their C libraries) and qemu-user: tests/arch's switch test
-#                            builds for each and runs under qemu (issue 28)
+#                            their C libraries), qemu-user, and arm64's liburing and libdw
+#                            -dev packages (adding the arm64 architecture to dpkg): tests/arch's
+#                            switch test builds for each and runs under qemu; the library
+#                            builds for aarch64 and scripts/cross-tests.sh runs its tests
+#                            under qemu (issue 28)
 # man-db and groff-base render the man pages for their test (tests/integration/docs_test.sh man).
 # A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
 # first minutes, holding dpkg's lock: rather than fail at once, this waits up
