@@ -15,14 +15,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* a spin-wait's pause, on each architecture */
-#if defined(__x86_64__)
-#define CPU_RELAX() __asm__ volatile("pause")
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ volatile("yield")
-#else
-#define CPU_RELAX() __asm__ volatile("" ::: "memory")
-#endif
 
 /* A key's index bits (local.c: index * 8, a window slot's offset). */
 #define KEY_SLOT(k) ((k) & WEFT__LOCAL_SLOT_MASK)

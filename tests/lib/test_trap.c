@@ -28,14 +28,6 @@
 #include <linux/futex.h>
 #include <unistd.h>
 
-/* a spin-wait's pause, on each architecture */
-#if defined(__x86_64__)
-#define CPU_RELAX() __asm__ volatile("pause")
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ volatile("yield")
-#else
-#define CPU_RELAX() __asm__ volatile("" ::: "memory")
-#endif
 
 static void no_sanitizer(void) {
     if (TEST_SANITIZED)

@@ -61,6 +61,16 @@
         _exit(TEST_SKIP_STATUS);                                                      \
     } while (0)
 
+/* A spin-wait's pause, on each architecture (a test that waits for
+ * another thread without a switch). */
+#if defined(__x86_64__)
+#define CPU_RELAX() __asm__ volatile("pause")
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield")
+#else
+#define CPU_RELAX() __asm__ volatile("" ::: "memory")
+#endif
+
 /* Under an emulator (WEFT_TEST_EMULATOR, which cmake/toolchain-*.cmake
  * sets for every test ctest runs under qemu-user: issue 28), a test that
  * meets one of the emulator's own limits -- not weft's -- starts with
