@@ -32,6 +32,23 @@ no_uring=""   # why the io_uring passes could not run, if they could not
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 no_cross=""   # why the aarch64 pass could not run, if it could not
+# tally LABEL RC: adds the ctest summary in $log ("NN% tests passed, F tests
+# failed out of T") to the totals; stops the run if no test ran or RC says
+# the pass failed
+tally() {
+  local f t
+  read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
+  passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
+  if [[ ${t:-0} -eq 0 ]]; then
+    echo "=== $1: no test ran ==="
+    exit 1
+  fi
+  if [[ $2 -ne 0 ]]; then
+    echo "=== $1: FAILED ==="
+    echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
+    exit 1
+  fi
+}
 for v in "${variants[@]}"; do
   if [[ $v == cross ]]; then
     # the core areas on aarch64 under qemu-user, epoll backend
@@ -44,13 +61,7 @@ for v in "${variants[@]}"; do
       echo "=== cross: the aarch64 pass could NOT run here: $no_cross ==="
       continue
     fi
-    read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
-    passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
-    if [[ $rc -ne 0 || ${t:-0} -eq 0 ]]; then
-      echo "=== cross: aarch64 under qemu: FAILED ==="
-      echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
-      exit 1
-    fi
+    tally "cross: aarch64 under qemu" $rc
     continue
   fi
   if [[ $v == foreign ]]; then
@@ -91,18 +102,7 @@ for v in "${variants[@]}"; do
     ran=$((ran + 1))
     rc=0
     (cd "build-$v" && WEFT_IO=$io "${wrap[@]}" ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}) | tee "$log" || rc=$?
-    # "NN% tests passed, F tests failed out of T"
-    read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
-    passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
-    if [[ ${t:-0} -eq 0 ]]; then
-      echo "=== $v, io=$io: no test ran ==="
-      exit 1
-    fi
-    if [[ $rc -ne 0 ]]; then
-      echo "=== $v, io=$io: FAILED ==="
-      echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
-      exit 1
-    fi
+    tally "$v, io=$io" $rc
     # The release build once more in deterministic mode (one carrier,
     # virtual time, seed 1): tests that need several carriers or real time
     # skip themselves there (DET_SKIP in tests/support/harness.h).
@@ -110,13 +110,7 @@ for v in "${variants[@]}"; do
       echo "=== $v, io=$io, WEFT_DETERMINISTIC=1: test ==="
       rc=0
       (cd "build-$v" && WEFT_IO=$io WEFT_DETERMINISTIC=1 ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}) | tee "$log" || rc=$?
-      read -r f t < <(sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 \2/p' "$log" | tail -1)
-      passed=$((passed + ${t:-0} - ${f:-0})); failed=$((failed + ${f:-0}))
-      if [[ $rc -ne 0 || ${t:-0} -eq 0 ]]; then
-        echo "=== $v, io=$io, deterministic: FAILED ==="
-        echo "$passed passed, $((failed > 0 ? failed : 1)) failed"
-        exit 1
-      fi
+      tally "$v, io=$io, deterministic" $rc
     fi
   done
 done
