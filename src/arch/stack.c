@@ -13,6 +13,9 @@
  *    the 64 guards (MADV_GUARD_INSTALL, Linux >= 6.13: guard markers in the
  *    page tables, no extra VMA) and one more populates the 64 top pages
  *    (MADV_POPULATE_WRITE), instead of 128 syscalls or 64 page faults.
+ *    The first batches are smaller (8, 8, 16, 32, then 64: as many as were
+ *    carved before), so that a program with a handful of threads -- most
+ *    programs under weft-run -- does not hold 64 populated top pages.
  *  - Freed stacks are reused with their pages: a per-carrier cache (an
  *    array, no lock) in front of a global depot (an array under one mutex,
  *    moved in batches of up to 64).  Caching a stack never touches its
@@ -25,7 +28,8 @@
  *    TLB shootdowns would slow exactly the bursts that freed the stacks.
  *    Idle carriers that carve ahead during a spawn burst (weft__stacks_
  *    refill) stop at an eighth of the default stacks in use -- at least
- *    two batches, at most DEPOT_HOT -- counting the batches in flight, and
+ *    two batches (or half of those in use, if fewer), at most DEPOT_HOT --
+ *    counting the batches in flight, and
  *    revive cold slots before carving new ones, so the slots carved stay
  *    within live + DEPOT_HOT + a batch + the carriers' caches whatever the
  *    number of spawns (scope.open_scope_*_bounded checks it).  Each slot
@@ -121,6 +125,7 @@
 #define PAGE 4096u
 #define SLAB_SLOTS 256u
 #define CARVE_BATCH 64u
+#define CARVE_FIRST 8u   /* the first batches: they grow with the slots carved (carve_batch) */
 #define CACHE_BATCH 64u
 #define DEPOT_HOT 4096u
 #define CACHE_KEEP 64u               /* a carrier's cache keeps these whole through a lull */
@@ -442,6 +447,11 @@ static uint32_t carve_batch(weft__stack **out) {
         S.cur = sl;
     }
     uint32_t first = sl->carved, k = sl->nslots - sl->carved;
+    /* as many as carved so far, from CARVE_FIRST up to CARVE_BATCH: a
+     * program with a few threads keeps a few populated top pages, not 64
+     * (256 KiB), and a spawn burst reaches full batches after 4 */
+    uint32_t grow = S.ncarved < CARVE_FIRST ? CARVE_FIRST : S.ncarved;
+    if (k > grow) k = grow;
     if (k > CARVE_BATCH) k = CARVE_BATCH;
     sl->carved += k; /* reserved; the dump reads not-yet-made heads as free */
     S.ncarved += k;
@@ -485,12 +495,17 @@ int weft__stacks_trim(void) {
 /* How many stacks the depot may hold carved ahead (lock held): an eighth
  * of the default stacks in use (those carved, less the depot's, the cold
  * ones and a refill's in flight -- the carriers' caches count as in use),
- * at least two batches, at most REFILL_MAX. */
+ * at least two batches or half of those in use (whichever is fewer; no
+ * fewer than CARVE_FIRST), at most REFILL_MAX. */
 static uint32_t refill_target(void) {
     size_t idle = (size_t)S.ndepot + S.ncold + S.refilling;
     size_t used = S.ncarved > idle ? S.ncarved - idle : 0;
     size_t t = used >> REFILL_SHIFT;
-    if (t < 2 * CARVE_BATCH) t = 2 * CARVE_BATCH;
+    /* the floor: two batches, but no more than half of those in use (a
+     * program with 20 threads had 128 slots carved ahead, 512 KiB) */
+    size_t floor = used / 2 < 2 * CARVE_BATCH ? used / 2 : 2 * CARVE_BATCH;
+    if (floor < CARVE_FIRST) floor = CARVE_FIRST;
+    if (t < floor) t = floor;
     return t > REFILL_MAX ? REFILL_MAX : (uint32_t)t;
 }
 

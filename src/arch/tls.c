@@ -94,9 +94,10 @@
  * and 1,000,000 pthreads under weft-run went from 46 s to 17 s with this
  * and the stacks going back at each thread's end (hook/threads.c).  Where
  * THP is off the populate still spares the faults.  The first slab (about
- * 7,000 blocks) is the exception, populated 256 KiB at a time in 4 KiB
- * pages: a program with a few threads then keeps a few blocks' worth of
- * memory, not 2 MiB (python3 -m http.server under weft-run held 26.8 MB
+ * 7,000 blocks) is the exception, populated in 4 KiB pages, 16 KiB at
+ * first and twice as much each time up to 256 KiB: a program with a few
+ * threads then keeps a few blocks' worth of memory, not 2 MiB (nor 256 KiB
+ * for main's one block) (python3 -m http.server under weft-run held 26.8 MB
  * against 20.4 MB natively).
  *
  * The switch.  weft__tp_set: wrfsbase where the CPU and kernel allow user
@@ -172,7 +173,7 @@ static struct {
     char *slab;     /* the next block's start */
     char *slab_end; /* its slab's end */
     char *pop_end;  /* populated up to here */
-    size_t pop_step; /* POP_SMALL in the first slab, POP_BYTES after */
+    size_t pop_step; /* POP_FIRST..POP_SMALL in the first slab, POP_BYTES after */
     const struct key_struct *keys;
     size_t off_tid, off_specific, off_robust, off_rseq, off_list, off_cancel;
     intptr_t robust_futex_offset;
@@ -317,7 +318,8 @@ static void tcb_fill(char *tp) {
 
 #define SLAB_BYTES ((size_t)32 << 20) /* a slab's mapping ("The blocks' memory") */
 #define POP_BYTES ((size_t)2 << 20)   /* populated at a time: one huge page */
-#define POP_SMALL ((size_t)256 << 10) /* ... in the first slab: 4 KiB pages */
+#define POP_SMALL ((size_t)256 << 10) /* ... in the first slab: 4 KiB pages, */
+#define POP_FIRST ((size_t)16 << 10)  /* ... growing from this (doubled each time) */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -338,7 +340,7 @@ static char *carve(void) {
             munmap(base + SLAB_BYTES, (size_t)(p + SLAB_BYTES + POP_BYTES - (base + SLAB_BYTES)));
         /* the first slab in small pieces: a program with a few threads
          * keeps a few blocks' pages, not a huge page's 2 MiB */
-        T.pop_step = T.slab ? POP_BYTES : POP_SMALL;
+        T.pop_step = T.slab ? POP_BYTES : POP_FIRST;
         if (T.slab) (void)madvise(base, SLAB_BYTES, MADV_HUGEPAGE); /* (refused where THP is off) */
         T.slab = T.pop_end = base;
         T.slab_end = base + SLAB_BYTES;
@@ -349,6 +351,7 @@ static char *carve(void) {
         /* (failing, the faults come one by one) */
         (void)madvise(T.pop_end, T.pop_step, MADV_POPULATE_WRITE);
         T.pop_end += T.pop_step;
+        if (T.pop_step < POP_SMALL) T.pop_step *= 2; /* (the first slab's) */
     }
     return (char *)(((uintptr_t)start + T.stride - WEFT__TLS_EXTRA - T.tcb_room) & ~(uintptr_t)(T.block_align - 1));
 }
