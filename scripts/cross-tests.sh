@@ -9,7 +9,8 @@
 # ctest there on the epoll backend -- qemu-user 7.2 has no io_uring (io_uring_setup
 # answers ENOSYS), so the io_uring backend is not exercised under it -- for the tests
 # whose names match REGEX: by default the core areas (threads, park, timers, io, sync,
-# chan, scope, exec, local, fork).  ctest runs each test under qemu-aarch64; the tests
+# chan, scope, exec, local, fork) and weft-bench micro's smoke check, which must say
+# that its figures are an emulator's.  ctest runs each test under qemu-aarch64; the tests
 # that start other programs (a forked child's exec of a helper, weft-httpd) exec arm64
 # binaries by path, which the kernel hands to qemu only where qemu-aarch64 is
 # registered with binfmt_misc: Debian's qemu-user-binfmt does that on a machine that
@@ -17,7 +18,7 @@
 # file.  Exit 0 when every selected test passes.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-regex=${1:-'^(threads|park|timers|io|sync|chan|scope|exec|local|fork)\.'}
+regex=${1:-'^(threads|park|timers|io|sync|chan|scope|exec|local|fork)\.|^bench\.micro_smoke$'}
 for t in aarch64-linux-gnu-gcc qemu-aarch64; do
   command -v "$t" >/dev/null || { echo "cross-tests: $t is not installed (scripts/deps.sh cross)" >&2; exit 2; }
 done

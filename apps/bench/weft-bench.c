@@ -334,9 +334,48 @@ static int parse_executor(const char *arg, bench_opts *o) {
     return 0;
 }
 
+/* Whether /proc/cpuinfo describes a CPU of another architecture than the
+ * one this binary was built for -- qemu-user passes the host's file
+ * through (Debian 12's 7.2 does for aarch64 and riscv64) -- and if so,
+ * the line that shows it in why[].  Each architecture's kernel writes
+ * lines no other's does: "CPU implementer" (arm64), "isa" (riscv),
+ * "vendor_id" (x86).  Issue 28: under emulation the figures are qemu's,
+ * and a run is a smoke check only. */
+static int emulated(char *why, size_t len) {
+#if defined(__x86_64__)
+    const char *own = "vendor_id";
+#elif defined(__aarch64__)
+    const char *own = "CPU implementer";
+#elif defined(__riscv)
+    const char *own = "isa";
+#else
+    return 0;
+#endif
+    static const char *const any[] = {"vendor_id", "CPU implementer", "isa", "model name"};
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[256];
+    int mine = 0;
+    why[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\t:");
+        if (strncmp(line, own, n) == 0 && own[n] == 0) mine = 1;
+        for (size_t i = 0; i < sizeof any / sizeof any[0] && !why[0]; i++)
+            if (strncmp(line, any[i], n) == 0 && any[i][n] == 0 && strcmp(any[i], own) != 0) {
+                line[strcspn(line, "\n")] = 0;
+                for (char *r = line, *w = line;; r++) /* "vendor_id\t: X" -> "vendor_id: X" */
+                    if (*r != '\t' && !(*w++ = *r)) break;
+                snprintf(why, len, "%.*s", (int)(len - 1), line);
+            }
+    }
+    fclose(f);
+    return !mine && why[0];
+}
+
 static void print_machine(int carriers) {
     struct utsname u;
-    const char *kernel = uname(&u) == 0 ? u.release : "unknown";
+    int have_u = uname(&u) == 0;
+    const char *kernel = have_u ? u.release : "unknown";
     char date[32] = "unknown";
     time_t t = time(NULL);
     struct tm tm;
@@ -345,6 +384,14 @@ static void print_machine(int carriers) {
     if (carriers > 0) printf("%d", carriers);
     else printf("unknown(%s)", strerror(-carriers));
     printf(" weft_version=%d.%d.%d date=%s\n", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, date);
+    char why[160];
+    if (emulated(why, sizeof why)) {
+        printf("# emulated: this %s build runs on another architecture's CPU (/proc/cpuinfo: \"%s\"): the "
+               "figures are an emulator's (qemu-user), not speeds -- a smoke check only\n",
+               have_u ? u.machine : "?", why);
+        fprintf(stderr, "weft-bench: emulated (/proc/cpuinfo shows another architecture's CPU): the figures "
+                        "are not speeds\n");
+    }
     fflush(stdout);
 }
 
