@@ -11,7 +11,8 @@
 #                            their C libraries), qemu-user, and arm64's liburing and libdw
 #                            -dev packages (adding the arm64 architecture to dpkg): tests/arch's
 #                            switch test builds for each and runs under qemu; the library
-#                            builds for aarch64 and scripts/cross-tests.sh runs its tests
+#                            builds for aarch64 and riscv64 (debootstrap: riscv64's
+#                            package tree) and scripts/cross-tests.sh runs its tests
 #                            under qemu (issue 28)
 # man-db and groff-base render the man pages for their test (tests/integration/docs_test.sh man).
 # A fresh cloud machine often runs unattended-upgrades (or apt-daily) in its
@@ -27,6 +28,9 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
       man-db groff-base) # tests/integration/docs_test.sh man: the man pages render without warnings
 if [[ ${1:-} == cross ]]; then
   pkgs+=(gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user)
+  # riscv64's libraries: a tree of Debian 13's riscv64 packages that
+  # scripts/riscv64-sysroot.sh makes with debootstrap (Debian 12 has no riscv64)
+  pkgs+=(debootstrap)
   # the whole library for aarch64 (cmake/toolchain-aarch64.cmake): the arm64
   # -dev packages it links, from Debian's arm64 archive (multiarch; libc6:arm64
   # comes with them, whose ld.so qemu-aarch64 then runs the tests with)

@@ -7,8 +7,9 @@
 # ("foreign": scripts/cpython-tests.sh, about 5 minutes; too long for the
 # ctest suite); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
 # 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign|cross ...]
-# ("cross": the core areas built for aarch64 and run under qemu-user on the
-# epoll backend, scripts/cross-tests.sh, about 3 minutes; issue 28.)
+# ("cross": the core areas built for aarch64 and for riscv64 and run under
+# qemu-user on the epoll backend, scripts/cross-tests.sh, about 3 minutes
+# each; issue 28.)
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
 # Where io_uring cannot be used (a container's seccomp profile, or
@@ -31,7 +32,7 @@ passed=0 failed=0 ran=0
 no_uring=""   # why the io_uring passes could not run, if they could not
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-no_cross=""   # why the aarch64 pass could not run, if it could not
+no_cross=""   # why a cross pass could not run, if one could not
 # tally LABEL RC: adds the ctest summary in $log ("NN% tests passed, F tests
 # failed out of T") to the totals; stops the run if no test ran or RC says
 # the pass failed
@@ -51,17 +52,19 @@ tally() {
 }
 for v in "${variants[@]}"; do
   if [[ $v == cross ]]; then
-    # the core areas on aarch64 under qemu-user, epoll backend
+    # the core areas on aarch64 and riscv64 under qemu-user, epoll backend
     # (scripts/cross-tests.sh; exit 2: this machine cannot run it)
-    ran=$((ran + 1))
-    rc=0
-    scripts/cross-tests.sh | tee "$log" || rc=$?
-    if [[ $rc -eq 2 ]]; then
-      no_cross=$(grep -m1 '^cross-tests:' "$log" || echo "cross-tests.sh could not start")
-      echo "=== cross: the aarch64 pass could NOT run here: $no_cross ==="
-      continue
-    fi
-    tally "cross: aarch64 under qemu" $rc
+    for arch in aarch64 riscv64; do
+      ran=$((ran + 1))
+      rc=0
+      scripts/cross-tests.sh "$arch" 2>&1 | tee "$log" || rc=$?
+      if [[ $rc -eq 2 ]]; then
+        no_cross+="${no_cross:+; }$arch: $(grep -m1 '^cross-tests:' "$log" || echo "cross-tests.sh could not start")"
+        echo "=== cross: the $arch pass could NOT run here: $no_cross ==="
+        continue
+      fi
+      tally "cross: $arch under qemu" $rc
+    done
     continue
   fi
   if [[ $v == foreign ]]; then
@@ -123,7 +126,7 @@ if [[ $ran -eq 0 ]]; then
   exit 1
 fi
 if [[ -n $no_cross ]]; then
-  echo "=== NOTE: the aarch64 pass (cross) could NOT run here: $no_cross ==="
+  echo "=== NOTE: a cross pass could NOT run here: $no_cross ==="
 fi
 if [[ -n $no_uring ]]; then
   echo "=== all variants passed on epoll: ${variants[*]}; the io_uring passes could NOT run here: io_uring is not available ($no_uring) ==="

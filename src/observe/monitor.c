@@ -198,6 +198,14 @@ static int is_ret(const segs *S, uintptr_t a) {
     uint32_t insn = (uint32_t)peek_byte(a - 4) | (uint32_t)peek_byte(a - 3) << 8 |
                     (uint32_t)peek_byte(a - 2) << 16 | (uint32_t)peek_byte(a - 1) << 24;
     return (insn & 0xFC000000u) == 0x94000000u /* bl */ || (insn & 0xFFFFFC1Fu) == 0xD63F0000u /* blr */;
+#elif defined(__riscv)
+    /* jal ra / jalr ra (also the end of `call`: auipc ra + jalr ra), or a
+     * compressed c.jalr (ra implied) in the two bytes before */
+    uint32_t insn = (uint32_t)peek_byte(a - 4) | (uint32_t)peek_byte(a - 3) << 8 |
+                    (uint32_t)peek_byte(a - 2) << 16 | (uint32_t)peek_byte(a - 1) << 24;
+    uint32_t half = (uint32_t)peek_byte(a - 2) | (uint32_t)peek_byte(a - 1) << 8;
+    return (insn & 0xFFFu) == 0x0EFu /* jal ra */ || (insn & 0x7FFFu) == 0x00E7u /* jalr ra */ ||
+           ((half & 0xF07Fu) == 0x9002u && (half & 0x0F80u) != 0) /* c.jalr */;
 #else
     return 1;
 #endif

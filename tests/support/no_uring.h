@@ -19,6 +19,10 @@
 #define NO_URING_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define NO_URING_ARCH AUDIT_ARCH_AARCH64
+#elif defined(__riscv) && __riscv_xlen == 64
+#define NO_URING_ARCH AUDIT_ARCH_RISCV64
+#else
+#error "no_uring.h: the seccomp filter needs this architecture's AUDIT_ARCH_"
 #endif
 
 static inline int forbid_io_uring(void) {
