@@ -216,6 +216,10 @@ void weft__tls_put(void *tp);
  * reused one's as its last user left them. */
 #define WEFT__TLS_EXTRA 128
 void *weft__tls_extra(void *tp);
+/* Block tp's pthread_t (the address of glibc's descriptor: tp itself on
+ * x86-64, below it under TLS variant I -- aarch64, riscv64), and back. */
+void *weft__tls_handle(void *tp);
+void *weft__tls_tp_of(void *handle);
 /* On the new context, its block the thread pointer, before its code:
  * the tid for id, rseq, and a reused block's modules back to their
  * initial images (libc's kept), or a new one's ctype tables.  Rewrites

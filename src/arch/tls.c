@@ -1,6 +1,6 @@
 /*
  * A thread-local storage block and thread control block of its own, for a
- * context that is not a kernel thread (x86-64, glibc): what a vthread with
+ * context that is not a kernel thread (glibc; x86-64, aarch64, riscv64): what a vthread with
  * weft_thread_opts.own_tls runs with, so that __thread variables, errno,
  * stdio's lock owner, malloc's per-thread cache, pthread keys and
  * pthread_self() are its own wherever it runs.  Knows nothing of vthreads:
@@ -10,7 +10,18 @@
  * The block.  x86-64's fs base is the thread pointer: it points at the TCB
  * (glibc's struct pthread, whose first bytes are tcbhead_t), and the
  * static TLS of every module lies below it at offsets fixed at load time
- * (the initial-exec model reads %fs:-OFFSET directly).  We do not lay that
+ * (the initial-exec model reads %fs:-OFFSET directly) -- TLS variant II.
+ * aarch64 (tpidr_el0) and riscv64 (tp) use variant I: the thread pointer
+ * points at a two-word TCB header (the DTV pointer and a reserved word;
+ * riscv64 keeps it just below), the static TLS lies above it, and struct
+ * pthread right below, so pthread_self() is the thread pointer less a
+ * constant (T.pre, measured on the calling thread at the probe; 0 on
+ * x86-64).  glibc's own descriptions of the descriptor's fields are
+ * offsets from its start; T.off_* hold them from the thread pointer, so
+ * the same code serves both variants.  Variant I's block is [descriptor]
+ * [TCB header, static TLS][the user's bytes], the thread pointer aligned
+ * as glibc aligns it; the header's other fields -- x86-64's canary and
+ * pointer guard -- are process-wide globals there, nothing to copy.  We do not lay that
  * out ourselves: ld.so's own allocator, _dl_allocate_tls (GLIBC_PRIVATE,
  * what pthread_create uses), makes the static TLS with every module's
  * initial image, the TCB zeroed, and the DTV through which dynamic TLS
@@ -169,14 +180,21 @@ static struct {
     void (*call_tls_dtors)(void);
     size_t block_bytes; /* _dl_get_tls_static_info: static TLS and TCB, one block */
     size_t block_align, tcb_bytes, tcb_room, stride;
+    size_t pre;       /* thread pointer - glibc's struct pthread: 0 on x86-64 (TLS variant II), its
+                       * size and the TCB header's below the pointer on aarch64 and riscv64 (variant I) */
+    size_t extra_off; /* weft__tls_extra: the user's bytes, from the thread pointer */
     /* the slab blocks are carved from ("The blocks' memory") */
     char *slab;     /* the next block's start */
     char *slab_end; /* its slab's end */
     char *pop_end;  /* populated up to here */
     size_t pop_step; /* POP_FIRST..POP_SMALL in the first slab, POP_BYTES after */
     const struct key_struct *keys;
-    size_t off_tid, off_specific, off_robust, off_rseq, off_list, off_cancel;
+    /* (from the thread pointer, so negative under variant I, where the
+     * descriptor lies below it; glibc's _thread_db_ offsets are from the
+     * descriptor's start) */
+    ptrdiff_t off_tid, off_specific, off_robust, off_rseq, off_list, off_cancel;
     intptr_t robust_futex_offset;
+    int have_robust; /* the kernel keeps robust lists (off_robust, robust_futex_offset are known) */
     int have_rseq;
     int keys_fast; /* specific_1stblock lies right below specific[] (holds_keys) */
     /* the pool */
@@ -226,12 +244,12 @@ static void probe(void) {
     /* (no line: a sanitizer build is told in weft.h and the README) */
     T.state = -ENOTSUP;
     return;
-#elif !defined(__x86_64__)
-    /* glibc's blocks here are TLS variant I (the thread pointer at the
-     * start of the TCB, struct pthread below it): not laid out yet */
-    return refuse("own TLS blocks are laid out for x86-64 only so far (issue 28)");
+#elif !defined(__x86_64__) && !defined(__aarch64__) && !(defined(__riscv) && __riscv_xlen == 64)
+    return refuse("own TLS blocks are laid out for x86-64, aarch64 and riscv64 only");
 #else
+#if defined(__x86_64__)
     weft__tls_fsgsbase = (getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE) != 0;
+#endif
     T.allocate = (void *(*)(void *))dlvsym(RTLD_DEFAULT, "_dl_allocate_tls", "GLIBC_PRIVATE");
     T.deallocate = (void (*)(void *, bool))dlvsym(RTLD_DEFAULT, "_dl_deallocate_tls", "GLIBC_PRIVATE");
     T.ctype_init = (void (*)(void))dlvsym(RTLD_DEFAULT, "__ctype_init", "GLIBC_PRIVATE");
@@ -252,46 +270,72 @@ static void probe(void) {
         !lst || !can)
         return refuse("this C library does not export what it needs (_dl_allocate_tls, __pthread_keys, "
                       "the _thread_db_ descriptions: glibc 2.35+)");
-    char *tp = tp_self();
-    T.off_tid = tid[2];
-    T.off_specific = spec[2];
+    char *tp = tp_self(), *self = (char *)pthread_self();
+#if defined(__x86_64__)
+    if (self != tp) return refuse("glibc's thread descriptor is not at the thread pointer (TLS variant II)");
+#else
+    /* variant I: the descriptor (and, on riscv64, the TCB header) below the
+     * thread pointer, the static TLS above it */
+    if (self >= tp || (size_t)(tp - self) < psz[0] || (size_t)(tp - self) > psz[0] + 64)
+        return refuse("glibc's thread descriptor does not end at the thread pointer (TLS variant I)");
+#endif
+    T.pre = (size_t)(tp - self);
+    T.off_tid = (ptrdiff_t)tid[2] - (ptrdiff_t)T.pre;
+    T.off_specific = (ptrdiff_t)spec[2] - (ptrdiff_t)T.pre;
     if (tid[0] != 32 || *(int *)(tp + T.off_tid) != (int)syscall(SYS_gettid))
         return refuse("glibc's thread descriptor does not hold the tid where _thread_db_pthread_tid says");
     if (spec[0] != 64 * SPECIFIC_N || kseq[2] != 0 || kdes[2] != sizeof(uintptr_t) || ksz[0] != sizeof(struct key_struct) ||
-        T.off_specific + 8 * SPECIFIC_N > psz[0])
+        spec[2] + 8 * SPECIFIC_N > psz[0])
         return refuse("glibc's pthread key layout is not the one this weft was written for");
     /* the thread list's links: a list_t {next, prev}, linked in a list */
-    T.off_list = lst[2];
+    T.off_list = (ptrdiff_t)lst[2] - (ptrdiff_t)T.pre;
     /* (glibc points a thread's specific[0] at its own 32 slots) */
     T.keys_fast = ((void **)(tp + T.off_specific))[0] == (void *)(tp + T.off_specific - 2 * sizeof(void *) * SPECIFIC_N);
     T.tcb_bytes = psz[0];
+    if (!T.block_bytes || (T.block_align & (T.block_align - 1)))
+        return refuse("glibc's static TLS size or alignment is not usable");
+#if defined(__x86_64__)
     T.tcb_room = (T.tcb_bytes + 63) & ~(size_t)63; /* (the user's bytes after it: weft__tls_extra) */
+    T.extra_off = T.tcb_room;
     /* (slabs are 2 MiB-aligned and the stride a multiple of the block's
      * alignment: at 64 bytes, every block's TCB lands aligned with no
      * slack; a larger alignment gets its own worth of slack) */
     T.stride = (T.block_bytes + (T.tcb_room - T.tcb_bytes) + WEFT__TLS_EXTRA + (T.block_align > 64 ? T.block_align : 0) +
                 T.block_align - 1) & ~(T.block_align - 1);
-    if (!T.block_bytes || T.tcb_bytes > T.block_bytes || (T.block_align & (T.block_align - 1)))
-        return refuse("glibc's static TLS size does not hold its thread descriptor");
-    T.off_cancel = can[2];
-    if (can[0] != 32 || T.off_cancel + 4 > psz[0])
+    if (T.tcb_bytes > T.block_bytes) return refuse("glibc's static TLS size does not hold its thread descriptor");
+#else
+    /* [descriptor: pre][TCB at the thread pointer, static TLS: block_bytes]
+     * [the user's bytes], the thread pointer aligned as glibc aligns it */
+    T.tcb_room = (T.pre + T.block_align - 1) & ~(T.block_align - 1);
+    T.extra_off = (T.block_bytes + 63) & ~(size_t)63;
+    T.stride = (T.tcb_room + T.extra_off + WEFT__TLS_EXTRA + T.block_align - 1) & ~(T.block_align - 1);
+#endif
+    T.off_cancel = (ptrdiff_t)can[2] - (ptrdiff_t)T.pre;
+    if (can[0] != 32 || can[2] + 4 > psz[0])
         return refuse("glibc's thread descriptor does not hold its cancellation state where "
                       "_thread_db_pthread_cancelhandling says");
     void **ln = (void **)(tp + T.off_list);
-    if (lst[0] != 128 || T.off_list + 2 * sizeof(void *) > psz[0] || !ln[0] || ((void **)ln[0])[1] != ln)
+    if (lst[0] != 128 || lst[2] + 2 * sizeof(void *) > psz[0] || !ln[0] || ((void **)ln[0])[1] != ln)
         return refuse("glibc's thread descriptor does not hold its list links where _thread_db_pthread_list says");
     void *head = NULL;
     size_t len = 0;
-    if (syscall(SYS_get_robust_list, 0, &head, &len) != 0 || !head || (char *)head < tp ||
-        (size_t)((char *)head - tp) + 3 * sizeof(void *) > psz[0])
+    long rl = syscall(SYS_get_robust_list, 0, &head, &len);
+    if (rl != 0 && errno == ENOSYS) {
+        /* no robust lists (qemu-user has none): glibc then refuses robust
+         * mutexes (ENOTSUP), so nothing reads a block's list head */
+        T.have_robust = 0;
+    } else if (rl != 0 || !head || (char *)head < self || (size_t)((char *)head - self) + 3 * sizeof(void *) > psz[0]) {
         return refuse("the robust mutex list is not in glibc's thread descriptor");
-    T.off_robust = (size_t)((char *)head - tp);
-    T.robust_futex_offset = ((intptr_t *)head)[1];
+    } else {
+        T.have_robust = 1;
+        T.off_robust = (char *)head - tp;
+        T.robust_futex_offset = ((intptr_t *)head)[1];
+    }
     extern __attribute__((weak)) const ptrdiff_t __rseq_offset;
     extern __attribute__((weak)) const unsigned int __rseq_size;
     if (&__rseq_offset && &__rseq_size && __rseq_size >= 8) {
         T.have_rseq = 1;
-        T.off_rseq = (size_t)__rseq_offset;
+        T.off_rseq = __rseq_offset; /* (from the thread pointer: glibc's definition) */
     }
     T.state = 0;
 #endif
@@ -304,12 +348,28 @@ int weft__tls_probe(void) {
 
 /* Fills in what _dl_allocate_tls leaves to the thread library. */
 static void tcb_fill(char *tp) {
+#if defined(__x86_64__)
     char *me = tp_self();
     ((void **)tp)[0] = tp; /* tcb */
     ((void **)tp)[2] = tp; /* self */
     memcpy(tp + HDR_COPY_LO, me + HDR_COPY_LO, HDR_COPY_HI - HDR_COPY_LO);
+#endif
+#if !defined(__x86_64__)
+    /* variant I: the TCB header is the DTV pointer, which _dl_allocate_tls
+     * set, and a reserved word; the stack-protector canary and pointer
+     * guard are globals there, not per-thread copies.  struct pthread
+     * starts with its own small header instead, whose first int is
+     * multiple_threads -- x86-64 has it in tcbhead_t, copied above --
+     * which riscv64's glibc (2.41 here) reads for SINGLE_THREAD_P: left 0,
+     * malloc took no arena lock on an own block, and two vthreads on two
+     * carriers corrupted the heap.  Copied from the calling thread, as
+     * pthread_create does (never gscope_flag, next to it: a thread's own
+     * "inside a dl scope" mark). */
+    *(int *)(tp - T.pre) = *(const int *)(tp_self() - T.pre);
+#endif
     void **ln = (void **)(tp + T.off_list);
     ln[0] = ln[1] = ln; /* list: linked to itself (below, "fork") */
+    if (!T.have_robust) return;
     void **rh = (void **)(tp + T.off_robust);
     rh[0] = rh;                              /* list: empty */
     ((intptr_t *)rh)[1] = T.robust_futex_offset; /* futex_offset */
@@ -353,10 +413,18 @@ static char *carve(void) {
         T.pop_end += T.pop_step;
         if (T.pop_step < POP_SMALL) T.pop_step *= 2; /* (the first slab's) */
     }
+#if defined(__x86_64__)
     return (char *)(((uintptr_t)start + T.stride - WEFT__TLS_EXTRA - T.tcb_room) & ~(uintptr_t)(T.block_align - 1));
+#else
+    return start + T.tcb_room; /* (start is aligned: slabs are, and the stride) */
+#endif
 }
 
-void *weft__tls_extra(void *tp) { return (char *)tp + T.tcb_room; }
+void *weft__tls_extra(void *tp) { return (char *)tp + T.extra_off; }
+
+void *weft__tls_handle(void *tp) { return (char *)tp - T.pre; }
+
+void *weft__tls_tp_of(void *handle) { return (char *)handle + T.pre; }
 
 void *weft__tls_get(int *reused) {
     pthread_mutex_lock(&T.lock);
@@ -414,7 +482,7 @@ int weft__tls_cancel_enabled(const void *tp) {
 
 size_t weft__tls_blocks(void) { return atomic_load_explicit(&T.made, memory_order_relaxed); }
 
-size_t weft__tls_block_bytes(void) { return T.state == 0 ? T.block_bytes : 0; }
+size_t weft__tls_block_bytes(void) { return T.state == 0 ? T.block_bytes + T.pre : 0; }
 
 /* ---- on the vthread, on its own block ------------------------------------- */
 

@@ -16,8 +16,10 @@
  * weft_shutdown, threads are the kernel's.
  *
  * The handle.  glibc's pthread_t is the address of the thread's
- * descriptor, its TCB, which is the thread pointer: pthread_self() reads
- * it from %fs.  A vthread with its own TLS has its own TCB (arch/tls.c),
+ * descriptor (struct pthread): on x86-64 its TCB, which is the thread
+ * pointer (pthread_self() reads it from %fs); on aarch64 and riscv64 (TLS
+ * variant I) it lies right below the thread pointer (weft__tls_handle and
+ * weft__tls_tp_of convert).  The registry is keyed by the pthread_t.  A vthread with its own TLS has its own TCB (arch/tls.c),
  * so pthread_self and pthread_equal need nothing here, and every glibc
  * function that works on the calling thread's descriptor -- keys,
  * cleanup handlers, cancellation state, errno, locale -- works on the
@@ -139,7 +141,8 @@
 
 struct vpt {
     struct vpt *hnext;   /* the registry's chain */
-    void *tp;            /* its TCB: its pthread_t (NULL: not linked yet) */
+    void *tp;            /* its pthread_t, the registry key (NULL: not linked yet); its
+                          * thread pointer is weft__tls_tp_of(tp) ("The handle") */
     /* its descriptor: stored by the spawn before the thread can run,
      * valid until it is gone (NULL then, under the lock) */
     weft_thread *_Atomic t;
@@ -447,7 +450,7 @@ static void vpt_end(struct vpt *v) {
 
 /* Gives back what a joined or detached virtual pthread held, unlinked:
  * its block (its pthread_t now names no thread), its record with it. */
-static void vpt_free(struct vpt *v) { weft__tls_put(v->tp); }
+static void vpt_free(struct vpt *v) { weft__tls_put(weft__tls_tp_of(v->tp)); }
 
 /* Its vthread is gone (its carrier calls this: weft__on_exit): its stack
  * and descriptor go back now, its block once it is joined -- or now,
@@ -586,7 +589,8 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
         v->mask &= ~(WEFT__SIGBIT(SIGKILL) | WEFT__SIGBIT(SIGSTOP) | WEFT__SIGBIT(32) | WEFT__SIGBIT(33));
         v->has_mask = 1;
     }
-    link_vpt(v, tp, NULL);
+    void *h = weft__tls_handle(tp); /* its pthread_t */
+    link_vpt(v, h, NULL);
     weft_thread_opts o = {.own_tls = 1, .stack_size = stack};
     atomic_fetch_add(&V.live, 1);
     /* (detached as weft sees it: "What an ended thread keeps") */
@@ -599,8 +603,8 @@ static int create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *)
         vpt_free(v);
         return r == -EINVAL ? EINVAL : EAGAIN;
     }
-    *th = (pthread_t)tp;
-    if (det == PTHREAD_CREATE_DETACHED) pthread_detach((pthread_t)tp);
+    *th = (pthread_t)h;
+    if (det == PTHREAD_CREATE_DETACHED) pthread_detach((pthread_t)h);
     return 0;
 }
 
@@ -768,7 +772,7 @@ HOOK_API int pthread_cancel(pthread_t th) {
     if (!ended(v)) {
         atomic_store(&v->cancel, 1);
         /* (disabled: its pthread_setcancelstate marks it when it enables) */
-        if (weft__tls_cancel_enabled((void *)th)) weft__intr_cancel(vt(v));
+        if (weft__tls_cancel_enabled(weft__tls_tp_of((void *)th))) weft__intr_cancel(vt(v));
     }
     reg_unlock(v->tp);
     return 0;
@@ -782,7 +786,7 @@ static void act(void) {
     if (!v) return;
     int asked = atomic_load(&v->cancel);
     reg_unlock(v->tp);
-    if (!asked || !weft__tls_cancel_enabled((void *)pthread_self())) return;
+    if (!asked || !weft__tls_cancel_enabled(weft__tp_get())) return;
     V.real_cancel(pthread_self());
     V.real_testcancel();
 }
@@ -831,7 +835,7 @@ static void hand_to(weft_thread *t, void *tp, int sig, int routed) {
         if (atomic_load(&t->sig_wait) & b) weft__intr_signal(t, sig, 0);
         return;
     }
-    __atomic_fetch_or((unsigned char *)tp + act_off, WEFT__ACT_LOOK, __ATOMIC_RELEASE);
+    __atomic_fetch_or((unsigned char *)weft__tls_tp_of(tp) + act_off, WEFT__ACT_LOOK, __ATOMIC_RELEASE);
     weft__intr_signal(t, sig, weft__hook_sig_restart(sig));
 }
 
@@ -953,7 +957,7 @@ long weft__vpt_tid_kill(long tid, int sig) {
         shard_lock(sh);
         for (size_t k = 0; k < sh->nb && !tp; k++)
             for (struct vpt *v = sh->b[k]; v; v = v->hnext)
-                if (v->linked && !ended(v) && vt(v) && weft__tls_tid_of(v->tp) == tid) {
+                if (v->linked && !ended(v) && vt(v) && weft__tls_tid_of(weft__tls_tp_of(v->tp)) == tid) {
                     tp = v->tp;
                     break;
                 }
