@@ -1,9 +1,9 @@
 # Cross build for riscv64 (LP64D) with Debian's cross compiler (issue 28):
-#   scripts/riscv64-sysroot.sh build-riscv64-sysroot
+#   scripts/sysroot.sh riscv64 build-riscv64-sysroot
 #   cmake -S . -B build-riscv64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-riscv64.cmake
 # Debian 12 has no riscv64 architecture to add with dpkg, so the libraries the
 # library links (liburing, libdw and glibc itself) come from a tree of Debian 13's
-# riscv64 packages made by debootstrap --foreign (scripts/riscv64-sysroot.sh), and
+# riscv64 packages made by debootstrap --foreign (scripts/sysroot.sh), and
 # gcc-riscv64-linux-gnu builds against it with --sysroot.  ctest runs each test
 # under qemu-riscv64 -L on that tree, so a test loads the tree's ld.so and libc --
 # never the cross toolchain's own /usr/riscv64-linux-gnu (another glibc).
@@ -21,7 +21,7 @@ endif()
 # (try_compile projects run this file again: pass the tree on to them)
 set(CMAKE_TRY_COMPILE_PLATFORM_VARIABLES WEFT_RISCV64_SYSROOT)
 if(NOT EXISTS ${WEFT_RISCV64_SYSROOT}/usr/include/liburing.h)
-  message(FATAL_ERROR "no riscv64 tree at ${WEFT_RISCV64_SYSROOT}: run scripts/riscv64-sysroot.sh ${WEFT_RISCV64_SYSROOT} (as root)")
+  message(FATAL_ERROR "no riscv64 tree at ${WEFT_RISCV64_SYSROOT}: run scripts/sysroot.sh riscv64 ${WEFT_RISCV64_SYSROOT} (as root)")
 endif()
 set(CMAKE_SYSROOT ${WEFT_RISCV64_SYSROOT})
 set(CMAKE_C_COMPILER riscv64-linux-gnu-gcc)

@@ -29,7 +29,8 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
 if [[ ${1:-} == cross ]]; then
   pkgs+=(gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user)
   # riscv64's libraries: a tree of Debian 13's riscv64 packages that
-  # scripts/riscv64-sysroot.sh makes with debootstrap (Debian 12 has no riscv64)
+  # scripts/sysroot.sh makes with debootstrap (Debian 12 has no riscv64); the same
+  # for the branch-protected aarch64 build (Debian 12's start files carry no BTI note)
   pkgs+=(debootstrap)
   # the whole library for aarch64 (cmake/toolchain-aarch64.cmake): the arm64
   # -dev packages it links, from Debian's arm64 archive (multiarch; libc6:arm64

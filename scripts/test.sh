@@ -7,9 +7,9 @@
 # ("foreign": scripts/cpython-tests.sh, about 5 minutes; too long for the
 # ctest suite); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
 # 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign|cross ...]
-# ("cross": the core areas built for aarch64 and for riscv64 and run under
-# qemu-user on the epoll backend, scripts/cross-tests.sh, about 3 minutes
-# each; issue 28.)
+# ("cross": the core areas built for aarch64, for riscv64 and for aarch64
+# with branch protection, and run under qemu-user on the epoll backend,
+# scripts/cross-tests.sh, about 3-6 minutes each; issue 28.)
 # Build trees: build-release, build-asan, build-tsan.  Extra ctest flags can
 # come from CTEST_ARGS (e.g. CTEST_ARGS="-R park").
 # Where io_uring cannot be used (a container's seccomp profile, or
@@ -54,7 +54,7 @@ for v in "${variants[@]}"; do
   if [[ $v == cross ]]; then
     # the core areas on aarch64 and riscv64 under qemu-user, epoll backend
     # (scripts/cross-tests.sh; exit 2: this machine cannot run it)
-    for arch in aarch64 riscv64; do
+    for arch in aarch64 riscv64 aarch64-bti; do
       ran=$((ran + 1))
       rc=0
       scripts/cross-tests.sh "$arch" 2>&1 | tee "$log" || rc=$?
