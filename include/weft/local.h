@@ -185,8 +185,9 @@ WEFT_API int weft_scoped_get(weft_scoped_key *key, void **value);
  * (or the thread pointer) in a register across a call, and after a
  * blocking call the vthread may be on another carrier -- the very hazard
  * this header is about.  An asm volatile statement is executed where it
- * stands, every time.  x86-64 with GCC or Clang; other targets (or
- * WEFT_NO_INLINE_GETS defined) call the functions.
+ * stands, every time.  x86-64, aarch64 and riscv64 with GCC or Clang
+ * (the initial-exec sequence of each: %fs, tpidr_el0, tp); other targets
+ * (or WEFT_NO_INLINE_GETS defined) call the functions.
  */
 typedef struct weft__sframe {         /* one weft_scoped_run's bindings, on its caller's stack */
     const struct weft__sframe *prev;  /* the frame that was innermost when it began */
@@ -199,24 +200,44 @@ typedef struct weft__sframe {         /* one weft_scoped_run's bindings, on its 
 #define WEFT__LOCAL_SLOT_MASK 0x1fff8u /* a key's slot offset in a window: index * 8 (bits 17-63: a generation) */
 #define WEFT__THREAD_SCOPED_OFF 320    /* offsetof(struct weft_thread, scoped) */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(WEFT_NO_INLINE_GETS)
+#if (defined(__x86_64__) || defined(__aarch64__) || (defined(__riscv) && __riscv_xlen == 64)) && \
+    defined(__GNUC__) && !defined(WEFT_NO_INLINE_GETS)
 #include <errno.h>
+
+/* A thread-local's offset from the thread pointer (initial-exec: from the
+ * GOT), the same in every thread, so not volatile -- the compiler may keep
+ * it; and the thread pointer itself, read afresh every time (volatile). */
+#if defined(__x86_64__)
+#define WEFT__TLS_OFF(sym, off) __asm__("movq " #sym "@gottpoff(%%rip), %0" : "=r"(off))
+#define WEFT__TLS_LOAD(off, v) __asm__ volatile("movq %%fs:(%1), %0" : "=r"(v) : "r"(off))
+#elif defined(__aarch64__)
+#define WEFT__TLS_OFF(sym, off) \
+    __asm__("adrp %0, :gottprel:" #sym "\n\tldr %0, [%0, #:gottprel_lo12:" #sym "]" : "=r"(off))
+#define WEFT__TLS_LOAD(off, v)                                                        \
+    do {                                                                              \
+        const char *weft__tp_;                                                        \
+        __asm__ volatile("mrs %0, tpidr_el0" : "=r"(weft__tp_));                      \
+        __asm__ volatile("ldr %0, [%1, %2]" : "=r"(v) : "r"(weft__tp_), "r"(off) : "memory"); \
+    } while (0)
+#else
+#define WEFT__TLS_OFF(sym, off) __asm__("la.tls.ie %0, " #sym : "=r"(off))
+#define WEFT__TLS_LOAD(off, v) __asm__ volatile("add %0, %1, tp\n\tld %0, 0(%0)" : "=&r"(v) : "r"(off) : "memory")
+#endif
 
 /* The vthread running on the calling OS thread's carrier, or NULL. */
 static inline const char *weft__vthread_now(void) {
+    long off;
     const char *const *c;
-    __asm__ volatile("movq weft__tls_carrier@gottpoff(%%rip), %0\n\t"
-                     "movq %%fs:(%0), %0"
-                     : "=r"(c));
+    WEFT__TLS_OFF(weft__tls_carrier, off);
+    WEFT__TLS_LOAD(off, c);
     return c ? *c : (const char *)0;
 }
 
 static inline void *weft__local_get_fast(weft_local_key k) {
-    long off; /* the window pointer's offset from the thread pointer: the same in
-               * every thread, so not volatile (the compiler may keep it) */
+    long off; /* the window pointer's offset from the thread pointer */
     const char *w;
-    __asm__("movq weft__tls_window@gottpoff(%%rip), %0" : "=r"(off));
-    __asm__ volatile("movq %%fs:(%1), %0" : "=r"(w) : "r"(off));
+    WEFT__TLS_OFF(weft__tls_window, off);
+    WEFT__TLS_LOAD(off, w);
     /* (a relaxed atomic load is a plain mov; it tells a TSan build that
      * key_delete's clear of the slot is no race) */
     return __atomic_load_n((void *const *)(w + (k & WEFT__LOCAL_SLOT_MASK)), __ATOMIC_RELAXED);
