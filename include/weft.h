@@ -175,7 +175,8 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *               (libweft-hook.so gives the program's main its own unless
  *               WEFT_OWN_TLS is set).  Where
  *               blocks cannot be made (a sanitizer build, a C library
- *               that is not glibc 2.35+ on x86-64) one line on stderr says
+ *               that is not glibc 2.35+ on x86-64, aarch64 or riscv64)
+ *               one line on stderr says
  *               so and vthreads run without.
  *   trap        the system call trap ("The system call trap", below): 1
  *               on, -1 off; default $WEFT_TRAP (1 on, 0 off), else off
@@ -344,10 +345,11 @@ typedef struct weft_runtime_opts {
  * wait for good: turn the hooks on, or use weft_mutex.
  *
  * Own TLS (weft_thread_opts.own_tls, weft_runtime_opts.own_tls,
- * $WEFT_OWN_TLS; x86-64 with glibc 2.35+).  A vthread with its own TLS
- * runs with a static TLS block and thread control block of its own, made
- * as glibc makes a thread's and set as the thread pointer (the fs base)
- * at every switch to it.  Then wherever it runs, these are its own:
+ * $WEFT_OWN_TLS; glibc 2.35+ on x86-64, aarch64 or riscv64).  A vthread
+ * with its own TLS runs with a static TLS block and thread control block
+ * of its own, made as glibc makes a thread's and set as the thread
+ * pointer (x86-64's fs base, aarch64's tpidr_el0, riscv64's tp) at every
+ * switch to it.  Then wherever it runs, these are its own:
  * __thread / thread_local variables (initialised, and C++ thread_local
  * destructors run when it ends), errno (so hooked calls need not pin it
  * to its carrier), pthread_self(), pthread keys (their destructors run as
@@ -356,10 +358,11 @@ typedef struct weft_runtime_opts {
  * per-thread cache.  The price: a block of static TLS and TCB (about 4.3
  * KiB with glibc 2.36; weft_stats.tls_block_bytes), kept in a pool for
  * the process's life once made (as many as such vthreads were alive at
- * once), and at each switch to or from such a vthread a write of the fs
- * base: one wrfsbase instruction where the CPU and kernel allow it
- * (FSGSBASE, Linux 5.9+), else an arch_prctl system call -- microseconds
- * on a VM whose hypervisor traps the write (weft-bench micro: switch-tls).
+ * once), and at each switch to or from such a vthread a write of the
+ * thread pointer: on x86-64 one wrfsbase instruction where the CPU and
+ * kernel allow it (FSGSBASE, Linux 5.9+), else an arch_prctl system call
+ * -- microseconds on a VM whose hypervisor traps the write (weft-bench
+ * micro: switch-tls); elsewhere a register write.
  * A vthread that ends gives its block to the next: that one starts with
  * every module's __thread variables at their initial values, errno 0, no
  * key values, the global locale.  Rules and limits:

@@ -1,9 +1,9 @@
 /*
  * A thread-local storage block and thread control block of its own, for a
- * context that is not a kernel thread (glibc; x86-64, aarch64, riscv64): what a vthread with
- * weft_thread_opts.own_tls runs with, so that __thread variables, errno,
- * stdio's lock owner, malloc's per-thread cache, pthread keys and
- * pthread_self() are its own wherever it runs.  Knows nothing of vthreads:
+ * context that is not a kernel thread (glibc; x86-64, aarch64, riscv64):
+ * what a vthread with weft_thread_opts.own_tls runs with, so that
+ * __thread variables, errno, stdio's lock owner, malloc's per-thread
+ * cache, pthread keys and pthread_self() are its own wherever it runs.  Knows nothing of vthreads:
  * sched asks for a block, sets it as the thread pointer when it switches
  * to the vthread, and gives it back.
  *
@@ -21,14 +21,15 @@
  * the same code serves both variants.  Variant I's block is [descriptor]
  * [TCB header, static TLS][the user's bytes], the thread pointer aligned
  * as glibc aligns it; the header's other fields -- x86-64's canary and
- * pointer guard -- are process-wide globals there, nothing to copy.  We do not lay that
- * out ourselves: ld.so's own allocator, _dl_allocate_tls (GLIBC_PRIVATE,
- * what pthread_create uses), makes the static TLS with every module's
+ * pointer guard -- are process-wide globals there, nothing to copy.
+ *
+ * We do not lay the static TLS out ourselves: ld.so's own allocator,
+ * _dl_allocate_tls (GLIBC_PRIVATE, what pthread_create uses), makes the static TLS with every module's
  * initial image, the TCB zeroed, and the DTV through which dynamic TLS
  * (__tls_get_addr, dlopen'd modules) finds its blocks -- so a module
  * dlopen'd later works as it does in a thread glibc made.  What
  * pthread_create would then fill in of the TCB we fill in:
- *  - tcbhead_t: tcb and self point at the block; the rest of the header
+ *  - (x86-64) tcbhead_t: tcb and self point at the block; the rest of the header
  *    (multiple_threads, sysinfo, the stack-protector canary at %fs:0x28,
  *    the pointer guard at %fs:0x30, CET's feature_1, the shadow stack
  *    base) is copied from the calling thread's, as pthread_create copies
