@@ -87,8 +87,9 @@ if [[ $build == aarch64-bti ]]; then
   lib=build-arm64-sysroot/usr/lib/aarch64-linux-gnu
   aarch64-linux-gnu-gcc --sysroot=build-arm64-sysroot -B"$gcc_dir" -B"$lib" -L"$lib" -mbranch-protection=standard \
     -o "$t/nopad" "$t/main.c" "$t/nopad.S" || { echo "cross-tests: the BTI control does not build" >&2; rm -rf "$t"; exit 1; }
-  rc=0
-  (QEMU_CPU=max,pauth-impdef=on QEMU_LD_PREFIX=build-arm64-sysroot qemu-aarch64 "$t/nopad") 2>/dev/null || rc=$?
+  rc=0 # (a subshell that waits -- not one that execs it -- says "Illegal instruction" to /dev/null)
+  (timeout 60 env QEMU_CPU=max,pauth-impdef=on QEMU_LD_PREFIX=build-arm64-sysroot qemu-aarch64 "$t/nopad"; exit $?) \
+    2>/dev/null || rc=$?
   rm -rf "$t"
   if [[ $rc -ne 132 ]]; then
     echo "cross-tests: qemu-aarch64 -cpu max did not enforce BTI (a missing landing pad exited $rc, not SIGILL): the run would prove nothing" >&2
