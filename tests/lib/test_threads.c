@@ -464,3 +464,55 @@ TEST(tsan_thread_limit_is_eagain) {
     CHECK_EQ((intptr_t)v, 3);
 #endif
 }
+
+/* ---- callee-saved registers across a migration ------------------------------ */
+
+/* Every callee-saved register -- integer and floating-point -- and the FP
+ * rounding mode are filled with values made from a seed around a call that
+ * moves the vthread to the other carrier (weft_test_regs_call, in
+ * tests/arch/regs_<arch>.S: the fill and check of arch.switch_cross, around
+ * a call instead of a bare switch), and counted after: a migration must
+ * bring back on another OS thread exactly what the ABI says a callee
+ * keeps.  REGS_VTHREADS x REGS_MOVES, 1,000 x 100 by default (issue 28's
+ * acceptance run: 10,000 x 1,000). */
+long weft_test_regs_call(void (*fn)(void *), void *arg, uint64_t seed);
+static atomic_long regs_bad, regs_moves;
+static int regs_rounds;
+
+static void move_to_other(void *arg) {
+    (void)arg;
+    int here = weft__carrier_index(weft__carrier_self());
+    CHECK_EQ(weft__migrate(here == 0 ? 1 : 0), 0);
+    if (weft__carrier_index(weft__carrier_self()) != here) atomic_fetch_add(&regs_moves, 1);
+}
+
+static void *regs_mover(void *arg) {
+    uint64_t id = (uint64_t)(uintptr_t)arg;
+    long bad = 0;
+    for (int i = 0; i < regs_rounds; i++)
+        bad += weft_test_regs_call(move_to_other, NULL, (id << 32) ^ ((uint64_t)i << 8) ^ 0x5bd1e995u);
+    atomic_fetch_add(&regs_bad, bad);
+    return NULL;
+}
+
+static int env_count(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && atoi(e) > 0 ? atoi(e) : dflt;
+}
+
+TEST(callee_saved_registers_survive_migrations) {
+    DET_SKIP("moves vthreads between 2 carriers");
+    int n = env_count("REGS_VTHREADS", 1000);
+    regs_rounds = env_count("REGS_MOVES", 100);
+    weft_runtime_opts cfg = {.carriers = 2};
+    CHECK_EQ(weft_init(&cfg), 0);
+    weft_thread **t = calloc((size_t)n, sizeof *t);
+    CHECK(t != NULL);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_spawn(&t[i], regs_mover, (void *)(uintptr_t)i, NULL), 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(weft_join(t[i], NULL), 0);
+    free(t);
+    printf("%d vthreads x %d moves: %ld between carriers, %ld registers changed\n", n, regs_rounds,
+           atomic_load(&regs_moves), atomic_load(&regs_bad));
+    CHECK_EQ(atomic_load(&regs_moves), (long)n * regs_rounds); /* every move was a real one */
+    CHECK_EQ(atomic_load(&regs_bad), 0);
+}
