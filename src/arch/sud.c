@@ -27,9 +27,8 @@ int weft__sud_arm(unsigned char *sel) {
 
 void weft__sud_disarm(void) { prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0); }
 #else
-/* No restorer in assembly for this architecture yet (issue 28), so no
- * range to name to the kernel: the trap is not built here (hook/trap.c
- * says so when asked for it). */
+/* Linux has syscall user dispatch on x86 alone: the trap is not built
+ * here (hook/trap.c says so when asked for it). */
 int weft__sud_arm(unsigned char *sel) {
     (void)sel;
     return -ENOSYS;

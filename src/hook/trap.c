@@ -557,8 +557,12 @@ int weft__trap_start(int cfg_trap, int hooks_on) {
                     "own system calls would trap): calls the C library makes itself hold their carriers\n");
     return 0;
 #elif !defined(__x86_64__)
-    fprintf(stderr, "weft: the system call trap was asked for, but it is written for x86-64 only so far (issue 28): "
-                    "calls the C library makes itself hold their carriers\n");
+    /* Linux implements syscall user dispatch on x86 alone (other
+     * architectures' entry code never consults the selector; the kernel
+     * says so since 2026 with ARCH_SUPPORTS_SYSCALL_USER_DISPATCH, x86's
+     * only), and a seccomp filter is no substitute ("How", above) */
+    fprintf(stderr, "weft: the system call trap was asked for, but Linux's syscall user dispatch, which it rests on, "
+                    "exists on x86-64 only: calls the C library makes itself hold their carriers\n");
     return 0;
 #else
     /* the kernel's support, asked of this thread and given back */
