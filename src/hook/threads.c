@@ -19,8 +19,9 @@
  * descriptor (struct pthread): on x86-64 its TCB, which is the thread
  * pointer (pthread_self() reads it from %fs); on aarch64 and riscv64 (TLS
  * variant I) it lies right below the thread pointer (weft__tls_handle and
- * weft__tls_tp_of convert).  The registry is keyed by the pthread_t.  A vthread with its own TLS has its own TCB (arch/tls.c),
- * so pthread_self and pthread_equal need nothing here, and every glibc
+ * weft__tls_tp_of convert).  The registry is keyed by the pthread_t.
+ * A vthread with its own TLS has its own TCB (arch/tls.c), so
+ * pthread_self and pthread_equal need nothing here, and every glibc
  * function that works on the calling thread's descriptor -- keys,
  * cleanup handlers, cancellation state, errno, locale -- works on the
  * vthread's.  What works on another thread's descriptor through the
