@@ -27,7 +27,7 @@
  * vthread's.  What works on another thread's descriptor through the
  * kernel (join through the tid futex, pthread_kill, the name in
  * /proc/.../comm, getattr's stack) is done here, from a registry: a hash
- * from the TCB address to a record (struct vpt) of the thread's
+ * from the pthread_t to a record (struct vpt) of the thread's
  * descriptor, its result, and whether it is detached, has ended or is
  * gone.  The creator takes the block first (arch/tls.c's pool), keeps the
  * record in the block's own user bytes (weft__tls_extra: no malloc, no
