@@ -70,7 +70,8 @@ cmake -S . -B "build-$build" -DCMAKE_TOOLCHAIN_FILE="cmake/toolchain-$build.cmak
 cmake --build "build-$build" -j"$jobs" >/dev/null || { cmake --build "build-$build" -j1 2>&1 | tail -30; exit 1; }
 if [[ $build == aarch64-bti ]]; then
   # every program of the build must be marked, or the loader maps it unenforced
-  # and the run proves nothing
+  # and the run proves nothing: a test program and the preload library stand for
+  # all (one toolchain file builds them all)
   for f in "build-$build"/tests/test_threads "build-$build"/libweft-hook.so; do
     aarch64-linux-gnu-readelf -n "$f" | grep -q 'AArch64 feature: BTI, PAC' ||
       { echo "cross-tests: $f lacks the BTI/PAC property note" >&2; exit 1; }
