@@ -5,7 +5,7 @@
  *
  * What it checks.  K contexts, each on a stack of its own, and a
  * scheduler that switches into each of them in turn, PASSES times.  Around
- * every switch, on both sides, weft_test_regs_switch (regs_<arch>.S) fills
+ * every switch, on both sides, weft_test_regs_call (regs_<arch>.S) fills
  * every callee-saved register -- integer and floating-point -- and the FP
  * rounding mode with values made from a seed (the context, the pass, the
  * side), switches, and once switched back counts the registers that no
@@ -26,7 +26,19 @@
 
 void *weft__ctx_make(void *hi, void (*entry)(void *, void *), void *arg);
 void *weft__ctx_switch(void **save_sp, void *to_sp, void *arg);
-long weft_test_regs_switch(void **save, void *to, uint64_t seed);
+long weft_test_regs_call(void (*fn)(void *), void *arg, uint64_t seed);
+
+/* The fill and check of regs_<arch>.S around a switch: a plain C call in
+ * between keeps every callee-saved register, as the ABI says. */
+struct sw { void **save; void *to; };
+static void do_switch(void *p) {
+    struct sw *a = p;
+    weft__ctx_switch(a->save, a->to, NULL);
+}
+static long weft_test_regs_switch(void **save, void *to, uint64_t seed) {
+    struct sw a = {save, to};
+    return weft_test_regs_call(do_switch, &a, seed);
+}
 
 /* 10,000 contexts x 1,000 passes (issue 28's acceptance); `switch_regs K`
  * runs K contexts instead */
