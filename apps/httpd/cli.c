@@ -42,9 +42,16 @@ static void usage(FILE *f) {
             "                         own, 1 carrier, compute option.  Its progress goes to stderr\n"
             "                         when the server stops\n"
             "  --cpu-job-vthreads N   vthreads driving such loops (default 1; at most 256)\n"
+            "  --workers N            N processes (1-256) share the port (SO_REUSEPORT sockets),\n"
+            "                         each with its own runtime (--carriers 1 each unless given);\n"
+            "                         this one supervises: it restarts a worker that dies,\n"
+            "                         SIGHUP replaces them one at a time (the binary and options\n"
+            "                         read again) without refusing a connection, SIGTERM drains\n"
+            "                         them all\n"
             "  --quiet                no start/stop messages on stderr\n"
             "  --help                 this text\n"
             "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n"
+            "GET /healthz answers 200 \"ok\" without looking at the docroot (503 while draining).\n"
             "SIGQUIT writes a thread dump to stderr: every vthread (\"conn 127.0.0.1:53412\",\n"
             "\"acceptor 0\", \"watcher\", \"main\") with its state, blocking call and site, and\n"
             "its stack with file:line; then the vthreads grouped by stack.  In JSON with\n"
@@ -72,7 +79,8 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 
 int main(int argc, char **argv) {
     enum { OPT_HOST = 256, OPT_PORT, OPT_ROOT, OPT_MODEL, OPT_CARRIERS, OPT_MAXC, OPT_DELAY, OPT_EVERY, OPT_HT,
-           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT, OPT_CPU, OPT_CPUN };
+           OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT, OPT_CPU, OPT_CPUN,
+           OPT_WORKERS, OPT_WORKER };
     static const struct option opts[] = {
         {"host", 1, 0, OPT_HOST}, {"port", 1, 0, OPT_PORT}, {"root", 1, 0, OPT_ROOT},
         {"model", 1, 0, OPT_MODEL}, {"carriers", 1, 0, OPT_CARRIERS}, {"max-conns", 1, 0, OPT_MAXC},
@@ -80,7 +88,10 @@ int main(int argc, char **argv) {
         {"idle-timeout", 1, 0, OPT_IT}, {"send-timeout", 1, 0, OPT_ST}, {"drain-timeout", 1, 0, OPT_DT},
         {"access-log", 1, 0, OPT_LOG}, {"quiet", 0, 0, OPT_QUIET}, {"help", 0, 0, OPT_HELP},
         {"cache-mb", 1, 0, OPT_CACHE}, {"body-timeout", 1, 0, OPT_BT}, {"cpu-job", 1, 0, OPT_CPU},
-        {"cpu-job-vthreads", 1, 0, OPT_CPUN}, {0, 0, 0, 0}};
+        {"cpu-job-vthreads", 1, 0, OPT_CPUN}, {"workers", 1, 0, OPT_WORKERS},
+        /* --worker LISTEN_FD,READY_FD,SLOT: how the supervisor starts a worker (workers.c) */
+        {"worker", 1, 0, OPT_WORKER}, {0, 0, 0, 0}};
+    int worker_lfd = -1;
     long x;
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -136,6 +147,19 @@ int main(int argc, char **argv) {
             if (parse_int(optarg, 1, 256, &x)) goto bad;
             O.cpu_job_vthreads = (int)x;
             break;
+        case OPT_WORKERS:
+            if (parse_int(optarg, 1, 256, &x)) goto bad;
+            O.workers = (int)x;
+            break;
+        case OPT_WORKER: {
+            int a, b, c, used = 0;
+            if (sscanf(optarg, "%d,%d,%d%n", &a, &b, &c, &used) != 3 || optarg[used] || a < 0 || b < 0 || c < 0)
+                goto bad;
+            worker_lfd = a;
+            O.ready_fd = b;
+            O.worker_slot = c;
+            break;
+        }
         case OPT_HELP:
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -178,11 +202,31 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    if (O.workers && O.worker_slot < 0) {
+        /* the supervisor: each worker opens the log and the docroot itself */
+        if (log_fd >= 0) close(log_fd);
+        close(root_fd);
+        log_fd = root_fd = -1;
+        return supervise(argc, argv);
+    }
+    if (O.workers > 1 && !O.carriers) O.carriers = 1;
     atomic_store(&reserve_fd, open("/dev/null", O_RDONLY | O_CLOEXEC));
     fc_init(root_fd, O.cache_bytes, NS);
     signal(SIGPIPE, SIG_IGN);
     if (log_start() < 0) return 1;
-    listen_fd = open_listener();
+    if (O.worker_slot >= 0) { /* a worker: its slot's socket, from the supervisor */
+        int on = 0;
+        socklen_t ol = sizeof on;
+        if (getsockopt(worker_lfd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) < 0 || !on) {
+            fprintf(stderr, "weft-httpd: --worker: descriptor %d is not a listening socket\n", worker_lfd);
+            return 1;
+        }
+        fcntl(worker_lfd, F_SETFD, FD_CLOEXEC);
+        fcntl(O.ready_fd, F_SETFD, FD_CLOEXEC);
+        listen_fd = worker_lfd;
+    } else {
+        listen_fd = open_listener(0);
+    }
     if (listen_fd < 0) return 1;
     if (O.model == MODEL_POOL && pool_start() < 0) return 1;
     weft_runtime_opts cfg = {.carriers = O.carriers};
@@ -201,20 +245,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "weft-httpd: cannot catch SIGTERM and SIGINT: %s\n", strerror(-r));
         return 1;
     }
-    struct sockaddr_storage a;
-    socklen_t al = sizeof a;
-    getsockname(listen_fd, (struct sockaddr *)&a, &al);
-    char host[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (a.ss_family == AF_INET) {
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&a)->sin_addr, host, sizeof host);
-        port = ntohs(((struct sockaddr_in *)&a)->sin_port);
-    } else if (a.ss_family == AF_INET6) {
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&a)->sin6_addr, host, sizeof host);
-        port = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    if (O.worker_slot >= 0) {
+        /* ready: the supervisor announces the port once every worker is */
+        ssize_t w;
+        do w = write(O.ready_fd, "r", 1);
+        while (w < 0 && errno == EINTR);
+        close(O.ready_fd);
+        O.ready_fd = -1;
+    } else {
+        char host[INET6_ADDRSTRLEN];
+        int port;
+        listen_addr(listen_fd, host, sizeof host, &port);
+        printf("listening on %s:%d\n", host, port);
+        fflush(stdout);
     }
-    printf("listening on %s:%d\n", host, port);
-    fflush(stdout);
     r = weft_main(server, NULL);
     fc_fini();
     return r < 0 ? 1 : r;

@@ -93,9 +93,9 @@
 
 httpd_opts O = {.cache_bytes = 64 << 20, .host = "127.0.0.1", .port = "8080", .root = "./www", .model = MODEL_VIRTUAL, .pool_threads = 200,
        .header_timeout = 10 * NS, .idle_timeout = 15 * NS, .send_timeout = 30 * NS, .drain_timeout = 10 * NS,
-       .body_timeout = 10 * NS};
+       .body_timeout = 10 * NS, .worker_slot = -1, .ready_fd = -1};
 
-atomic_int nconns, nopen, draining, drain_cut;
+atomic_int nconns, nopen, drain_cut; /* (draining: plan.c's) */
 static atomic_long nrequests;
 
 pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;

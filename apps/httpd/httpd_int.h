@@ -15,6 +15,9 @@
  *                 async.c's handlers;
  *   access_log.c  the access log's ring and its writer thread;
  *   server.c      start, signals, drain, the --cpu-job background job;
+ *   workers.c     --workers N: the supervisor process, its worker
+ *                 processes on SO_REUSEPORT sockets, their restarts and
+ *                 SIGHUP's rolling replacement (it runs no weft runtime);
  *   cli.c         the options, --help, main.
  * Everything else a file holds is static to it.  Names here are the old
  * static ones: this is one program, and none of them leaves it.
@@ -74,6 +77,9 @@ typedef struct httpd_opts {
     size_t cache_bytes;
     int cpu_job;          /* CPU_JOB_*: a CPU-bound background job in the process (--cpu-job) */
     int cpu_job_vthreads; /* its vthreads (0: one per carrier) */
+    int workers;          /* --workers N: processes sharing the port (0: this one serves) */
+    int worker_slot;      /* in a worker: its slot (-1: not a worker) */
+    int ready_fd;         /* in a worker: the pipe it says "ready" on, -1 once said */
 } httpd_opts;
 
 extern httpd_opts O;
@@ -213,7 +219,11 @@ int pool_start(void);
 void pool_stop(void);
 
 /* server.c */
-int open_listener(void);
+int open_listener(int reuseport);
+void listen_addr(int fd, char *host, size_t hn, int *port);
 int server(void *unused);
+
+/* workers.c: runs the supervisor until it stops; its exit status */
+int supervise(int argc, char **argv);
 
 #endif

@@ -23,6 +23,10 @@
 /* the docroot (O_PATH), opened by main before the server starts; plan_file opens files under it */
 int root_fd = -1;
 
+/* the drain began (the signal watcher sets it, acceptor.c): defined here, with
+ * the planner that answers /healthz by it, so the planner builds alone for its tests */
+atomic_int draining;
+
 static int head_common(char *b, int cap, int status, int keep_alive) {
     (void)cap; /* under 200 bytes: every caller has 1 KiB */
     char date[HTTP_DATE_LEN];
@@ -255,6 +259,28 @@ static int plan_file(response *p, const http_request *rq, int keep_alive) {
     return 0;
 }
 
+/* GET or HEAD /healthz, for load balancers' health checks: 200 "ok", or
+ * 503 "draining" (and the connection closes) once the drain began -- from
+ * memory, never the docroot: a file of that name there is not served. */
+static int plan_health(response *p, const http_request *rq, int keep_alive) {
+    int drain = atomic_load_explicit(&draining, memory_order_relaxed);
+    const char *body = drain ? "draining\n" : "ok\n";
+    size_t bn = strlen(body);
+    int status = drain ? 503 : 200;
+    int at = head_common(p->buf, 1024, status, keep_alive && !drain);
+    at = APP_LIT(p->buf, at, "Content-Type: text/plain\r\nCache-Control: no-store\r\nContent-Length: ");
+    at = app_u64(p->buf, at, bn);
+    at = APP_LIT(p->buf, at, "\r\n\r\n");
+    p->head_len = (size_t)at;
+    if (rq->method != HTTP_M_HEAD) {
+        p->head_len = (size_t)app(p->buf, at, body, bn);
+        p->log_bytes = (long long)bn;
+    }
+    p->rq = rq;
+    p->code = status;
+    return drain ? CLOSE : 0;
+}
+
 /* The answer to a parsed request, into p: 0 or -errno (nothing to send).
  * *refused (and *keep = 0) when the answer refuses it. */
 int plan_request(response *p, const http_request *rq, int *keep, int *refused) {
@@ -266,7 +292,8 @@ int plan_request(response *p, const http_request *rq, int *keep, int *refused) {
     if (status) {
         r = plan_status(p, rq, status, 0, NULL);
     } else {
-        r = plan_file(p, rq, *keep);
+        if (rq->path.n == 8 && !memcmp(rq->path.p, "/healthz", 8)) r = plan_health(p, rq, *keep);
+        else r = plan_file(p, rq, *keep);
         if (r != CLOSE) return r;
         r = 0;
     }

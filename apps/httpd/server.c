@@ -106,7 +106,9 @@ static void cpu_job_stop(void) {
     }
 }
 
-int open_listener(void) {
+/* A listening socket on --host/--port (reuseport: SO_REUSEPORT too, for
+ * --workers' slots, workers.c).  -1 after saying why. */
+int open_listener(int reuseport) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res;
     int e = getaddrinfo(O.host, O.port, &hints, &res);
@@ -122,6 +124,13 @@ int open_listener(void) {
         if (fd < 0) continue;
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) {
+            e = errno;
+            close(fd);
+            fd = -1;
+            errno = e;
+            continue;
+        }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* accepted sockets inherit it */
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) break;
         e = errno;
@@ -132,6 +141,22 @@ int open_listener(void) {
     if (fd < 0) fprintf(stderr, "weft-httpd: cannot listen on %s:%s: %s\n", O.host, O.port, strerror(errno));
     freeaddrinfo(res);
     return fd;
+}
+
+/* The numeric address and port fd listens on, for "listening on HOST:PORT". */
+void listen_addr(int fd, char *host, size_t hn, int *port) {
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    snprintf(host, hn, "?");
+    *port = 0;
+    if (getsockname(fd, (struct sockaddr *)&a, &al) < 0) return;
+    if (a.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&a)->sin_addr, host, (socklen_t)hn);
+        *port = ntohs(((struct sockaddr_in *)&a)->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&a)->sin6_addr, host, (socklen_t)hn);
+        *port = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    }
 }
 
 int server(void *unused) {

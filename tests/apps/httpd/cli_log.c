@@ -26,7 +26,7 @@ static int run_cli(char *out, size_t outsz, char *err, size_t errsz, ...) {
     unlink(ef);
     const char *env[8];
     launch_opts o;
-    server_opts(&o, env, 0);
+    server_opts(&o, env, 1); /* (child_env: none unless a test sets it) */
     if (cli_as_nobody) o.drop = 1, o.uid = 65534, o.gid = 65534;
     o.out = o.err = LAUNCH_FD;
     o.out_fd = ofd, o.err_fd = efd;
@@ -67,6 +67,11 @@ TEST(cli_help_and_bad_options) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 2) FAIL("--model nonsense: status 0x%x", st);
     if (!err[0]) FAIL("--model nonsense: nothing on stderr");
 
+    st = run_cli(out, sizeof out, err, sizeof err, "--workers", "0", (const char *)NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(err, "--workers")) FAIL("--workers 0: status 0x%x, stderr: %s", st, err);
+    st = run_cli(out, sizeof out, err, sizeof err, "--workers", "257", (const char *)NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 2) FAIL("--workers 257: status 0x%x, stderr: %s", st, err);
+
     st = run_cli(out, sizeof out, err, sizeof err, "--port", "0", "extra-argument", (const char *)NULL);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 2) FAIL("a stray argument: status 0x%x", st);
 
@@ -92,6 +97,23 @@ TEST(cli_unreadable_root_refused_at_start) {
     if (!strstr(err, dir) || !strstr(err, "Permission denied") || !strstr(err, "read and search"))
         FAIL("--root %s (mode 000): stderr says: %s", dir, err);
     if (strstr(out, "listening")) FAIL("it still said listening: %s", out);
+}
+
+/* --workers: a worker that cannot start (here the runtime refuses a bad
+ * WEFT_IO in its environment) fails the whole start -- exit 1, the worker's
+ * own reason and the supervisor's line on stderr, no "listening" -- rather
+ * than being restarted for ever. */
+TEST(cli_workers_that_cannot_start_fail_the_start) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    char out[4096], err[8192];
+    child_env[0] = "WEFT_IO=bogus";
+    int st = run_cli(out, sizeof out, err, sizeof err, "--port", "0", "--root", d.root, "--workers", "2", (const char *)NULL);
+    child_env[0] = NULL;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 1) FAIL("status 0x%x, stderr: %s", st, err);
+    if (!strstr(err, "WEFT_IO=bogus") || !strstr(err, "before it was ready")) FAIL("stderr says: %s", err);
+    if (strstr(out, "listening")) FAIL("it said listening: %s", out);
 }
 
 TEST(access_log) {
