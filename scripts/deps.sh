@@ -25,7 +25,9 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
       python3 chromium # tests/integration/report_test.py: weft-bench report's page, rendered headless
       curl sqlite3 git # run.everyday_binaries_give_byte_identical_output: the same bytes under weft-run
       libpython3.11-testsuite # scripts/cpython-tests.sh: CPython's own tests under weft-run
-      man-db groff-base) # tests/integration/docs_test.sh man: the man pages render without warnings
+      man-db groff-base # tests/integration/docs_test.sh man: the man pages render without warnings
+      haproxy # tests/integration/haproxy_test.sh: zero-loss restarts behind a real balancer (docs/deploy.md)
+      dpkg-dev lintian) # tests/integration/deb_test.sh: cpack's Debian packages (dpkg-shlibdeps), linted
 if [[ ${1:-} == cross ]]; then
   pkgs+=(gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user)
   # riscv64's libraries: a tree of Debian 13's riscv64 packages that

@@ -151,14 +151,30 @@ void *acceptor_main(void *arg) {
 /* signals                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* The first SIGTERM/SIGINT starts the drain; a second one cuts it short. */
+/* The first SIGTERM/SIGINT starts the drain; a second one cuts it short.
+ * With --drain-notice S the drain waits S seconds first, serving as before
+ * but answering /healthz 503, so that a load balancer's health check takes
+ * the server out before it stops accepting (a second signal ends the
+ * notice at once).  A --workers worker leaves the notice to its supervisor,
+ * which sends SIGUSR2 for it: then /healthz answers 503 from then on, and
+ * the SIGTERM that follows drains at once. */
 void *signal_watcher(void *unused) {
     sigset_t ss;
     sigemptyset(&ss);
     sigaddset(&ss, SIGTERM);
     sigaddset(&ss, SIGINT);
-    int sig = weft_signal_wait(&ss, 0);
+    if (O.worker_slot >= 0) sigaddset(&ss, SIGUSR2);
+    int sig;
+    while ((sig = weft_signal_wait(&ss, 0)) == SIGUSR2) atomic_store(&unhealthy, 1);
     if (sig < 0) return NULL; /* (-ECANCELED: the server is ending) */
+    if (O.drain_notice > 0 && O.worker_slot < 0) {
+        atomic_store(&unhealthy, 1);
+        if (!O.quiet)
+            fprintf(stderr, "weft-httpd: %s: /healthz answers 503 for %.3g s, then the drain\n", strsignal(sig),
+                    (double)O.drain_notice / NS);
+        int again = weft_signal_wait(&ss, weft_now() + O.drain_notice);
+        if (again == -ECANCELED) return NULL;
+    }
     /* the flag before the line: whoever reads the line knows that every
      * answer decided from now on closes its connection */
     int open_now = atomic_load(&nopen);
@@ -171,7 +187,7 @@ void *signal_watcher(void *unused) {
     for (conn *c = conns_head; c; c = c->next)
         if (atomic_load(&c->idle)) shutdown(c->fd, SHUT_RD);
     pthread_mutex_unlock(&conns_lock);
-    sig = weft_signal_wait(&ss, 0);
+    while ((sig = weft_signal_wait(&ss, 0)) == SIGUSR2) continue;
     if (sig < 0) return NULL;
     if (!O.quiet) fprintf(stderr, "weft-httpd: %s again: not waiting for the drain\n", strsignal(sig));
     atomic_store(&drain_cut, 1);

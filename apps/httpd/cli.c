@@ -31,6 +31,9 @@ static void usage(FILE *f) {
             "  --drain-timeout S      on SIGTERM/SIGINT wait at most S s for requests in progress\n"
             "                         or already received (default 10);\n"
             "                         a second SIGTERM/SIGINT stops at once\n"
+            "  --drain-notice S       at SIGTERM/SIGINT first serve S s more with /healthz answering\n"
+            "                         503, so a load balancer's health check takes this server\n"
+            "                         out before it stops accepting (default: none)\n"
             "  --access-log FILE|-    log every request (- is stdout), from a queue by a thread\n"
             "                         of its own: lines it cannot take are dropped and counted\n"
             "  --cache-mb N           keep small files (<= 64 KiB) in memory, N MiB at most,\n"
@@ -80,7 +83,7 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 int main(int argc, char **argv) {
     enum { OPT_HOST = 256, OPT_PORT, OPT_ROOT, OPT_MODEL, OPT_CARRIERS, OPT_MAXC, OPT_DELAY, OPT_EVERY, OPT_HT,
            OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT, OPT_CPU, OPT_CPUN,
-           OPT_WORKERS, OPT_WORKER };
+           OPT_WORKERS, OPT_WORKER, OPT_NOTICE };
     static const struct option opts[] = {
         {"host", 1, 0, OPT_HOST}, {"port", 1, 0, OPT_PORT}, {"root", 1, 0, OPT_ROOT},
         {"model", 1, 0, OPT_MODEL}, {"carriers", 1, 0, OPT_CARRIERS}, {"max-conns", 1, 0, OPT_MAXC},
@@ -90,7 +93,7 @@ int main(int argc, char **argv) {
         {"cache-mb", 1, 0, OPT_CACHE}, {"body-timeout", 1, 0, OPT_BT}, {"cpu-job", 1, 0, OPT_CPU},
         {"cpu-job-vthreads", 1, 0, OPT_CPUN}, {"workers", 1, 0, OPT_WORKERS},
         /* --worker LISTEN_FD,READY_FD,SLOT: how the supervisor starts a worker (workers.c) */
-        {"worker", 1, 0, OPT_WORKER}, {0, 0, 0, 0}};
+        {"worker", 1, 0, OPT_WORKER}, {"drain-notice", 1, 0, OPT_NOTICE}, {0, 0, 0, 0}};
     int worker_lfd = -1;
     long x;
     int o;
@@ -132,6 +135,7 @@ int main(int argc, char **argv) {
         case OPT_ST: if (parse_seconds(optarg, &O.send_timeout)) goto bad; break;
         case OPT_DT: if (parse_seconds(optarg, &O.drain_timeout)) goto bad; break;
         case OPT_BT: if (parse_seconds(optarg, &O.body_timeout)) goto bad; break;
+        case OPT_NOTICE: if (parse_seconds(optarg, &O.drain_notice)) goto bad; break;
         case OPT_LOG: O.access_log = optarg; break;
         case OPT_QUIET: O.quiet = 1; break;
         case OPT_CACHE:
@@ -241,6 +245,7 @@ int main(int argc, char **argv) {
     sigemptyset(&ss);
     sigaddset(&ss, SIGTERM);
     sigaddset(&ss, SIGINT);
+    if (O.worker_slot >= 0) sigaddset(&ss, SIGUSR2); /* the supervisor's drain notice */
     if ((r = weft_signal_notify(&ss)) < 0) {
         fprintf(stderr, "weft-httpd: cannot catch SIGTERM and SIGINT: %s\n", strerror(-r));
         return 1;

@@ -80,6 +80,7 @@ typedef struct httpd_opts {
     int workers;          /* --workers N: processes sharing the port (0: this one serves) */
     int worker_slot;      /* in a worker: its slot (-1: not a worker) */
     int ready_fd;         /* in a worker: the pipe it says "ready" on, -1 once said */
+    int64_t drain_notice; /* --drain-notice: at SIGTERM, /healthz answers 503 this long before the drain */
 } httpd_opts;
 
 extern httpd_opts O;
@@ -91,6 +92,8 @@ extern _Atomic int reserve_fd; /* given up, one acceptor at a time, to shed at E
 /* nconns: connection slots taken (an acceptor takes one before it accepts);
  * nopen: connections accepted and not yet closed (what the drain reports) */
 extern atomic_int nconns, nopen, draining, drain_cut;
+/* /healthz answers 503 ("going away"): the drain's notice began (plan.c's) */
+extern atomic_int unhealthy;
 extern weft_thread *acceptors[64];
 extern int nacceptors;
 extern weft_thread *_Atomic acceptor_waiting[64];

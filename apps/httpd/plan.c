@@ -25,7 +25,7 @@ int root_fd = -1;
 
 /* the drain began (the signal watcher sets it, acceptor.c): defined here, with
  * the planner that answers /healthz by it, so the planner builds alone for its tests */
-atomic_int draining;
+atomic_int draining, unhealthy;
 
 static int head_common(char *b, int cap, int status, int keep_alive) {
     (void)cap; /* under 200 bytes: every caller has 1 KiB */
@@ -260,10 +260,12 @@ static int plan_file(response *p, const http_request *rq, int keep_alive) {
 }
 
 /* GET or HEAD /healthz, for load balancers' health checks: 200 "ok", or
- * 503 "draining" (and the connection closes) once the drain began -- from
- * memory, never the docroot: a file of that name there is not served. */
+ * 503 "draining" (and the connection closes) once the drain or its notice
+ * (--drain-notice) began -- from memory, never the docroot: a file of that
+ * name there is not served. */
 static int plan_health(response *p, const http_request *rq, int keep_alive) {
-    int drain = atomic_load_explicit(&draining, memory_order_relaxed);
+    int drain = atomic_load_explicit(&draining, memory_order_relaxed) ||
+                atomic_load_explicit(&unhealthy, memory_order_relaxed);
     const char *body = drain ? "draining\n" : "ok\n";
     size_t bn = strlen(body);
     int status = drain ? 503 : 200;

@@ -49,7 +49,11 @@
  * it.
  *
  * SIGTERM and SIGINT are forwarded as SIGTERM to every worker (a second
- * one again: the workers' "stop at once"); the supervisor exits when all
+ * one again: the workers' "stop at once") -- with --drain-notice S, S
+ * seconds after SIGUSR2, which makes the workers answer /healthz 503 while
+ * they go on serving (a worker leaves the notice to the supervisor: a
+ * replaced worker drains at once, its replacement answering /healthz
+ * 200 on the same socket); the supervisor exits when all
  * are gone: 0 if every worker exited 0, 3 if one cut connections (its
  * status 3), 1 otherwise.  SIGQUIT is forwarded (each worker writes its
  * thread dump).  Workers run in a process group of their own, so a
@@ -92,6 +96,7 @@ static struct {
     int stopping, failed_start;
     int roll_slot;   /* the slot a SIGHUP round is at, -1 none */
     int roll_again;  /* a SIGHUP came during the round */
+    int64_t notice_end_ms; /* --drain-notice: when the stop's notice ends (SIGTERM to all), 0 none */
     int worst;       /* the exit status so far: 0, 3, or 1 */
 } W = {.roll_slot = -1};
 
@@ -416,6 +421,17 @@ int supervise(int argc, char **argv) {
                 if (left > 0 && (timeout < 0 || left < timeout)) timeout = (int)left;
             }
         }
+        if (W.notice_end_ms) {
+            int64_t left = W.notice_end_ms - now;
+            if (left <= 0) {
+                W.notice_end_ms = 0;
+                W.stopping = 1;
+                if (!O.quiet) fprintf(stderr, "weft-httpd: the notice is over: stopping %d worker(s)\n", alive());
+                signal_all(SIGTERM);
+                continue;
+            }
+            if (timeout < 0 || left < timeout) timeout = (int)left;
+        }
         int r = poll(pf, (nfds_t)n, timeout);
         if (r < 0 && errno != EINTR) {
             fprintf(stderr, "weft-httpd: --workers: poll: %s\n", strerror(errno));
@@ -433,17 +449,30 @@ int supervise(int argc, char **argv) {
                 if (sig == SIGQUIT) {
                     signal_all(SIGQUIT);
                 } else if (sig == SIGHUP) {
-                    if (W.stopping || !announced) continue;
+                    if (W.stopping || !announced || W.notice_end_ms) continue;
                     if (!O.quiet) fprintf(stderr, "weft-httpd: SIGHUP: replacing %d worker(s), one at a time\n", W.n);
                     if (W.roll_slot >= 0) W.roll_again = 1;
                     else W.roll_slot = 0;
                 } else { /* SIGTERM, SIGINT */
                     signals_seen++;
+                    W.roll_slot = -1;
+                    if (signals_seen == 1 && O.drain_notice > 0 && announced) {
+                        /* the notice: /healthz 503 from every worker, the drain after it */
+                        if (!O.quiet)
+                            fprintf(stderr, "weft-httpd: %s: /healthz answers 503 for %.3g s, then %d worker(s) drain\n",
+                                    strsignal(sig), (double)O.drain_notice / NS, alive());
+                        W.notice_end_ms = mono_ms() + O.drain_notice / 1000000;
+                        /* to the ready ones only: one still starting has not asked for
+                         * SIGUSR2 yet, and its default action would kill it */
+                        for (int i = 0; i < W.n; i++)
+                            if (W.s[i].cur > 0 && W.s[i].cur_ready) kill(W.s[i].cur, SIGUSR2);
+                        continue;
+                    }
                     if (!O.quiet)
                         fprintf(stderr, "weft-httpd: %s%s: stopping %d worker(s)\n", strsignal(sig),
                                 signals_seen > 1 ? " again" : "", alive());
+                    W.notice_end_ms = 0;
                     W.stopping = 1;
-                    W.roll_slot = -1;
                     signal_all(SIGTERM);
                 }
             }

@@ -67,6 +67,15 @@
  * worker and summed at the end; the first error of each kind is kept for
  * the report.
  *
+ * Rate (-r R).  Without it each worker sends its next request as soon as
+ * the last one ended (closed loop, as ab).  With it the requests follow a
+ * schedule: request k (counted over all workers, one fetch-add) is due at
+ * the run's start + k/R, and the worker that takes it sleeps until then.
+ * Its latency is counted from when it was due, not from when a worker got
+ * to it, so a server that falls behind shows in the latencies instead of
+ * silently lowering the rate (wrk2's answer to coordinated omission); -c
+ * must be large enough to keep R requests in flight.
+ *
  * Latency.  From just before the request is written -- or, when the request
  * needs a new connection, just before connect() starts, so that it includes
  * the TCP handshake like ab's "Total" -- to the moment the last byte of the
@@ -144,6 +153,7 @@ static struct {
     int quiet, csv;
     int spread;         /* bind loopback sources from 127.0.1.0/24 (see the top comment) */
     double hold_s;      /* --hold: keep the connections open, idle, this long after the requests */
+    double rate;        /* -r: requests a second over the run, on a schedule; 0: as fast as they go */
     const char *headers[MAX_HEADERS];
     int nheaders;
     /* target */
@@ -161,6 +171,8 @@ static struct {
 static _Atomic int64_t g_next;   /* next ticket */
 static _Atomic int g_stop;       /* workers stop taking tickets (spawn failure) */
 static int64_t g_run_end;        /* -t: when workers stop (absolute ns); 0: none */
+static int64_t g_run_start;      /* -r: the schedule's origin (absolute ns) */
+static _Atomic int64_t g_due;    /* -r: the next request's number on the schedule */
 static _Atomic int g_first_err[F_KINDS]; /* 0: none yet; else 1 + the error below */
 static int g_err_code[F_KINDS];          /* -errno, or 0 with g_err_text */
 static const char *g_err_text[F_KINDS];
@@ -351,6 +363,13 @@ static void *worker_main(void *arg) {
         if (quota >= 0 && done++ >= quota) break;
         if (C.n >= 0 && atomic_fetch_add_explicit(&g_next, 1, memory_order_relaxed) >= C.n) break;
         int64_t t0 = weft_now();
+        if (C.rate > 0) { /* wait for this request's time on the schedule; its latency counts from then */
+            int64_t k = atomic_fetch_add_explicit(&g_due, 1, memory_order_relaxed);
+            int64_t due = g_run_start + (int64_t)((double)k * 1e9 / C.rate);
+            if (g_run_end && due >= g_run_end) break;
+            if (due > t0 && weft_sleep(due - t0) < 0) break;
+            t0 = due;
+        }
         int64_t dl = t0 + C.timeout_ns;
         if (g_run_end && g_run_end < dl) dl = g_run_end;
         int64_t saved = weft_deadline_set(dl);
@@ -430,6 +449,7 @@ static int run(void *arg) {
     results *res = arg;
     res->backend = weft_io_backend();
     int64_t t0 = weft_now();
+    g_run_start = t0;
     if (C.duration_s > 0) g_run_end = t0 + (int64_t)(C.duration_s * 1e9);
     weft_thread_opts a = {.name = "load"};
     for (int i = 0; i < C.workers; i++) {
@@ -475,6 +495,9 @@ static void usage(FILE *f) {
             "  -k              keep-alive: each connection sends its requests back to back\n"
             "                  (default: one connection per request, Connection: close)\n"
             "  -t SECONDS      run for this long instead of -n requests (with -n: whichever ends first)\n"
+            "  -r RATE         send RATE requests a second in all, on a schedule (latency counted\n"
+            "                  from each request's due time); default: each connection as fast as\n"
+            "                  its responses come\n"
             "  -H 'Name: value' extra request header (repeatable; Host and User-Agent replace ours)\n"
             "  -m METHOD       GET (default) or HEAD\n"
             "  --timeout S     per-request timeout in seconds, connect included (default 30)\n"
@@ -821,7 +844,7 @@ static int self_test(void) {
 int main(int argc, char **argv) {
     int opt, n_given = 0;
     int64_t v;
-    while ((opt = getopt_long(argc, argv, "n:c:kt:H:m:qh", LONG_OPTS, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "n:c:kt:r:H:m:qh", LONG_OPTS, NULL)) != -1) {
         switch (opt) {
         case 'n':
             if (parse_int64(optarg, 1, INT64_MAX / 2, &v) < 0) return bad("-n wants a positive count, not '%s'", optarg);
@@ -835,6 +858,9 @@ int main(int argc, char **argv) {
         case 'k': C.keepalive = 1; break;
         case 't':
             if (parse_secs(optarg, &C.duration_s) < 0) return bad("-t wants a positive number of seconds, not '%s'", optarg);
+            break;
+        case 'r':
+            if (parse_secs(optarg, &C.rate) < 0) return bad("-r wants a positive rate (requests a second), not '%s'", optarg);
             break;
         case 'H':
             if (C.nheaders == MAX_HEADERS) return bad("too many -H (at most %s)", "64");

@@ -5,11 +5,13 @@
  *  - the workers share the port, each in a process group of its own, and
  *    /healthz answers from memory, not from a docroot file of that name;
  *  - a worker killed with SIGKILL is restarted, and the supervisor says so;
+ *    under load, only the requests it was serving fail;
  *  - SIGHUP, twice, under a steady load of new connections, replaces every
  *    worker without one failed request;
  *  - SIGTERM drains every worker: the requests in flight are answered, the
  *    supervisor exits 0 and leaves no worker behind;
- *  - a worker that cannot start fails the start (exit 1, saying why).
+ *  - --drain-notice: /healthz answers 503 first, alone and with workers
+ *    (a worker that cannot start failing the start: cli_log.c).
  * Workers are found as the supervisor's children in /proc (this kernel has
  * no /proc/PID/task/TID/children).  Nothing here depends on how the kernel
  * spreads connections over the workers.
@@ -231,6 +233,58 @@ TEST(sighup_replaces_workers_under_load) {
     server_stop(&s);
 }
 
+/* The sockets (connections, and its slot's listening socket) a process holds. */
+static int sockets_of(pid_t pid) {
+    char dir[64], path[128], link[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t k = readlink(path, link, sizeof link - 1);
+        if (k > 0) {
+            link[k] = 0;
+            n += !strncmp(link, "socket:", 7);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* kill -9 of a worker under load: it is restarted, and what is lost is at
+ * most what that worker held -- each client thread has one request in
+ * flight at a time, so no more than CLIENTS; the connections the kernel had
+ * queued on its socket wait for the new worker. */
+TEST(worker_kill_loses_only_its_connections) {
+    WITH_SERVER(d, s, "--workers", "2");
+    pid_t w[64], now[64];
+    if (!wait_children(s.pid, 2, NULL, 0, 10000 + SLACK_MS, w)) FAIL("no 2 workers");
+    static load L;
+    L.port = s.port;
+    enum { CLIENTS = 8 };
+    pthread_t t[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) CHECK(pthread_create(&t[i], NULL, load_main, &L) == 0);
+    sleep_ms(300);
+    int held = sockets_of(w[0]) - 1; /* less its slot's listening socket */
+    long before = atomic_load(&L.failed);
+    CHECK(kill(w[0], SIGKILL) == 0);
+    pid_t gone[1] = {w[0]};
+    if (!wait_children(s.pid, 2, gone, 1, 10000 + SLACK_MS, now)) FAIL("the killed worker was not replaced");
+    sleep_ms(300);
+    atomic_store(&L.stop, 1);
+    for (int i = 0; i < CLIENTS; i++) pthread_join(t[i], NULL);
+    long ok = atomic_load(&L.ok), failed = atomic_load(&L.failed);
+    printf("kill -9 of a worker holding %d connection(s) a moment before: %ld of %ld requests failed (%ld before it)\n",
+           held, failed, ok + failed, before);
+    if (before) FAIL("%ld requests failed before the kill (%s)", before, L.why);
+    if (failed > CLIENTS) FAIL("%ld requests failed: more than the %d that can have been in flight (last: %s)", failed, CLIENTS, L.why);
+    CHECK(ok > 0);
+    check_alive(s.port);
+    server_stop(&s);
+}
+
 TEST(sigterm_drains_every_worker) {
     WITH_SERVER(d, s, "--workers", "2", "--delay-ms", "500");
     pid_t w[64];
@@ -262,3 +316,55 @@ TEST(sigterm_drains_every_worker) {
     for (int i = 0; i < 2; i++)
         if (kill(w[i], 0) == 0) FAIL("worker %d outlived the supervisor", (int)w[i]);
 }
+
+/* --drain-notice: at SIGTERM /healthz answers 503 at once while files are
+ * still served; a second SIGTERM ends the notice and the server drains and
+ * exits 0.  (A 60 s notice, ended by the signal: nothing here waits on it.)
+ * Alone and with --workers (where the supervisor gives the notice by
+ * SIGUSR2 to its workers). */
+static void notice_then_drain(const char *workers) {
+    NEED_SERVER();
+    docroot d;
+    make_root(&d);
+    server s;
+    if (workers) server_start(&s, d.root, "--drain-notice", "60", "--workers", workers, (const char *)NULL);
+    else server_start(&s, d.root, "--drain-notice", "60", (const char *)NULL);
+    pid_t w[64];
+    if (workers && !wait_children(s.pid, atoi(workers), NULL, 0, 10000 + SLACK_MS, w)) FAIL("no workers");
+    resp r;
+    get_path(s.port, "/healthz", &r);
+    CHECK_STATUS(&r, 200);
+    resp_free(&r);
+    CHECK(kill(s.pid, SIGTERM) == 0);
+    /* every worker answers 503 once it took the notice: ask until enough
+     * answers in a row say so (the kernel spreads connections over them) */
+    int in_a_row = 0;
+    int64_t until = now_ms() + 10000 + SLACK_MS;
+    while (in_a_row < 20) {
+        if (now_ms() > until) FAIL("/healthz did not answer 503 within 10 s of SIGTERM");
+        get_path(s.port, "/healthz", &r);
+        if (r.status == 503) {
+            CHECK_BODY_STR(&r, "draining\n");
+            CHECK_HDR(&r, "Connection", "close");
+            in_a_row++;
+        } else {
+            CHECK_STATUS(&r, 200);
+            in_a_row = 0;
+            sleep_ms(10);
+        }
+        resp_free(&r);
+    }
+    for (int i = 0; i < 10; i++) check_alive(s.port); /* the notice still serves */
+    CHECK(kill(s.pid, SIGTERM) == 0);                 /* ends the notice: the drain */
+    int st;
+    if (!server_wait(&s, 10000 + SLACK_MS, &st)) {
+        server_kill(&s, NULL);
+        FAIL("the server did not exit within 10 s of the second SIGTERM");
+    }
+    check_exit_status(st);
+    launch_close(&s.l);
+}
+
+TEST(drain_notice_answers_healthz_503_first) { notice_then_drain(NULL); }
+
+TEST(drain_notice_with_workers) { notice_then_drain("2"); }
