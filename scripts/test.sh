@@ -6,7 +6,9 @@
 # threads, signals and sockets under weft-run on the release build
 # ("foreign": scripts/cpython-tests.sh, about 5 minutes; too long for the
 # ctest suite); then runs the HTTP parser's fuzz target for FUZZ_SECONDS (60;
-# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign|cross ...]
+# 0 skips it).  Usage: scripts/test.sh [release|asan|tsan|foreign|package|cross ...]
+# ("package": the Debian packages built, linted, installed on this machine,
+# used and purged, tests/integration/deb_test.sh -- root only; about 1 minute.)
 # ("cross": the core areas built for aarch64, for riscv64 and for aarch64
 # with branch protection, and run under qemu-user on the epoll backend,
 # scripts/cross-tests.sh, about 3-6 minutes each; issue 28.)
@@ -20,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 variants=("$@")
-[[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan foreign cross)
+[[ ${#variants[@]} -eq 0 ]] && variants=(release asan tsan foreign package cross)
 # (cross: also Debian's cross compilers, qemu-user and the arm64 -dev packages)
 if [[ " ${variants[*]} " == *" cross "* ]]; then scripts/deps.sh cross || exit 1; else scripts/deps.sh || exit 1; fi
 jobs=$(nproc)
@@ -80,11 +82,27 @@ for v in "${variants[@]}"; do
     passed=$((passed + 1))
     continue
   fi
+  if [[ $v == package ]]; then
+    ran=$((ran + 1))
+    rc=0
+    bash tests/integration/deb_test.sh . || rc=$?
+    if [[ $rc -eq 77 ]]; then
+      echo "=== package: skipped (above: why) ==="
+      continue
+    fi
+    if [[ $rc -ne 0 ]]; then
+      echo "=== package: the Debian packages: FAILED ==="
+      echo "$passed passed, $((failed + 1)) failed"
+      exit 1
+    fi
+    passed=$((passed + 1))
+    continue
+  fi
   case $v in
     release) san=none ;;
     asan) san=address ;;
     tsan) san=thread ;;
-    *) echo "unknown variant $v (release, asan, tsan, foreign, cross)" >&2; exit 2 ;;
+    *) echo "unknown variant $v (release, asan, tsan, foreign, package, cross)" >&2; exit 2 ;;
   esac
   echo "=== $v: build ==="
   cmake -S . -B "build-$v" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=$san >/dev/null || exit 1

@@ -15,7 +15,7 @@
  *                            platform thread, so nothing parks until the
  *                            program spawns vthreads itself)
  * The library is $WEFT_HOOK_LIB if set, else the one installed beside this
- * weft-run (BINDIR/../LIBDIR), else the one in the build tree it was built
+ * weft-run (BINDIR/../LIBDIR/weft), else the one in the build tree it was built
  * in.  A statically linked program has no dynamic linker to preload
  * anything: it runs as it would without weft-run.
  */
@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "calls park them.  WEFT_HOOK_LIB overrides the library's path.\n");
 }
 
-/* The library next to an installed weft-run (BINDIR/../LIBDIR, wherever
+/* The library next to an installed weft-run (BINDIR/../LIBDIR/weft, wherever
  * the tree was installed or moved to), else the build tree's. */
 static const char *hook_lib(char *buf, size_t len) {
     const char *e = getenv("WEFT_HOOK_LIB");

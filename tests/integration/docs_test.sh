@@ -31,6 +31,9 @@
 #                             the sections NAME, SYNOPSIS, DESCRIPTION,
 #                             OPTIONS, ENVIRONMENT, EXIT STATUS, EXAMPLES,
 #                             SEE ALSO
+#   api PAGE INCLUDE_DIR      PAGE (weft(3)) renders with no warning, has its
+#                             sections, and names every public function
+#                             declared under INCLUDE_DIR
 #   count README GUIDE DIR    the number README gives in words before
 #                             "complete programs" is the number of DIR/*.c,
 #                             and README and GUIDE both list weft-top(1) among
@@ -145,6 +148,30 @@ mode_man() {
     echo "ok     $page: renders cleanly, documents all $(wc -w <<<"$opts") long options of $(basename "$1")"
 }
 
+# api PAGE INCLUDE_DIR: the library's page renders without a warning, has
+# its sections, and names every public function (WEFT_API weft_NAME, not
+# the weft__ internals) declared under INCLUDE_DIR as `.BR weft_NAME ()`
+mode_api() {
+    local page=$1 inc=$2 warn text fns f bad=0 s
+    [[ -f $page && -d $inc ]] || usage
+    command -v man >/dev/null || fail "man is not installed (Debian: man-db; scripts/deps.sh)"
+    warn=$(LC_ALL=C.UTF-8 MANWIDTH=100 man --warnings=w -l "$page" 2>&1 >/dev/null)
+    [[ -z $warn ]] || fail "$page renders with warnings:"$'\n'"$warn"
+    text=$(LC_ALL=C.UTF-8 MANWIDTH=200 MAN_KEEP_FORMATTING= man -l "$page" 2>/dev/null | col -b) ||
+        fail "$page does not render"
+    for s in NAME SYNOPSIS DESCRIPTION FUNCTIONS EXAMPLES "SEE ALSO"; do
+        grep -qx "$s" <<<"$text" || { echo "docs_test: $page has no $s section" >&2; bad=1; }
+    done
+    fns=$(cat "$inc"/weft.h "$inc"/weft/*.h | tr '\n' ' ' | grep -oE 'WEFT_API[^;{(]*\bweft_[a-z0-9_]+ *\(' |
+          grep -oE '\bweft_[a-z0-9_]+ *\($' | tr -d ' (' | grep -v '^weft__' | sort -u)
+    [[ -n $fns ]] || fail "no WEFT_API function found under $inc"
+    for f in $fns; do
+        grep -qx "\.BR $f ()" "$page" || { echo "docs_test: $page does not name $f" >&2; bad=1; }
+    done
+    [[ $bad -eq 0 ]] || exit 1
+    echo "ok     $page: renders cleanly, names all $(wc -w <<<"$fns") public functions of $inc"
+}
+
 mode_count() {
     local readme=$1 guide=$2 dir=$3 word n files
     [[ -f $readme && -f $guide && -d $dir ]] || fail "no README $readme, guide $guide or directory $dir"
@@ -171,5 +198,6 @@ update) [[ $# -eq 3 ]] || usage; mode_update "$2" "$3" ;;
 run) [[ $# -ge 4 ]] || usage; shift; mode_run "$@" ;;
 man) [[ $# -ge 3 ]] || usage; shift; mode_man "$@" ;;
 count) [[ $# -eq 4 ]] || usage; mode_count "$2" "$3" "$4" ;;
+api) [[ $# -eq 3 ]] || usage; mode_api "$2" "$3" ;;
 *) usage ;;
 esac

@@ -191,7 +191,7 @@ check "find_package, weft::weft_static" "$tmp/proj/build/app_static"
 # --- weft-run: a program weft did not compile, its main on a vthread ------
 # (a sanitizer build's libweft-hook.so needs its sanitizer's runtime first
 # in the process, which a plain program does not have: not checked there)
-if readelf -d "$libdir/libweft-hook.so" | grep -q 'NEEDED.*lib[at]san'; then
+if readelf -d "$libdir/weft/libweft-hook.so" | grep -q 'NEEDED.*lib[at]san'; then
     echo "ok     weft-run (not checked: sanitizer build)"
 else
     cat >"$tmp/plain.c" <<'EOF'
