@@ -28,6 +28,7 @@ _Atomic int reserve_fd = -1;
 weft_thread *acceptors[64];
 int nacceptors;
 weft_thread *_Atomic acceptor_waiting[64];
+_Atomic int64_t drain_started;
 
 /* Puts fd back as the reserve, unless another acceptor re-armed it first. */
 static void reserve_put(int fd) {
@@ -151,6 +152,14 @@ void *acceptor_main(void *arg) {
 /* signals                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Ends the wait of every connection waiting as `what` (conn.idle). */
+static void shut_waiting(int what) {
+    pthread_mutex_lock(&conns_lock);
+    for (conn *c = conns_head; c; c = c->next)
+        if (atomic_load(&c->idle) == what) shutdown(c->fd, SHUT_RD);
+    pthread_mutex_unlock(&conns_lock);
+}
+
 /* The first SIGTERM/SIGINT starts the drain; a second one cuts it short.
  * With --drain-notice S the drain waits S seconds first, serving as before
  * but answering /healthz 503, so that a load balancer's health check takes
@@ -178,16 +187,21 @@ void *signal_watcher(void *unused) {
     /* the flag before the line: whoever reads the line knows that every
      * answer decided from now on closes its connection */
     int open_now = atomic_load(&nopen);
+    atomic_store(&drain_started, weft_now());
     atomic_store(&draining, 1);
     if (!O.quiet)
         fprintf(stderr, "weft-httpd: %s: draining %d connection(s)\n", strsignal(sig), open_now);
     for (int i = 0; i < nacceptors; i++) weft_cancel(acceptors[i]);
-    /* connections waiting for a request: end their wait */
-    pthread_mutex_lock(&conns_lock);
-    for (conn *c = conns_head; c; c = c->next)
-        if (atomic_load(&c->idle)) shutdown(c->fd, SHUT_RD);
-    pthread_mutex_unlock(&conns_lock);
-    while ((sig = weft_signal_wait(&ss, 0)) == SIGUSR2) continue;
+    /* connections waiting for their next request: end their wait; those
+     * waiting for their first one get DRAIN_FIRST_GRACE (httpd_int.h) for
+     * it, then theirs ends too */
+    shut_waiting(CONN_IDLE);
+    int64_t grace_end = atomic_load(&drain_started) + DRAIN_FIRST_GRACE;
+    while ((sig = weft_signal_wait(&ss, grace_end)) == SIGUSR2) continue;
+    if (sig == -ETIMEDOUT) {
+        shut_waiting(CONN_FIRST);
+        while ((sig = weft_signal_wait(&ss, 0)) == SIGUSR2) continue;
+    }
     if (sig < 0) return NULL;
     if (!O.quiet) fprintf(stderr, "weft-httpd: %s again: not waiting for the drain\n", strsignal(sig));
     atomic_store(&drain_cut, 1);

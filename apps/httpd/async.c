@@ -162,6 +162,7 @@ static void a_drop_body(aconn *a) {
     memmove(r->buf, r->buf + r->used, r->len - r->used);
     r->len -= r->used;
     a->idle_from = weft_now();
+    a->c.answered = 1;
     a_next_request(a);
 }
 
@@ -381,8 +382,14 @@ static void a_next_request(aconn *a) {
     a->r = NULL;
     /* idle first, then look at draining: the drain looks at them in the
      * other order (seq_cst both), so it cannot miss us */
-    atomic_store(&a->c.idle, 1);
-    if (atomic_load(&draining)) {
+    atomic_store(&a->c.idle, a->c.answered ? CONN_IDLE : CONN_FIRST);
+    int64_t deadline = a->idle_from + O.idle_timeout;
+    int64_t g = atomic_load(&drain_started) + DRAIN_FIRST_GRACE;
+    if (atomic_load(&draining) && !a->c.answered && weft_now() < g) {
+        /* as recv_more: a new connection's first request may be on its
+         * way -- it gets the drain's grace (DRAIN_FIRST_GRACE) */
+        if (g < deadline) deadline = g;
+    } else if (atomic_load(&draining)) {
         /* as recv_more: a request already here is served, else we are done */
         atomic_store_explicit(&a->c.idle, 0, memory_order_relaxed);
         a_take_request(a, 1);
@@ -391,7 +398,7 @@ static void a_next_request(aconn *a) {
     /* a new connection goes to the carriers' dispatchers in turn (its
      * acceptor runs wherever the scheduler put it); its later steps stay
      * on the one it got */
-    weft_async_opts o = {.deadline = a->idle_from + O.idle_timeout, .spread = a->c.fresh};
+    weft_async_opts o = {.deadline = deadline, .spread = a->c.fresh};
     a->c.fresh = 0;
     a_check(a, weft_poll_async(a->c.fd, POLLIN, a_readable, a, &o));
 }

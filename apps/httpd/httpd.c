@@ -67,9 +67,16 @@
  * for their next request are shut down for reading, which ends their wait;
  * those in the middle of a request finish the response and close.  A
  * request already received is served, not dropped: a connection that
- * waited in the pool's queue, or starts after the drain began, reads what
- * is there without waiting and answers it (with "Connection: close"); only
- * one with nothing to read is closed at once.  The server exits when the
+ * waited in the pool's queue reads what is there without waiting and
+ * answers it (with "Connection: close").  A new connection that has not
+ * sent its first request -- one accepted in the same instant as the
+ * signal, whose request is on its way, as when --workers replaces a
+ * worker that shares its socket with its successor -- gets
+ * DRAIN_FIRST_GRACE (0.5 s) from the drain's start for it: closed at once,
+ * its client would see a connection closed without an answer, which
+ * clients do not retry on a new connection (they do on a reused one,
+ * which is why a connection between requests is closed at once).  Seen
+ * before the grace: 1 request in ~10,000 failed across a SIGHUP.  The server exits when the
  * last one is gone (queued ones included), or after --drain-timeout, or at
  * a second SIGTERM/SIGINT; connections cut that way (still queued, or in
  * the middle of a response) make the exit status 3, and stderr says how
@@ -107,9 +114,7 @@ void conn_register(conn *c) {
     c->next = conns_head;
     if (conns_head) conns_head->prev = c;
     conns_head = c;
-    int d = atomic_load(&draining);
     pthread_mutex_unlock(&conns_lock);
-    if (d) shutdown(c->fd, SHUT_RD);
 }
 
 void conn_unregister(conn *c) {
@@ -208,18 +213,29 @@ int request_keep(const http_request *rq) {
 /* a connection                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* Receives more into buf; the deadline depends on whether a head started. */
-static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline, int64_t idle_from) {
+/* Receives more into buf; the deadline depends on whether a head started.
+ * first: no request answered on the connection yet. */
+static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline, int64_t idle_from,
+                         int first) {
     int64_t d = len ? head_deadline : idle_from + O.idle_timeout;
     if (!len) {
         /* idle first, then look at draining: the drain looks at them in the
          * other order (seq_cst both), so it cannot miss us */
-        atomic_store(&c->idle, 1);
+        atomic_store(&c->idle, first ? CONN_FIRST : CONN_IDLE);
+        int64_t g = atomic_load(&drain_started) + DRAIN_FIRST_GRACE;
+        if (atomic_load(&draining) && first && weft_now() < g) {
+            /* a new connection's first request may be on its way: it gets
+             * the grace from the drain's start (the drain shuts what is
+             * still waiting then); past it, what is there, as below */
+            ssize_t r = weft_recv_until(c->fd, buf, cap, 0, g < d ? g : d);
+            atomic_store_explicit(&c->idle, CONN_BUSY, memory_order_relaxed);
+            return r == -ETIMEDOUT ? 0 : r;
+        }
         if (atomic_load(&draining)) {
             /* a request already here is served (the drain waits for it):
              * a connection that waited in the pool's queue, or started
              * after the drain did, may well have one; none: we are done */
-            atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
+            atomic_store_explicit(&c->idle, CONN_BUSY, memory_order_relaxed);
             ssize_t r;
             do r = recv(c->fd, buf, cap, MSG_DONTWAIT);
             while (r < 0 && errno == EINTR);
@@ -228,7 +244,7 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
         }
     }
     ssize_t r = weft_recv_until(c->fd, buf + len, cap - len, 0, d);
-    atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->idle, CONN_BUSY, memory_order_relaxed);
     return r;
 }
 
@@ -241,7 +257,7 @@ void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at
     conn_register(&c);
     char buf[BUF_SIZE];
     size_t len = 0;
-    int keep = 1;
+    int keep = 1, first = 1;
     while (keep) {
         http_parser ps;
         http_parser_init(&ps);
@@ -253,7 +269,7 @@ void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at
         for (;;) {
             hl = len ? http_parse_request(&ps, buf, len, &rq) : 0;
             if (hl != 0) break;
-            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline, idle_from);
+            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline, idle_from, first);
             if (r == 0 || r == -ECONNRESET || r == -ECANCELED) goto out;
             if (r == -ETIMEDOUT) {
                 if (len) send_status(&c, NULL, 408, 0, NULL);
@@ -305,6 +321,7 @@ void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at
         memmove(buf, buf + used, len - used);
         len -= used;
         idle_from = weft_now();
+        first = 0;
     }
     goto out;
 linger:

@@ -110,13 +110,26 @@ typedef union peer_addr {
     struct sockaddr_in6 in6;
 } peer_addr;
 
+/* conn.idle: what the connection waits for (the drain reads it) */
+enum { CONN_BUSY = 0, CONN_IDLE = 1, CONN_FIRST = 2 };
+
 typedef struct conn {
     int fd;
-    atomic_int idle; /* waiting for the first byte of a request */
+    atomic_int idle; /* CONN_IDLE: waiting for the first byte of its next request;
+                      * CONN_FIRST: of its first one (a new connection) */
     struct conn *prev, *next;
     peer_addr peer;
-    int fresh; /* --model async: not on a dispatcher yet (in peer's padding) */
+    unsigned char fresh;    /* --model async: not on a dispatcher yet (in peer's padding) */
+    unsigned char answered; /* --model async: a response went out on it */
 } conn;
+
+/* The drain and a new connection: one that has not sent its first request
+ * when the drain begins -- typically one accepted in the same instant, whose
+ * request is on its way -- gets this long from the drain's start for its
+ * first bytes (a connection between requests is closed at once: a client
+ * resends on a reused connection that closes, not on a new one). */
+#define DRAIN_FIRST_GRACE (NS / 2)
+extern _Atomic int64_t drain_started; /* weft_now() when the drain began (acceptor.c) */
 
 static inline void set_peer(conn *c, const struct sockaddr_storage *peer) {
     if (peer) memcpy(&c->peer, peer, sizeof c->peer);

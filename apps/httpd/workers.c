@@ -136,6 +136,7 @@ static pid_t spawn_worker(int i, int *rfd) {
     av[k++] = "--worker";
     av[k++] = spec;
     av[k] = NULL;
+    pid_t me = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         /* the child: its own process group, SIGTERM if the supervisor goes,
@@ -143,7 +144,7 @@ static pid_t spawn_worker(int i, int *rfd) {
          * descriptors kept across the exec */
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() == 1) _exit(1); /* the supervisor is already gone */
+        if (getppid() != me) _exit(1); /* the supervisor is already gone (reparented) */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
