@@ -362,15 +362,17 @@ static void *worker_main(void *arg) {
         if (g_run_end && weft_now() >= g_run_end) break;
         if (quota >= 0 && done++ >= quota) break;
         if (C.n >= 0 && atomic_fetch_add_explicit(&g_next, 1, memory_order_relaxed) >= C.n) break;
-        int64_t t0 = weft_now();
+        int64_t t0 = weft_now(), start = t0;
         if (C.rate > 0) { /* wait for this request's time on the schedule; its latency counts from then */
             int64_t k = atomic_fetch_add_explicit(&g_due, 1, memory_order_relaxed);
             int64_t due = g_run_start + (int64_t)((double)k * 1e9 / C.rate);
             if (g_run_end && due >= g_run_end) break;
             if (due > t0 && weft_sleep(due - t0) < 0) break;
+            if (due > t0) start = due;
             t0 = due;
         }
-        int64_t dl = t0 + C.timeout_ns;
+        /* --timeout from when the request is sent: a late one still gets all of it */
+        int64_t dl = start + C.timeout_ns;
         if (g_run_end && g_run_end < dl) dl = g_run_end;
         int64_t saved = weft_deadline_set(dl);
         int r = attempt(w, &p, 1);
