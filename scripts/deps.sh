@@ -27,7 +27,8 @@ pkgs=(gcc make cmake pkg-config libc6-dev util-linux liburing-dev libdw-dev clan
       libpython3.11-testsuite # scripts/cpython-tests.sh: CPython's own tests under weft-run
       man-db groff-base # tests/integration/docs_test.sh man: the man pages render without warnings
       haproxy # tests/integration/haproxy_test.sh: zero-loss restarts behind a real balancer (docs/deploy.md)
-      dpkg-dev lintian) # tests/integration/deb_test.sh: cpack's Debian packages (dpkg-shlibdeps), linted
+      dpkg-dev lintian # tests/integration/deb_test.sh: cpack's Debian packages (dpkg-shlibdeps), linted
+      libssl-dev openssl) # weft-load's https (OpenSSL 3); openssl s_server is its test's peer
 if [[ ${1:-} == cross ]]; then
   pkgs+=(gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user)
   # riscv64's libraries: a tree of Debian 13's riscv64 packages that

@@ -76,6 +76,21 @@
  * silently lowering the rate (wrk2's answer to coordinated omission); -c
  * must be large enough to keep R requests in flight.
  *
+ * HTTPS.  An https:// URL runs every connection over TLS (OpenSSL 3):
+ * SSL_connect after the TCP connect -- the handshake is part of the
+ * connection, so of a new connection's request's latency -- then
+ * SSL_write and SSL_read where the plain path uses weft_send and
+ * weft_recv.  The SSL object reads and writes through weft_tls.h's BIO
+ * (weft_recv/weft_send: the vthread parks in weft's ring, under the
+ * request's deadline), so a failure keeps its errno: a timeout is a
+ * timeout, a reset a reset; a failed handshake is a connect failure named
+ * by OpenSSL's reason.  The certificate is not verified (a load generator,
+ * as wrk and ab); SNI names the host unless it is an address.  Each
+ * connection makes a full handshake unless --tls-resume, which offers each
+ * worker's last session (TLS 1.3: the server's ticket) on its next
+ * connection; resumed handshakes are counted.  --tls-version pins 1.2 or
+ * 1.3 (default: the best both sides have).
+ *
  * Latency.  From just before the request is written -- or, when the request
  * needs a new connection, just before connect() starts, so that it includes
  * the TCP handshake like ab's "Total" -- to the moment the last byte of the
@@ -112,11 +127,14 @@
 #define _GNU_SOURCE
 #include "hist.h"
 #include "http_resp.h"
+#include "weft_tls.h"
 
 #include <weft.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <openssl/err.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -154,6 +172,10 @@ static struct {
     int spread;         /* bind loopback sources from 127.0.1.0/24 (see the top comment) */
     double hold_s;      /* --hold: keep the connections open, idle, this long after the requests */
     double rate;        /* -r: requests a second over the run, on a schedule; 0: as fast as they go */
+    int tls;            /* https:// */
+    int tls_version;    /* --tls-version: 0 (best), TLS1_2_VERSION or TLS1_3_VERSION */
+    int tls_resume;     /* --tls-resume */
+    SSL_CTX *ctx;
     const char *headers[MAX_HEADERS];
     int nheaders;
     /* target */
@@ -191,6 +213,9 @@ typedef struct worker {
     weft_thread *t;
     char *buf;
     int fd;
+    SSL *ssl;                    /* https: the connection's TLS, over fd */
+    SSL_SESSION *sess;           /* --tls-resume: the session to offer next */
+    uint64_t resumed;            /* handshakes that resumed a session */
     int index;                   /* 0..workers-1: picks the source address */
     int reused;                  /* the connection has carried a response already */
     uint64_t fails[F_KINDS];
@@ -216,11 +241,49 @@ static void note_fail(worker *w, int kind, int err, const char *text, int status
     }
 }
 
-static void drop_conn(worker *w) {
+/* The first TLS failure's words (OpenSSL's reason), for the report. */
+static char g_tls_text[200];
+static _Atomic int g_tls_text_set; /* 0 not yet, 1 being written, 2 done */
+static _Atomic int g_tls_proto;    /* the first handshake's version (TLS1_x_VERSION) */
+static char g_tls_cipher[64];
+
+static const char *tls_note(const char *what) {
+    int zero = 0;
+    if (atomic_compare_exchange_strong(&g_tls_text_set, &zero, 1)) {
+        char e[160];
+        snprintf(g_tls_text, sizeof g_tls_text, "%s: %s", what, weft_tls_error(e, sizeof e, "the peer closed"));
+        atomic_store(&g_tls_text_set, 2);
+    } else {
+        ERR_clear_error();
+    }
+    return atomic_load(&g_tls_text_set) == 2 ? g_tls_text : what;
+}
+
+/* Ends w's connection.  clean: it ended as it should (its last response was
+ * whole): over TLS a close_notify goes first, without waiting for the
+ * peer's -- a server may take a session whose connection was cut as one
+ * not to resume (OpenSSL's servers do). */
+static void drop_conn_as(worker *w, int clean) {
+    if (w->ssl && clean) SSL_shutdown(w->ssl);
+    if (w->ssl) {
+        if (C.tls_resume) { /* its session, for the next connection */
+            SSL_SESSION *s = SSL_get1_session(w->ssl);
+            if (s && SSL_SESSION_is_resumable(s)) {
+                if (w->sess) SSL_SESSION_free(w->sess);
+                w->sess = s;
+            } else if (s) {
+                SSL_SESSION_free(s);
+            }
+        }
+        SSL_free(w->ssl); /* (and its BIO; fd is closed below) */
+        w->ssl = NULL;
+    }
     if (w->fd >= 0) weft_close(w->fd);
     w->fd = -1;
     w->reused = 0;
 }
+
+static void drop_conn(worker *w) { drop_conn_as(w, 0); }
 
 static int open_conn(worker *w) {
     int fd = socket(C.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -241,16 +304,78 @@ static int open_conn(worker *w) {
         return r;
     }
     w->connects++;
+    if (C.tls) {
+        SSL *s = SSL_new(C.ctx);
+        BIO *b = s ? weft_tls_bio_new(fd) : NULL;
+        if (!b) {
+            if (s) SSL_free(s);
+            weft_close(fd);
+            return -ENOMEM;
+        }
+        SSL_set_bio(s, b, b);
+        struct in6_addr ip;
+        if (inet_pton(AF_INET, C.host, &ip) != 1 && inet_pton(AF_INET6, C.host, &ip) != 1)
+            SSL_set_tlsext_host_name(s, C.host);
+        if (w->sess) SSL_set_session(s, w->sess);
+        if (SSL_connect(s) != 1) {
+            int be = weft_tls_bio_error(b);
+            if (!be) tls_note("TLS handshake");
+            else ERR_clear_error();
+            SSL_free(s);
+            weft_close(fd);
+            return be ? be : -EPROTO;
+        }
+        if (SSL_session_reused(s)) w->resumed++;
+        int zero = 0;
+        if (atomic_load_explicit(&g_tls_proto, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong(&g_tls_proto, &zero, -1)) {
+            snprintf(g_tls_cipher, sizeof g_tls_cipher, "%s", SSL_get_cipher_name(s));
+            atomic_store(&g_tls_proto, SSL_version(s));
+        }
+        w->ssl = s;
+    }
     w->fd = fd;
     w->reused = 0;
     return 0;
+}
+
+/* What the connection received into buf (plain or TLS): bytes, 0 at its
+ * end, or -errno (-EPROTO: a TLS error, tls_note says which). */
+static ssize_t conn_recv(worker *w, char *buf, size_t n) {
+    if (!w->ssl) return weft_recv(w->fd, buf, n, 0);
+    size_t got = 0;
+    if (SSL_read_ex(w->ssl, buf, n, &got)) return (ssize_t)got;
+    int e = SSL_get_error(w->ssl, 0);
+    int be = weft_tls_bio_error(SSL_get_rbio(w->ssl));
+    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && !be)) {
+        ERR_clear_error();
+        return 0; /* close_notify, or (SSL_OP_IGNORE_UNEXPECTED_EOF) a plain end */
+    }
+    if (be) {
+        ERR_clear_error();
+        return be;
+    }
+    tls_note("TLS read");
+    return -EPROTO;
 }
 
 /* weft_send until the request is out.  Not weft_write_all: write(2) on a
  * socket the peer has reset raises SIGPIPE (MSG_NOSIGNAL here gives EPIPE;
  * SIGPIPE is ignored as well), and in epoll mode every weft_write costs an
  * fstat and an fcntl besides the write, where weft_send is one send(2). */
-static ssize_t send_all(int fd, const char *p, size_t n) {
+static ssize_t send_all(worker *w, const char *p, size_t n) {
+    if (w->ssl) {
+        size_t put = 0;
+        if (SSL_write_ex(w->ssl, p, n, &put) && put == n) return (ssize_t)n;
+        int be = weft_tls_bio_error(SSL_get_wbio(w->ssl));
+        if (be) {
+            ERR_clear_error();
+            return be;
+        }
+        tls_note("TLS write");
+        return -EPROTO;
+    }
+    int fd = w->fd;
     size_t done = 0;
     while (done < n) {
         ssize_t r = weft_send(fd, p + done, n - done, MSG_NOSIGNAL);
@@ -275,17 +400,17 @@ static int attempt(worker *w, resp *p, int may_retry) {
         int r = open_conn(w);
         if (r < 0) {
             if (r == -ETIMEDOUT) timed_out(w);
-            else note_fail(w, F_CONNECT, r, NULL, 0);
+            else note_fail(w, F_CONNECT, r, r == -EPROTO ? tls_note("TLS handshake") : NULL, 0);
             return DONE_FAILED;
         }
     }
     int reused = w->reused;
-    ssize_t s = send_all(w->fd, C.req, C.req_len);
+    ssize_t s = send_all(w, C.req, C.req_len);
     if (s < 0) {
         drop_conn(w);
         if (s == -ETIMEDOUT) timed_out(w);
         else if (reused && may_retry && (s == -EPIPE || s == -ECONNRESET)) return RETRY;
-        else note_fail(w, F_WRITE, (int)s, NULL, 0);
+        else note_fail(w, F_WRITE, (int)s, s == -EPROTO ? tls_note("TLS write") : NULL, 0);
         return DONE_FAILED;
     }
     resp_begin(p, C.head);
@@ -293,14 +418,14 @@ static int attempt(worker *w, resp *p, int may_retry) {
     size_t have = 0;
     uint64_t got = 0;
     for (;;) {
-        ssize_t r = weft_recv(w->fd, w->buf + have, RECV_BUF - have, 0);
+        ssize_t r = conn_recv(w, w->buf + have, RECV_BUF - have);
         int pr;
         size_t used = 0;
         if (r < 0) {
             drop_conn(w);
             if (r == -ETIMEDOUT) timed_out(w);
             else if (!got && reused && may_retry && r == -ECONNRESET) return RETRY;
-            else note_fail(w, F_READ, (int)r, NULL, 0);
+            else note_fail(w, F_READ, (int)r, r == -EPROTO ? tls_note("TLS read") : NULL, 0);
             return DONE_FAILED;
         }
         if (r == 0) {
@@ -332,7 +457,7 @@ static int attempt(worker *w, resp *p, int may_retry) {
         }
         /* complete */
         if (pr == RESP_DONE && r > 0 && have > used) w->stray++, p->close = 1;
-        if (p->close || !C.keepalive || r == 0) drop_conn(w);
+        if (p->close || !C.keepalive || r == 0) drop_conn_as(w, 1);
         else w->reused = 1;
         return DONE_OK;
     }
@@ -408,7 +533,9 @@ static void *worker_main(void *arg) {
     } else {
         atomic_fetch_add(&g_done_workers, 1);
     }
-    drop_conn(w);
+    drop_conn_as(w, 1);
+    if (w->sess) SSL_SESSION_free(w->sess);
+    w->sess = NULL;
     return NULL;
 }
 
@@ -491,7 +618,7 @@ static int run(void *arg) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: weft-load [options] http://HOST[:PORT]/path\n"
+            "usage: weft-load [options] http[s]://HOST[:PORT]/path\n"
             "  -n N            requests to send (default 1)\n"
             "  -c C            concurrent connections, one vthread each (default 1)\n"
             "  -k              keep-alive: each connection sends its requests back to back\n"
@@ -506,6 +633,9 @@ static void usage(FILE *f) {
             "  --carriers N    weft carrier threads (default: $WEFT_CARRIERS or the CPU count)\n"
             "  -q              quiet: only the machine-readable line\n"
             "  --csv           the machine-readable result as a CSV header and row\n"
+            "  --tls-version V 1.2 or 1.3: with https://, only that version (default: the best both have)\n"
+            "  --tls-resume    with https://, offer each connection's session again on its worker's\n"
+            "                  next connection (default: a full handshake every connection)\n"
             "  --hold SECONDS  with -k: after the requests, keep each connection open and idle\n"
             "                  this long (a line on stderr says when all are held; for\n"
             "                  measuring what idle connections cost a server); not in the wall time\n"
@@ -546,12 +676,10 @@ static int parse_secs(const char *s, double *out) {
 
 /* http://HOST[:PORT][/path]; HOST may be [v6]. */
 static int parse_url(const char *url) {
-    static const char pre[] = "http://";
-    if (strncasecmp(url, pre, sizeof pre - 1) != 0) {
-        if (strncasecmp(url, "https://", 8) == 0) fprintf(stderr, "weft-load: https is not supported (no TLS)\n");
-        return -1;
-    }
-    const char *h = url + sizeof pre - 1, *end;
+    const char *h, *end;
+    if (strncasecmp(url, "http://", 7) == 0) h = url + 7;
+    else if (strncasecmp(url, "https://", 8) == 0) h = url + 8, C.tls = 1;
+    else return -1;
     const char *slash = strchr(h, '/');
     const char *hostend = slash ? slash : h + strlen(h);
     const char *colon;
@@ -571,7 +699,7 @@ static int parse_url(const char *url) {
         C.host[end - h] = 0;
     }
     if (strchr(C.host, '@')) return -1; /* no userinfo */
-    C.port = 80;
+    C.port = C.tls ? 443 : 80;
     if (colon) {
         char port[8];
         size_t pl = (size_t)(hostend - colon - 1);
@@ -626,7 +754,7 @@ static int build_request(void) {
     size_t n = (size_t)snprintf(C.req, cap, "%s %s HTTP/1.1\r\n", C.method, C.path);
     if (!has_host) {
         n += (size_t)snprintf(C.req + n, cap - n, "Host: %s%s%s", v6 ? "[" : "", C.host, v6 ? "]" : "");
-        if (C.port != 80) n += (size_t)snprintf(C.req + n, cap - n, ":%d", C.port);
+        if (C.port != (C.tls ? 443 : 80)) n += (size_t)snprintf(C.req + n, cap - n, ":%d", C.port);
         n += (size_t)snprintf(C.req + n, cap - n, "\r\n");
     }
     if (!has_ua) n += (size_t)snprintf(C.req + n, cap - n, "User-Agent: weft-load/%d.%d\r\n", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR);
@@ -681,7 +809,7 @@ static int report(results *res) {
     hist h;
     hist_init(&h);
     uint64_t fails[F_KINDS] = {0}, complete = 0, unfinished = 0, bytes = 0, body = 0, connects = 0, retries = 0,
-             stray = 0;
+             stray = 0, resumed = 0;
     int64_t doc = -1;
     int doc_varies = 0;
     uint64_t wmin = UINT64_MAX, wmax = 0; /* requests per worker: fairness */
@@ -698,6 +826,7 @@ static int report(results *res) {
         connects += w[i].connects;
         retries += w[i].retries;
         stray += w[i].stray;
+        resumed += w[i].resumed;
         if (w[i].doc_len >= 0) {
             if (doc < 0) doc = w[i].doc_len;
             else if (doc != w[i].doc_len) doc_varies = 1;
@@ -720,7 +849,15 @@ static int report(results *res) {
     if (!C.quiet) {
         printf("\nServer Software:        %s\n", atomic_load(&g_server_state) == 2 ? g_server : "");
         printf("Server Hostname:        %s\n", C.host);
-        printf("Server Port:            %d\n\n", C.port);
+        printf("Server Port:            %d\n", C.port);
+        int tp = atomic_load(&g_tls_proto);
+        if (C.tls && tp > 0)
+            printf("TLS:                    %s, %s; %llu of %llu handshakes resumed%s\n", tp == TLS1_3_VERSION ? "TLSv1.3"
+                   : tp == TLS1_2_VERSION ? "TLSv1.2" : "TLS", g_tls_cipher, (unsigned long long)resumed,
+                   (unsigned long long)connects, C.tls_resume ? "" : " (--tls-resume: off)");
+        else if (C.tls)
+            printf("TLS:                    no handshake completed\n");
+        printf("\n");
         printf("Document Path:          %s\n", C.path);
         if (doc >= 0) printf("Document Length:        %lld bytes%s\n\n", (long long)doc, doc_varies ? " (varies)" : "");
         else printf("Document Length:        (no successful response)\n\n");
@@ -777,8 +914,8 @@ static int report(results *res) {
     const char *keys[] = {"experiment", "peer", "concurrency", "n", "keepalive", "rps", "mean_ms", "p50_ms",
                           "p90_ms", "p95_ms", "p99_ms", "max_ms", "failed", "wall_s", "complete", "err_connect",
                           "err_write", "err_read", "err_timeout", "err_status", "err_parse", "retries",
-                          "unfinished", "connections", "io"};
-    char vals[25][48];
+                          "unfinished", "connections", "io", "tls", "tls_resumed"};
+    char vals[27][48];
     int k = 0;
     snprintf(vals[k++], 48, "load");
     snprintf(vals[k++], 48, "weft-load");
@@ -803,6 +940,11 @@ static int report(results *res) {
     snprintf(vals[k++], 48, "%llu", (unsigned long long)unfinished);
     snprintf(vals[k++], 48, "%llu", (unsigned long long)connects);
     snprintf(vals[k++], 48, "%s", res->backend == WEFT_IO_URING ? "uring" : "epoll");
+    if (C.tls) { /* (https only: the plain line stays as it was) */
+        int tp = atomic_load(&g_tls_proto);
+        snprintf(vals[k++], 48, "%s", tp == TLS1_3_VERSION ? "TLSv1.3" : tp == TLS1_2_VERSION ? "TLSv1.2" : "none");
+        snprintf(vals[k++], 48, "%llu", (unsigned long long)resumed);
+    }
     size_t n = 0;
     if (C.csv) {
         for (int i = 0; i < k; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", i ? "," : "", keys[i]);
@@ -822,7 +964,7 @@ static int report(results *res) {
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
-enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST, OPT_NO_SPREAD, OPT_HOLD };
+enum { OPT_TIMEOUT = 256, OPT_CARRIERS, OPT_CSV, OPT_SELF_TEST, OPT_NO_SPREAD, OPT_HOLD, OPT_TLS_VERSION, OPT_TLS_RESUME };
 
 static const struct option LONG_OPTS[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
@@ -830,6 +972,8 @@ static const struct option LONG_OPTS[] = {
     {"csv", no_argument, NULL, OPT_CSV},
     {"no-spread", no_argument, NULL, OPT_NO_SPREAD},
     {"hold", required_argument, NULL, OPT_HOLD},
+    {"tls-version", required_argument, NULL, OPT_TLS_VERSION},
+    {"tls-resume", no_argument, NULL, OPT_TLS_RESUME},
     {"self-test", no_argument, NULL, OPT_SELF_TEST},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -891,13 +1035,34 @@ int main(int argc, char **argv) {
         case OPT_HOLD:
             if (parse_secs(optarg, &C.hold_s) < 0) return bad("--hold wants a positive number of seconds, not '%s'", optarg);
             break;
+        case OPT_TLS_VERSION:
+            if (!strcmp(optarg, "1.2")) C.tls_version = TLS1_2_VERSION;
+            else if (!strcmp(optarg, "1.3")) C.tls_version = TLS1_3_VERSION;
+            else return bad("--tls-version wants 1.2 or 1.3, not '%s'", optarg);
+            break;
+        case OPT_TLS_RESUME: C.tls_resume = 1; break;
         case OPT_SELF_TEST: return self_test();
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (optind != argc - 1) return bad("%s", optind < argc ? "exactly one URL, please" : "no URL given");
-    if (parse_url(argv[optind]) < 0) return bad("bad URL '%s' (want http://HOST[:PORT]/path)", argv[optind]);
+    if (parse_url(argv[optind]) < 0) return bad("bad URL '%s' (want http[s]://HOST[:PORT]/path)", argv[optind]);
+    if ((C.tls_version || C.tls_resume) && !C.tls) return bad("%s", "--tls-version and --tls-resume need an https:// URL");
+    if (C.tls) {
+        /* the client side of every connection: no certificate check (a load
+         * generator), an end without close_notify is an end */
+        C.ctx = SSL_CTX_new(TLS_client_method());
+        if (!C.ctx || !SSL_CTX_set_min_proto_version(C.ctx, C.tls_version ? C.tls_version : TLS1_2_VERSION) ||
+            (C.tls_version && !SSL_CTX_set_max_proto_version(C.ctx, C.tls_version))) {
+            char e[160];
+            fprintf(stderr, "weft-load: cannot set up TLS: %s\n", weft_tls_error(e, sizeof e, "out of memory"));
+            return 3;
+        }
+        SSL_CTX_set_verify(C.ctx, SSL_VERIFY_NONE, NULL);
+        SSL_CTX_set_options(C.ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+        SSL_CTX_set_session_cache_mode(C.ctx, SSL_SESS_CACHE_OFF); /* sessions are the workers' own (--tls-resume) */
+    }
     if (C.hold_s > 0 && !C.keepalive) return bad("%s", "--hold needs -k (a connection to hold)");
     if (C.duration_s > 0 && !n_given) C.n = -1;
     C.workers = C.n >= 0 && C.n < C.c ? (int)C.n : C.c;
