@@ -15,3 +15,5 @@ set(CMAKE_CROSSCOMPILING_EMULATOR env;WEFT_TEST_EMULATOR=qemu-aarch64;qemu-aarch
 # pkg-config: the target's .pc files (multiarch), not the build machine's
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+# weft-load's https is not built here (apps/common/CMakeLists.txt says why)
+set(WEFT_TLS OFF CACHE BOOL "weft-load's https (OpenSSL 3)")

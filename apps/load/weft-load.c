@@ -127,14 +127,17 @@
 #define _GNU_SOURCE
 #include "hist.h"
 #include "http_resp.h"
+#if WEFT_LOAD_TLS
 #include "weft_tls.h"
+
+#include <openssl/err.h>
+#endif
 
 #include <weft.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
-#include <openssl/err.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -173,9 +176,11 @@ static struct {
     double hold_s;      /* --hold: keep the connections open, idle, this long after the requests */
     double rate;        /* -r: requests a second over the run, on a schedule; 0: as fast as they go */
     int tls;            /* https:// */
-    int tls_version;    /* --tls-version: 0 (best), TLS1_2_VERSION or TLS1_3_VERSION */
+    int tls_version;    /* --tls-version: 0 (best), 12 or 13 */
     int tls_resume;     /* --tls-resume */
+#if WEFT_LOAD_TLS
     SSL_CTX *ctx;
+#endif
     const char *headers[MAX_HEADERS];
     int nheaders;
     /* target */
@@ -213,8 +218,10 @@ typedef struct worker {
     weft_thread *t;
     char *buf;
     int fd;
+#if WEFT_LOAD_TLS
     SSL *ssl;                    /* https: the connection's TLS, over fd */
     SSL_SESSION *sess;           /* --tls-resume: the session to offer next */
+#endif
     uint64_t resumed;            /* handshakes that resumed a session */
     int index;                   /* 0..workers-1: picks the source address */
     int reused;                  /* the connection has carried a response already */
@@ -241,11 +248,15 @@ static void note_fail(worker *w, int kind, int err, const char *text, int status
     }
 }
 
+static _Atomic int g_tls_proto; /* the first handshake's version: 12, 13; -1 being written */
+static char g_tls_cipher[64];
+
+static const char *tls_proto_name(int v) { return v == 13 ? "TLSv1.3" : v == 12 ? "TLSv1.2" : "none"; }
+
+#if WEFT_LOAD_TLS
 /* The first TLS failure's words (OpenSSL's reason), for the report. */
 static char g_tls_text[200];
 static _Atomic int g_tls_text_set; /* 0 not yet, 1 being written, 2 done */
-static _Atomic int g_tls_proto;    /* the first handshake's version (TLS1_x_VERSION) */
-static char g_tls_cipher[64];
 
 static const char *tls_note(const char *what) {
     int zero = 0;
@@ -258,12 +269,16 @@ static const char *tls_note(const char *what) {
     }
     return atomic_load(&g_tls_text_set) == 2 ? g_tls_text : what;
 }
+#else
+static const char *tls_note(const char *what) { return what; }
+#endif
 
 /* Ends w's connection.  clean: it ended as it should (its last response was
  * whole): over TLS a close_notify goes first, without waiting for the
  * peer's -- a server may take a session whose connection was cut as one
  * not to resume (OpenSSL's servers do). */
 static void drop_conn_as(worker *w, int clean) {
+#if WEFT_LOAD_TLS
     if (w->ssl && clean) SSL_shutdown(w->ssl);
     if (w->ssl) {
         if (C.tls_resume) { /* its session, for the next connection */
@@ -278,6 +293,9 @@ static void drop_conn_as(worker *w, int clean) {
         SSL_free(w->ssl); /* (and its BIO; fd is closed below) */
         w->ssl = NULL;
     }
+#else
+    (void)clean;
+#endif
     if (w->fd >= 0) weft_close(w->fd);
     w->fd = -1;
     w->reused = 0;
@@ -304,6 +322,7 @@ static int open_conn(worker *w) {
         return r;
     }
     w->connects++;
+#if WEFT_LOAD_TLS
     if (C.tls) {
         SSL *s = SSL_new(C.ctx);
         BIO *b = s ? weft_tls_bio_new(fd) : NULL;
@@ -330,10 +349,11 @@ static int open_conn(worker *w) {
         if (atomic_load_explicit(&g_tls_proto, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_strong(&g_tls_proto, &zero, -1)) {
             snprintf(g_tls_cipher, sizeof g_tls_cipher, "%s", SSL_get_cipher_name(s));
-            atomic_store(&g_tls_proto, SSL_version(s));
+            atomic_store(&g_tls_proto, SSL_version(s) == TLS1_3_VERSION ? 13 : 12);
         }
         w->ssl = s;
     }
+#endif
     w->fd = fd;
     w->reused = 0;
     return 0;
@@ -342,6 +362,7 @@ static int open_conn(worker *w) {
 /* What the connection received into buf (plain or TLS): bytes, 0 at its
  * end, or -errno (-EPROTO: a TLS error, tls_note says which). */
 static ssize_t conn_recv(worker *w, char *buf, size_t n) {
+#if WEFT_LOAD_TLS
     if (!w->ssl) return weft_recv(w->fd, buf, n, 0);
     size_t got = 0;
     if (SSL_read_ex(w->ssl, buf, n, &got)) return (ssize_t)got;
@@ -357,6 +378,9 @@ static ssize_t conn_recv(worker *w, char *buf, size_t n) {
     }
     tls_note("TLS read");
     return -EPROTO;
+#else
+    return weft_recv(w->fd, buf, n, 0);
+#endif
 }
 
 /* weft_send until the request is out.  Not weft_write_all: write(2) on a
@@ -364,6 +388,7 @@ static ssize_t conn_recv(worker *w, char *buf, size_t n) {
  * SIGPIPE is ignored as well), and in epoll mode every weft_write costs an
  * fstat and an fcntl besides the write, where weft_send is one send(2). */
 static ssize_t send_all(worker *w, const char *p, size_t n) {
+#if WEFT_LOAD_TLS
     if (w->ssl) {
         size_t put = 0;
         if (SSL_write_ex(w->ssl, p, n, &put) && put == n) return (ssize_t)n;
@@ -375,6 +400,7 @@ static ssize_t send_all(worker *w, const char *p, size_t n) {
         tls_note("TLS write");
         return -EPROTO;
     }
+#endif
     int fd = w->fd;
     size_t done = 0;
     while (done < n) {
@@ -534,8 +560,10 @@ static void *worker_main(void *arg) {
         atomic_fetch_add(&g_done_workers, 1);
     }
     drop_conn_as(w, 1);
+#if WEFT_LOAD_TLS
     if (w->sess) SSL_SESSION_free(w->sess);
     w->sess = NULL;
+#endif
     return NULL;
 }
 
@@ -852,8 +880,8 @@ static int report(results *res) {
         printf("Server Port:            %d\n", C.port);
         int tp = atomic_load(&g_tls_proto);
         if (C.tls && tp > 0)
-            printf("TLS:                    %s, %s; %llu of %llu handshakes resumed%s\n", tp == TLS1_3_VERSION ? "TLSv1.3"
-                   : tp == TLS1_2_VERSION ? "TLSv1.2" : "TLS", g_tls_cipher, (unsigned long long)resumed,
+            printf("TLS:                    %s, %s; %llu of %llu handshakes resumed%s\n", tls_proto_name(tp),
+                   g_tls_cipher, (unsigned long long)resumed,
                    (unsigned long long)connects, C.tls_resume ? "" : " (--tls-resume: off)");
         else if (C.tls)
             printf("TLS:                    no handshake completed\n");
@@ -942,7 +970,7 @@ static int report(results *res) {
     snprintf(vals[k++], 48, "%s", res->backend == WEFT_IO_URING ? "uring" : "epoll");
     if (C.tls) { /* (https only: the plain line stays as it was) */
         int tp = atomic_load(&g_tls_proto);
-        snprintf(vals[k++], 48, "%s", tp == TLS1_3_VERSION ? "TLSv1.3" : tp == TLS1_2_VERSION ? "TLSv1.2" : "none");
+        snprintf(vals[k++], 48, "%s", tls_proto_name(tp));
         snprintf(vals[k++], 48, "%llu", (unsigned long long)resumed);
     }
     size_t n = 0;
@@ -1036,8 +1064,8 @@ int main(int argc, char **argv) {
             if (parse_secs(optarg, &C.hold_s) < 0) return bad("--hold wants a positive number of seconds, not '%s'", optarg);
             break;
         case OPT_TLS_VERSION:
-            if (!strcmp(optarg, "1.2")) C.tls_version = TLS1_2_VERSION;
-            else if (!strcmp(optarg, "1.3")) C.tls_version = TLS1_3_VERSION;
+            if (!strcmp(optarg, "1.2")) C.tls_version = 12;
+            else if (!strcmp(optarg, "1.3")) C.tls_version = 13;
             else return bad("--tls-version wants 1.2 or 1.3, not '%s'", optarg);
             break;
         case OPT_TLS_RESUME: C.tls_resume = 1; break;
@@ -1049,12 +1077,14 @@ int main(int argc, char **argv) {
     if (optind != argc - 1) return bad("%s", optind < argc ? "exactly one URL, please" : "no URL given");
     if (parse_url(argv[optind]) < 0) return bad("bad URL '%s' (want http[s]://HOST[:PORT]/path)", argv[optind]);
     if ((C.tls_version || C.tls_resume) && !C.tls) return bad("%s", "--tls-version and --tls-resume need an https:// URL");
+#if WEFT_LOAD_TLS
     if (C.tls) {
         /* the client side of every connection: no certificate check (a load
          * generator), an end without close_notify is an end */
+        int ver = C.tls_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION;
         C.ctx = SSL_CTX_new(TLS_client_method());
-        if (!C.ctx || !SSL_CTX_set_min_proto_version(C.ctx, C.tls_version ? C.tls_version : TLS1_2_VERSION) ||
-            (C.tls_version && !SSL_CTX_set_max_proto_version(C.ctx, C.tls_version))) {
+        if (!C.ctx || !SSL_CTX_set_min_proto_version(C.ctx, ver) ||
+            (C.tls_version && !SSL_CTX_set_max_proto_version(C.ctx, ver))) {
             char e[160];
             fprintf(stderr, "weft-load: cannot set up TLS: %s\n", weft_tls_error(e, sizeof e, "out of memory"));
             return 3;
@@ -1063,6 +1093,9 @@ int main(int argc, char **argv) {
         SSL_CTX_set_options(C.ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
         SSL_CTX_set_session_cache_mode(C.ctx, SSL_SESS_CACHE_OFF); /* sessions are the workers' own (--tls-resume) */
     }
+#else
+    if (C.tls) return bad("%s", "this weft-load was built without OpenSSL 3: no https (apt-get install libssl-dev, then build again)");
+#endif
     if (C.hold_s > 0 && !C.keepalive) return bad("%s", "--hold needs -k (a connection to hold)");
     if (C.duration_s > 0 && !n_given) C.n = -1;
     C.workers = C.n >= 0 && C.n < C.c ? (int)C.n : C.c;
