@@ -5,7 +5,8 @@
 #  1. configures SOURCE_DIR afresh in a temporary directory for /usr (release,
 #     no tests), builds it and runs `cpack -G DEB`: libweft0, libweft-dev and
 #     weft-tools must come out, their Depends filled in by dpkg-shlibdeps
-#     (liburing2 and libc6; libdw1, which the library dlopens, by hand);
+#     (liburing2, libc6 and, for weft-load's https, libssl3; libdw1, which the
+#     library dlopens, by hand);
 #  2. runs lintian on them and prints what it says; an error fails the test,
 #     the warnings and notes are listed (docs/deploy.md's neighbour, the
 #     README's "Debian packages", says which are left and why);
@@ -65,7 +66,7 @@ for p in libweft0 libweft-dev weft-tools; do
     echo "deb_test: $(basename "$f"): $(dpkg-deb -f "$f" Depends)"
 done
 dep_tools=$(dpkg-deb -f "${debs[2]}" Depends)
-for d in liburing2 libdw1 libc6; do
+for d in liburing2 libdw1 libc6 libssl3; do
     grep -q "$d" <<<"$dep_tools" || fail "weft-tools does not depend on $d: $dep_tools"
 done
 grep -q libc6 <<<"$(dpkg-deb -f "${debs[0]}" Depends)" || fail "libweft0 has no Depends from dpkg-shlibdeps"
