@@ -158,32 +158,33 @@ typedef struct load {
     int port;
     atomic_int stop;
     atomic_long ok, failed;
-    char why[256];
+    pthread_mutex_t why_lock; /* the client threads fail at once at times: why is shared */
+    char why[256];            /* the last failure's reason (read once the threads are joined) */
 } load;
 
 /* One GET /hello.txt on a new connection ("Connection: close"): 1 if it was
- * answered 200 with the body, else 0 and the reason in why. */
-static int one_request(load *L) {
+ * answered 200 with the body, else 0 and the reason in why (the caller's). */
+static int one_request(int port, char *why, size_t wn) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return snprintf(L->why, sizeof L->why, "socket: %s", strerror(errno)), 0;
+    if (fd < 0) return snprintf(why, wn, "socket: %s", strerror(errno)), 0;
     struct timeval tv = {.tv_sec = IO_TIMEOUT_MS / 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)L->port)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     const char req[] = "GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     char buf[2048];
     size_t got = 0;
     int ok = 0;
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        snprintf(L->why, sizeof L->why, "connect: %s", strerror(errno));
+        snprintf(why, wn, "connect: %s", strerror(errno));
     } else if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1)) {
-        snprintf(L->why, sizeof L->why, "send: %s", strerror(errno));
+        snprintf(why, wn, "send: %s", strerror(errno));
     } else {
         for (;;) {
             ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
             if (k <= 0) {
-                if (k < 0) snprintf(L->why, sizeof L->why, "recv: %s", strerror(errno));
+                if (k < 0) snprintf(why, wn, "recv: %s", strerror(errno));
                 break;
             }
             got += (size_t)k;
@@ -191,8 +192,8 @@ static int one_request(load *L) {
         }
         buf[got] = 0;
         ok = !strncmp(buf, "HTTP/1.1 200", 12) && strstr(buf, "\r\n\r\n" HELLO_BODY);
-        if (!ok && got) snprintf(L->why, sizeof L->why, "answer: %.60s", buf);
-        else if (!ok) snprintf(L->why, sizeof L->why, "closed without an answer");
+        if (!ok && got) snprintf(why, wn, "answer: %.60s", buf);
+        else if (!ok && !*why) snprintf(why, wn, "closed without an answer");
     }
     close(fd);
     return ok;
@@ -201,8 +202,15 @@ static int one_request(load *L) {
 static void *load_main(void *arg) {
     load *L = arg;
     while (!atomic_load(&L->stop)) {
-        if (one_request(L)) atomic_fetch_add(&L->ok, 1);
-        else atomic_fetch_add(&L->failed, 1);
+        char why[256] = "";
+        if (one_request(L->port, why, sizeof why)) {
+            atomic_fetch_add(&L->ok, 1);
+        } else {
+            atomic_fetch_add(&L->failed, 1);
+            pthread_mutex_lock(&L->why_lock);
+            snprintf(L->why, sizeof L->why, "%s", why);
+            pthread_mutex_unlock(&L->why_lock);
+        }
     }
     return NULL;
 }
@@ -211,7 +219,7 @@ TEST(sighup_replaces_workers_under_load) {
     WITH_SERVER(d, s, "--workers", "2");
     pid_t first[64], second[64], third[64];
     if (!wait_children(s.pid, 2, NULL, 0, 10000 + SLACK_MS, first)) FAIL("no 2 workers");
-    static load L;
+    static load L = {.why_lock = PTHREAD_MUTEX_INITIALIZER};
     L.port = s.port;
     enum { CLIENTS = 4 };
     pthread_t t[CLIENTS];
@@ -261,7 +269,7 @@ TEST(worker_kill_loses_only_its_connections) {
     WITH_SERVER(d, s, "--workers", "2");
     pid_t w[64], now[64];
     if (!wait_children(s.pid, 2, NULL, 0, 10000 + SLACK_MS, w)) FAIL("no 2 workers");
-    static load L;
+    static load L = {.why_lock = PTHREAD_MUTEX_INITIALIZER};
     L.port = s.port;
     enum { CLIENTS = 8 };
     pthread_t t[CLIENTS];
