@@ -215,15 +215,24 @@ static void *load_main(void *arg) {
     return NULL;
 }
 
+/* n client threads of load_main against port, and their end (joined) */
+static void load_start(load *L, int port, pthread_t *t, int n) {
+    L->port = port;
+    for (int i = 0; i < n; i++) CHECK(pthread_create(&t[i], NULL, load_main, L) == 0);
+}
+static void load_stop(load *L, pthread_t *t, int n) {
+    atomic_store(&L->stop, 1);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+}
+
 TEST(sighup_replaces_workers_under_load) {
     WITH_SERVER(d, s, "--workers", "2");
     pid_t first[64], second[64], third[64];
     if (!wait_children(s.pid, 2, NULL, 0, 10000 + SLACK_MS, first)) FAIL("no 2 workers");
     static load L = {.why_lock = PTHREAD_MUTEX_INITIALIZER};
-    L.port = s.port;
     enum { CLIENTS = 4 };
     pthread_t t[CLIENTS];
-    for (int i = 0; i < CLIENTS; i++) CHECK(pthread_create(&t[i], NULL, load_main, &L) == 0);
+    load_start(&L, s.port, t, CLIENTS);
     sleep_ms(200);
     /* twice: every worker replaced, then every replacement replaced */
     CHECK(kill(s.pid, SIGHUP) == 0);
@@ -231,8 +240,7 @@ TEST(sighup_replaces_workers_under_load) {
     CHECK(kill(s.pid, SIGHUP) == 0);
     if (!wait_children(s.pid, 2, second, 2, 20000 + 5 * SLACK_MS, third)) FAIL("a second SIGHUP did not replace both");
     sleep_ms(200);
-    atomic_store(&L.stop, 1);
-    for (int i = 0; i < CLIENTS; i++) pthread_join(t[i], NULL);
+    load_stop(&L, t, CLIENTS);
     long ok = atomic_load(&L.ok), failed = atomic_load(&L.failed);
     printf("%ld requests answered, %ld failed, across two SIGHUPs\n", ok, failed);
     if (failed) FAIL("%ld of %ld requests failed while the workers were replaced (last: %s)", failed, ok + failed, L.why);
@@ -270,10 +278,9 @@ TEST(worker_kill_loses_only_its_connections) {
     pid_t w[64], now[64];
     if (!wait_children(s.pid, 2, NULL, 0, 10000 + SLACK_MS, w)) FAIL("no 2 workers");
     static load L = {.why_lock = PTHREAD_MUTEX_INITIALIZER};
-    L.port = s.port;
     enum { CLIENTS = 8 };
     pthread_t t[CLIENTS];
-    for (int i = 0; i < CLIENTS; i++) CHECK(pthread_create(&t[i], NULL, load_main, &L) == 0);
+    load_start(&L, s.port, t, CLIENTS);
     sleep_ms(300);
     int held = sockets_of(w[0]) - 1; /* less its slot's listening socket */
     long before = atomic_load(&L.failed);
@@ -281,8 +288,7 @@ TEST(worker_kill_loses_only_its_connections) {
     pid_t gone[1] = {w[0]};
     if (!wait_children(s.pid, 2, gone, 1, 10000 + SLACK_MS, now)) FAIL("the killed worker was not replaced");
     sleep_ms(300);
-    atomic_store(&L.stop, 1);
-    for (int i = 0; i < CLIENTS; i++) pthread_join(t[i], NULL);
+    load_stop(&L, t, CLIENTS);
     long ok = atomic_load(&L.ok), failed = atomic_load(&L.failed);
     printf("kill -9 of a worker holding %d connection(s) a moment before: %ld of %ld requests failed (%ld before it)\n",
            held, failed, ok + failed, before);
