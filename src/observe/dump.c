@@ -762,6 +762,8 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
     if (sys) snprintf(sysbuf, sizeof sysbuf, "%s", sys);
     else if (v.sysno >= 0) snprintf(sysbuf, sizeof sysbuf, "syscall %ld", v.sysno);
     else snprintf(sysbuf, sizeof sysbuf, "%s", v.sysno == -1 ? "the kernel" : "an unknown call");
+    char site[512] = "";
+    if (v.stall == WEFT__STALL_PINNED) weft__stall_site_name(v.site, site, sizeof site);
     char gbuf[32];
     snprintf(gbuf, sizeof gbuf, " (group %u)", v.group);
     const char *role = v.group ? gbuf : !v.spare ? "" : v.active ? " (spare, compensating)" : " (spare, retired)";
@@ -780,9 +782,9 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
                 put(o, ",\"syscall\":");
                 put_str_json(o, sysbuf);
                 put(o, ",\"syscall_nr\":%ld", v.sysno);
-                if (v.site[0]) {
+                if (site[0]) {
                     put(o, ",\"site\":");
-                    put_str_json(o, v.site);
+                    put_str_json(o, site);
                 }
             }
         }
@@ -790,7 +792,7 @@ static void one_carrier(out *o, const weft__carrier_view *vp, int first) {
     } else if (v.stall == WEFT__STALL_PINNED) {
         put(o, "  carrier %d%s: pinned in %s for %.3f s by vthread #%" PRIu64 " \"%s\"", k, role, sysbuf,
             (double)age_of(v.since) / 1e9, v.vid, v.vname);
-        if (v.site[0]) put(o, " at %.480s", v.site);
+        if (site[0]) put(o, " at %.480s", site);
         put(o, "\n");
     } else if (v.stall == WEFT__STALL_HOG) {
         put(o, "  carrier %d%s: held by vthread #%" PRIu64 " \"%s\" for %.0f ms\n", k, role, v.vid, v.vname,

@@ -56,7 +56,12 @@
  * statically linked program, whose libc is in the same module, gets the
  * first return address above sp, in libc.
  *
- * Names.  A frame is printed by weft__symbolize: the default uses libdw
+ * Names.  The site is kept as return addresses and named only when shown:
+ * in a line the monitor writes, or in a dump (weft__stall_site_name).  A
+ * stall nobody is told of (the default's short ones) names nothing: naming
+ * loads libdw, its DWARF and, through debuginfod, libcurl and GnuTLS --
+ * some 12 MB a server kept for its life after one silent stall under load.
+ * A frame is named by weft__symbolize: the default uses libdw
  * (symbolize.c: "fn+0x4f (file.c:12, /path/module+0x1234)", static
  * functions included), the module offset being what addr2line takes; while
  * a dump holds libdw, or where it knows nothing of the address, dladdr
@@ -64,7 +69,7 @@
  * -rdynamic).
  *
  * Costs: per stall, one or three small /proc reads, one walk of the loaded
- * objects' headers, a few hundred words of stack and a few dladdr calls;
+ * objects' headers, a few hundred words of stack;
  * a carrier the kernel does not run is probed again at each look (three
  * reads) until it runs or turns out to be a stall.
  */
@@ -83,7 +88,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SITE_FRAMES 4     /* frames named in a pinned line */
+#define SITE_FRAMES WEFT__SITE_FRAMES /* frames named in a pinned line */
 #define SCAN_WORDS 512    /* how far above sp a return address into the program is looked for */
 #define RECORD_WORDS 8192 /* and the site's frame record above it (frames with big buffers: 64 KiB) */
 #define MAX_SEGS 256
@@ -274,15 +279,15 @@ weft__symbolizer weft__symbolize = libdw_symbolize;
 
 /* ---- the call site ---------------------------------------------------------------- */
 
-/* Fills out (cap bytes) with the blocking call's site and its callers:
- * see "The call site" at the top. */
-static void find_site(const weft_thread *t, uintptr_t sp, uintptr_t pc, char *out, size_t cap) {
-    out[0] = 0;
+/* Fills frames (SITE_FRAMES, 0 after the last) with the return addresses
+ * of the blocking call's site and its callers: see "The call site" at the
+ * top.  Names none of them (weft__stall_site_name does, when shown). */
+static void find_site(const weft_thread *t, uintptr_t sp, uintptr_t pc, uintptr_t frames[SITE_FRAMES]) {
+    memset(frames, 0, SITE_FRAMES * sizeof *frames);
     static segs S; /* (the monitor thread only) */
     S.n = 0;
     dl_iterate_phdr(seg_cb, &S);
     uintptr_t lo = (uintptr_t)__atomic_load_n(&t->stk.lo, __ATOMIC_RELAXED), top = (uintptr_t)t;
-    uintptr_t frames[SITE_FRAMES];
     int nf = 0;
     uintptr_t from = sp; /* where the site's frame record is looked for */
     int on_stack = sp >= lo && sp < top && !(sp & 7);
@@ -322,11 +327,15 @@ static void find_site(const weft_thread *t, uintptr_t sp, uintptr_t pc, char *ou
             fp = next;
         }
     }
+}
+
+void weft__stall_site_name(const uintptr_t site[WEFT__SITE_FRAMES], char *out, size_t cap) {
     size_t at = 0;
-    for (int i = 0; i < nf && at + 8 < cap; i++) {
+    out[0] = 0;
+    for (int i = 0; i < WEFT__SITE_FRAMES && site[i] && at + 8 < cap; i++) {
         if (i) at += (size_t)snprintf(out + at, cap - at, " <- ");
         if (at >= cap) break;
-        int k = weft__symbolize(frames[i], out + at, cap - at);
+        int k = weft__symbolize(site[i], out + at, cap - at);
         if (k < 0) break;
         at += (size_t)k;
     }
@@ -368,7 +377,7 @@ static int proc_syscall(int tid, long *nr, uintptr_t *sp, uintptr_t *pc) {
 int weft__stall_probe(int tid, int64_t cpu_ns, const weft_thread *t, weft__stall_info *out) {
     out->kind = WEFT__STALL_HOG;
     out->sysno = -2;
-    out->site[0] = 0;
+    memset(out->site, 0, sizeof out->site);
     long nr = -2;
     uintptr_t sp = 0, pc = 0;
     int st = proc_syscall(tid, &nr, &sp, &pc);
@@ -388,14 +397,14 @@ int weft__stall_probe(int tid, int64_t cpu_ns, const weft_thread *t, weft__stall
     }
     out->kind = WEFT__STALL_PINNED;
     out->sysno = nr;
-    find_site(t, sp, pc, out->site, sizeof out->site);
+    find_site(t, sp, pc, out->site);
     return 0;
 }
 
 /* ---- the line ---------------------------------------------------------------------- */
 
 void weft__stall_log(int begin, int kind, uint64_t vid, const char *vname, int carrier, long sysno,
-                     int64_t held_ns, const char *site) {
+                     int64_t held_ns, const uintptr_t *site) {
     char b[1024];
     const char *what = kind == WEFT__STALL_PINNED ? "pinned" : "hog";
     long long ms = (long long)(held_ns / 1000000);
@@ -410,8 +419,10 @@ void weft__stall_log(int begin, int kind, uint64_t vid, const char *vname, int c
         else if (sysno < 0) snprintf(call, sizeof call, "the kernel (system call unknown)");
         else if (name) snprintf(call, sizeof call, "%s (syscall %ld)", name, sysno);
         else snprintf(call, sizeof call, "syscall %ld", sysno);
+        char where[512] = "";
+        if (site) weft__stall_site_name(site, where, sizeof where);
         k = snprintf(b, sizeof b, "weft: pinned: vthread #%llu \"%s\" blocked in %s on carrier %d for %lld ms, at %s\n",
-                     (unsigned long long)vid, vname, call, carrier, ms, site && *site ? site : "an unknown site");
+                     (unsigned long long)vid, vname, call, carrier, ms, *where ? where : "an unknown site");
     } else {
         k = snprintf(b, sizeof b,
                      "weft: hog: vthread #%llu \"%s\" has held carrier %d for %lld ms without a switch (computing)\n",

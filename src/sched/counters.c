@@ -77,10 +77,8 @@ static void carrier_view_fill(weft__carrier *c, weft__carrier_view *v) {
         for (int i = 0; i < 4; i++) nw[i] = atomic_load_explicit(&c->stall_name[i], memory_order_relaxed);
         memcpy(v->vname, nw, 32);
         v->vname[31] = 0;
-        uint64_t sw[WEFT__SITE_WORDS];
-        for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&c->stall_site[i], memory_order_relaxed);
-        memcpy(v->site, sw, sizeof v->site);
-        v->site[sizeof v->site - 1] = 0;
+        for (int i = 0; i < WEFT__SITE_FRAMES; i++)
+            v->site[i] = atomic_load_explicit(&c->stall_site[i], memory_order_relaxed);
     }
 }
 

@@ -134,9 +134,9 @@ struct weft__carrier {
     _Atomic int64_t stall_since;
     _Atomic uint64_t stall_vid;
     _Atomic uint64_t stall_name[4];
-    /* a pinned stall: its blocking call's site, as the monitor found and
-     * named it ("fn+0x4f (file.c:12, module+0x1234) <- ..."), 511 bytes + NUL */
-    _Atomic uint64_t stall_site[WEFT__SITE_WORDS];
+    /* a pinned stall: its blocking call's site as the monitor found it,
+     * return addresses, named only when shown (weft__stall_site_name) */
+    _Atomic uintptr_t stall_site[WEFT__SITE_FRAMES];
     int spare;                      /* made by the monitor (index >= R.n) */
     int tid;                        /* the carrier's kernel thread id */
     _Atomic uint32_t ready;         /* a spare: its thread made its poller (start_err says how) */

@@ -681,13 +681,19 @@ void weft__counters_sum(weft__counters *c, uint64_t *peak, uint64_t *ncarriers);
  * layer tells which it is, where the vthread is, and writes the log line. */
 enum { WEFT__STALL_NONE = 0, WEFT__STALL_PINNED = 1, WEFT__STALL_HOG = 2 };
 
+/* A pinned stall's site: the return addresses of the blocking call's site
+ * and its callers, innermost first, 0 after the last (all 0: not found).
+ * Kept as addresses and named only when a line or a dump shows them
+ * (weft__stall_site_name): naming loads libdw and reads DWARF (some 12 MB
+ * of a server's RSS, kept for the process's life), which a stall that
+ * nobody is told of must not cost. */
+#define WEFT__SITE_FRAMES 4
 /* What the observe layer found out about a stall (weft__stall_probe). */
 typedef struct weft__stall_info {
     int kind;          /* WEFT__STALL_PINNED or _HOG */
     long sysno;        /* pinned: the system call's number; -1 blocked outside one, -2 unknown */
-    char site[512];    /* pinned: "fn+0x4f (/path/module+0x1234) <- ..."; "" if not found */
+    uintptr_t site[WEFT__SITE_FRAMES]; /* pinned: the site (above) */
 } weft__stall_info;
-#define WEFT__SITE_WORDS (512 / 8) /* a site, kept in words a dump reads racily */
 
 /* Classifies carrier thread `tid`, which has been running vthread t
  * without a switch, and for a pinned one walks t's stack to the blocking
@@ -703,11 +709,14 @@ typedef int (*weft__symbolizer)(uintptr_t pc, char *buf, size_t cap);
 extern weft__symbolizer weft__symbolize;
 /* The name of system call `nr` on this architecture ("nanosleep"), or NULL. */
 const char *weft__syscall_name(long nr);
+/* Names a stall's site into out (cap bytes): "fn+0x4f (file.c:12,
+ * /path/module+0x1234) <- ..."; "" when it has none. */
+void weft__stall_site_name(const uintptr_t site[WEFT__SITE_FRAMES], char *out, size_t cap);
 /* Writes the monitor's line for a stall (begin: 1 when it is first
- * reported, 0 when it ends; held_ns: how long so far) to stderr, in one
- * write. */
+ * reported, 0 when it ends; held_ns: how long so far; site: a pinned
+ * one's, or NULL) to stderr, in one write. */
 void weft__stall_log(int begin, int kind, uint64_t vid, const char *vname, int carrier, long sysno,
-                     int64_t held_ns, const char *site);
+                     int64_t held_ns, const uintptr_t *site);
 
 /* A carrier as the dump shows it (racy snapshot). */
 typedef struct weft__carrier_view {
@@ -722,7 +731,7 @@ typedef struct weft__carrier_view {
     int64_t since;      /* stall: CLOCK_MONOTONIC ns it began (about: the monitor's look) */
     uint64_t vid;       /* stall: the vthread */
     char vname[32];
-    char site[512];     /* stall: the monitor's site of the blocking call ("" if none: a hog) */
+    uintptr_t site[WEFT__SITE_FRAMES]; /* stall: the monitor's site of the blocking call (all 0 if none: a hog) */
 } weft__carrier_view;
 /* Fills *v for carrier k (0 <= k < weft__carriers_all(), or a group's
  * carrier index: weft__group_view); -ENOENT past the last, or for an

@@ -367,10 +367,8 @@ static void stall_begin(weft__carrier *v, const weft_thread *t, uint64_t prog, i
      * what we read may be another's) */
     if (progress(v) != prog || __atomic_load_n(&v->cur, __ATOMIC_ACQUIRE) != t) return;
     for (int i = 0; i < 4; i++) atomic_store_explicit(&v->stall_name[i], nw[i], memory_order_relaxed);
-    uint64_t sw[WEFT__SITE_WORDS];
-    info.site[sizeof info.site - 1] = 0;
-    memcpy(sw, info.site, sizeof sw);
-    for (int i = 0; i < WEFT__SITE_WORDS; i++) atomic_store_explicit(&v->stall_site[i], sw[i], memory_order_relaxed);
+    for (int i = 0; i < WEFT__SITE_FRAMES; i++)
+        atomic_store_explicit(&v->stall_site[i], info.site[i], memory_order_relaxed);
     char name[32];
     memcpy(name, nw, 32);
     name[31] = 0;
@@ -398,12 +396,10 @@ static void stall_said_late(weft__carrier *v, int64_t now) {
     int64_t since = atomic_load_explicit(&v->stall_since, memory_order_relaxed);
     if (v->stall_said || R.pin_log != WEFT__MONLOG_LONG || now - since < MONLOG_LONG_NS) return;
     v->stall_said = 1;
-    uint64_t sw[WEFT__SITE_WORDS];
-    for (int i = 0; i < WEFT__SITE_WORDS; i++) sw[i] = atomic_load_explicit(&v->stall_site[i], memory_order_relaxed);
-    char name[32], site[sizeof sw];
+    uintptr_t site[WEFT__SITE_FRAMES];
+    for (int i = 0; i < WEFT__SITE_FRAMES; i++) site[i] = atomic_load_explicit(&v->stall_site[i], memory_order_relaxed);
+    char name[32];
     stall_name_read(v, name);
-    memcpy(site, sw, sizeof site);
-    site[sizeof site - 1] = 0;
     weft__stall_log(1, atomic_load_explicit(&v->stall, memory_order_relaxed), atomic_load(&v->stall_vid), name,
                     v->index, atomic_load(&v->stall_sysno), now - since, site);
 }

@@ -26,26 +26,54 @@ static void cap_begin(void) {
     CHECK(dup2(cap_pipe[1], 2) == 2);
 }
 
+static char *cap_buf;
+static size_t cap_n, cap_cap;
+
+/* Takes what the pipe holds now into cap_buf. */
+static void cap_take(void) {
+    for (;;) {
+        if (cap_n + 1024 > cap_cap) {
+            cap_cap = cap_cap ? cap_cap * 2 : 4096;
+            cap_buf = realloc(cap_buf, cap_cap);
+            CHECK(cap_buf != NULL);
+        }
+        ssize_t k = read(cap_pipe[0], cap_buf + cap_n, cap_cap - cap_n - 1);
+        if (k <= 0) break;
+        cap_n += (size_t)k;
+    }
+    cap_buf[cap_n] = 0;
+}
+
 static char *cap_end(void) {
     fflush(stderr);
     dup2(cap_saved, 2);
     close(cap_saved);
     close(cap_pipe[1]);
-    size_t n = 0, cap = 4096;
-    char *b = malloc(cap);
-    for (;;) {
-        if (n + 1024 > cap) b = realloc(b, cap *= 2);
-        ssize_t k = read(cap_pipe[0], b + n, cap - n - 1);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
+    cap_take();
     close(cap_pipe[0]);
-    b[n] = 0;
-    if (n) {
-        ssize_t w = write(2, b, n);
+    char *b = cap_buf;
+    if (cap_n) {
+        ssize_t w = write(2, b, cap_n);
         (void)w;
     }
+    cap_buf = NULL;
+    cap_n = cap_cap = 0;
     return b;
+}
+
+/* cap_end once the monitor has written a line with needle (its line about
+ * a stall's end, after the stall's own), or after 10 s: the monitor names
+ * the stall's site when it writes the line, and under a sanitizer on a
+ * loaded machine the symbolizer's first load of the debug information
+ * took longer than the 30 ms these tests used to wait (CI: the pinned
+ * line missing, twice in one ASan pass). */
+static char *cap_end_when(const char *needle) {
+    for (int i = 0; i < 2000; i++) {
+        cap_take();
+        if (strstr(cap_buf, needle)) break;
+        usleep(5000);
+    }
+    return cap_end();
 }
 
 /* These tests read every line the monitor writes: $WEFT_MONITOR=log for
@@ -184,8 +212,7 @@ TEST(pinned_one_carrier_compensates_and_reports) {
     CHECK_EQ(weft_join(r, NULL), 0);
     int retired = await_retired();
     char *after = dump_showing(WEFT_DUMP_TEXT, "(spare, retired)", "(0 compensating)", NULL);
-    usleep(30 * 1000); /* the end line */
-    char *log = cap_end();
+    char *log = cap_end_when(" released carrier "); /* the end line */
     CHECK(started);
     CHECK(got);
     CHECK(counted);
@@ -255,8 +282,7 @@ TEST(pinned_200ms_others_run_meanwhile) {
     await_pinned();
     atomic_store(&big_release, 1);
     CHECK_EQ(weft_join(s, NULL), 0);
-    usleep(30 * 1000);
-    char *log = cap_end();
+    char *log = cap_end_when(" released carrier "); /* the end line */
     CHECK(started);
     CHECK_EQ(atomic_load(&ran_during), 1); /* the last of the 8 ran before the 200 ms were over */
     weft_stats st;
@@ -302,8 +328,7 @@ TEST(pinned_site_names_the_callers) {
     await_pinned();
     atomic_store(&deep_release, 1);
     CHECK_EQ(weft_join(t, NULL), 0);
-    usleep(30 * 1000);
-    char *log = cap_end();
+    char *log = cap_end_when(" released carrier "); /* the end line */
     if (count_lines(log, "weft: pinned:", "\"deep\"", "blocked in nanosleep", "at monitor_test_bigframe+0x",
                     "<- monitor_test_outer+0x", (char *)NULL) != 1)
         fprintf(stderr, "the monitor's lines:\n%s", log);
@@ -353,8 +378,7 @@ TEST(hog_one_carrier_compensates_and_reports) {
     CHECK_EQ(weft_join(h, &saw), 0);
     CHECK_EQ(weft_join(f, NULL), 0);
     int retired = await_retired();
-    usleep(30 * 1000);
-    char *log = cap_end();
+    char *log = cap_end_when(" released carrier "); /* the end line */
     CHECK(started);
     CHECK(saw != NULL); /* the flag was set while it computed: by a spare */
     CHECK(retired);
@@ -488,8 +512,7 @@ TEST(no_compensation_when_max_negative) {
     CHECK_EQ(weft_init(&cfg), 0);
     cap_begin();
     run_seen_stall(0);
-    usleep(30 * 1000);
-    char *log = cap_end();
+    char *log = cap_end_when(" released carrier "); /* the end line */
     weft_stats st;
     stats(&st);
     CHECK_EQ(atomic_load(&ran_during), 0); /* nobody ran it while the carrier was pinned */
