@@ -22,7 +22,10 @@
  * function; one that blocks (weft_sleep, weft_recv, a mutex) parks the
  * dispatcher, which delays the other handlers of that carrier (never its
  * vthreads): give such handlers an executor (opts.executor, e.g. one made
- * by weft_executor_create_virtual) and they run there instead.  A handler
+ * by weft_executor_create_virtual) and they run there instead.  A busy
+ * dispatcher -- its handlers keep starting operations that complete at
+ * once -- lets the carrier's other vthreads and I/O completions in between
+ * handlers, at least every 200 us.  A handler
  * that the executor refuses or discards is run by the dispatcher, or by the
  * thread that made the executor discard it, never lost.  The executor may
  * be closed while operations that name it are pending: the close does not

@@ -464,6 +464,48 @@ TEST(timers_fire_once_and_never_early) {
     free(ts);
 }
 
+/* A dispatcher whose handlers keep its inbox full -- here a timer that
+ * re-arms itself for now, for ever -- never parks.  Its carrier must still
+ * get to its other vthreads and its own timers: a vthread pinned to that
+ * carrier sleeps, and ends the chain when it wakes.  Before the dispatcher
+ * yielded in a long turn, the sleeper never woke (the carrier fires its
+ * timers only between vthreads), and this hung until the harness's
+ * timeout. */
+typedef struct spin {
+    atomic_int stop, rounds, ended;
+} spin;
+
+static void spun(ssize_t r, void *ctx) {
+    spin *sp = ctx;
+    CHECK_EQ(r, 0);
+    atomic_fetch_add(&sp->rounds, 1);
+    if (atomic_load(&sp->stop)) {
+        atomic_store(&sp->ended, 1);
+        return;
+    }
+    CHECK_EQ(weft_timer_async(0, spun, sp, NULL), 0); /* due already: the inbox again */
+}
+
+static void *spin_beside(void *arg) {
+    spin *sp = arg;
+    CHECK_EQ(weft_timer_async(0, spun, sp, NULL), 0); /* on this carrier's dispatcher */
+    while (atomic_load(&sp->rounds) < 1000) weft_yield(); /* it is spinning */
+    CHECK_EQ(weft_sleep(MS), 0); /* wakes only if the carrier gets a turn */
+    atomic_store(&sp->stop, 1);
+    return NULL;
+}
+
+TEST(busy_dispatcher_lets_its_carrier_run) {
+    for (int rep = 0; rep < 20; rep++) {
+        spin sp = {0};
+        weft_thread *t;
+        weft_thread_opts o = {.pinned = 1};
+        CHECK_EQ(weft_spawn(&t, spin_beside, &sp, &o), 0);
+        CHECK_EQ(weft_join(t, NULL), 0);
+        while (!atomic_load(&sp.ended)) usleep(100);
+    }
+}
+
 /* ---- handlers on an executor ------------------------------------------------------ */
 
 typedef struct where {
