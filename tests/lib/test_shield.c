@@ -150,7 +150,12 @@ TEST(a_task_past_its_scope_deadline_cleans_up_in_a_shield) {
     CHECK_EQ(weft_scope_create(&s, WEFT_SCOPE_ALL, weft_now() + 5 * MS), 0);
     weft_task *t = weft_fork(s, shielded_in_scope, NULL);
     CHECK(t);
-    CHECK_EQ(weft_scope_join(s), -ETIMEDOUT);
+    /* join sees the deadline pass while the task still runs (-ETIMEDOUT);
+     * a joiner a loaded machine ran late -- after the deadline and the
+     * task's 2 ms cleanup -- finds every task done, and answers their
+     * outcome, as Java's joinUntil does: the cleanup's 0 */
+    int j = weft_scope_join(s);
+    CHECK(j == -ETIMEDOUT || j == 0);
     weft_scope_close(s); /* waits for the cleanup, whose sleep succeeded: */
     CHECK_EQ(atomic_load(&scope_cleanup_slept), 1);
 }
