@@ -118,6 +118,15 @@ int main(int argc, char **argv) {
     sigaddset(&ss, SIGTERM);
     sigaddset(&ss, SIGINT);
     pthread_sigmask(SIG_BLOCK, &ss, NULL); /* before the carriers start: they inherit it */
+    /* The runtime before "listening on": with WEFT_DUMP_ON_SIGQUIT set its
+     * start arms the dump, and a SIGQUIT sent as soon as we say we listen
+     * must find it armed, not SIGQUIT's default action (weft_main below
+     * runs on this runtime and shuts it down). */
+    int r = weft_init(NULL);
+    if (r < 0) {
+        fprintf(stderr, "echo_server: weft_init: %s\n", strerror(-r));
+        return 1;
+    }
     const char *dq = getenv("WEFT_DUMP_ON_SIGQUIT");
     if ((!dq || !*dq) && weft_dump_on_signal(SIGQUIT, 2, WEFT_DUMP_TEXT) < 0)
         fprintf(stderr, "echo_server: cannot arm the dump on SIGQUIT\n");
