@@ -99,7 +99,7 @@ int launch_start(launch *c, char *const argv[], const launch_opts *opts) {
     c->out = -1;
     c->reaped = c->status = 0;
     memset(&c->ru, 0, sizeof c->ru);
-    c->len = 0;
+    c->len = c->pos = 0;
     c->buf[0] = '\0';
     int p[2] = {-1, -1};
     if (o->out == LAUNCH_PIPE && pipe2(p, O_CLOEXEC) < 0) return -errno;
@@ -118,13 +118,16 @@ int launch_start(launch *c, char *const argv[], const launch_opts *opts) {
     return 0;
 }
 
-/* The first whole line in c->buf containing has (NULL: any), or NULL. */
+/* The first whole line in c->buf from c->pos on containing has (NULL:
+ * any), or NULL; the next search starts after it. */
 static char *find_line(launch *c, const char *has) {
-    char *l = has ? strstr(c->buf, has) : c->buf;
+    char *from = c->buf + c->pos;
+    char *l = has ? strstr(from, has) : from;
     if (!l) return NULL;
     char *nl = strchr(l, '\n');
     if (!nl) return NULL;
     *nl = '\0';
+    c->pos = (size_t)(nl + 1 - c->buf);
     return l;
 }
 

@@ -63,6 +63,7 @@ typedef struct launch {
     int reaped, status; /* reaped: status is its wait status */
     struct rusage ru;   /* its resource use, once reaped */
     size_t len;         /* bytes in buf (launch_wait_line) */
+    size_t pos;         /* where launch_wait_line looks next: past the last line it returned */
     char buf[8192];
 } launch;
 
@@ -75,8 +76,8 @@ void launch_sleep_ms(int ms);
 int launch_start(launch *c, char *const argv[], const launch_opts *opts);
 
 /* Reads c's stdout into c->buf until it holds a whole line containing has
- * (NULL: the first whole line).  Returns that line, NUL-terminated in
- * c->buf; NULL with errno ETIMEDOUT (the deadline, in launch_now_ms's
+ * (NULL: the first whole line), past the lines earlier calls returned.
+ * Returns that line, NUL-terminated in c->buf; NULL with errno ETIMEDOUT (the deadline, in launch_now_ms's
  * time), EPIPE (end of file: the program closed its stdout or ended) or
  * ENOBUFS (c->buf full).  c->buf holds, NUL-terminated, what came. */
 char *launch_wait_line(launch *c, const char *has, int64_t until_ms);
