@@ -213,7 +213,8 @@ enum { WEFT_IO_AUTO = 0, WEFT_IO_URING = 1, WEFT_IO_EPOLL = 2 };
  *  - virtual time: weft_now() and every sleep, deadline and timer run on
  *    a clock that starts at 1000 s, advances 1 us per scheduling decision,
  *    and, when no vthread can run and a timer is pending, jumps to that
- *    timer -- after giving outstanding I/O 5 ms of real time to complete,
+ *    timer -- after giving outstanding I/O (a vthread's, or a completion
+ *    handler's: weft/async.h) 5 ms of real time to complete,
  *    and a platform thread that is active in the runtime (it just spawned
  *    or woke a vthread, or was woken, and has not waited in weft since)
  *    up to 100 ms: sleeps never wait for real.  A platform thread's timed

@@ -125,6 +125,7 @@ typedef struct aop {
     int8_t polling;   /* 1: waiting for readiness after an -EAGAIN; -1: an attempt's result */
     int8_t timed_out; /* its deadline passed */
     int8_t spread;    /* started on the next dispatcher in turn */
+    int8_t in_kernel; /* counted in its dispatcher's inflight */
     ptrdiff_t hidx;   /* in d's heap (sched/heap.h), or -1 */
     int64_t epoch;    /* its fd's epoch when it was called (its hold on the number); -1: not counted */
     int64_t deadline;
@@ -152,6 +153,7 @@ typedef struct disp {
     int64_t retry_at;
     int64_t turn_start; /* when it last parked or yielded */
     int turn_ops;       /* aops and timers since */
+    int inflight;       /* aops whose kernel part runs (deterministic mode's clock waits for them) */
 } disp;
 
 #define RETRY_NS 20000 /* as weft_close's own naps */
@@ -167,6 +169,18 @@ static struct {
 /* ---- the timer heap (the dispatcher's) ------------------------------------------- */
 
 static int sooner(const void *x, const void *y) { return ((const aop *)x)->deadline < ((const aop *)y)->deadline; }
+
+/* a's kernel part begins / has ended (the dispatcher's count: see disp_main's park) */
+static void kernel_begin(disp *d, aop *a) {
+    atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
+    a->in_kernel = 1;
+    d->inflight++;
+}
+static void kernel_end(disp *d, aop *a) {
+    if (!a->in_kernel) return;
+    a->in_kernel = 0;
+    d->inflight--;
+}
 
 static int heap_add(disp *d, aop *a) { return weft__heap_push(&d->heap, a, sooner, offsetof(aop, hidx)); }
 
@@ -302,7 +316,7 @@ static void issue(disp *d, aop *a) {
                 return;
             }
         }
-        atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
+        kernel_begin(d, a);
         weft__io.submit(&a->iop, &a->rq);
         return;
     }
@@ -319,9 +333,10 @@ static void issue(disp *d, aop *a) {
      * or a poll's own on epoll */
     a->iop.fd = a->rq.fd;
     a->iop.events = weft__ioreq_events(&a->rq);
-    atomic_store_explicit(&a->state, ST_KERNEL, memory_order_relaxed);
+    kernel_begin(d, a);
     int r = weft__io.wait_ready(&a->iop); /* may complete it at once: then it is in the inbox */
     if (r < 0) {
+        kernel_end(d, a);
         weft__fd_leave(a->use);
         a->use = NULL;
         finish(d, a, r);
@@ -351,6 +366,7 @@ static void progress(disp *d, aop *a, ssize_t r) {
 /* a's kernel part ended with a->iop.res; a is d's. */
 static void back(disp *d, aop *a) {
     int res = a->iop.res;
+    kernel_end(d, a);
     if (a->polling == -1) { /* an attempt's own result */
         a->polling = 0;
         progress(d, a, res);
@@ -403,6 +419,7 @@ static void fire(disp *d) {
         /* io_uring: it comes back with -ECANCELED, or its result; epoll:
          * off its fd, or its readiness is in the inbox already */
         if (weft__io.withdraw(&a->iop)) {
+            kernel_end(d, a);
             weft__fd_leave(a->use);
             a->use = NULL;
             finish(d, a, -ETIMEDOUT);
@@ -442,7 +459,10 @@ static void *disp_main(void *arg) {
         }
         int64_t until = heap_first(d) ? heap_first(d)->deadline : 0;
         if (d->retry && (!until || d->retry_at < until)) until = d->retry_at;
-        weft__park_wait(p, tok, until, WEFT__WHY_ASYNC, NULL, __FILE__, __LINE__);
+        /* (with operations in the kernel the park names d: in deterministic
+         * mode the clock then gives them time to complete before it jumps
+         * to a deadline, as for a vthread parked in a read -- sched.c) */
+        weft__park_wait(p, tok, until, WEFT__WHY_ASYNC, d->inflight ? d : NULL, __FILE__, __LINE__);
         d->turn_start = weft_now();
         d->turn_ops = 0;
     }

@@ -43,9 +43,11 @@
  * program whose vthreads wait for I/O is deterministic only as far as the
  * I/O's timing is (a pipe written and read by vthreads on the one carrier
  * usually is; a socket to another process is not).  The clock does not jump
- * while vthreads wait for I/O without first giving it WEFT__DET_IO_WAIT_NS
- * (5 ms, real) to complete: a deadline on a read that a platform thread
- * answers soon does not expire merely because the carrier went idle.  A
+ * while vthreads wait for I/O -- or completion handlers do: an async
+ * dispatcher with operations in the kernel -- without first giving it
+ * WEFT__DET_IO_WAIT_NS (5 ms, real) to complete: a deadline on a read that
+ * a platform thread answers soon does not expire merely because the
+ * carrier went idle.  A
  * longer grace (WEFT__DET_GRACE_NS, 100 ms real) holds the clock while a
  * platform thread is active: from a hand-in (a spawn, a wake-up of a
  * vthread) or the carrier's waking one (a join, a timed wait the clock

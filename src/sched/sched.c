@@ -793,8 +793,18 @@ static weft_thread *pick_det(weft__carrier *c) {
  * outstanding I/O had WEFT__DET_IO_WAIT_NS of real time to complete;
  * nothing at all: sleep in the poller (or on the futex) as find_work does,
  * until a platform thread, the blocking pool or the kernel hands work in. */
+static inline int64_t det_real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static weft_thread *find_work_det(weft__carrier *c) {
     weft_group *g = c->grp; /* the default group: the mode has no other */
+    /* when (real time) the I/O's time before the jump is over: a wait the
+     * poller ends early with nothing (a stale kick, the stacks' trim) goes
+     * on for the rest, rather than jumping at once */
+    int64_t hold_end = 0;
     for (;;) {
         if (atomic_load_explicit(&R.stop, memory_order_acquire)) return NULL;
         weft_thread *t = pick_det(c);
@@ -831,12 +841,14 @@ static weft_thread *find_work_det(weft__carrier *c) {
         if (!work_visible(c) && !atomic_load(&R.stop)) {
             /* a bounded real wait if a jump is due after it, or the
              * stacks' idle trim (real time) */
-            int64_t wait = min != INT64_MAX ? hold : stuck;
+            int64_t rnow = det_real_ns(), wait = stuck;
+            if (min != INT64_MAX) {
+                if (!hold_end) hold_end = rnow + hold;
+                wait = hold_end > rnow ? hold_end - rnow : 0;
+            }
             int64_t trim = weft__stacks_trim_due(&c->stacks);
             if (trim != INT64_MAX) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                int64_t left = trim - ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+                int64_t left = trim - rnow;
                 if (left < wait) wait = left > 0 ? left : 0;
             }
             int64_t vdl = wait != INT64_MAX ? weft__det_now() + (wait ? wait : 1) : 0;
@@ -852,7 +864,8 @@ static weft_thread *find_work_det(weft__carrier *c) {
         }
         if (clear_idle_bit(g, c->gidx)) atomic_fetch_sub(&g->nidle, 1);
         else atomic_fetch_sub(&g->nspinning, 1); /* a waker counted us as spinning: we do not spin */
-        if (waited && min != INT64_MAX && !weft__tfifo_len(&g->inj)) {
+        if (waited && min != INT64_MAX && !weft__tfifo_len(&g->inj) && det_real_ns() >= hold_end) {
+            hold_end = 0;
             weft__det_waited();
             weft__det_jump(min); /* the I/O did not come in time: virtual time goes on */
         }
@@ -1511,11 +1524,12 @@ int weft__park_wait(weft__parker *p, uint64_t token, int64_t deadline, int why,
     atomic_store_explicit(&self->block_until, deadline, memory_order_relaxed);
     bump(&c->n_parks);
     /* deterministic mode: an operation the kernel or the pool completes
-     * (io.c parks on it with its op as obj) holds back the clock's jump;
-     * that and an async dispatcher's park (operations of its may be in the
-     * kernel) rule a deadlock out */
+     * (io.c parks on it with its op as obj; an async dispatcher with
+     * operations in the kernel names itself) holds back the clock's jump;
+     * that and any dispatcher's park (operations may be handed to it from
+     * outside) rule a deadlock out */
     int det_io = __builtin_expect(WEFT__DET_ON(), 0) && ((why == WEFT__WHY_IO && obj) || why == WEFT__WHY_ASYNC);
-    int det_hold = why == WEFT__WHY_IO;
+    int det_hold = why == WEFT__WHY_IO || (why == WEFT__WHY_ASYNC && obj);
     if (det_io) weft__det_io_begin(det_hold);
     while (atomic_load(&p->word) == token) switch_out(weft__carrier_self(), self, OP_PARK);
     if (det_io) weft__det_io_end(det_hold);
