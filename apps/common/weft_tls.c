@@ -1,7 +1,8 @@
 /*
  * weft_tls.c -- the BIO over weft's socket calls (the design is
  * weft_tls.h's).  The method is made once (pthread_once) and shared; each
- * BIO's data is a small struct: the fd and the last error.
+ * BIO's data is a small struct: the fd, the last error, the deadline and
+ * the MSG_MORE flag of its calls.
  */
 #define _GNU_SOURCE
 #include "weft_tls.h"
@@ -17,15 +18,34 @@
 
 typedef struct wbio {
     int fd;
-    int err; /* -errno of the last failed call */
+    int err;          /* -errno of the last failed call */
+    int more;         /* MSG_MORE on writes */
+    int nonblock;     /* recv/send with MSG_DONTWAIT; EAGAIN: retry */
+    int64_t deadline; /* of every read and write (0: none) */
 } wbio;
 
 static BIO_METHOD *method;
 static pthread_once_t method_once = PTHREAD_ONCE_INIT;
 
+/* The non-blocking BIO's call: bytes, or -errno (-EAGAIN: none now). */
+static ssize_t nb_call(wbio *w, char *buf, size_t n, int write) {
+    ssize_t r;
+    do r = write ? send(w->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT | (w->more ? MSG_MORE : 0))
+                 : recv(w->fd, buf, n, MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? (errno == EWOULDBLOCK ? -EAGAIN : -errno) : r;
+}
+
 static int wb_write(BIO *b, const char *buf, size_t n, size_t *done) {
     wbio *w = BIO_get_data(b);
-    ssize_t r = weft_send(w->fd, buf, n, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    ssize_t r = w->nonblock ? nb_call(w, (char *)buf, n, 1)
+                            : weft_send_until(w->fd, buf, n, MSG_NOSIGNAL | (w->more ? MSG_MORE : 0), w->deadline);
+    if (r == -EAGAIN && w->nonblock) {
+        BIO_set_retry_write(b);
+        *done = 0;
+        return 0;
+    }
     if (r <= 0) {
         w->err = r < 0 ? (int)r : -EIO;
         *done = 0;
@@ -37,8 +57,13 @@ static int wb_write(BIO *b, const char *buf, size_t n, size_t *done) {
 
 static int wb_read(BIO *b, char *buf, size_t n, size_t *done) {
     wbio *w = BIO_get_data(b);
-    ssize_t r = weft_recv(w->fd, buf, n, 0);
+    BIO_clear_retry_flags(b);
+    ssize_t r = w->nonblock ? nb_call(w, buf, n, 0) : weft_recv_until(w->fd, buf, n, 0, w->deadline);
     *done = 0;
+    if (r == -EAGAIN && w->nonblock) {
+        BIO_set_retry_read(b);
+        return 0;
+    }
     if (r < 0) {
         w->err = (int)r;
         return 0;
@@ -102,6 +127,21 @@ BIO *weft_tls_bio_new(int fd) {
     BIO_set_data(b, w);
     BIO_set_init(b, 1);
     return b;
+}
+
+void weft_tls_bio_set_deadline(BIO *b, int64_t deadline_ns) {
+    wbio *w = b ? BIO_get_data(b) : NULL;
+    if (w) w->deadline = deadline_ns;
+}
+
+void weft_tls_bio_set_more(BIO *b, int more) {
+    wbio *w = b ? BIO_get_data(b) : NULL;
+    if (w) w->more = more;
+}
+
+void weft_tls_bio_set_nonblock(BIO *b, int nonblock) {
+    wbio *w = b ? BIO_get_data(b) : NULL;
+    if (w) w->nonblock = nonblock;
 }
 
 int weft_tls_bio_error(BIO *b) {

@@ -1,6 +1,6 @@
 /*
  * weft_tls.h -- OpenSSL over weft's socket calls, for weft's programs
- * (weft-load's client now; weft-httpd's server next).
+ * (weft-load's client, weft-httpd's server).
  *
  * A BIO of our own whose read and write are weft_recv and weft_send: an
  * SSL_connect, SSL_read or SSL_write on a vthread parks it in weft's ring
@@ -19,15 +19,36 @@
  * The BIO is blocking in weft's sense: a read or write returns only with
  * bytes, EOF, or an error, never "retry".  One per connection, owned by the
  * SSL it is given to (SSL_set_bio); fd stays the caller's to close.
+ *
+ * Code that waits for readiness itself -- completion handlers, which must
+ * not park (weft-httpd --model async) -- turns the BIO non-blocking
+ * (weft_tls_bio_set_nonblock): a read or write that would wait makes one
+ * recv or send with MSG_DONTWAIT and says "retry" (SSL_ERROR_WANT_READ or
+ * _WRITE), and the caller waits with weft_poll_async and calls again.  The
+ * deadline is then the caller's to keep; MSG_MORE still applies.
  */
 #ifndef WEFT_TLS_H
 #define WEFT_TLS_H
+
+#include <stdint.h>
 
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
 
 /* A BIO over fd, or NULL (no memory). */
 BIO *weft_tls_bio_new(int fd);
+
+/* The deadline (absolute, weft_now(); 0: none) of the BIO's reads and
+ * writes from now on, on top of the calling thread's own (weft_X_until):
+ * a server gives a handshake, a request or a response its timeout. */
+void weft_tls_bio_set_deadline(BIO *b, int64_t deadline_ns);
+
+/* more != 0: the BIO's writes go out with MSG_MORE (more records follow at
+ * once: the kernel may hold a partial segment) until it is set back to 0. */
+void weft_tls_bio_set_more(BIO *b, int more);
+
+/* nonblock != 0: the BIO's reads and writes do not wait (above). */
+void weft_tls_bio_set_nonblock(BIO *b, int nonblock);
 
 /* The -errno that ended the BIO's last failed read or write (0: none, or
  * EOF). */

@@ -3,8 +3,8 @@
  * connections and the one that starts the drain (the design is httpd.c's
  * essay, "Limits" and "Drain").
  *
- * One acceptor per carrier, each in weft_accept on the one listening
- * socket.  A connection slot (nconns, shared with every model) is taken
+ * One acceptor per carrier, each in weft_accept on the listening socket
+ * (and with --tls-port one more per carrier on the HTTPS one).  A connection slot (nconns, shared with every model) is taken
  * before the accept and given back by conn_slot_free when the connection's
  * descriptor is closed, which also wakes an acceptor parked at
  * --max-conns.  The descriptor reserve (reserve_fd, one /dev/null opened
@@ -23,7 +23,7 @@
 /* the acceptors (dispatch, in models.c, hands a connection to the model)     */
 /* ------------------------------------------------------------------------ */
 
-int listen_fd = -1;
+int listen_fd = -1, tls_listen_fd = -1, listen_tls;
 _Atomic int reserve_fd = -1;
 weft_thread *acceptors[64];
 int nacceptors;
@@ -66,8 +66,21 @@ static void log_limited(const char *what, int err) {
     fprintf(stderr, "weft-httpd: %s: %s\n", what, strerror(err));
 }
 
+/* Acceptor me's listening socket, and whether it speaks TLS: the first
+ * half of the acceptors take --port's connections, the second half
+ * --tls-port's when there is one (server.c starts twice as many then). */
+static int acceptor_socket(int me, int *tls) {
+    if (tls_listen_fd >= 0 && me >= nacceptors / 2) {
+        *tls = 1;
+        return tls_listen_fd;
+    }
+    *tls = listen_tls;
+    return listen_fd;
+}
+
 void *acceptor_main(void *arg) {
-    int me = (int)(intptr_t)arg;
+    int me = (int)(intptr_t)arg, tls;
+    int lfd = acceptor_socket(me, &tls);
     while (!atomic_load(&draining)) {
         /* take a connection slot before accepting (several acceptors share
          * the limit); at the limit wait for a connection to end */
@@ -82,7 +95,7 @@ void *acceptor_main(void *arg) {
         reserve_rearm();
         struct sockaddr_storage peer;
         socklen_t pl = sizeof peer;
-        int fd = weft_accept(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int fd = weft_accept(lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) atomic_fetch_sub(&nconns, 1); /* the slot was not used */
         if (fd == -ECANCELED) break;
         if (fd == -EMFILE || fd == -ENFILE) {
@@ -92,7 +105,7 @@ void *acceptor_main(void *arg) {
             if (rfd >= 0) {
                 close(rfd);
                 pl = sizeof peer;
-                int x = accept4(listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                int x = accept4(lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 /* Out of descriptors still?  The EMFILE may be stale: on a
                  * loaded machine the accept's completion can be handled
                  * after the connections that filled the table have gone.
@@ -102,7 +115,7 @@ void *acceptor_main(void *arg) {
                 if (x >= 0 && spare >= 0 && atomic_fetch_add(&nconns, 1) < O.max_conns) {
                     reserve_put(spare);
                     atomic_fetch_add(&nopen, 1);
-                    if (dispatch(x, &peer, weft_now()) < 0) {
+                    if (dispatch(x, &peer, weft_now(), tls) < 0) {
                         close(x);
                         conn_slot_free();
                     }
@@ -138,7 +151,7 @@ void *acceptor_main(void *arg) {
             if (shed) continue;
         }
         atomic_fetch_add(&nopen, 1);
-        int r = dispatch(fd, &peer, weft_now());
+        int r = dispatch(fd, &peer, weft_now(), tls);
         if (r < 0) {
             log_limited("cannot start a connection", -r);
             close(fd);

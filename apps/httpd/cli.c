@@ -51,9 +51,14 @@ static void usage(FILE *f) {
             "                         SIGHUP replaces them one at a time (the binary now at this\n"
             "                         program's path, the same options) without refusing a\n"
             "                         connection, SIGTERM drains them all\n"
+            "  --tls-cert FILE        HTTPS: the certificate (chain) in PEM, the server's first\n"
+            "  --tls-key FILE         ... and its private key in PEM (TLS 1.2 and 1.3, OpenSSL)\n"
+            "  --tls-port N           HTTPS on port N and plain HTTP on --port (without it,\n"
+            "                         --port speaks HTTPS only); models virtual, thread, pool:N\n"
             "  --quiet                no start/stop messages on stderr\n"
             "  --help                 this text\n"
-            "It prints \"listening on HOST:PORT\" when ready.  Errors go to stderr.\n"
+            "It prints \"listening on HOST:PORT\" when ready (\"... (https)\" for HTTPS's port).\n"
+            "Errors go to stderr.\n"
             "GET /healthz answers 200 \"ok\" without looking at the docroot (503 while draining).\n"
             "SIGQUIT writes a thread dump to stderr: every vthread (\"conn 127.0.0.1:53412\",\n"
             "\"acceptor 0\", \"watcher\", \"main\") with its state, blocking call and site, and\n"
@@ -83,7 +88,7 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 int main(int argc, char **argv) {
     enum { OPT_HOST = 256, OPT_PORT, OPT_ROOT, OPT_MODEL, OPT_CARRIERS, OPT_MAXC, OPT_DELAY, OPT_EVERY, OPT_HT,
            OPT_IT, OPT_ST, OPT_DT, OPT_LOG, OPT_QUIET, OPT_HELP, OPT_CACHE, OPT_BT, OPT_CPU, OPT_CPUN,
-           OPT_WORKERS, OPT_WORKER, OPT_NOTICE };
+           OPT_WORKERS, OPT_WORKER, OPT_NOTICE, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_PORT };
     static const struct option opts[] = {
         {"host", 1, 0, OPT_HOST}, {"port", 1, 0, OPT_PORT}, {"root", 1, 0, OPT_ROOT},
         {"model", 1, 0, OPT_MODEL}, {"carriers", 1, 0, OPT_CARRIERS}, {"max-conns", 1, 0, OPT_MAXC},
@@ -92,9 +97,10 @@ int main(int argc, char **argv) {
         {"access-log", 1, 0, OPT_LOG}, {"quiet", 0, 0, OPT_QUIET}, {"help", 0, 0, OPT_HELP},
         {"cache-mb", 1, 0, OPT_CACHE}, {"body-timeout", 1, 0, OPT_BT}, {"cpu-job", 1, 0, OPT_CPU},
         {"cpu-job-vthreads", 1, 0, OPT_CPUN}, {"workers", 1, 0, OPT_WORKERS},
-        /* --worker LISTEN_FD,READY_FD,SLOT: how the supervisor starts a worker (workers.c) */
-        {"worker", 1, 0, OPT_WORKER}, {"drain-notice", 1, 0, OPT_NOTICE}, {0, 0, 0, 0}};
-    int worker_lfd = -1;
+        /* --worker LISTEN_FD,READY_FD,SLOT[,TLS_FD,KEY_FD]: how the supervisor starts a worker (workers.c; TLS_FD -1 without --tls-port) */
+        {"worker", 1, 0, OPT_WORKER}, {"drain-notice", 1, 0, OPT_NOTICE}, {"tls-cert", 1, 0, OPT_TLS_CERT},
+        {"tls-key", 1, 0, OPT_TLS_KEY}, {"tls-port", 1, 0, OPT_TLS_PORT}, {0, 0, 0, 0}};
+    int worker_lfd = -1, worker_tfd = -1, worker_kfd = -1;
     long x;
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -156,14 +162,24 @@ int main(int argc, char **argv) {
             O.workers = (int)x;
             break;
         case OPT_WORKER: {
-            int a, b, c, used = 0;
-            if (sscanf(optarg, "%d,%d,%d%n", &a, &b, &c, &used) != 3 || optarg[used] || a < 0 || b < 0 || c < 0)
+            /* LFD,READY,SLOT[,TLSFD,KEYFD]: TLSFD -1 without --tls-port */
+            int a, b, c, t = -1, k = -1, n1 = 0, n2 = 0;
+            if (sscanf(optarg, "%d,%d,%d%n", &a, &b, &c, &n1) != 3 || a < 0 || b < 0 || c < 0) goto bad;
+            if (optarg[n1] && (sscanf(optarg + n1, ",%d,%d%n", &t, &k, &n2) != 2 || t < -1 || k < 0 || optarg[n1 + n2]))
                 goto bad;
             worker_lfd = a;
+            worker_tfd = t;
+            worker_kfd = k;
             O.ready_fd = b;
             O.worker_slot = c;
             break;
         }
+        case OPT_TLS_CERT: O.tls_cert = optarg; break;
+        case OPT_TLS_KEY: O.tls_key = optarg; break;
+        case OPT_TLS_PORT:
+            if (parse_int(optarg, 0, 65535, &x)) goto bad;
+            O.tls_port = optarg;
+            break;
         case OPT_HELP:
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -178,6 +194,13 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (O.tls_port && !O.tls_cert && !O.tls_key) {
+        fprintf(stderr, "weft-httpd: --tls-port needs --tls-cert and --tls-key\n");
+        return 2;
+    }
+    /* the certificate and key are checked here, before anything starts
+     * (the supervisor of --workers too: a bad file is one clear error) */
+    if (tls_setup() < 0) return 1;
     /* descriptors: as many as allowed; connections bounded below that */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -207,7 +230,9 @@ int main(int argc, char **argv) {
         }
     }
     if (O.workers && O.worker_slot < 0) {
-        /* the supervisor: each worker opens the log and the docroot itself */
+        /* the supervisor: each worker opens the log, the docroot and its
+         * TLS context itself */
+        tls_fini();
         if (log_fd >= 0) close(log_fd);
         close(root_fd);
         log_fd = root_fd = -1;
@@ -228,10 +253,22 @@ int main(int argc, char **argv) {
         fcntl(worker_lfd, F_SETFD, FD_CLOEXEC);
         fcntl(O.ready_fd, F_SETFD, FD_CLOEXEC);
         listen_fd = worker_lfd;
+        if (O.tls_port) {
+            if (worker_tfd < 0 || getsockopt(worker_tfd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) < 0 || !on) {
+                fprintf(stderr, "weft-httpd: --worker: no listening socket for --tls-port\n");
+                return 1;
+            }
+            fcntl(worker_tfd, F_SETFD, FD_CLOEXEC);
+            tls_listen_fd = worker_tfd;
+        }
+        /* HTTPS: the ticket key every worker shares (tls.c) */
+        if (worker_kfd >= 0 && tls_ticket_keys_use(worker_kfd) < 0) return 1;
     } else {
-        listen_fd = open_listener(0);
+        listen_fd = open_listener(O.port, 0);
+        if (listen_fd >= 0 && O.tls_port && (tls_listen_fd = open_listener(O.tls_port, 0)) < 0) return 1;
     }
     if (listen_fd < 0) return 1;
+    listen_tls = tls_on() && !O.tls_port;
     if (O.model == MODEL_POOL && pool_start() < 0) return 1;
     weft_runtime_opts cfg = {.carriers = O.carriers};
     int r = weft_init(&cfg);
@@ -261,10 +298,15 @@ int main(int argc, char **argv) {
         char host[INET6_ADDRSTRLEN];
         int port;
         listen_addr(listen_fd, host, sizeof host, &port);
-        printf("listening on %s:%d\n", host, port);
+        printf("listening on %s:%d%s\n", host, port, listen_tls ? " (https)" : "");
+        if (tls_listen_fd >= 0) {
+            listen_addr(tls_listen_fd, host, sizeof host, &port);
+            printf("listening on %s:%d (https)\n", host, port);
+        }
         fflush(stdout);
     }
     r = weft_main(server, NULL);
     fc_fini();
+    tls_fini();
     return r < 0 ? 1 : r;
 }

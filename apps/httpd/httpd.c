@@ -149,16 +149,23 @@ static void sleep_delay(void) {
     }
 }
 
-/* Sends all of buf; returns 0 or -errno (a send stuck past --send-timeout
- * is -ETIMEDOUT). */
-static int send_all(int fd, const char *buf, size_t n, int more) {
+/* Sends all of buf on c (through its TLS if it has one); returns 0 or
+ * -errno (a send stuck past --send-timeout is -ETIMEDOUT). */
+static int send_all(conn *c, const char *buf, size_t n, int more) {
+    if (c->ssl) return tls_send(c, buf, n, more);
     while (n) {
-        ssize_t r = weft_send_until(fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0), weft_now() + O.send_timeout);
+        ssize_t r = weft_send_until(c->fd, buf, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0), weft_now() + O.send_timeout);
         if (r < 0) return (int)r;
         buf += r;
         n -= (size_t)r;
     }
     return 0;
+}
+
+/* Receives into buf from c (through its TLS if it has one), by deadline. */
+static ssize_t conn_recv(conn *c, char *buf, size_t n, int64_t deadline) {
+    if (c->ssl) return tls_recv(c, buf, n, deadline);
+    return weft_recv_until(c->fd, buf, n, 0, deadline);
 }
 
 /* The body of p stopped short (the file shrank under sendfile): the head
@@ -174,10 +181,13 @@ void body_cut(const conn *c, const response *p) {
 /* Sends p as a blocking call: 0 or -errno. */
 static int send_response(conn *c, response *p) {
     int more = p->mem_len || p->file_len;
-    int err = send_all(c->fd, p->head, p->head_len, more);
-    if (!err && p->mem_len) err = send_all(c->fd, p->mem, p->mem_len, 0);
+    int err = send_all(c, p->head, p->head_len, more);
+    if (!err && p->mem_len) err = send_all(c, p->mem, p->mem_len, 0);
     while (!err && p->file_len > 0) {
-        ssize_t sn = weft_sendfile_until(c->fd, p->fd, &p->off, (size_t)p->file_len, weft_now() + O.send_timeout);
+        /* HTTPS: pread and SSL_write (tls.c); plain: zero-copy */
+        long long sn = c->ssl ? tls_send_file(c, p->fd, &p->off, p->file_len)
+                              : weft_sendfile_until(c->fd, p->fd, &p->off, (size_t)p->file_len,
+                                                    weft_now() + O.send_timeout);
         if (sn < 0) {
             err = (int)sn;
         } else if (sn == 0) { /* the file shrank: the response cannot be completed */
@@ -214,20 +224,24 @@ int request_keep(const http_request *rq) {
 /* ------------------------------------------------------------------------ */
 
 /* Receives more into buf; the deadline depends on whether a head started.
- * first: no request answered on the connection yet. */
+ * first: no request answered on the connection yet; ready_at: when it
+ * could first send one (HTTPS: its handshake's end; 0: at its accept) --
+ * a first request's grace in the drain runs from then if that is later
+ * than the drain's start. */
 static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t head_deadline, int64_t idle_from,
-                         int first) {
+                         int first, int64_t ready_at) {
     int64_t d = len ? head_deadline : idle_from + O.idle_timeout;
     if (!len) {
         /* idle first, then look at draining: the drain looks at them in the
          * other order (seq_cst both), so it cannot miss us */
         atomic_store(&c->idle, first ? CONN_FIRST : CONN_IDLE);
-        int64_t g = atomic_load(&drain_started) + DRAIN_FIRST_GRACE;
+        int64_t g = atomic_load(&drain_started);
+        g = (ready_at > g ? ready_at : g) + DRAIN_FIRST_GRACE;
         if (atomic_load(&draining) && first && weft_now() < g) {
             /* a new connection's first request may be on its way: it gets
              * the grace from the drain's start (the drain shuts what is
              * still waiting then); past it, what is there, as below */
-            ssize_t r = weft_recv_until(c->fd, buf, cap, 0, g < d ? g : d);
+            ssize_t r = conn_recv(c, buf, cap, g < d ? g : d);
             atomic_store_explicit(&c->idle, CONN_BUSY, memory_order_relaxed);
             return r == -ETIMEDOUT ? 0 : r;
         }
@@ -236,6 +250,7 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
              * a connection that waited in the pool's queue, or started
              * after the drain did, may well have one; none: we are done */
             atomic_store_explicit(&c->idle, CONN_BUSY, memory_order_relaxed);
+            if (c->ssl) return tls_recv_now(c, buf, cap);
             ssize_t r;
             do r = recv(c->fd, buf, cap, MSG_DONTWAIT);
             while (r < 0 && errno == EINTR);
@@ -243,14 +258,16 @@ static ssize_t recv_more(conn *c, char *buf, size_t len, size_t cap, int64_t hea
             return r;
         }
     }
-    ssize_t r = weft_recv_until(c->fd, buf + len, cap - len, 0, d);
+    ssize_t r = conn_recv(c, buf + len, cap - len, d);
     atomic_store_explicit(&c->idle, CONN_BUSY, memory_order_relaxed);
     return r;
 }
 
 /* Serves a connection accepted at accepted_at (weft_now()): the first
- * request's idle clock runs from then, whatever the connection waited for. */
-void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at) {
+ * request's idle clock runs from then, whatever the connection waited for.
+ * tls: HTTPS -- the handshake first, within --header-timeout; a failed
+ * one closes quietly. */
+void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at, int tls) {
     conn c = {.fd = fd};
     int64_t idle_from = accepted_at;
     set_peer(&c, peer);
@@ -258,6 +275,14 @@ void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at
     char buf[BUF_SIZE];
     size_t len = 0;
     int keep = 1, first = 1;
+    int64_t ready_at = 0;
+    if (tls) {
+        /* the handshake is bounded by --header-timeout, drain or not: a
+         * client that connected before the drain (one pool:N kept queued)
+         * has its request on its way behind it */
+        if (tls_accept(&c, weft_now() + O.header_timeout) < 0) goto out;
+        ready_at = weft_now();
+    }
     while (keep) {
         http_parser ps;
         http_parser_init(&ps);
@@ -269,7 +294,7 @@ void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at
         for (;;) {
             hl = len ? http_parse_request(&ps, buf, len, &rq) : 0;
             if (hl != 0) break;
-            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline, idle_from, first);
+            ssize_t r = recv_more(&c, buf, len, sizeof buf, head_deadline, idle_from, first, ready_at);
             if (r == 0 || r == -ECONNRESET || r == -ECANCELED) goto out;
             if (r == -ETIMEDOUT) {
                 if (len) send_status(&c, NULL, 408, 0, NULL);
@@ -314,7 +339,7 @@ void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at
             }
             body -= (long long)inbuf;
             used = len = 0;
-            ssize_t r = weft_recv_until(fd, buf, sizeof buf, 0, body_deadline);
+            ssize_t r = conn_recv(&c, buf, sizeof buf, body_deadline);
             if (r <= 0) goto out;
             len = (size_t)r;
         }
@@ -328,7 +353,9 @@ linger:
     /* Closing with unread input makes the kernel send RST, which can
      * destroy the answer before the client read it.  So, as nginx's
      * lingering close: stop sending, read and drop what still comes for a
-     * moment (bounded in time and bytes), then close. */
+     * moment (bounded in time and bytes), then close.  HTTPS: close_notify
+     * first, then the same with the records left unread. */
+    tls_close(&c);
     shutdown(fd, SHUT_WR);
     {
         int64_t until = weft_now() + NS;
@@ -340,6 +367,7 @@ linger:
         }
     }
 out:
+    tls_close(&c);
     conn_unregister(&c);
     weft_close(fd);
     conn_slot_free();

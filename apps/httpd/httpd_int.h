@@ -15,6 +15,10 @@
  *                 async.c's handlers;
  *   access_log.c  the access log's ring and its writer thread;
  *   server.c      start, signals, drain, the --cpu-job background job;
+ *   tls.c         HTTPS: the OpenSSL context (--tls-cert, --tls-key) and a
+ *                 connection's handshake, reads and writes over weft's
+ *                 socket calls (the thread models), or non-blocking for
+ *                 async.c's handlers;
  *   workers.c     --workers N: the supervisor process, its worker
  *                 processes on SO_REUSEPORT sockets, their restarts and
  *                 SIGHUP's rolling replacement (it runs no weft runtime);
@@ -81,13 +85,17 @@ typedef struct httpd_opts {
     int worker_slot;      /* in a worker: its slot (-1: not a worker) */
     int ready_fd;         /* in a worker: the pipe it says "ready" on, -1 once said */
     int64_t drain_notice; /* --drain-notice: at SIGTERM, /healthz answers 503 this long before the drain */
+    const char *tls_cert, *tls_key; /* --tls-cert, --tls-key: HTTPS (tls.c) */
+    const char *tls_port; /* --tls-port: HTTPS there, plain HTTP on --port (NULL: --port speaks TLS) */
 } httpd_opts;
 
 extern httpd_opts O;
 
-/* the descriptors: root_fd (plan.c), listen_fd (httpd.c), log_fd
- * (access_log.c); opened by main before the server starts */
-extern int root_fd, listen_fd, log_fd;
+/* the descriptors: root_fd (plan.c), listen_fd and tls_listen_fd
+ * (acceptor.c), log_fd (access_log.c); opened by main before the server
+ * starts.  listen_fd speaks TLS when listen_tls is set (--tls-cert without
+ * --tls-port); tls_listen_fd is --tls-port's (-1: none). */
+extern int root_fd, listen_fd, tls_listen_fd, log_fd, listen_tls;
 extern _Atomic int reserve_fd; /* given up, one acceptor at a time, to shed at EMFILE */
 /* nconns: connection slots taken (an acceptor takes one before it accepts);
  * nopen: connections accepted and not yet closed (what the drain reports) */
@@ -115,6 +123,7 @@ enum { CONN_BUSY = 0, CONN_IDLE = 1, CONN_FIRST = 2 };
 
 typedef struct conn {
     int fd;
+    struct ssl_st *ssl; /* HTTPS: its TLS (tls.c); NULL: plain */
     atomic_int idle; /* CONN_IDLE: waiting for the first byte of its next request;
                       * CONN_FIRST: of its first one (a new connection) */
     struct conn *prev, *next;
@@ -219,25 +228,46 @@ int64_t request_delay(void);
 void body_cut(const conn *c, const response *p);
 int send_status(conn *c, const http_request *rq, int status, int keep_alive, const char *location);
 int request_keep(const http_request *rq);
-void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at);
+void serve_conn(int fd, const struct sockaddr_storage *peer, int64_t accepted_at, int tls);
 void conn_slot_free(void);
 void *acceptor_main(void *arg);
 void *signal_watcher(void *unused);
 
 /* async.c */
-int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted_at);
+int a_start(int fd, const struct sockaddr_storage *peer, int64_t accepted_at, int tls);
 void bp_sweep(ssize_t res, void *ctx);
 
 /* models.c */
-int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at);
+int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at, int tls);
 void *pool_reaper(void *unused);
 int pool_start(void);
 void pool_stop(void);
 
 /* server.c */
-int open_listener(int reuseport);
+int open_listener(const char *port, int reuseport);
 void listen_addr(int fd, char *host, size_t hn, int *port);
 int server(void *unused);
+
+/* tls.c (HTTPS; c->ssl set by tls_accept, or tls_open_nb for the async model) */
+int tls_on(void);    /* a context was set up */
+int tls_setup(void); /* at start, from the options: 0, or -1 after saying why */
+void tls_fini(void);
+int tls_start(void); /* in the runtime, at the server's start: the sweep's timer; 0 or -errno */
+int tls_ticket_keys_make(void); /* --workers' supervisor: a sealed memfd holding a new ticket key, or -errno */
+int tls_ticket_keys_use(int fd); /* a worker: tickets under the key in fd (closed); 0, or -1 after saying why */
+int tls_accept(conn *c, int64_t deadline);                        /* 0 or -errno */
+ssize_t tls_recv(conn *c, void *buf, size_t n, int64_t deadline); /* bytes, 0 (end) or -errno */
+ssize_t tls_recv_now(conn *c, void *buf, size_t n);               /* without waiting: 0 if nothing */
+int tls_send(conn *c, const void *buf, size_t n, int more);       /* all of it, or -errno */
+long long tls_send_file(conn *c, int fd, off_t *off, long long n); /* bytes sent (fewer: the file shrank), or -errno */
+void tls_close(conn *c);                                          /* close_notify, and c->ssl freed */
+/* the async model's (async.c): non-blocking, -EAGAIN with *wait the poll
+ * event to wait for before calling again with the same arguments */
+int tls_open_nb(conn *c);                                          /* c->ssl for a handshake: 0 or -ENOMEM */
+int tls_handshake_nb(conn *c, short *wait);                        /* 0 done, -EAGAIN, -errno */
+ssize_t tls_read_nb(conn *c, void *buf, size_t n, short *wait);   /* bytes, 0 (end), -EAGAIN, -errno */
+ssize_t tls_write_nb(conn *c, const void *buf, size_t n, int more, short *wait); /* bytes (some), -EAGAIN, -errno */
+int tls_pending(conn *c);                                          /* bytes wait in c->ssl (read ahead; maybe a record begun) */
 
 /* workers.c: runs the supervisor until it stops; its exit status */
 int supervise(int argc, char **argv);

@@ -19,6 +19,7 @@
 
 typedef struct accepted {
     int fd;
+    int tls;    /* from the HTTPS listener */
     int64_t at; /* weft_now() when accepted */
     struct sockaddr_storage peer;
 } accepted;
@@ -64,7 +65,7 @@ static void conn_name(char *out, const struct sockaddr_storage *peer) {
 static void *conn_main(void *arg) {
     accepted a = *(accepted *)arg;
     free(arg);
-    serve_conn(a.fd, &a.peer, a.at);
+    serve_conn(a.fd, &a.peer, a.at, a.tls);
     return NULL;
 }
 
@@ -94,11 +95,12 @@ static struct {
 
 static int queue_late(const accepted *a, int64_t now) { return now - a->at >= O.idle_timeout; }
 
-/* A connection that waited out its idle time in the queue. */
+/* A connection that waited out its idle time in the queue (an HTTPS one
+ * is closed: a 503 would cost it a handshake first). */
 static void refuse_late(const accepted *a) {
     conn c = {.fd = a->fd};
     set_peer(&c, &a->peer);
-    if (send_status(&c, NULL, 503, 0, NULL) == 0) shutdown(a->fd, SHUT_WR);
+    if (!a->tls && send_status(&c, NULL, 503, 0, NULL) == 0) shutdown(a->fd, SHUT_WR);
     weft_close(a->fd);
     conn_slot_free();
 }
@@ -136,17 +138,17 @@ static void *pool_worker(void *unused) {
         PQ.n--;
         pthread_mutex_unlock(&PQ.lock);
         if (queue_late(&a, weft_now())) refuse_late(&a);
-        else serve_conn(a.fd, &a.peer, a.at);
+        else serve_conn(a.fd, &a.peer, a.at, a.tls);
     }
 }
 
 /* Hands a connection to the model; returns 0 or -errno (fd then closed by caller). */
-int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
+int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at, int tls) {
     if (O.model == MODEL_POOL) {
         for (;;) {
             pthread_mutex_lock(&PQ.lock);
             if (PQ.n < PQ.cap) {
-                PQ.q[(PQ.head + PQ.n) % PQ.cap] = (accepted){fd, at, *peer};
+                PQ.q[(PQ.head + PQ.n) % PQ.cap] = (accepted){fd, tls, at, *peer};
                 PQ.n++;
                 pthread_cond_signal(&PQ.nonempty);
                 pthread_mutex_unlock(&PQ.lock);
@@ -157,10 +159,11 @@ int dispatch(int fd, const struct sockaddr_storage *peer, int64_t at) {
             if (atomic_load(&draining)) return -ECANCELED;
         }
     }
-    if (O.model == MODEL_ASYNC) return a_start(fd, peer, at);
+    if (O.model == MODEL_ASYNC) return a_start(fd, peer, at, tls);
     accepted *a = malloc(sizeof *a);
     if (!a) return -ENOMEM;
     a->fd = fd;
+    a->tls = tls;
     a->at = at;
     a->peer = *peer;
     if (O.model == MODEL_VIRTUAL) {

@@ -106,14 +106,14 @@ static void cpu_job_stop(void) {
     }
 }
 
-/* A listening socket on --host/--port (reuseport: SO_REUSEPORT too, for
+/* A listening socket on --host and port (reuseport: SO_REUSEPORT too, for
  * --workers' slots, workers.c).  -1 after saying why. */
-int open_listener(int reuseport) {
+int open_listener(const char *port, int reuseport) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res;
-    int e = getaddrinfo(O.host, O.port, &hints, &res);
+    int e = getaddrinfo(O.host, port, &hints, &res);
     if (e) {
-        fprintf(stderr, "weft-httpd: --host %s --port %s: %s\n", O.host, O.port, gai_strerror(e));
+        fprintf(stderr, "weft-httpd: --host %s --port %s: %s\n", O.host, port, gai_strerror(e));
         return -1;
     }
     int fd = -1;
@@ -138,7 +138,7 @@ int open_listener(int reuseport) {
         fd = -1;
         errno = e;
     }
-    if (fd < 0) fprintf(stderr, "weft-httpd: cannot listen on %s:%s: %s\n", O.host, O.port, strerror(errno));
+    if (fd < 0) fprintf(stderr, "weft-httpd: cannot listen on %s:%s: %s\n", O.host, port, strerror(errno));
     freeaddrinfo(res);
     return fd;
 }
@@ -167,8 +167,9 @@ int server(void *unused) {
     if ((!dq || !*dq) && weft_dump_on_signal(SIGQUIT, 2, WEFT_DUMP_TEXT) < 0)
         fprintf(stderr, "weft-httpd: cannot arm the thread dump on SIGQUIT\n");
     nacceptors = O.carriers > 0 ? O.carriers : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (nacceptors > 64) nacceptors = 64;
+    if (nacceptors > 32) nacceptors = 32;
     if (nacceptors < 1) nacceptors = 1;
+    if (tls_listen_fd >= 0) nacceptors *= 2; /* as many again for --tls-port (acceptor.c) */
     for (int i = 0; i < nacceptors; i++) {
         char an[32];
         snprintf(an, sizeof an, "acceptor %d", i);
@@ -186,6 +187,7 @@ int server(void *unused) {
     weft_thread_opts ra = {.name = "pool-reaper", .daemon = 1};
     if (O.model == MODEL_POOL && weft_spawn(&reaper, pool_reaper, NULL, &ra) < 0) return 1;
     if (O.model == MODEL_ASYNC && weft_timer_async(weft_now() + NS, bp_sweep, NULL, NULL) < 0) return 1;
+    if (tls_start() < 0) return 1;
     if (cpu_job_start() < 0) {
         cpu_job_stop();
         return 1;
@@ -193,6 +195,7 @@ int server(void *unused) {
     for (int i = 0; i < nacceptors; i++) weft_join(acceptors[i], NULL);
     cpu_job_stop(); /* (prints its progress) */
     close(listen_fd);
+    if (tls_listen_fd >= 0) close(tls_listen_fd);
     int64_t until = weft_now() + O.drain_timeout;
     while (atomic_load(&nconns) > 0 && weft_now() < until && !atomic_load(&drain_cut)) weft_sleep(5 * 1000000);
     int left = atomic_load(&nopen);

@@ -8,7 +8,7 @@
  * thread that forks, execs, waits and forwards signals.  Each worker is
  * this same binary exec'd again (so a SIGHUP runs the binary now at that
  * path: an upgraded package takes effect) with the user's options and
- * `--worker LISTEN_FD,READY_FD,SLOT`, and is a whole single server with
+ * `--worker LISTEN_FD,READY_FD,SLOT[,TLS_FD]` (TLS_FD: the slot's --tls-port socket), and is a whole single server with
  * its own runtime and carriers (--carriers 1 each unless given).
  *
  * The sockets.  One listening socket per worker slot, every one bound to
@@ -77,6 +77,7 @@
 
 typedef struct wslot {
     int lfd;                 /* its listening socket, the supervisor's for its life */
+    int tfd;                 /* and --tls-port's, -1 none */
     pid_t cur;               /* the worker serving it (or starting: cur_ready 0), 0 none */
     int cur_ready;
     pid_t next;              /* a replacement starting (SIGHUP), 0 none */
@@ -98,7 +99,8 @@ static struct {
     int roll_again;  /* a SIGHUP came during the round */
     int64_t notice_end_ms; /* --drain-notice: when the stop's notice ends (SIGTERM to all), 0 none */
     int worst;       /* the exit status so far: 0, 3, or 1 */
-} W = {.roll_slot = -1};
+    int keyfd;       /* HTTPS: the workers' shared ticket key (tls.c), -1 none */
+} W = {.roll_slot = -1, .keyfd = -1};
 
 static int64_t mono_ms(void) {
     struct timespec ts;
@@ -121,7 +123,8 @@ static pid_t spawn_worker(int i, int *rfd) {
         return -1;
     }
     char spec[64];
-    snprintf(spec, sizeof spec, "%d,%d,%d", W.s[i].lfd, p[1], i);
+    if (W.keyfd >= 0) snprintf(spec, sizeof spec, "%d,%d,%d,%d,%d", W.s[i].lfd, p[1], i, W.s[i].tfd, W.keyfd);
+    else snprintf(spec, sizeof spec, "%d,%d,%d", W.s[i].lfd, p[1], i);
     /* argv: exe, the user's arguments, --worker spec */
     char **av = calloc((size_t)W.argc + 4, sizeof *av);
     if (!av) {
@@ -150,6 +153,8 @@ static pid_t spawn_worker(int i, int *rfd) {
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
         fcntl(W.s[i].lfd, F_SETFD, 0);
+        if (W.s[i].tfd >= 0) fcntl(W.s[i].tfd, F_SETFD, 0);
+        if (W.keyfd >= 0) fcntl(W.keyfd, F_SETFD, 0);
         fcntl(p[1], F_SETFD, 0);
         execv(W.exe, av);
         fprintf(stderr, "weft-httpd: worker %d: cannot run %s: %s\n", i, W.exe, strerror(errno));
@@ -313,17 +318,17 @@ static void reap(void) {
     }
 }
 
-/* One or the other slot's listening socket, bound to the same address. */
-static int open_slot_listener(void) {
-    int fd = open_listener(1);
+/* One or the other slot's listening socket on *port (--port's or
+ * --tls-port's), bound to the same address. */
+static int open_slot_listener(const char **port, char got[8]) {
+    int fd = open_listener(*port, 1);
     if (fd < 0) return -1;
-    if (!strcmp(O.port, "0")) { /* the others take the port the first one got */
-        static char port[8];
+    if (!strcmp(*port, "0")) { /* the others take the port the first one got */
         char host[INET6_ADDRSTRLEN];
         int pn;
         listen_addr(fd, host, sizeof host, &pn);
-        snprintf(port, sizeof port, "%d", pn);
-        O.port = port;
+        snprintf(got, 8, "%d", pn);
+        *port = got;
     }
     return fd;
 }
@@ -339,10 +344,16 @@ int supervise(int argc, char **argv) {
         return 1;
     }
     W.exe[en] = 0;
+    if (O.tls_cert && (W.keyfd = tls_ticket_keys_make()) < 0) {
+        fprintf(stderr, "weft-httpd: --workers: cannot make the workers' ticket key: %s\n", strerror(-W.keyfd));
+        return 1;
+    }
     for (int i = 0; i < W.n; i++) {
-        W.s[i].rfd = -1;
-        W.s[i].lfd = open_slot_listener();
+        static char port[8], tls_port[8];
+        W.s[i].rfd = W.s[i].tfd = -1;
+        W.s[i].lfd = open_slot_listener(&O.port, port);
         if (W.s[i].lfd < 0) return 1;
+        if (O.tls_port && (W.s[i].tfd = open_slot_listener(&O.tls_port, tls_port)) < 0) return 1;
     }
     /* the signals we wait for, read from a signalfd */
     sigset_t ss;
@@ -385,7 +396,12 @@ int supervise(int argc, char **argv) {
                 char host[INET6_ADDRSTRLEN];
                 int port;
                 listen_addr(W.s[0].lfd, host, sizeof host, &port);
-                printf("listening on %s:%d\n", host, port);
+                /* (--tls-cert without --tls-port: the one port is HTTPS) */
+                printf("listening on %s:%d%s\n", host, port, O.tls_cert && !O.tls_port ? " (https)" : "");
+                if (W.s[0].tfd >= 0) {
+                    listen_addr(W.s[0].tfd, host, sizeof host, &port);
+                    printf("listening on %s:%d (https)\n", host, port);
+                }
                 fflush(stdout);
                 if (!O.quiet) fprintf(stderr, "weft-httpd: %d worker processes (SO_REUSEPORT)\n", W.n);
             }
@@ -482,7 +498,11 @@ int supervise(int argc, char **argv) {
         if (!W.stopping) roll_step();
     }
     close(sfd);
-    for (int i = 0; i < W.n; i++) close(W.s[i].lfd);
+    for (int i = 0; i < W.n; i++) {
+        close(W.s[i].lfd);
+        if (W.s[i].tfd >= 0) close(W.s[i].tfd);
+    }
+    if (W.keyfd >= 0) close(W.keyfd);
     if (W.failed_start == 1) return 1;
     if (!O.quiet) fprintf(stderr, "weft-httpd: stopped\n");
     return W.worst;

@@ -47,6 +47,15 @@ fail() {
     for f in "$tmp"/*.err "$tmp"/haproxy.log; do
         [[ -s $f ]] && { echo "--- $(basename "$f") (last lines)" >&2; tail -n 15 "$f" >&2; }
     done
+    # the requests HAProxy logged as failed (dontlog-normal: only those), by
+    # status, termination state and server; and the checks' verdicts
+    if [[ -s $tmp/haproxy.log ]]; then
+        echo "--- haproxy.log: failed requests (count status termination server)" >&2
+        awk '/"GET / { for (i = 1; i < NF; i++) if ($i ~ /^-?[0-9]+\/-?[0-9]+\/-?[0-9]+\/-?[0-9]+\/\+?-?[0-9]+$/) {
+                 print $(i + 1), $(i + 5), $(i - 1); break } }' "$tmp/haproxy.log" | sort | uniq -c | sort -rn | head >&2
+        echo "--- haproxy.log: checks" >&2
+        grep -oE "Server weft/w[123] is (DOWN|UP), reason: [^,]*(, code: [0-9]+)?" "$tmp/haproxy.log" | sort | uniq -c >&2
+    fi
     exit 1
 }
 
@@ -115,6 +124,7 @@ defaults
     option httplog
     option dontlog-normal
     timeout connect 2s
+    timeout check 2s
     timeout client 30s
     timeout server 30s
     retries 3

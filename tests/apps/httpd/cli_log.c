@@ -8,43 +8,12 @@
 /* command line, access log                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Runs weft-httpd with args (NULL-ended); its stdout and stderr into out and
- * err (NUL-terminated, truncated); returns the wait status. */
 static int cli_as_nobody; /* run_cli as uid and gid 65534 (we are root) */
 static int run_cli(char *out, size_t outsz, char *err, size_t errsz, ...) {
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = WEFT_HTTPD_PATH;
     va_list ap;
     va_start(ap, errsz);
-    n = argv_add(argv, n, 31, ap);
+    int st = run_httpd_v(out, outsz, err, errsz, cli_as_nobody, ap);
     va_end(ap);
-    char of[] = "/tmp/weft-httpd-out-XXXXXX", ef[] = "/tmp/weft-httpd-err-XXXXXX";
-    int ofd = mkstemp(of), efd = mkstemp(ef);
-    CHECK(ofd >= 0 && efd >= 0);
-    unlink(of);
-    unlink(ef);
-    const char *env[8];
-    launch_opts o;
-    server_opts(&o, env, 1); /* (child_env: none unless a test sets it) */
-    if (cli_as_nobody) o.drop = 1, o.uid = 65534, o.gid = 65534;
-    o.out = o.err = LAUNCH_FD;
-    o.out_fd = ofd, o.err_fd = efd;
-    server sv;
-    int e = launch_start(&sv.l, (char *const *)argv, &o);
-    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
-    sv.pid = sv.l.pid;
-    int st;
-    if (!server_wait(&sv, 10000 + 5 * SLACK_MS, &st)) {
-        server_kill(&sv, &st);
-        FAIL("weft-httpd %s did not exit", argv[1]);
-    }
-    ssize_t k = pread(ofd, out, outsz - 1, 0);
-    out[k > 0 ? k : 0] = 0;
-    k = pread(efd, err, errsz - 1, 0);
-    err[k > 0 ? k : 0] = 0;
-    close(ofd);
-    close(efd);
     return st;
 }
 

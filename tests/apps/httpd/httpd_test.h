@@ -130,9 +130,28 @@ char *pattern_file(const docroot *d, const char *rel, size_t n);
 
 typedef struct server {
     pid_t pid; /* l.pid */
-    int port;
+    int port;     /* where the tests connect: plain HTTP, or the tls_front */
+    int tls_port; /* its HTTPS port (--tls-cert), 0 none */
+    int own_port; /* the port of its "listening on" line (s->port but for a front) */
     launch l;  /* its stdout: read for the "listening" line, kept open */
+    int front; /* fl runs: the TLS-wrapping mode's tls_front before an HTTPS-only server */
+    launch fl;
 } server;
+
+/* The TLS-wrapping mode (WEFT_TEST_HTTPD_TLS=1: ctest's httpd_tls.* pass).
+ * server_start gives the server --tls-cert and --tls-key (HTTPS only, on
+ * --port) and puts tests/support/tls_front.c before it: a plain port whose
+ * connections it carries over TLS, s->port; the server's own is
+ * s->tls_port. */
+int test_tls(void);
+
+/* The tests' certificate and key (self-signed, "localhost", P-256), made
+ * once per process; skips the test in a build without OpenSSL. */
+void tls_test_files(const char **cert, const char **key);
+
+/* The port the server itself listens on: s->port, or behind the
+ * TLS-wrapping mode's front its HTTPS port. */
+static inline int server_own_port(const server *s) { return s->own_port; }
 
 /* When set, the next server starts with this RLIMIT_NOFILE. */
 extern rlim_t child_nofile;
@@ -161,6 +180,12 @@ void prog_start(server *s, const char **argv);
 
 /* Waits up to ms for the server to exit; returns 1 and *st if it did. */
 int server_wait(server *s, int ms, int *st);
+
+/* Runs weft-httpd with the args in ap (NULL-ended) to its end (a bad
+ * option, --help: it must end within 10 s); its stdout and stderr into out
+ * and err (NUL-terminated, truncated); as_nobody: as uid and gid 65534.
+ * Returns the wait status. */
+int run_httpd_v(char *out, size_t outsz, char *err, size_t errsz, int as_nobody, va_list ap);
 
 /* SIGKILL and reap; *st (if not NULL) gets how it ended. */
 void server_kill(server *s, int *st);
@@ -311,6 +336,18 @@ int test_models(const char **m, const char *pool);
     const char *all_models[4];                                                                 \
     int nmodels = test_models(all_models, pool);                                               \
     for (int m = 0; m < nmodels; m++)
+
+/* The descriptors process pid holds (-1: cannot tell). */
+int count_fds(pid_t pid);
+/* What pid's descriptors are, for a failure's message: its TCP sockets by
+ * state, its other sockets, anonymous inodes (eventfds, epoll, rings),
+ * pipes, and files (named). */
+void describe_fds(pid_t pid, char *out, size_t cap);
+
+/* Whether s's server (and its TLS front, if it has one) still runs, for a
+ * failure's message: "running", "exited with status N", "killed by signal
+ * N" (reaps one that ended). */
+void describe_server(server *s, char *out, size_t cap);
 
 /* Reads what a pipe has until it holds `want` or ms pass; 1 if seen. */
 int read_until(int fd, char *buf, size_t cap, size_t *len, const char *want, int ms);

@@ -134,8 +134,63 @@ rlim_t child_nofile;
 int child_stderr = -1;
 const char *child_env[4];
 
+/* ------------------------------------------------------------------------ */
+/* HTTPS: the test client's TLS-wrapping mode                                */
+/* ------------------------------------------------------------------------ */
+
+int test_tls(void) {
+    const char *e = getenv("WEFT_TEST_HTTPD_TLS");
+    return e && *e == '1';
+}
+
+#if HAVE_TEST_TLS
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+/* A self-signed P-256 certificate for "localhost" and its key, made once
+ * per test process in a directory of its own (the guardian removes it). */
+void tls_test_files(const char **cert, const char **key) {
+    static char dir[64], c[96], k[96];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/weft-httpd-tls-XXXXXX");
+        if (!mkdtemp(dir)) FAIL("mkdtemp: %s", strerror(errno));
+        guard_dir(dir);
+        snprintf(c, sizeof c, "%s/cert.pem", dir);
+        snprintf(k, sizeof k, "%s/key.pem", dir);
+        EVP_PKEY *pk = EVP_EC_gen("P-256");
+        X509 *x = X509_new();
+        CHECK(pk && x);
+        X509_set_version(x, 2);
+        ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+        X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+        X509_gmtime_adj(X509_getm_notAfter(x), 7 * 86400);
+        X509_NAME *nm = X509_get_subject_name(x);
+        X509_NAME_add_entry_by_txt(nm, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1, 0);
+        X509_set_issuer_name(x, nm);
+        X509_set_pubkey(x, pk);
+        CHECK(X509_sign(x, pk, EVP_sha256()) > 0);
+        FILE *f = fopen(c, "w");
+        CHECK(f && PEM_write_X509(f, x) == 1);
+        fclose(f);
+        f = fopen(k, "w");
+        CHECK(f && PEM_write_PrivateKey(f, pk, NULL, NULL, 0, NULL, NULL) == 1);
+        fclose(f);
+        X509_free(x);
+        EVP_PKEY_free(pk);
+    }
+    *cert = c;
+    *key = k;
+}
+#else
+void tls_test_files(const char **cert, const char **key) {
+    (void)cert, (void)key;
+    SKIP("built without OpenSSL 3: no HTTPS to test");
+}
+#endif
+
 void server_start(server *s, const char *root, ...) {
-    const char *argv[48];
+    const char *argv[52];
     int n = 0;
     argv[n++] = WEFT_HTTPD_PATH;
     argv[n++] = "--port";
@@ -152,6 +207,22 @@ void server_start(server *s, const char *root, ...) {
     va_start(ap, root);
     n = argv_add(argv, n, 46, ap);
     va_end(ap);
+    if (test_tls()) {
+        /* the TLS-wrapping mode: the server speaks HTTPS only, on --port,
+         * and prog_start puts a tls_front before it */
+        int has_tls = 0;
+        for (int i = 1; i < n; i++)
+            if (!strcmp(argv[i], "--tls-cert")) has_tls = 1;
+        if (!has_tls) {
+            const char *cert, *key;
+            tls_test_files(&cert, &key);
+            argv[n++] = "--tls-cert";
+            argv[n++] = cert;
+            argv[n++] = "--tls-key";
+            argv[n++] = key;
+            argv[n] = NULL;
+        }
+    }
     prog_start(s, argv);
 }
 
@@ -174,15 +245,52 @@ void prog_start(server *s, const char **argv) {
     int e = launch_start(&s->l, (char *const *)argv, &o);
     if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
     s->pid = s->l.pid;
-    s->port = 0;
-    const char *line = launch_wait_line(&s->l, NULL, now_ms() + (TEST_SANITIZED ? 60000 : 20000));
-    if (line) {
-        s->port = launch_listen_port(line);
-        if (s->port < 0) FAIL("server printed '%s'", line);
+    s->port = s->tls_port = 0;
+    s->front = 0;
+    int64_t until = now_ms() + (TEST_SANITIZED ? 60000 : 20000);
+    const char *line = launch_wait_line(&s->l, NULL, until);
+    if (!line) {
+        launch_stop(&s->l, SIGKILL, -1);
+        FAIL("the server did not print 'listening on HOST:PORT' (exit status 0x%x)", s->l.status);
+    }
+    s->port = s->own_port = launch_listen_port(line);
+    if (s->port < 0) FAIL("server printed '%s'", line);
+    int https = strstr(line, "(https)") != NULL;
+    for (int i = 1; argv[i]; i++) {
+        if (strcmp(argv[i], "--tls-port") != 0) continue;
+        /* HTTPS beside plain HTTP: its own line */
+        const char *tl = launch_wait_line(&s->l, NULL, until);
+        if (!tl || !strstr(tl, "(https)") || (s->tls_port = launch_listen_port(tl)) < 0)
+            FAIL("the server printed no 'listening on HOST:PORT (https)' line for --tls-port");
         return;
     }
-    launch_stop(&s->l, SIGKILL, -1);
-    FAIL("the server did not print 'listening on HOST:PORT' (exit status 0x%x)", s->l.status);
+    if (!https) return;
+    s->tls_port = s->port;
+    if (!test_tls()) return;
+#ifdef WEFT_TLS_FRONT_PATH
+    /* the tests talk plain TCP to the front; it speaks TLS to the server */
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->tls_port);
+    const char *fargv[] = {WEFT_TLS_FRONT_PATH, port, NULL};
+    const char *fenv[8];
+    launch_opts fo;
+    server_opts(&fo, fenv, 0);
+    fo.out = LAUNCH_PIPE;
+    e = launch_start(&s->fl, (char *const *)fargv, &fo);
+    if (e < 0) FAIL("start %s: %s", fargv[0], strerror(-e));
+    const char *fline = launch_wait_line(&s->fl, NULL, until);
+    if (!fline || (s->port = launch_listen_port(fline)) < 0) FAIL("tls_front printed no 'listening on' line");
+    s->front = 1;
+#endif
+}
+
+/* The front ends with its server (a test that lets a server go on its own
+ * leaves it to the test's end: it dies with the test process). */
+static void front_stop(server *s) {
+    if (!s->front) return;
+    launch_stop(&s->fl, SIGKILL, -1);
+    launch_close(&s->fl);
+    s->front = 0;
 }
 
 int server_wait(server *s, int ms, int *st) {
@@ -195,6 +303,7 @@ int server_wait(server *s, int ms, int *st) {
 void server_kill(server *s, int *st) {
     launch_stop(&s->l, SIGKILL, -1);
     if (st) *st = s->l.status;
+    front_stop(s);
 }
 
 void check_exit_status(int st) {
@@ -212,6 +321,7 @@ int64_t server_stop_within(server *s, int within_ms) {
         FAIL("the server did not exit within %d ms of SIGTERM", within_ms);
     }
     int64_t took = now_ms() - t0;
+    front_stop(s);
     check_exit_status(st);
     launch_close(&s->l);
     s->pid = 0;
@@ -219,6 +329,42 @@ int64_t server_stop_within(server *s, int within_ms) {
 }
 
 void server_stop(server *s) { server_stop_within(s, 15000 + 2 * SLACK_MS); }
+
+/* Runs weft-httpd with args (NULL-ended); its stdout and stderr into out and
+ * err (NUL-terminated, truncated); returns the wait status. */
+int run_httpd_v(char *out, size_t outsz, char *err, size_t errsz, int as_nobody, va_list ap) {
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = WEFT_HTTPD_PATH;
+    n = argv_add(argv, n, 31, ap);
+    char of[] = "/tmp/weft-httpd-out-XXXXXX", ef[] = "/tmp/weft-httpd-err-XXXXXX";
+    int ofd = mkstemp(of), efd = mkstemp(ef);
+    CHECK(ofd >= 0 && efd >= 0);
+    unlink(of);
+    unlink(ef);
+    const char *env[8];
+    launch_opts o;
+    server_opts(&o, env, 1); /* (child_env: none unless a test sets it) */
+    if (as_nobody) o.drop = 1, o.uid = 65534, o.gid = 65534;
+    o.out = o.err = LAUNCH_FD;
+    o.out_fd = ofd, o.err_fd = efd;
+    server sv;
+    int e = launch_start(&sv.l, (char *const *)argv, &o);
+    if (e < 0) FAIL("start %s: %s", argv[0], strerror(-e));
+    sv.pid = sv.l.pid;
+    int st;
+    if (!server_wait(&sv, 10000 + 5 * SLACK_MS, &st)) {
+        server_kill(&sv, &st);
+        FAIL("weft-httpd %s did not exit", argv[1]);
+    }
+    ssize_t k = pread(ofd, out, outsz - 1, 0);
+    out[k > 0 ? k : 0] = 0;
+    k = pread(efd, err, errsz - 1, 0);
+    err[k > 0 ? k : 0] = 0;
+    close(ofd);
+    close(efd);
+    return st;
+}
 
 /* ------------------------------------------------------------------------ */
 /* clients                                                                   */
@@ -493,6 +639,94 @@ int test_models(const char **m, const char *pool) {
     m[2] = pool;
     m[3] = "async";
     return 4;
+}
+
+int count_fds(pid_t pid) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(p);
+    if (!dir) return -1;
+    int n = 0;
+    while (readdir(dir)) n++;
+    closedir(dir);
+    return n - 2;
+}
+
+/* The TCP state of the socket with this inode in pid's network namespace
+ * (/proc/PID/net/tcp), as the kernel's number, or -1. */
+static int tcp_state_of(pid_t pid, unsigned long ino) {
+    char p[64], line[512];
+    snprintf(p, sizeof p, "/proc/%d/net/tcp", (int)pid);
+    FILE *f = fopen(p, "re");
+    if (!f) return -1;
+    int st = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned s;
+        unsigned long i;
+        /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+        if (sscanf(line, "%*s %*s %*s %x %*s %*s %*s %*s %*s %lu", &s, &i) == 2 && i == ino) {
+            st = (int)s;
+            break;
+        }
+    }
+    fclose(f);
+    return st;
+}
+
+static const char *proc_state(launch *l, char *b, size_t n) {
+    if (launch_reap(l, 0) != 1) return "running";
+    if (WIFEXITED(l->status)) snprintf(b, n, "exited with status %d", WEXITSTATUS(l->status));
+    else if (WIFSIGNALED(l->status)) snprintf(b, n, "killed by signal %d", WTERMSIG(l->status));
+    else snprintf(b, n, "ended (wait status %#x)", l->status);
+    return b;
+}
+
+void describe_server(server *s, char *out, size_t cap) {
+    char a[64], b[64];
+    const char *st = proc_state(&s->l, a, sizeof a);
+    if (s->front) snprintf(out, cap, "the server %s, its TLS front %s", st, proc_state(&s->fl, b, sizeof b));
+    else snprintf(out, cap, "the server %s", st);
+}
+
+void describe_fds(pid_t pid, char *out, size_t cap) {
+    static const char *const tcp[] = {"?",         "ESTABLISHED", "SYN_SENT",   "SYN_RECV", "FIN_WAIT1", "FIN_WAIT2",
+                                      "TIME_WAIT", "CLOSE",       "CLOSE_WAIT", "LAST_ACK", "LISTEN",    "CLOSING"};
+    int states[12] = {0}, other_sockets = 0, files = 0, anon = 0, pipes = 0;
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(p);
+    size_t at = 0;
+    out[0] = 0;
+    if (!dir) return;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        char lp[96], t[256];
+        snprintf(lp, sizeof lp, "/proc/%d/fd/%s", (int)pid, e->d_name);
+        ssize_t n = readlink(lp, t, sizeof t - 1);
+        if (n <= 0) continue;
+        t[n] = 0;
+        unsigned long ino;
+        if (sscanf(t, "socket:[%lu]", &ino) == 1) {
+            int st = tcp_state_of(pid, ino);
+            if (st > 0 && st < 12) states[st]++;
+            else other_sockets++;
+        } else if (!strncmp(t, "anon_inode:", 11)) {
+            anon++;
+        } else if (!strncmp(t, "pipe:", 5)) {
+            pipes++;
+        } else {
+            files++;
+            if (at + strlen(t) + 8 < cap / 2) at += (size_t)snprintf(out + at, cap - at, "%s%s", at ? ", " : "file ", t);
+        }
+    }
+    closedir(dir);
+    for (int i = 1; i < 12; i++)
+        if (states[i] && at + 32 < cap)
+            at += (size_t)snprintf(out + at, cap - at, "%s%d tcp %s", at ? "; " : "", states[i], tcp[i]);
+    if (at + 96 < cap)
+        snprintf(out + at, cap - at, "%s%d other sockets, %d anon inodes, %d pipes, %d files", at ? "; " : "",
+                 other_sockets, anon, pipes, files);
 }
 
 int read_until(int fd, char *buf, size_t cap, size_t *len, const char *want, int ms) {

@@ -309,7 +309,17 @@ TEST(sigterm_drains_every_worker) {
         cl_open(&c[i], s.port);
         cl_sends(&c[i], "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     }
-    sleep_ms(150);
+    /* every connection accepted by a worker before the signal (one still
+     * in a socket's backlog when its worker drains is not served: a
+     * loaded machine -- TSan, four tests at once -- took over 150 ms to
+     * accept them all) */
+    int64_t until = now_ms() + 10000 + SLACK_MS;
+    int held = 0;
+    while ((held = sockets_of(w[0]) + sockets_of(w[1]) - 2) < K) {
+        if (now_ms() > until) FAIL("the workers accepted %d of %d connections in 10 s", held, K);
+        sleep_ms(10);
+    }
+    sleep_ms(50);
     CHECK(kill(s.pid, SIGTERM) == 0);
     for (int i = 0; i < K; i++) {
         resp r;
