@@ -41,6 +41,13 @@
 #                (keep-alive, 10 s) to CPU 0; then both sets of lines and a side-by-side
 #                summary (req/s at each C, ratio weft/nginx, server CPU per request).
 #                No weft-bench run; PEERS="nginx-w1 go ..." adds peers to the summary.
+#   https-static    bench/https.sh static: keep-alive over TLS 1.3, weft-httpd --carriers 1
+#                   against nginx (one worker) and h2o (one thread), each pinned to CPU 1,
+#                   wrk -t1 on CPU 0 at 100 and 1000 connections, REPS=3 alternated; req/s
+#                   and server CPU per request, with the ratios (see bench/https.sh)
+#   https-handshake bench/https.sh handshake: a full TLS 1.3 handshake per request
+#                   (no keep-alive, no resumption), weft-load as the client: handshakes/s
+#                   and server CPU per handshake against the same two peers
 #   A peer that cannot run here (its toolchain missing, its build or start failing) is
 #   skipped with a message on stderr and "# skipped" in the output; the rest still run.
 #   What run.sh needs: ab (delay), wrk and taskset (static), curl, ss, pgrep, setsid,
@@ -252,6 +259,12 @@ static_summary() {
     }' "$lines"
 }
 
+if [[ $exp == https-static || $exp == https-handshake ]]; then
+  (($# == 0)) || { echo "compare.sh: $exp takes no weft-bench arguments (SERVERS, REPS, CONNS, DURATION are bench/https.sh's)" >&2; exit 2; }
+  export WEFT_HTTPD=${WEFT_HTTPD:-$(dirname "$bench")/../httpd/weft-httpd}
+  export WEFT_LOAD=${WEFT_LOAD:-$(dirname "$bench")/../load/weft-load}
+  exec "$here/https.sh" "${exp#https-}"
+fi
 if [[ $exp == http-db ]]; then
   echo "# compare.sh http-db $*: the Java peers run inside weft-bench http-db"
   exec "$bench" http-db "$@"
@@ -334,7 +347,7 @@ case $exp in
     jobs=("file-write c-write" "file-write c-uring" "file-write java17-fos" "file-write java17-async"
           "file-write java17-async-default") ;;
   *)
-    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, file-write, parallel, http-delay, http-every10, http-db, http-static)" >&2
+    echo "compare.sh: unknown experiment '$exp' (threads, sleep-tasks, micro, cancel-storm, file-write, parallel, http-delay, http-every10, http-db, http-static, https-static, https-handshake)" >&2
     exit 2 ;;
 esac
 

@@ -6,7 +6,8 @@
 #                            hiredis, libcurl (the tests start their own servers); python3
 #                            and chromium for weft-bench report's test (tests/integration/report_test.py)
 #   scripts/deps.sh bench    also what the peer benchmarks need (Go, Boost.Context, Java,
-#                            ab, wrk, nginx; for http-db PostgreSQL's JDBC driver)
+#                            ab, wrk, nginx, h2o (bench/https.sh); for http-db PostgreSQL's
+#                            JDBC driver)
 #   scripts/deps.sh cross    also Debian's cross compilers for aarch64 and riscv64 (with
 #                            their C libraries), qemu-user, and arm64's liburing and libdw
 #                            -dev packages (adding the arm64 architecture to dpkg): tests/arch's
@@ -43,7 +44,7 @@ fi
 if [[ ${1:-} == bench ]]; then
   # (weft-bench parallel: its OpenMP peer needs only gcc -- libgomp comes with it -- and
   # its Java peer the JDK here, Java 17 on Debian 12: bench/parallel/peer.sh)
-  pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light curl libpostgresql-jdbc-java)
+  pkgs+=(golang-go libboost-context-dev g++ default-jdk-headless apache2-utils wrk nginx-light h2o curl libpostgresql-jdbc-java)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
