@@ -23,8 +23,9 @@
  *   - a handshake the server refuses or cuts (a drain, the header
  *     timeout, max-conns' backlog never accepted) ends the client's
  *     connection with a FIN, as a server closing a new connection would.
- * The first five connections it could not carry to the server say why on
- * stderr (connect's error, or the handshake's), for a failing test's log.
+ * The first five connections it could not carry to the server, or reset,
+ * say why on stderr (connect's error, the handshake's, a failed read or
+ * write), for a failing test's log.
  * Nothing is timed here: every wait is the sockets', and the process ends
  * with its parent (PR_SET_PDEATHSIG, set by the test's launcher).
  */
@@ -127,7 +128,11 @@ static void *relay(void *arg) {
         if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
             ssize_t n = recv(cfd, buf, sizeof buf, 0);
             if (n > 0) {
-                if (SSL_write(s, buf, (int)n) <= 0) reset = 1;
+                errno = 0;
+                if (SSL_write(s, buf, (int)n) <= 0) {
+                    say("a write to the server failed; resetting the client", errno);
+                    reset = 1;
+                }
             } else if (n == 0) {
                 c_eof = 1;
                 SSL_shutdown(s); /* close_notify, then the FIN */
@@ -137,6 +142,7 @@ static void *relay(void *arg) {
             }
         }
         if (!reset && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            errno = 0;
             int n = SSL_read(s, buf, sizeof buf);
             if (n > 0) {
                 if (send_all(cfd, buf, (size_t)n) < 0) reset = 2;
@@ -147,6 +153,7 @@ static void *relay(void *arg) {
                     s_eof = 1;
                     shutdown(cfd, SHUT_WR);
                 } else {
+                    say("a read from the server failed; resetting the client", errno);
                     reset = 1; /* the server reset, or TLS failed: reset the client */
                 }
             }
@@ -211,6 +218,10 @@ int main(int argc, char **argv) {
         int one = 1;
         setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         pthread_t th;
-        if (pthread_create(&th, &at, relay, (void *)(intptr_t)cfd) != 0) rst_close(cfd);
+        int e = pthread_create(&th, &at, relay, (void *)(intptr_t)cfd);
+        if (e) {
+            say("cannot start a thread for a connection; resetting it", e);
+            rst_close(cfd);
+        }
     }
 }

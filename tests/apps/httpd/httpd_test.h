@@ -339,6 +339,11 @@ int test_models(const char **m, const char *pool);
 
 /* The descriptors process pid holds (-1: cannot tell). */
 int count_fds(pid_t pid);
+/* The descriptors of pid that connections and requests hold: sockets and
+ * files, not the runtime's anonymous inodes (its carriers' rings, epoll
+ * and eventfds: a spare carrier the monitor starts keeps its own for the
+ * process's life) nor pipes (-1: cannot tell). */
+int count_conn_fds(pid_t pid);
 /* What pid's descriptors are, for a failure's message: its TCP sockets by
  * state, its other sockets, anonymous inodes (eventfds, epoll, rings),
  * pipes, and files (named). */

@@ -673,6 +673,26 @@ static int tcp_state_of(pid_t pid, unsigned long ino) {
     return st;
 }
 
+int count_conn_fds(pid_t pid) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(p);
+    if (!dir) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        char lp[96], t[64];
+        snprintf(lp, sizeof lp, "/proc/%d/fd/%s", (int)pid, e->d_name);
+        ssize_t k = readlink(lp, t, sizeof t - 1);
+        if (k <= 0) continue;
+        t[k] = 0;
+        if (strncmp(t, "anon_inode:", 11) != 0 && strncmp(t, "pipe:", 5) != 0) n++;
+    }
+    closedir(dir);
+    return n;
+}
+
 static const char *proc_state(launch *l, char *b, size_t n) {
     if (launch_reap(l, 0) != 1) return "running";
     if (WIFEXITED(l->status)) snprintf(b, n, "exited with status %d", WEXITSTATUS(l->status));
