@@ -826,6 +826,7 @@ static weft_thread *find_work_det(weft__carrier *c) {
             stuck = INT64_MAX;
         }
         if (min != INT64_MAX && !hold) {
+            hold_end = 0; /* (a later hold in this search starts afresh) */
             weft__det_jump(min);
             continue;
         }
