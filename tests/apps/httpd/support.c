@@ -673,22 +673,36 @@ static int tcp_state_of(pid_t pid, unsigned long ino) {
     return st;
 }
 
-int count_conn_fds(pid_t pid) {
+/* pid's descriptor table (/proc/PID/fd), or NULL */
+static DIR *fds_open(pid_t pid) {
     char p[64];
     snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-    DIR *dir = opendir(p);
-    if (!dir) return -1;
-    int n = 0;
+    return opendir(p);
+}
+
+/* The next descriptor's target in dir ("socket:[123]", "pipe:[4]", a
+ * path...) into t, NUL-terminated; 0 past the last. */
+static int fds_next(DIR *dir, pid_t pid, char *t, size_t cap) {
     struct dirent *e;
     while ((e = readdir(dir))) {
         if (e->d_name[0] == '.') continue;
-        char lp[96], t[64];
+        char lp[96];
         snprintf(lp, sizeof lp, "/proc/%d/fd/%s", (int)pid, e->d_name);
-        ssize_t k = readlink(lp, t, sizeof t - 1);
+        ssize_t k = readlink(lp, t, cap - 1);
         if (k <= 0) continue;
         t[k] = 0;
-        if (strncmp(t, "anon_inode:", 11) != 0 && strncmp(t, "pipe:", 5) != 0) n++;
+        return 1;
     }
+    return 0;
+}
+
+int count_conn_fds(pid_t pid) {
+    DIR *dir = fds_open(pid);
+    if (!dir) return -1;
+    int n = 0;
+    char t[64];
+    while (fds_next(dir, pid, t, sizeof t))
+        if (strncmp(t, "anon_inode:", 11) != 0 && strncmp(t, "pipe:", 5) != 0) n++;
     closedir(dir);
     return n;
 }
@@ -712,20 +726,12 @@ void describe_fds(pid_t pid, char *out, size_t cap) {
     static const char *const tcp[] = {"?",         "ESTABLISHED", "SYN_SENT",   "SYN_RECV", "FIN_WAIT1", "FIN_WAIT2",
                                       "TIME_WAIT", "CLOSE",       "CLOSE_WAIT", "LAST_ACK", "LISTEN",    "CLOSING"};
     int states[12] = {0}, other_sockets = 0, files = 0, anon = 0, pipes = 0;
-    char p[64];
-    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-    DIR *dir = opendir(p);
+    DIR *dir = fds_open(pid);
     size_t at = 0;
     out[0] = 0;
     if (!dir) return;
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        if (e->d_name[0] == '.') continue;
-        char lp[96], t[256];
-        snprintf(lp, sizeof lp, "/proc/%d/fd/%s", (int)pid, e->d_name);
-        ssize_t n = readlink(lp, t, sizeof t - 1);
-        if (n <= 0) continue;
-        t[n] = 0;
+    char t[256];
+    while (fds_next(dir, pid, t, sizeof t)) {
         unsigned long ino;
         if (sscanf(t, "socket:[%lu]", &ino) == 1) {
             int st = tcp_state_of(pid, ino);
